@@ -1,0 +1,87 @@
+//! Snapshots PersistentVolumeClaims as an asynchronous operation.
+//!
+//! For each bound PVC it starts an operation named
+//! `<namespace>/<pvc>-<backup>`: the VolumeSnapshot of that name (created by
+//! the CSI snapshot machinery, or by hand when trying iar on manifests) is
+//! the snapshot of this PVC for this backup. `progress` reads the
+//! VolumeSnapshot through `cluster-get`: the operation has started once it
+//! exists and is complete when `status.readyToUse` is true, or has failed
+//! when `status.error` is set. The VolumeSnapshot is a post-operation item,
+//! so the finalized backup holds it in its ready state.
+//!
+//! Config: `snapshot-group` (default `snapshot.storage.k8s.io`).
+
+use iar_sdk::{
+    Backup, Error, Item, ItemAction, Output, Phase, Progress, ResourceId, Result, Selector,
+    Timestamp, cluster_get, config, info, warn,
+};
+
+struct PvcSnapshot;
+
+fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
+    let (namespace, name) = operation_id
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+        .ok_or_else(|| Error::UnknownOperation(format!("{operation_id:?} is not namespace/name")))?;
+    let group = config("snapshot-group").unwrap_or_else(|| "snapshot.storage.k8s.io".into());
+    Ok(ResourceId::namespaced(&group, "volumesnapshots", namespace, name))
+}
+
+impl ItemAction for PvcSnapshot {
+    fn applies_to() -> Result<Selector> {
+        Ok(Selector::resources(["persistentvolumeclaims"]))
+    }
+
+    fn execute(item: Item, backup: &Backup) -> Result<Output> {
+        // A finalize pass must not start operations; nothing to do there.
+        let bound = item.json()["status"]["phase"] == "Bound";
+        if backup.phase == Phase::Finalize || !bound {
+            return Ok(Output::unchanged());
+        }
+        let operation_id = format!("{}/{}-{}", item.namespace(), item.name(), backup.name);
+        let snapshot = snapshot_id(&operation_id)?;
+        info!("snapshot of {} {} is {}", item.namespace(), item.name(), snapshot);
+        Ok(Output::unchanged().with_operation(operation_id, [snapshot]))
+    }
+
+    fn progress(operation_id: &str, _backup: &Backup) -> Result<Progress> {
+        let id = snapshot_id(operation_id)?;
+        let snapshot = cluster_get(&id).map_err(Error::Retryable)?;
+        let Some(snapshot) = snapshot else {
+            return Ok(Progress {
+                n_total: 1,
+                operation_units: "snapshots".into(),
+                description: format!("waiting for {id} to be created"),
+                ..Progress::default()
+            });
+        };
+        let status = &snapshot["status"];
+        let ts = |v: &iar_sdk::Value| v.as_str().and_then(Timestamp::parse_rfc3339);
+        let ready = status["readyToUse"].as_bool() == Some(true);
+        let error = status["error"]["message"].as_str().map(String::from);
+        Ok(Progress {
+            completed: ready || error.is_some(),
+            n_completed: i64::from(ready),
+            n_total: 1,
+            operation_units: "snapshots".into(),
+            description: match (&error, ready) {
+                (Some(e), _) => format!("snapshot failed: {e}"),
+                (None, true) => "snapshot ready".into(),
+                (None, false) => "snapshot in progress".into(),
+            },
+            started: ts(&snapshot["metadata"]["creationTimestamp"]),
+            updated: ts(&status["creationTime"]),
+            error,
+        })
+    }
+
+    fn cancel(operation_id: &str, _backup: &Backup) -> Result<()> {
+        let id = snapshot_id(operation_id)?;
+        // Read-only by contract: the snapshot controller owns the object. The
+        // host marks the operation Canceled; this plugin only reports it.
+        warn!("backup gave up on {id}; its VolumeSnapshot is left to the snapshot controller");
+        Ok(())
+    }
+}
+
+iar_sdk::export!(PvcSnapshot);
