@@ -1,0 +1,24 @@
+//! iar, the item action runtime: runs Kubernetes backup item actions
+//! (Velero's BackupItemAction v2) as sandboxed WebAssembly components.
+//!
+//! Data flows one way: sources (files, a cluster) → [`plugin`] (the
+//! host/guest boundary) → results. Nothing outside [`plugin`], [`engine`]
+//! and [`sandbox`] knows wasm exists.
+
+pub mod cluster;
+pub mod contract;
+pub mod engine;
+pub mod item;
+pub mod labels;
+pub mod limits;
+pub mod manifests;
+pub mod plugin;
+pub mod resources;
+pub mod sandbox;
+pub mod selector;
+
+pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
+pub use engine::{Runtime, RuntimeConfig};
+pub use item::{Item, ItemRef};
+pub use limits::Limits;
+pub use plugin::{BackupRef, CallError, LoadError, Phase, Plugin, PluginInstance, PluginSettings, Violation};

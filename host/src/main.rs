@@ -1,1 +1,8 @@
-fn main(){}
+//! The `iar` command line. Argument parsing and output live in `cli`; the
+//! work is done by the library.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

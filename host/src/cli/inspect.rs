@@ -1,0 +1,33 @@
+use anyhow::Context;
+use iar::{Plugin, PluginSettings, Runtime, RuntimeConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// The plugin's .wasm file.
+    plugin: PathBuf,
+}
+
+pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    let plugin = Plugin::from_file(&runtime, &args.plugin, PluginSettings::default())?;
+    let sel = plugin.applies_to();
+    let out = serde_json::json!({
+        "name": plugin.name(),
+        "contract": format!("{}@{}", iar::contract::PACKAGE, plugin.version()),
+        "imports": plugin.shape().imports,
+        "exports": plugin.shape().exports,
+        "appliesTo": {
+            "includedNamespaces": sel.included_namespaces,
+            "excludedNamespaces": sel.excluded_namespaces,
+            "includedResources": sel.included_resources,
+            "excludedResources": sel.excluded_resources,
+            "labelSelector": sel.label_selector,
+        },
+        "size": plugin.size(),
+        "digest": format!("sha256:{}", plugin.digest()),
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(ExitCode::SUCCESS)
+}

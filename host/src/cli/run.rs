@@ -1,0 +1,187 @@
+//! `iar run`: plugins on one item, no cluster needed.
+
+use anyhow::{Context, bail};
+use iar::plugin::{CallError, Phase};
+use iar::resources::Catalog;
+use iar::{BackupRef, ClusterReader, Item, ManifestCluster, NoCluster, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// A plugin's .wasm file; repeat to run several, in order.
+    #[arg(long = "plugin", required = true)]
+    plugins: Vec<PathBuf>,
+    /// The item: a YAML or JSON manifest holding one object.
+    #[arg(long)]
+    item: PathBuf,
+    /// A Velero Backup object (YAML or JSON) the calls belong to.
+    #[arg(long)]
+    backup: Option<PathBuf>,
+    /// Which pass of the backup to run.
+    #[arg(long, value_enum, default_value = "backup")]
+    phase: PhaseArg,
+    /// A plugin setting, `key=value` for every plugin or `PLUGIN:key=value` for one.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    /// A directory (or file) of manifests that `cluster-get` answers from.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Call progress for this operation id instead of execute.
+    #[arg(long, value_name = "OPERATION_ID")]
+    progress: Option<String>,
+    /// CPU deadline of each call.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    deadline: Option<Duration>,
+    /// Memory cap of each instance ("64MiB").
+    #[arg(long, value_parser = iar::limits::parse_bytes)]
+    memory: Option<usize>,
+    /// Resources (globs over `resource.group`) plugins may read with cluster-get;
+    /// default: all but secrets.
+    #[arg(long = "allow-read", value_name = "RESOURCE")]
+    allow_read: Vec<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PhaseArg {
+    Backup,
+    Finalize,
+}
+
+fn read_one_object(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut docs = iar::manifests::parse_documents(path, &text)?;
+    if docs.len() != 1 {
+        bail!("{}: expected exactly one object, found {}", path.display(), docs.len());
+    }
+    Ok(docs.remove(0))
+}
+
+fn backup_ref(path: Option<&Path>, phase: Phase) -> anyhow::Result<BackupRef> {
+    let obj = match path {
+        Some(p) => read_one_object(p)?,
+        None => json!({}),
+    };
+    let field = |ptr: &str, default: &str| obj.pointer(ptr).and_then(Value::as_str).unwrap_or(default).to_string();
+    Ok(BackupRef {
+        name: field("/metadata/name", "iar-run"),
+        namespace: field("/metadata/namespace", "velero"),
+        uid: field("/metadata/uid", "00000000-0000-0000-0000-000000000000"),
+        spec: obj.get("spec").cloned().unwrap_or_else(|| json!({})),
+        phase,
+    })
+}
+
+/// Splits `--config` values into per-plugin maps.
+fn plugin_config(pairs: &[String], plugin: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--config {pair:?}: expected KEY=VALUE or PLUGIN:KEY=VALUE"))?;
+        match key.split_once(':') {
+            Some((p, k)) if p == plugin => {
+                out.insert(k.to_string(), value.to_string());
+            }
+            Some(_) => {}
+            None => {
+                out.insert(key.to_string(), value.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn error_json(e: &CallError) -> Value {
+    json!({ "rule": e.violation.rule(), "message": e.to_string() })
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    let phase = match args.phase {
+        PhaseArg::Backup => Phase::Backup,
+        PhaseArg::Finalize => Phase::Finalize,
+    };
+    let backup = backup_ref(args.backup.as_deref(), phase)?;
+    let mut item = Item::from_value(read_one_object(&args.item)?, Catalog::builtin())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.item.display()))?;
+    let cluster: Arc<dyn ClusterReader> = match &args.cluster {
+        Some(dir) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
+        None => Arc::new(NoCluster),
+    };
+    let grants = if args.allow_read.is_empty() {
+        iar::ReadGrants::default()
+    } else {
+        iar::ReadGrants::only(&args.allow_read).map_err(anyhow::Error::msg)?
+    };
+
+    let mut results = Vec::new();
+    let mut failed = Vec::new();
+    for path in &args.plugins {
+        let name = iar::plugin::name_from_path(path);
+        let mut settings = PluginSettings {
+            config: plugin_config(&args.config, &name)?,
+            grants: grants.clone(),
+            ..PluginSettings::default()
+        };
+        if let Some(d) = args.deadline {
+            settings.limits.deadline = d;
+        }
+        if let Some(m) = args.memory {
+            settings.limits.memory_bytes = m;
+        }
+        let plugin = match Plugin::from_file(&runtime, path, settings) {
+            Ok(p) => p,
+            Err(e) => {
+                failed.push(e.to_string());
+                results.push(json!({ "plugin": name, "error": { "rule": "load", "message": e.to_string() } }));
+                continue;
+            }
+        };
+        if !plugin.applies(&item) {
+            results.push(json!({ "plugin": name, "applies": false }));
+            continue;
+        }
+        let mut instance = plugin.instance(cluster.clone());
+        let outcome = match &args.progress {
+            Some(op) => instance
+                .progress(op, &item.id, &backup)
+                .map(|p| json!({ "progress": p })),
+            None => instance.execute(&item, &backup, &|_| false).map(|out| {
+                if let Some(changed) = &out.item {
+                    // The next plugin sees the item as this one left it, as in Velero.
+                    item.value = changed.clone();
+                }
+                json!({ "output": out })
+            }),
+        };
+        let logs = instance.take_logs();
+        let mut entry = json!({ "plugin": name, "applies": true, "logs": logs });
+        match outcome {
+            Ok(Value::Object(fields)) => entry.as_object_mut().expect("object").extend(fields),
+            Ok(_) => unreachable!("outcomes are objects"),
+            Err(e) => {
+                failed.push(e.to_string());
+                entry["error"] = error_json(&e);
+            }
+        }
+        results.push(entry);
+    }
+    let report = json!({
+        "item": item.id,
+        "phase": backup.phase,
+        "results": results,
+        "finalItem": item.value,
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if let Some(first) = failed.first() {
+        let more = if failed.len() > 1 { format!(" (and {} more)", failed.len() - 1) } else { String::new() };
+        eprintln!("iar: {}{more}", super::one_line(first));
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}

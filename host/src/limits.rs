@@ -1,0 +1,96 @@
+//! What one plugin may consume and return. Every limit is per plugin.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Resource and output limits of one plugin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Limits {
+    /// CPU deadline of one call (execute, progress, cancel, applies-to,
+    /// instantiation). Hitting it traps the guest.
+    #[serde(with = "humantime_serde_compat")]
+    pub deadline: Duration,
+    /// Linear memory of one instance, in bytes.
+    pub memory_bytes: usize,
+    /// Size of a returned item, in bytes of JSON.
+    pub max_item_bytes: usize,
+    /// Additional items plus post-operation items of one call.
+    pub max_related_items: usize,
+    /// Length of an operation id.
+    pub max_operation_id_bytes: usize,
+    /// Length of a progress description or an error message.
+    pub max_message_bytes: usize,
+    /// Host log lines one call may write; more are dropped and counted.
+    pub max_log_lines: usize,
+    /// Guest stdout+stderr bytes kept per call; the rest is dropped and counted.
+    pub max_stdio_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(10),
+            memory_bytes: 64 << 20,
+            max_item_bytes: 4 << 20,
+            max_related_items: 10_000,
+            max_operation_id_bytes: 1024,
+            max_message_bytes: 64 << 10,
+            max_log_lines: 1000,
+            max_stdio_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Durations in settings files are written as humans do: "10s", "500ms".
+mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses a byte size: "64MiB", "512KiB", "1GiB", "1000".
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("{s:?} is not a byte size"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "Ki" => 1 << 10,
+        "M" | "MiB" | "Mi" => 1 << 20,
+        "G" | "GiB" | "Gi" => 1 << 30,
+        other => return Err(format!("unknown size unit {other:?} (use B, KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("512Ki"), Ok(512 << 10));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("12 parsecs").unwrap_err().contains("unknown size unit"));
+        assert!(parse_bytes("MiB").is_err());
+    }
+
+    #[test]
+    fn limits_read_from_yaml() {
+        let l: Limits = serde_yaml::from_str("deadline: 250ms\nmemoryBytes: 1048576\n").unwrap();
+        assert_eq!(l.deadline, Duration::from_millis(250));
+        assert_eq!(l.memory_bytes, 1 << 20);
+        assert_eq!(l.max_item_bytes, Limits::default().max_item_bytes);
+    }
+}

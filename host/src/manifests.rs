@@ -1,0 +1,162 @@
+//! Reading Kubernetes manifests from files: YAML (multi-document) or JSON,
+//! `List` kinds expanded, directories walked in name order.
+
+use crate::item::Item;
+use crate::resources::Catalog;
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// A manifest that could not be read, naming the file and the document.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: document {index}: {reason}")]
+    Parse {
+        path: PathBuf,
+        index: usize,
+        reason: String,
+    },
+}
+
+fn is_manifest(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// Every manifest file under `path` (itself when it is a file), sorted.
+pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let io = |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !path.is_dir() {
+        std::fs::metadata(path).map_err(io)?;
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(io)? {
+        let entry = entry.map_err(io)?.path();
+        if entry.is_dir() {
+            files.extend(manifest_files(&entry)?);
+        } else if is_manifest(&entry) {
+            files.push(entry);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Parses one file's documents, expanding `*List` objects into their items.
+pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
+    let parse_err = |index, reason: String| ManifestError::Parse {
+        path: path.to_path_buf(),
+        index,
+        reason,
+    };
+    let mut docs = Vec::new();
+    if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        let v: Value = serde_json::from_str(text).map_err(|e| parse_err(1, e.to_string()))?;
+        docs.push(v);
+    } else {
+        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let v = Value::deserialize(doc).map_err(|e| parse_err(i + 1, e.to_string()))?;
+            docs.push(v);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        match doc {
+            Value::Null => {}
+            Value::Object(ref map)
+                if map
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| k.ends_with("List"))
+                    && map.get("items").is_some_and(Value::is_array) =>
+            {
+                if let Some(Value::Array(items)) = map.get("items") {
+                    out.extend(items.iter().cloned());
+                }
+            }
+            Value::Object(_) => out.push(doc),
+            other => {
+                return Err(parse_err(
+                    i + 1,
+                    format!("expected an object, found {}", json_type(&other)),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads one file into items.
+pub fn read_file(path: &Path, catalog: &Catalog) -> Result<Vec<Item>, ManifestError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_documents(path, &text)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            Item::from_value(v, catalog).map_err(|e| ManifestError::Parse {
+                path: path.to_path_buf(),
+                index: i + 1,
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Reads every item under the given files and directories.
+pub fn read_items(paths: &[PathBuf], catalog: &Catalog) -> Result<Vec<Item>, ManifestError> {
+    let mut items = Vec::new();
+    for path in paths {
+        for file in manifest_files(path)? {
+            items.extend(read_file(&file, catalog)?);
+        }
+    }
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_yaml_and_lists() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: b}}\n- {apiVersion: v1, kind: Secret, metadata: {name: c}}\n";
+        let docs = parse_documents(Path::new("x.yaml"), text).unwrap();
+        let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Pod", "ConfigMap", "Secret"]);
+    }
+
+    #[test]
+    fn garbage_names_file_and_document() {
+        let err = parse_documents(Path::new("bad.yaml"), "a: 1\n---\n- just\n- a list\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "bad.yaml: document 2: expected an object, found an array");
+        let err = parse_documents(Path::new("bad.json"), "{nope").unwrap_err().to_string();
+        assert!(err.starts_with("bad.json: document 1: key must be a string"), "{err}");
+    }
+}

@@ -1,0 +1,245 @@
+//! One loaded plugin, and the boundary: [`instance`] is the only code that
+//! calls into a guest, and [`validate`] checks everything that comes back.
+
+mod error;
+mod instance;
+pub mod validate;
+
+pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
+pub use instance::PluginInstance;
+pub use validate::{ExecuteResult, Phase, Progress};
+
+use crate::cluster::{NoCluster, ReadGrants};
+use crate::contract::{self, ComponentShape, v1};
+use crate::engine::Runtime;
+use crate::limits::Limits;
+use crate::resources::Catalog;
+use crate::sandbox::State;
+use crate::selector::{CompiledSelector, ResourceSelector};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// How the operator configured one plugin.
+#[derive(Clone, Debug, Default)]
+pub struct PluginSettings {
+    pub limits: Limits,
+    /// Answers to the guest's `config(key)`.
+    pub config: BTreeMap<String, String>,
+    /// What the guest may read through `cluster-get`.
+    pub grants: ReadGrants,
+}
+
+/// The backup a call belongs to, as the guest sees it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BackupRef {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub spec: serde_json::Value,
+    pub phase: Phase,
+}
+
+impl BackupRef {
+    pub(crate) fn to_wit(&self) -> v1::types::Backup {
+        v1::types::Backup {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            spec: self.spec.to_string(),
+            phase: match self.phase {
+                Phase::Backup => v1::types::Phase::Backup,
+                Phase::Finalize => v1::types::Phase::Finalize,
+            },
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) digest: String,
+    pub(crate) version: String,
+    pub(crate) shape: ComponentShape,
+    pub(crate) size: usize,
+    pub(crate) pre: v1::PluginPre<State>,
+    pub(crate) settings: PluginSettings,
+    pub(crate) config: Arc<BTreeMap<String, String>>,
+    pub(crate) grants: Arc<ReadGrants>,
+    pub(crate) runtime: Runtime,
+    pub(crate) applies_to: ResourceSelector,
+    pub(crate) selector: CompiledSelector,
+}
+
+/// A loaded, linked plugin whose applies-to selector is known. Cheap to
+/// clone; make a [`PluginInstance`] per worker to call it.
+#[derive(Clone)]
+pub struct Plugin(pub(crate) Arc<Inner>);
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.0.name)
+            .field("version", &self.0.version)
+            .field("digest", &self.0.digest)
+            .finish()
+    }
+}
+
+/// The plugin name for a file: its stem (`labels.wasm` → `labels`).
+pub fn name_from_path(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+impl Plugin {
+    /// Loads a plugin from a file, named after the file's stem.
+    pub fn from_file(runtime: &Runtime, path: &Path, settings: PluginSettings) -> Result<Plugin, LoadError> {
+        let name = name_from_path(path);
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            plugin: name.clone(),
+            path: path.display().to_string(),
+            source,
+        })?;
+        Plugin::from_bytes(runtime, &name, &bytes, settings)
+    }
+
+    /// Loads a plugin: validates the bytes, checks the world and contract
+    /// version, compiles (or loads from the cache), links, and asks the
+    /// plugin what it applies to.
+    pub fn from_bytes(
+        runtime: &Runtime,
+        name: &str,
+        bytes: &[u8],
+        settings: PluginSettings,
+    ) -> Result<Plugin, LoadError> {
+        let plugin = name.to_string();
+        let invalid = |reason: String| LoadError::Invalid {
+            plugin: plugin.clone(),
+            reason,
+        };
+        let shape = ComponentShape::read(bytes).map_err(&invalid)?;
+        let version = check_version(&plugin, &shape)?;
+        // Validate before compiling: a precise error, and no compiler time
+        // spent on garbage.
+        wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::default())
+            .validate_all(bytes)
+            .map_err(|e| invalid(format!("invalid component: {e}")))?;
+        let digest = hex::encode(Sha256::digest(bytes));
+        let component = runtime.compile(bytes, &digest).map_err(|e| LoadError::Compile {
+            plugin: plugin.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        let pre = runtime
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link {
+                plugin: plugin.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        let pre = v1::PluginPre::new(pre).map_err(|e| LoadError::Link {
+            plugin: plugin.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        let config = Arc::new(settings.config.clone());
+        let grants = Arc::new(settings.grants.clone());
+        let mut inner = Inner {
+            name: plugin.clone(),
+            digest,
+            version,
+            shape,
+            size: bytes.len(),
+            pre,
+            settings,
+            config,
+            grants,
+            runtime: runtime.clone(),
+            applies_to: ResourceSelector::default(),
+            selector: CompiledSelector::compile(&ResourceSelector::default(), Catalog::builtin())
+                .expect("the empty selector compiles"),
+        };
+        // applies-to is asked once per load, on a throwaway instance with no
+        // cluster, under the plugin's own limits.
+        let partial = Plugin(Arc::new(inner));
+        let applies_to = partial.instance(Arc::new(NoCluster)).applies_to()?;
+        inner = Arc::into_inner(partial.0).expect("no other reference to a plugin being loaded");
+        inner.selector = CompiledSelector::compile(&applies_to, Catalog::builtin()).map_err(|e| CallError {
+            plugin: plugin.clone(),
+            call: Call::AppliesTo,
+            target: Target::None,
+            violation: Violation::InvalidSelector(e.to_string()),
+            stderr: String::new(),
+        })?;
+        inner.applies_to = applies_to;
+        Ok(Plugin(Arc::new(inner)))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The contract version the component was built against.
+    pub fn version(&self) -> &str {
+        &self.0.version
+    }
+
+    /// sha256 of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.0.digest
+    }
+
+    pub fn size(&self) -> usize {
+        self.0.size
+    }
+
+    pub fn shape(&self) -> &ComponentShape {
+        &self.0.shape
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.0.settings.limits
+    }
+
+    /// What the plugin said it applies to.
+    pub fn applies_to(&self) -> &ResourceSelector {
+        &self.0.applies_to
+    }
+
+    /// Whether the plugin applies to an item.
+    pub fn applies(&self, item: &crate::item::Item) -> bool {
+        self.0.selector.matches(&item.id.group, &item.id.resource, &item.id.namespace, &item.labels())
+    }
+
+    /// A new instance for one worker. The wasm instance itself is created on
+    /// the first call, and again after a call that trapped.
+    pub fn instance(&self, cluster: Arc<dyn crate::cluster::ClusterReader>) -> PluginInstance {
+        PluginInstance::new(self.clone(), cluster)
+    }
+}
+
+fn check_version(plugin: &str, shape: &ComponentShape) -> Result<String, LoadError> {
+    let supported = contract::SUPPORTED
+        .iter()
+        .map(|v| format!("{}@{v}", contract::PACKAGE))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match shape.contract_version() {
+        Some(v) if contract::SUPPORTED.contains(&v) => Ok(v.to_string()),
+        Some(v) => Err(LoadError::UnsupportedVersion {
+            plugin: plugin.to_string(),
+            found: v.to_string(),
+            supported,
+        }),
+        None => Err(LoadError::WrongWorld {
+            plugin: plugin.to_string(),
+            expected: format!(
+                "{}/{}@{}",
+                contract::PACKAGE,
+                contract::EXPORT,
+                contract::SUPPORTED.join(" or @")
+            ),
+            found: shape.exports.join(", "),
+        }),
+    }
+}

@@ -1,0 +1,211 @@
+//! Checks on what a guest returned. Pure functions, so each rule is tested
+//! on its own; `instance` applies them to every call.
+
+use super::error::Violation;
+use crate::contract::v1::types;
+use crate::item::{ItemRef, group_of};
+use crate::limits::Limits;
+use crate::manifests::json_type;
+use serde_json::Value;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Which pass of a backup a call belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Backup,
+    Finalize,
+}
+
+/// What `execute` returned, checked.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecuteResult {
+    /// The changed item; `None` = unchanged.
+    pub item: Option<Value>,
+    pub additional_items: Vec<ItemRef>,
+    pub operation_id: Option<String>,
+    pub post_operation_items: Vec<ItemRef>,
+}
+
+/// What `progress` returned, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub completed: bool,
+    pub error: Option<String>,
+    pub n_completed: i64,
+    pub n_total: i64,
+    pub operation_units: String,
+    pub description: String,
+    pub started: Option<SystemTime>,
+    pub updated: Option<SystemTime>,
+}
+
+fn identifiers(
+    list: &'static str,
+    ids: Vec<types::ResourceIdentifier>,
+) -> Result<Vec<ItemRef>, Violation> {
+    ids.into_iter()
+        .enumerate()
+        .map(|(index, id)| {
+            for (field, v) in [("resource", &id.resource), ("name", &id.name)] {
+                if v.is_empty() {
+                    return Err(Violation::InvalidIdentifier { list, index, field });
+                }
+            }
+            Ok(ItemRef {
+                group: id.group,
+                resource: id.resource,
+                namespace: id.namespace,
+                name: id.name,
+            })
+        })
+        .collect()
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The item must stay the same object: same group, kind, namespace, name.
+fn same_identity(input: &Value, output: &Value) -> Result<(), Violation> {
+    let checks: [(&'static str, String, String); 4] = [
+        (
+            "API group",
+            group_of(str_at(input, "/apiVersion")).to_string(),
+            group_of(str_at(output, "/apiVersion")).to_string(),
+        ),
+        ("kind", str_at(input, "/kind").into(), str_at(output, "/kind").into()),
+        (
+            "namespace",
+            str_at(input, "/metadata/namespace").into(),
+            str_at(output, "/metadata/namespace").into(),
+        ),
+        (
+            "name",
+            str_at(input, "/metadata/name").into(),
+            str_at(output, "/metadata/name").into(),
+        ),
+    ];
+    for (field, before, after) in checks {
+        if before != after {
+            return Err(Violation::IdentityChanged {
+                field,
+                before,
+                after,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn bounded(what: &'static str, size: usize, limit: usize) -> Result<(), Violation> {
+    if size > limit {
+        return Err(Violation::OutputTooLarge { what, size, limit });
+    }
+    Ok(())
+}
+
+/// Checks `execute`'s output against every rule of the boundary.
+/// `seen_operation` answers whether this plugin already returned an id in
+/// this backup.
+pub fn execute_output(
+    out: types::ExecuteOutput,
+    input: &Value,
+    phase: Phase,
+    limits: &Limits,
+    seen_operation: &dyn Fn(&str) -> bool,
+) -> Result<ExecuteResult, Violation> {
+    if let Some(id) = &out.operation_id {
+        // Checked first: in finalize the id must never reach the caller.
+        if phase == Phase::Finalize {
+            return Err(Violation::OperationInFinalize(id.clone()));
+        }
+        if id.is_empty() {
+            return Err(Violation::EmptyOperationId);
+        }
+        bounded("an operation id (bytes)", id.len(), limits.max_operation_id_bytes)?;
+        if seen_operation(id) {
+            return Err(Violation::DuplicateOperationId(id.clone()));
+        }
+    } else if !out.post_operation_items.is_empty() {
+        return Err(Violation::PostItemsWithoutOperation);
+    }
+    bounded(
+        "additional and post-operation items",
+        out.additional_items.len() + out.post_operation_items.len(),
+        limits.max_related_items,
+    )?;
+    let item = match out.item {
+        None => None,
+        Some(json) => {
+            bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
+            let value: Value =
+                serde_json::from_str(&json).map_err(|e| Violation::ItemNotJson(e.to_string()))?;
+            if !value.is_object() {
+                return Err(Violation::ItemNotObject(json_type(&value)));
+            }
+            same_identity(input, &value)?;
+            Some(value)
+        }
+    };
+    Ok(ExecuteResult {
+        item,
+        additional_items: identifiers("additional-items", out.additional_items)?,
+        operation_id: out.operation_id,
+        post_operation_items: identifiers("post-operation-items", out.post_operation_items)?,
+    })
+}
+
+fn timestamp(field: &'static str, t: Option<types::Timestamp>) -> Result<Option<SystemTime>, Violation> {
+    let Some(t) = t else { return Ok(None) };
+    if t.nanoseconds >= 1_000_000_000 {
+        return Err(Violation::InvalidTimestamp {
+            field,
+            nanos: t.nanoseconds,
+        });
+    }
+    let offset = Duration::new(t.seconds.unsigned_abs(), t.nanoseconds);
+    Ok(Some(if t.seconds >= 0 {
+        UNIX_EPOCH + offset
+    } else {
+        UNIX_EPOCH - offset
+    }))
+}
+
+/// Checks `progress`'s output.
+pub fn progress(p: types::OperationProgress, limits: &Limits) -> Result<Progress, Violation> {
+    for (field, value) in [("n-completed", p.n_completed), ("n-total", p.n_total)] {
+        if value < 0 {
+            return Err(Violation::NegativeProgress { field, value });
+        }
+    }
+    let message_len = p.description.len() + p.error.as_ref().map_or(0, String::len);
+    bounded("a progress message (bytes)", message_len, limits.max_message_bytes)?;
+    bounded("operation units (bytes)", p.operation_units.len(), limits.max_message_bytes)?;
+    Ok(Progress {
+        completed: p.completed,
+        error: p.error,
+        n_completed: p.n_completed,
+        n_total: p.n_total,
+        operation_units: p.operation_units,
+        description: p.description,
+        started: timestamp("started", p.started)?,
+        updated: timestamp("updated", p.updated)?,
+    })
+}
+
+/// Bounds the message of a plugin's own error, so a plugin cannot flood the
+/// results with one giant string.
+pub fn action_message(mut message: String, limits: &Limits) -> String {
+    if message.len() > limits.max_message_bytes {
+        let mut cut = limits.max_message_bytes;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("… (truncated)");
+    }
+    message
+}
