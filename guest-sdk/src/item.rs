@@ -170,7 +170,11 @@ impl Item {
 
     /// One label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.value.get("metadata")?.get("labels")?.get(key)?.as_str()
+        self.value
+            .get("metadata")?
+            .get("labels")?
+            .get(key)?
+            .as_str()
     }
 
     /// One annotation's value.

@@ -75,7 +75,10 @@ impl Selector {
     }
 
     /// Never items in these namespaces.
-    pub fn excluding_namespaces<S: Into<String>>(mut self, ns: impl IntoIterator<Item = S>) -> Self {
+    pub fn excluding_namespaces<S: Into<String>>(
+        mut self,
+        ns: impl IntoIterator<Item = S>,
+    ) -> Self {
         self.excluded_namespaces.extend(strings(ns));
         self
     }

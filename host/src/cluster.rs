@@ -162,7 +162,11 @@ mod tests {
         assert!(only.allows(&gr("snapshot.storage.k8s.io", "volumesnapshots")));
         assert!(!only.allows(&gr("", "pods")));
         assert!(!ReadGrants::none().allows(&gr("", "pods")));
-        assert!(ReadGrants::only(&["[oops"]).unwrap_err().contains("invalid read grant"));
+        assert!(
+            ReadGrants::only(&["[oops"])
+                .unwrap_err()
+                .contains("invalid read grant")
+        );
     }
 
     #[test]
@@ -170,7 +174,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("vs.yaml");
         let write = |ready: bool| {
-            let doc = format!("apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {{name: s, namespace: ns}}\nstatus: {{readyToUse: {ready}}}\n");
+            let doc = format!(
+                "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {{name: s, namespace: ns}}\nstatus: {{readyToUse: {ready}}}\n"
+            );
             std::fs::write(&file, doc).unwrap();
         };
         write(false);
@@ -181,13 +187,17 @@ mod tests {
             namespace: "ns".into(),
             name: "s".into(),
         };
-        let ready = |c: &ManifestCluster| c.get(&id).unwrap().unwrap()["status"]["readyToUse"].clone();
+        let ready =
+            |c: &ManifestCluster| c.get(&id).unwrap().unwrap()["status"]["readyToUse"].clone();
         assert_eq!(ready(&cluster), Value::Bool(false));
         // "true" is shorter than "false": the length alone shows the change
         // even when both writes land within one mtime tick.
         write(true);
         assert_eq!(ready(&cluster), Value::Bool(true));
-        let missing = ItemRef { name: "other".into(), ..id.clone() };
+        let missing = ItemRef {
+            name: "other".into(),
+            ..id.clone()
+        };
         assert_eq!(cluster.get(&missing).unwrap(), None);
     }
 }

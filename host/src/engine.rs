@@ -70,8 +70,7 @@ impl Runtime {
         crate::contract::v1::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<State>>(
             &mut linker,
             |s| s,
-        )
-        ?;
+        )?;
         spawn_epoch_ticker(&engine);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
@@ -113,24 +112,35 @@ impl Runtime {
     pub(crate) fn compile(&self, bytes: &[u8], digest: &str) -> anyhow::Result<Component> {
         let path = self.cache_path(digest);
         if let Some(path) = path.as_deref().filter(|p| p.exists()) {
-            // SAFETY: the cache directory is written only by this function,
-            // from components this engine compiled; wasmtime also checks the
-            // engine compatibility header and fails, rather than misbehave,
-            // on a mismatch. A file that fails to load is recompiled.
-            match unsafe { Component::deserialize_file(&self.0.engine, path) } {
+            // Read into memory rather than mmap the file: a cache file
+            // truncated under a running host (another process, an operator)
+            // would otherwise crash it with SIGBUS.
+            let loaded = std::fs::read(path)
+                .map_err(anyhow::Error::from)
+                .and_then(|bytes| {
+                    // SAFETY: the cache directory is written only by this
+                    // function, from components this engine compiled; wasmtime
+                    // checks the engine compatibility header and fails on a
+                    // mismatch. A file that fails to load is recompiled.
+                    unsafe { Component::deserialize(&self.0.engine, bytes) }
+                        .map_err(anyhow::Error::from)
+                });
+            match loaded {
                 Ok(component) => {
                     self.0.cache_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(component);
                 }
-                Err(e) => tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e}"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e}")
+                }
             }
         }
         let component = Component::new(&self.0.engine, bytes)?;
         self.0.compiles.fetch_add(1, Ordering::Relaxed);
-        if let Some(path) = path {
-            if let Err(e) = write_atomically(&path, &component.serialize()?) {
-                tracing::warn!(path = %path.display(), "could not cache compiled component: {e}");
-            }
+        if let Some(path) = path
+            && let Err(e) = write_atomically(&path, &component.serialize()?)
+        {
+            tracing::warn!(path = %path.display(), "could not cache compiled component: {e}");
         }
         Ok(component)
     }

@@ -71,7 +71,11 @@ impl Item {
         let api_version = str_at(&value, "/apiVersion");
         let kind = str_at(&value, "/kind");
         let name = str_at(&value, "/metadata/name");
-        for (field, v) in [("apiVersion", api_version), ("kind", kind), ("metadata.name", name)] {
+        for (field, v) in [
+            ("apiVersion", api_version),
+            ("kind", kind),
+            ("metadata.name", name),
+        ] {
             if v.is_empty() {
                 return Err(ItemError::Missing(field));
             }

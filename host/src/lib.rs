@@ -5,6 +5,10 @@
 //! host/guest boundary) → results. Nothing outside [`plugin`], [`engine`]
 //! and [`sandbox`] knows wasm exists.
 
+// Boundary errors carry the plugin, the item and the rule by design; they are
+// returned off the hot path, so their size is not worth boxing.
+#![allow(clippy::result_large_err)]
+
 pub mod cluster;
 pub mod contract;
 pub mod engine;
@@ -21,4 +25,6 @@ pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
 pub use engine::{Runtime, RuntimeConfig};
 pub use item::{Item, ItemRef};
 pub use limits::Limits;
-pub use plugin::{BackupRef, CallError, LoadError, Phase, Plugin, PluginInstance, PluginSettings, Violation};
+pub use plugin::{
+    BackupRef, CallError, LoadError, Phase, Plugin, PluginInstance, PluginSettings, Violation,
+};

@@ -62,15 +62,22 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("{s:?} is not a byte size"))?;
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte size"))?;
     let mult = match unit.trim() {
         "" | "B" => 1,
         "K" | "KiB" | "Ki" => 1 << 10,
         "M" | "MiB" | "Mi" => 1 << 20,
         "G" | "GiB" | "Gi" => 1 << 30,
-        other => return Err(format!("unknown size unit {other:?} (use B, KiB, MiB, GiB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} (use B, KiB, MiB, GiB)"
+            ));
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 #[cfg(test)]
@@ -82,7 +89,11 @@ mod tests {
         assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
         assert_eq!(parse_bytes("512Ki"), Ok(512 << 10));
         assert_eq!(parse_bytes("1000"), Ok(1000));
-        assert!(parse_bytes("12 parsecs").unwrap_err().contains("unknown size unit"));
+        assert!(
+            parse_bytes("12 parsecs")
+                .unwrap_err()
+                .contains("unknown size unit")
+        );
         assert!(parse_bytes("MiB").is_err());
     }
 

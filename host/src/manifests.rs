@@ -155,8 +155,16 @@ mod tests {
         let err = parse_documents(Path::new("bad.yaml"), "a: 1\n---\n- just\n- a list\n")
             .unwrap_err()
             .to_string();
-        assert_eq!(err, "bad.yaml: document 2: expected an object, found an array");
-        let err = parse_documents(Path::new("bad.json"), "{nope").unwrap_err().to_string();
-        assert!(err.starts_with("bad.json: document 1: key must be a string"), "{err}");
+        assert_eq!(
+            err,
+            "bad.yaml: document 2: expected an object, found an array"
+        );
+        let err = parse_documents(Path::new("bad.json"), "{nope")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("bad.json: document 1: key must be a string"),
+            "{err}"
+        );
     }
 }

@@ -211,7 +211,7 @@ impl host::Host for State {
                 cut -= 1;
             }
             message.truncate(cut);
-            message.push_str("…");
+            message.push('…');
         }
         let level = match level {
             host::Level::Trace => "trace",

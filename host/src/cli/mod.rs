@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "iar", version, about = "The item action runtime: Kubernetes backup item actions as sandboxed WebAssembly components")]
+#[command(
+    name = "iar",
+    version,
+    about = "The item action runtime: Kubernetes backup item actions as sandboxed WebAssembly components"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

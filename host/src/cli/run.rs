@@ -3,7 +3,10 @@
 use anyhow::{Context, bail};
 use iar::plugin::{CallError, Phase};
 use iar::resources::Catalog;
-use iar::{BackupRef, ClusterReader, Item, ManifestCluster, NoCluster, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use iar::{
+    BackupRef, ClusterReader, Item, ManifestCluster, NoCluster, Plugin, PluginSettings, Runtime,
+    RuntimeConfig,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,10 +56,15 @@ enum PhaseArg {
 }
 
 fn read_one_object(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut docs = iar::manifests::parse_documents(path, &text)?;
     if docs.len() != 1 {
-        bail!("{}: expected exactly one object, found {}", path.display(), docs.len());
+        bail!(
+            "{}: expected exactly one object, found {}",
+            path.display(),
+            docs.len()
+        );
     }
     Ok(docs.remove(0))
 }
@@ -66,7 +74,12 @@ fn backup_ref(path: Option<&Path>, phase: Phase) -> anyhow::Result<BackupRef> {
         Some(p) => read_one_object(p)?,
         None => json!({}),
     };
-    let field = |ptr: &str, default: &str| obj.pointer(ptr).and_then(Value::as_str).unwrap_or(default).to_string();
+    let field = |ptr: &str, default: &str| {
+        obj.pointer(ptr)
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_string()
+    };
     Ok(BackupRef {
         name: field("/metadata/name", "iar-run"),
         namespace: field("/metadata/namespace", "velero"),
@@ -80,9 +93,9 @@ fn backup_ref(path: Option<&Path>, phase: Phase) -> anyhow::Result<BackupRef> {
 fn plugin_config(pairs: &[String], plugin: &str) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for pair in pairs {
-        let (key, value) = pair
-            .split_once('=')
-            .with_context(|| format!("--config {pair:?}: expected KEY=VALUE or PLUGIN:KEY=VALUE"))?;
+        let (key, value) = pair.split_once('=').with_context(|| {
+            format!("--config {pair:?}: expected KEY=VALUE or PLUGIN:KEY=VALUE")
+        })?;
         match key.split_once(':') {
             Some((p, k)) if p == plugin => {
                 out.insert(k.to_string(), value.to_string());
@@ -179,7 +192,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     if let Some(first) = failed.first() {
-        let more = if failed.len() > 1 { format!(" (and {} more)", failed.len() - 1) } else { String::new() };
+        let more = if failed.len() > 1 {
+            format!(" (and {} more)", failed.len() - 1)
+        } else {
+            String::new()
+        };
         eprintln!("iar: {}{more}", super::one_line(first));
         return Ok(ExitCode::FAILURE);
     }

@@ -25,7 +25,9 @@ pub enum ActionError {
 pub enum Violation {
     #[error("ran past its CPU deadline of {0:?} and was stopped (rule: cpu-deadline)")]
     Deadline(Duration),
-    #[error("tried to grow its memory to {requested} bytes, over its cap of {limit} (rule: memory-cap)")]
+    #[error(
+        "tried to grow its memory to {requested} bytes, over its cap of {limit} (rule: memory-cap)"
+    )]
     MemoryCap { limit: usize, requested: usize },
     #[error("overflowed its wasm stack (rule: stack-limit)")]
     StackOverflow,
@@ -39,7 +41,9 @@ pub enum Violation {
     ItemNotJson(String),
     #[error("returned an item that is {0}, not a JSON object (rule: item-is-json-object)")]
     ItemNotObject(&'static str),
-    #[error("changed the item's {field} from {before:?} to {after:?} (rule: item-identity-unchanged)")]
+    #[error(
+        "changed the item's {field} from {before:?} to {after:?} (rule: item-identity-unchanged)"
+    )]
     IdentityChanged {
         field: &'static str,
         before: String,
@@ -51,15 +55,23 @@ pub enum Violation {
         size: usize,
         limit: usize,
     },
-    #[error("returned operation id {0:?} during the finalize phase; it was not recorded (rule: no-operation-in-finalize)")]
+    #[error(
+        "returned operation id {0:?} during the finalize phase; it was not recorded (rule: no-operation-in-finalize)"
+    )]
     OperationInFinalize(String),
     #[error("returned an empty operation id (rule: operation-id-non-empty)")]
     EmptyOperationId,
-    #[error("returned operation id {0:?}, which it already returned in this backup (rule: operation-id-unique)")]
+    #[error(
+        "returned operation id {0:?}, which it already returned in this backup (rule: operation-id-unique)"
+    )]
     DuplicateOperationId(String),
-    #[error("returned post-operation items without an operation id (rule: post-operation-items-need-operation)")]
+    #[error(
+        "returned post-operation items without an operation id (rule: post-operation-items-need-operation)"
+    )]
     PostItemsWithoutOperation,
-    #[error("returned {list} entry {index} with an empty {field} (rule: valid-resource-identifier)")]
+    #[error(
+        "returned {list} entry {index} with an empty {field} (rule: valid-resource-identifier)"
+    )]
     InvalidIdentifier {
         list: &'static str,
         index: usize,
@@ -91,7 +103,9 @@ impl Violation {
             Violation::DuplicateOperationId(_) => "operation-id-unique",
             Violation::PostItemsWithoutOperation => "post-operation-items-need-operation",
             Violation::InvalidIdentifier { .. } => "valid-resource-identifier",
-            Violation::NegativeProgress { .. } | Violation::InvalidTimestamp { .. } => "progress-sane",
+            Violation::NegativeProgress { .. } | Violation::InvalidTimestamp { .. } => {
+                "progress-sane"
+            }
             Violation::InvalidSelector(_) => "valid-selector",
         }
     }
@@ -170,13 +184,17 @@ pub enum LoadError {
     },
     #[error("plugin {plugin:?}: {reason} (rule: valid-component)")]
     Invalid { plugin: String, reason: String },
-    #[error("plugin {plugin:?}: does not export {expected} (rule: plugin-world); it exports [{found}]")]
+    #[error(
+        "plugin {plugin:?}: does not export {expected} (rule: plugin-world); it exports [{found}]"
+    )]
     WrongWorld {
         plugin: String,
         expected: String,
         found: String,
     },
-    #[error("plugin {plugin:?}: built for contract iar:plugin@{found}, this host supports {supported} (rule: contract-version)")]
+    #[error(
+        "plugin {plugin:?}: built for contract iar:plugin@{found}, this host supports {supported} (rule: contract-version)"
+    )]
     UnsupportedVersion {
         plugin: String,
         found: String,
@@ -187,5 +205,11 @@ pub enum LoadError {
     #[error("plugin {plugin:?}: compiling failed: {reason}")]
     Compile { plugin: String, reason: String },
     #[error(transparent)]
-    AppliesTo(#[from] CallError),
+    AppliesTo(Box<CallError>),
+}
+
+impl From<CallError> for LoadError {
+    fn from(e: CallError) -> Self {
+        LoadError::AppliesTo(Box::new(e))
+    }
 }

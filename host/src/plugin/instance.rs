@@ -36,8 +36,12 @@ pub struct PluginInstance {
 fn to_action_error(e: v1::types::ActionError, plugin: &Plugin) -> ActionError {
     let limits = plugin.limits();
     match e {
-        v1::types::ActionError::Failed(m) => ActionError::Failed(validate::action_message(m, limits)),
-        v1::types::ActionError::Retryable(m) => ActionError::Retryable(validate::action_message(m, limits)),
+        v1::types::ActionError::Failed(m) => {
+            ActionError::Failed(validate::action_message(m, limits))
+        }
+        v1::types::ActionError::Retryable(m) => {
+            ActionError::Retryable(validate::action_message(m, limits))
+        }
         v1::types::ActionError::UnknownOperation(m) => {
             ActionError::UnknownOperation(validate::action_message(m, limits))
         }
@@ -70,7 +74,13 @@ impl PluginInstance {
         std::mem::take(&mut self.logs)
     }
 
-    fn error(&self, call: Call, target: &Target, violation: Violation, stderr: String) -> CallError {
+    fn error(
+        &self,
+        call: Call,
+        target: &Target,
+        violation: Violation,
+        stderr: String,
+    ) -> CallError {
         CallError {
             plugin: self.plugin.name().to_string(),
             call,
@@ -110,10 +120,10 @@ impl PluginInstance {
         target: &Target,
         f: impl FnOnce(&v1::Plugin, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        if self.live.is_none() {
-            if let Err(violation) = self.instantiate() {
-                return Err(self.error(Call::Instantiate, target, violation, String::new()));
-            }
+        if self.live.is_none()
+            && let Err(violation) = self.instantiate()
+        {
+            return Err(self.error(Call::Instantiate, target, violation, String::new()));
         }
         let deadline = self.plugin.limits().deadline;
         let live = self.live.as_mut().expect("instantiated above");
@@ -155,7 +165,11 @@ impl PluginInstance {
             self.logs.push(line);
         }
         if state.logs_dropped > 0 {
-            tracing::warn!(plugin, dropped = state.logs_dropped, "plugin log lines over the limit were dropped");
+            tracing::warn!(
+                plugin,
+                dropped = state.logs_dropped,
+                "plugin log lines over the limit were dropped"
+            );
             state.logs_dropped = 0;
         }
         let mut tail = String::new();
@@ -166,11 +180,18 @@ impl PluginInstance {
                 tracing::info!(plugin, stream, "{line}");
             }
             if dropped > 0 {
-                tracing::warn!(plugin, stream, dropped, "guest output over the limit was dropped");
+                tracing::warn!(
+                    plugin,
+                    stream,
+                    dropped,
+                    "guest output over the limit was dropped"
+                );
             }
             if stream == "stderr" {
                 let start = text.len().saturating_sub(STDERR_TAIL);
-                let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+                let start = (start..text.len())
+                    .find(|i| text.is_char_boundary(*i))
+                    .unwrap_or(text.len());
                 tail = text[start..].to_string();
             }
         }
@@ -180,7 +201,9 @@ impl PluginInstance {
     /// Asks what the plugin applies to.
     pub fn applies_to(&mut self) -> Result<ResourceSelector, CallError> {
         let target = Target::None;
-        let answer = self.call(Call::AppliesTo, &target, |b, s| b.iar_plugin_item_action().call_applies_to(s))?;
+        let answer = self.call(Call::AppliesTo, &target, |b, s| {
+            b.iar_plugin_item_action().call_applies_to(s)
+        })?;
         match answer {
             Ok(sel) => Ok(ResourceSelector {
                 included_namespaces: sel.included_namespaces,
@@ -208,43 +231,63 @@ impl PluginInstance {
         let json = item.value.to_string();
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Execute, &target, |b, s| {
-            b.iar_plugin_item_action().call_execute(s, &json, &wit_backup)
+            b.iar_plugin_item_action()
+                .call_execute(s, &json, &wit_backup)
         })?;
         let out = answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::Execute, &target, v, String::new())
         })?;
-        validate::execute_output(out, &item.value, backup.phase, self.plugin.limits(), seen_operation)
-            .map_err(|v| self.error(Call::Execute, &target, v, String::new()))
+        validate::execute_output(
+            out,
+            &item.value,
+            backup.phase,
+            self.plugin.limits(),
+            seen_operation,
+        )
+        .map_err(|v| self.error(Call::Execute, &target, v, String::new()))
     }
 
     /// Asks for an operation's progress. `item` is the item whose execute
     /// started it (for error messages).
-    pub fn progress(&mut self, operation_id: &str, item: &ItemRef, backup: &BackupRef) -> Result<Progress, CallError> {
+    pub fn progress(
+        &mut self,
+        operation_id: &str,
+        item: &ItemRef,
+        backup: &BackupRef,
+    ) -> Result<Progress, CallError> {
         let target = Target::Operation {
             id: operation_id.to_string(),
             item: item.clone(),
         };
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Progress, &target, |b, s| {
-            b.iar_plugin_item_action().call_progress(s, operation_id, &wit_backup)
+            b.iar_plugin_item_action()
+                .call_progress(s, operation_id, &wit_backup)
         })?;
         let p = answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::Progress, &target, v, String::new())
         })?;
-        validate::progress(p, self.plugin.limits()).map_err(|v| self.error(Call::Progress, &target, v, String::new()))
+        validate::progress(p, self.plugin.limits())
+            .map_err(|v| self.error(Call::Progress, &target, v, String::new()))
     }
 
     /// Asks the plugin to stop an operation.
-    pub fn cancel(&mut self, operation_id: &str, item: &ItemRef, backup: &BackupRef) -> Result<(), CallError> {
+    pub fn cancel(
+        &mut self,
+        operation_id: &str,
+        item: &ItemRef,
+        backup: &BackupRef,
+    ) -> Result<(), CallError> {
         let target = Target::Operation {
             id: operation_id.to_string(),
             item: item.clone(),
         };
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Cancel, &target, |b, s| {
-            b.iar_plugin_item_action().call_cancel(s, operation_id, &wit_backup)
+            b.iar_plugin_item_action()
+                .call_cancel(s, operation_id, &wit_backup)
         })?;
         answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));

@@ -95,7 +95,11 @@ pub fn name_from_path(path: &Path) -> String {
 
 impl Plugin {
     /// Loads a plugin from a file, named after the file's stem.
-    pub fn from_file(runtime: &Runtime, path: &Path, settings: PluginSettings) -> Result<Plugin, LoadError> {
+    pub fn from_file(
+        runtime: &Runtime,
+        path: &Path,
+        settings: PluginSettings,
+    ) -> Result<Plugin, LoadError> {
         let name = name_from_path(path);
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             plugin: name.clone(),
@@ -127,10 +131,12 @@ impl Plugin {
             .validate_all(bytes)
             .map_err(|e| invalid(format!("invalid component: {e}")))?;
         let digest = hex::encode(Sha256::digest(bytes));
-        let component = runtime.compile(bytes, &digest).map_err(|e| LoadError::Compile {
-            plugin: plugin.clone(),
-            reason: format!("{e:#}"),
-        })?;
+        let component = runtime
+            .compile(bytes, &digest)
+            .map_err(|e| LoadError::Compile {
+                plugin: plugin.clone(),
+                reason: format!("{e:#}"),
+            })?;
         let pre = runtime
             .linker()
             .instantiate_pre(&component)
@@ -164,13 +170,14 @@ impl Plugin {
         let partial = Plugin(Arc::new(inner));
         let applies_to = partial.instance(Arc::new(NoCluster)).applies_to()?;
         inner = Arc::into_inner(partial.0).expect("no other reference to a plugin being loaded");
-        inner.selector = CompiledSelector::compile(&applies_to, Catalog::builtin()).map_err(|e| CallError {
-            plugin: plugin.clone(),
-            call: Call::AppliesTo,
-            target: Target::None,
-            violation: Violation::InvalidSelector(e.to_string()),
-            stderr: String::new(),
-        })?;
+        inner.selector =
+            CompiledSelector::compile(&applies_to, Catalog::builtin()).map_err(|e| CallError {
+                plugin: plugin.clone(),
+                call: Call::AppliesTo,
+                target: Target::None,
+                violation: Violation::InvalidSelector(e.to_string()),
+                stderr: String::new(),
+            })?;
         inner.applies_to = applies_to;
         Ok(Plugin(Arc::new(inner)))
     }
@@ -208,7 +215,12 @@ impl Plugin {
 
     /// Whether the plugin applies to an item.
     pub fn applies(&self, item: &crate::item::Item) -> bool {
-        self.0.selector.matches(&item.id.group, &item.id.resource, &item.id.namespace, &item.labels())
+        self.0.selector.matches(
+            &item.id.group,
+            &item.id.resource,
+            &item.id.namespace,
+            &item.labels(),
+        )
     }
 
     /// A new instance for one worker. The wasm instance itself is created on

@@ -76,7 +76,11 @@ fn same_identity(input: &Value, output: &Value) -> Result<(), Violation> {
             group_of(str_at(input, "/apiVersion")).to_string(),
             group_of(str_at(output, "/apiVersion")).to_string(),
         ),
-        ("kind", str_at(input, "/kind").into(), str_at(output, "/kind").into()),
+        (
+            "kind",
+            str_at(input, "/kind").into(),
+            str_at(output, "/kind").into(),
+        ),
         (
             "namespace",
             str_at(input, "/metadata/namespace").into(),
@@ -125,7 +129,11 @@ pub fn execute_output(
         if id.is_empty() {
             return Err(Violation::EmptyOperationId);
         }
-        bounded("an operation id (bytes)", id.len(), limits.max_operation_id_bytes)?;
+        bounded(
+            "an operation id (bytes)",
+            id.len(),
+            limits.max_operation_id_bytes,
+        )?;
         if seen_operation(id) {
             return Err(Violation::DuplicateOperationId(id.clone()));
         }
@@ -158,7 +166,10 @@ pub fn execute_output(
     })
 }
 
-fn timestamp(field: &'static str, t: Option<types::Timestamp>) -> Result<Option<SystemTime>, Violation> {
+fn timestamp(
+    field: &'static str,
+    t: Option<types::Timestamp>,
+) -> Result<Option<SystemTime>, Violation> {
     let Some(t) = t else { return Ok(None) };
     if t.nanoseconds >= 1_000_000_000 {
         return Err(Violation::InvalidTimestamp {
@@ -182,8 +193,16 @@ pub fn progress(p: types::OperationProgress, limits: &Limits) -> Result<Progress
         }
     }
     let message_len = p.description.len() + p.error.as_ref().map_or(0, String::len);
-    bounded("a progress message (bytes)", message_len, limits.max_message_bytes)?;
-    bounded("operation units (bytes)", p.operation_units.len(), limits.max_message_bytes)?;
+    bounded(
+        "a progress message (bytes)",
+        message_len,
+        limits.max_message_bytes,
+    )?;
+    bounded(
+        "operation units (bytes)",
+        p.operation_units.len(),
+        limits.max_message_bytes,
+    )?;
     Ok(Progress {
         completed: p.completed,
         error: p.error,

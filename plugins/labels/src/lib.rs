@@ -10,12 +10,16 @@ use iar_sdk::{Backup, Error, Item, ItemAction, Output, Result, Selector, config,
 struct Labels;
 
 fn pairs(key: &str) -> Result<Vec<(String, String)>> {
-    let Some(list) = config(key) else { return Ok(Vec::new()) };
+    let Some(list) = config(key) else {
+        return Ok(Vec::new());
+    };
     list.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| match p.split_once('=') {
             Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().into(), v.trim().into())),
-            _ => Err(Error::failed(format!("config {key}: {p:?} is not key=value"))),
+            _ => Err(Error::failed(format!(
+                "config {key}: {p:?} is not key=value"
+            ))),
         })
         .collect()
 }
@@ -23,7 +27,12 @@ fn pairs(key: &str) -> Result<Vec<(String, String)>> {
 impl ItemAction for Labels {
     fn applies_to() -> Result<Selector> {
         let resources = config("resources").unwrap_or_default();
-        Ok(Selector::resources(resources.split(',').map(str::trim).filter(|r| !r.is_empty())))
+        Ok(Selector::resources(
+            resources
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty()),
+        ))
     }
 
     fn execute(mut item: Item, _backup: &Backup) -> Result<Output> {

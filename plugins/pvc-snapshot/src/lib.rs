@@ -22,9 +22,16 @@ fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
     let (namespace, name) = operation_id
         .split_once('/')
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
-        .ok_or_else(|| Error::UnknownOperation(format!("{operation_id:?} is not namespace/name")))?;
+        .ok_or_else(|| {
+            Error::UnknownOperation(format!("{operation_id:?} is not namespace/name"))
+        })?;
     let group = config("snapshot-group").unwrap_or_else(|| "snapshot.storage.k8s.io".into());
-    Ok(ResourceId::namespaced(&group, "volumesnapshots", namespace, name))
+    Ok(ResourceId::namespaced(
+        &group,
+        "volumesnapshots",
+        namespace,
+        name,
+    ))
 }
 
 impl ItemAction for PvcSnapshot {
@@ -40,7 +47,12 @@ impl ItemAction for PvcSnapshot {
         }
         let operation_id = format!("{}/{}-{}", item.namespace(), item.name(), backup.name);
         let snapshot = snapshot_id(&operation_id)?;
-        info!("snapshot of {} {} is {}", item.namespace(), item.name(), snapshot);
+        info!(
+            "snapshot of {} {} is {}",
+            item.namespace(),
+            item.name(),
+            snapshot
+        );
         Ok(Output::unchanged().with_operation(operation_id, [snapshot]))
     }
 

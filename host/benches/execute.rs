@@ -1,0 +1,80 @@
+//! execute on a realistic 2.5 KB Pod: the same label mutation done by native
+//! Rust in process (the baseline), by the wasm plugin on a reused instance,
+//! and on a fresh instance per call. Run with `cargo bench -p iar --bench execute`;
+//! compare the three in the same run (the machines are shared and noisy).
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use iar::resources::Catalog;
+use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use serde_json::{Value, json};
+use std::hint::black_box;
+use std::sync::Arc;
+
+fn pod() -> Item {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/bench/pod.json"
+    ))
+    .unwrap();
+    Item::from_value(serde_json::from_str(&text).unwrap(), Catalog::builtin()).unwrap()
+}
+
+/// What the plugin does, natively: the item crosses as JSON text both ways,
+/// as it does across the wasm boundary.
+fn native(item: &Item) -> Value {
+    let text = item.value.to_string();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let labels = v["metadata"]["labels"].as_object_mut().unwrap();
+    labels.insert("team".into(), json!("payments"));
+    let out = v.to_string();
+    serde_json::from_str(&out).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: None,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let settings = PluginSettings {
+        config: [("labels".to_string(), "team=payments".to_string())].into(),
+        ..PluginSettings::default()
+    };
+    let plugin =
+        Plugin::from_file(&runtime, iar_tests::artifacts::LABELS.as_ref(), settings).unwrap();
+    let item = pod();
+    let backup = BackupRef {
+        name: "bench".into(),
+        namespace: "velero".into(),
+        uid: "bench".into(),
+        spec: json!({}),
+        phase: Phase::Backup,
+    };
+    let size = item.value.to_string().len();
+    let mut group = c.benchmark_group(format!("execute-pod-{size}B"));
+    group.bench_function("native", |b| b.iter(|| black_box(native(black_box(&item)))));
+    let mut reused = plugin.instance(Arc::new(NoCluster));
+    group.bench_function("wasm-reused-instance", |b| {
+        b.iter(|| {
+            black_box(
+                reused
+                    .execute(black_box(&item), &backup, &|_| false)
+                    .unwrap(),
+            )
+        })
+    });
+    group.bench_function("wasm-fresh-instance", |b| {
+        b.iter(|| {
+            let mut fresh = plugin.instance(Arc::new(NoCluster));
+            black_box(
+                fresh
+                    .execute(black_box(&item), &backup, &|_| false)
+                    .unwrap(),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,370 @@
+//! Test fixture: a plugin that misbehaves on demand, so the host's tests can
+//! check that every way a plugin can go wrong is contained and reported.
+//! It is not an example to follow.
+//!
+//! It implements the generated `item-action` export directly instead of
+//! [`iar_sdk::ItemAction`], because the SDK only lets a plugin return
+//! well-formed items and some behaviours here must return broken ones.
+//!
+//! # Config
+//!
+//! `behavior` picks what `execute` does (default `ok`):
+//!
+//! | value | `execute` ... |
+//! |---|---|
+//! | `ok` | returns the item unchanged |
+//! | `loop` | spins forever |
+//! | `alloc` | allocates 1 MiB blocks, touching them, until memory runs out |
+//! | `recurse` | recurses without bound until the stack overflows |
+//! | `panic` | panics (`hostile plugin panicked on purpose`) |
+//! | `not-object` | returns the item `[1,2,3]` |
+//! | `not-json` | returns the item `{not json` |
+//! | `rename` | returns the item with `metadata.name` + `-renamed` |
+//! | `change-kind` | returns the item with `kind: Secret` |
+//! | `operation` | starts operation `op-<name>` whose post-operation item is the item itself, in every phase (in finalize that is a violation) |
+//! | `empty-operation-id` | returns operation id `""` |
+//! | `post-items-without-operation` | names a post-operation item but no operation |
+//! | `escape` | tries files, directories, environment and network, then fails with `sandbox: file=<denied\|OPENED>; dir=<denied\|LISTED>; env=<empty\|LEAKED>; socket=<denied\|CONNECTED>` |
+//! | `oversized` | returns the item with a 20 MiB annotation |
+//! | `many-additional` | names 100 000 additional items |
+//! | `stdout` | writes 1 MiB to stdout and 1 MiB to stderr, then returns the item unchanged |
+//! | `fail` | fails with `failed("refused on purpose")` |
+//! | `retryable` | fails with `retryable("try again")` |
+//! | `log` | logs `hello from hostile` once at each level, then returns the item unchanged |
+//!
+//! Any other value fails the item with a message listing the known ones, so
+//! a typo in a test does not pass as `ok`.
+//!
+//! `progress` picks what `progress` does: `complete` (completed, 1/1),
+//! `fail` (`failed("progress failed on purpose")`), `retryable`
+//! (`retryable("not yet")`), `error` (completed with error
+//! `operation failed on purpose`), `loop` (spins forever), `panic`; anything
+//! else, or unset: not completed, started at 1 700 000 000 s.
+//!
+//! `applies-to` picks what `applies-to` does: unset means every item;
+//! `fail` fails, `invalid-labels` returns the label selector `app in (`,
+//! `loop` spins forever, `panic` panics.
+//!
+//! `cancel` logs `cancel <operation id>` at warn level and succeeds.
+
+use iar_sdk::bindings::exports::iar::plugin::item_action::Guest;
+use iar_sdk::bindings::iar::plugin::types::{
+    ActionError, Backup, ExecuteOutput, OperationProgress, ResourceIdentifier, ResourceSelector,
+    Timestamp,
+};
+use iar_sdk::serde_json::{self, Value};
+use iar_sdk::{Level, config, log};
+use std::hint::black_box;
+
+/// The `behavior` values `execute` knows.
+const BEHAVIORS: &[&str] = &[
+    "ok",
+    "loop",
+    "alloc",
+    "recurse",
+    "panic",
+    "not-object",
+    "not-json",
+    "rename",
+    "change-kind",
+    "operation",
+    "empty-operation-id",
+    "post-items-without-operation",
+    "escape",
+    "oversized",
+    "many-additional",
+    "stdout",
+    "fail",
+    "retryable",
+    "log",
+];
+
+const MIB: usize = 1 << 20;
+
+struct Hostile;
+
+fn failed(message: impl Into<String>) -> ActionError {
+    ActionError::Failed(message.into())
+}
+
+fn output(item: Option<String>) -> ExecuteOutput {
+    ExecuteOutput {
+        item,
+        additional_items: Vec::new(),
+        operation_id: None,
+        post_operation_items: Vec::new(),
+    }
+}
+
+fn unchanged() -> ExecuteOutput {
+    output(None)
+}
+
+fn parse(item: &str) -> Result<Value, ActionError> {
+    match serde_json::from_str::<Value>(item) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err(failed("hostile: the item is not a JSON object")),
+        Err(e) => Err(failed(format!("hostile: the item is not JSON: {e}"))),
+    }
+}
+
+fn str_at<'a>(item: &'a Value, pointer: &str) -> &'a str {
+    item.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The item's identity as a resource identifier. The plural resource is
+/// guessed from the kind (`Pod` → `pods`, `NetworkPolicy` →
+/// `networkpolicies`), which is right for the kinds the tests use.
+fn identity(item: &Value) -> ResourceIdentifier {
+    let group = str_at(item, "/apiVersion")
+        .rsplit_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or("");
+    let kind = str_at(item, "/kind").to_ascii_lowercase();
+    let resource = if kind.ends_with('s') {
+        format!("{kind}es")
+    } else if let Some(stem) = kind.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{kind}s")
+    };
+    ResourceIdentifier {
+        group: group.to_string(),
+        resource,
+        namespace: str_at(item, "/metadata/namespace").to_string(),
+        name: str_at(item, "/metadata/name").to_string(),
+    }
+}
+
+/// Spins forever; the optimizer cannot prove the loop has no effect.
+fn spin() -> ! {
+    let mut n = 0u64;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Allocates 1 MiB blocks and writes to every page of each, forever.
+fn hoard() -> ! {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut block = vec![0u8; MIB];
+        for (i, byte) in block.iter_mut().enumerate().step_by(4096) {
+            *byte = i as u8 | 1;
+        }
+        hoard.push(black_box(block));
+        black_box(&hoard);
+    }
+}
+
+/// Recurses until the stack overflows. Not a tail call: the result goes
+/// through `black_box` and is combined with a local after the call returns.
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    let frame = black_box([depth; 8]);
+    if black_box(depth) == u64::MAX {
+        return frame[0];
+    }
+    let below = black_box(recurse(black_box(depth + 1)));
+    below.wrapping_add(frame[(depth % 8) as usize])
+}
+
+/// Tries to reach outside the sandbox; reports what happened in a fixed form.
+fn escape() -> String {
+    let file = match std::fs::File::open("/etc/passwd") {
+        Ok(_) => "OPENED",
+        Err(e) => {
+            log(Level::Debug, &format!("escape: open /etc/passwd: {e}"));
+            "denied"
+        }
+    };
+    let listed = [".", "/"]
+        .into_iter()
+        .filter(|dir| match std::fs::read_dir(dir) {
+            Ok(_) => true,
+            Err(e) => {
+                log(Level::Debug, &format!("escape: read_dir {dir:?}: {e}"));
+                false
+            }
+        })
+        .count();
+    let dir = if listed == 0 { "denied" } else { "LISTED" };
+    let home = std::env::var_os("HOME").is_some();
+    let vars = std::env::vars_os().count();
+    let env = if !home && vars == 0 {
+        "empty"
+    } else {
+        "LEAKED"
+    };
+    let socket = match std::net::TcpStream::connect("127.0.0.1:80") {
+        Ok(_) => "CONNECTED",
+        Err(e) => {
+            log(Level::Debug, &format!("escape: connect 127.0.0.1:80: {e}"));
+            "denied"
+        }
+    };
+    format!("sandbox: file={file}; dir={dir}; env={env}; socket={socket}")
+}
+
+/// Writes 1 MiB to stdout and 1 MiB to stderr, in 1 KiB lines.
+fn chatter() {
+    let line = "o".repeat(1023);
+    for _ in 0..MIB / 1024 {
+        println!("{line}");
+    }
+    let line = "e".repeat(1023);
+    for _ in 0..MIB / 1024 {
+        eprintln!("{line}");
+    }
+}
+
+impl Guest for Hostile {
+    fn applies_to() -> Result<ResourceSelector, ActionError> {
+        let mut selector = ResourceSelector {
+            included_namespaces: Vec::new(),
+            excluded_namespaces: Vec::new(),
+            included_resources: Vec::new(),
+            excluded_resources: Vec::new(),
+            label_selector: String::new(),
+        };
+        match config("applies-to").as_deref() {
+            None => {}
+            Some("fail") => return Err(failed("applies-to failed on purpose")),
+            Some("invalid-labels") => selector.label_selector = "app in (".to_string(),
+            Some("loop") => spin(),
+            Some("panic") => panic!("hostile plugin panicked on purpose in applies-to"),
+            Some(other) => return Err(failed(format!("unknown applies-to {other:?}"))),
+        }
+        Ok(selector)
+    }
+
+    fn execute(item: String, _backup: Backup) -> Result<ExecuteOutput, ActionError> {
+        let behavior = config("behavior").unwrap_or_else(|| "ok".to_string());
+        match behavior.as_str() {
+            "ok" => Ok(unchanged()),
+            "loop" => spin(),
+            "alloc" => hoard(),
+            "recurse" => {
+                let depth = recurse(0);
+                Err(failed(format!("recursion ended at {depth}?")))
+            }
+            "panic" => panic!("hostile plugin panicked on purpose"),
+            "not-object" => Ok(output(Some("[1,2,3]".to_string()))),
+            "not-json" => Ok(output(Some("{not json".to_string()))),
+            "rename" => {
+                let mut value = parse(&item)?;
+                let name = format!("{}-renamed", str_at(&value, "/metadata/name"));
+                value["metadata"]["name"] = Value::String(name);
+                Ok(output(Some(value.to_string())))
+            }
+            "change-kind" => {
+                let mut value = parse(&item)?;
+                value["kind"] = Value::String("Secret".to_string());
+                Ok(output(Some(value.to_string())))
+            }
+            "operation" => {
+                let id = identity(&parse(&item)?);
+                Ok(ExecuteOutput {
+                    operation_id: Some(format!("op-{}", id.name)),
+                    post_operation_items: vec![id],
+                    ..unchanged()
+                })
+            }
+            "empty-operation-id" => Ok(ExecuteOutput {
+                operation_id: Some(String::new()),
+                ..unchanged()
+            }),
+            "post-items-without-operation" => Ok(ExecuteOutput {
+                post_operation_items: vec![identity(&parse(&item)?)],
+                ..unchanged()
+            }),
+            "escape" => Err(failed(escape())),
+            "oversized" => {
+                let mut value = parse(&item)?;
+                let metadata = &mut value["metadata"];
+                if !metadata["annotations"].is_object() {
+                    metadata["annotations"] = Value::Object(Default::default());
+                }
+                metadata["annotations"]["hostile.iar.test/padding"] =
+                    Value::String("x".repeat(20 * MIB));
+                Ok(output(Some(value.to_string())))
+            }
+            "many-additional" => {
+                let namespace = str_at(&parse(&item)?, "/metadata/namespace").to_string();
+                let additional_items = (0..100_000)
+                    .map(|i| ResourceIdentifier {
+                        group: String::new(),
+                        resource: "configmaps".to_string(),
+                        namespace: namespace.clone(),
+                        name: format!("hostile-{i}"),
+                    })
+                    .collect();
+                Ok(ExecuteOutput {
+                    additional_items,
+                    ..unchanged()
+                })
+            }
+            "stdout" => {
+                chatter();
+                Ok(unchanged())
+            }
+            "fail" => Err(failed("refused on purpose")),
+            "retryable" => Err(ActionError::Retryable("try again".to_string())),
+            "log" => {
+                for level in [
+                    Level::Trace,
+                    Level::Debug,
+                    Level::Info,
+                    Level::Warn,
+                    Level::Error,
+                ] {
+                    log(level, "hello from hostile");
+                }
+                Ok(unchanged())
+            }
+            other => Err(failed(format!(
+                "hostile: unknown behavior {other:?}; known: {}",
+                BEHAVIORS.join(", ")
+            ))),
+        }
+    }
+
+    fn progress(operation_id: String, _backup: Backup) -> Result<OperationProgress, ActionError> {
+        let mut progress = OperationProgress {
+            completed: false,
+            error: None,
+            n_completed: 0,
+            n_total: 1,
+            operation_units: "steps".to_string(),
+            description: format!("hostile operation {operation_id}"),
+            started: Some(Timestamp {
+                seconds: 1_700_000_000,
+                nanoseconds: 0,
+            }),
+            updated: None,
+        };
+        match config("progress").as_deref() {
+            Some("complete") => {
+                progress.completed = true;
+                progress.n_completed = 1;
+            }
+            Some("fail") => return Err(failed("progress failed on purpose")),
+            Some("retryable") => return Err(ActionError::Retryable("not yet".to_string())),
+            Some("error") => {
+                progress.completed = true;
+                progress.error = Some("operation failed on purpose".to_string());
+            }
+            Some("loop") => spin(),
+            Some("panic") => panic!("hostile plugin panicked on purpose in progress"),
+            _ => {}
+        }
+        Ok(progress)
+    }
+
+    fn cancel(operation_id: String, _backup: Backup) -> Result<(), ActionError> {
+        log(Level::Warn, &format!("cancel {operation_id}"));
+        Ok(())
+    }
+}
+
+iar_sdk::bindings::__export_iar_plugin!(Hostile with_types_in iar_sdk::bindings);

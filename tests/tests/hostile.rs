@@ -1,0 +1,362 @@
+//! Hostile plugins, built from source in tests/guests/hostile: each way a
+//! plugin can misbehave ends in one exact typed error, and the same host then
+//! processes the next item with a well-behaved plugin.
+
+mod common;
+
+use common::*;
+use iar::plugin::{ActionError, Call, Target, Violation};
+use iar::{CallError, Limits, NoCluster, Phase};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn execute_hostile(
+    behavior: &str,
+    limits: Limits,
+    phase: Phase,
+) -> (iar::Runtime, Result<iar::plugin::ExecuteResult, CallError>) {
+    let runtime = runtime();
+    let plugin = load_with(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", behavior)],
+        limits,
+    );
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let result = instance.execute(&pod("web-0"), &backup(phase), &never_seen);
+    (runtime, result)
+}
+
+/// Runs a behaviour that must fail, checks the error names the plugin, the
+/// call and the item, and that the host still works afterwards.
+fn violation_of(behavior: &str, limits: Limits) -> Violation {
+    let (runtime, result) = execute_hostile(behavior, limits, Phase::Backup);
+    let err = result.expect_err("the hostile call must fail");
+    assert_eq!(err.plugin, "iar_guest_hostile");
+    assert_eq!(err.call, Call::Execute);
+    assert_eq!(err.target, Target::Item(pod("web-0").id));
+    let message = err.to_string();
+    assert!(
+        message.starts_with("plugin \"iar_guest_hostile\": execute of pods shop/web-0: "),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("(rule: {})", err.violation.rule()))
+            || err.violation.rule() == "plugin-error",
+        "{message}"
+    );
+    host_still_works(&runtime);
+    err.violation
+}
+
+#[test]
+fn endless_loop_is_stopped_at_its_deadline() {
+    let deadline = Duration::from_millis(200);
+    let limits = Limits {
+        deadline,
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    assert_eq!(violation_of("loop", limits), Violation::Deadline(deadline));
+    // Stopped by the plugin's own short deadline, not the 10 s default.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn unbounded_allocation_hits_the_memory_cap() {
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    match violation_of("alloc", limits) {
+        Violation::MemoryCap { limit, requested } => {
+            assert_eq!(limit, 16 << 20);
+            assert!(requested > limit);
+        }
+        other => panic!("expected the memory cap, got {other}"),
+    }
+}
+
+#[test]
+fn deep_recursion_overflows_the_stack() {
+    assert_eq!(
+        violation_of("recurse", Limits::default()),
+        Violation::StackOverflow
+    );
+}
+
+#[test]
+fn a_panic_is_a_trap_with_the_panic_message() {
+    match violation_of("panic", Limits::default()) {
+        Violation::Trap { message } => {
+            assert!(message.contains("unreachable"), "{message}");
+            assert!(
+                message.contains("hostile plugin panicked on purpose"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a trap, got {other}"),
+    }
+}
+
+#[test]
+fn an_item_that_is_not_an_object_is_refused() {
+    assert_eq!(
+        violation_of("not-object", Limits::default()),
+        Violation::ItemNotObject("an array")
+    );
+    assert!(matches!(
+        violation_of("not-json", Limits::default()),
+        Violation::ItemNotJson(_)
+    ));
+}
+
+#[test]
+fn renaming_the_item_is_refused() {
+    assert_eq!(
+        violation_of("rename", Limits::default()),
+        Violation::IdentityChanged {
+            field: "name",
+            before: "web-0".into(),
+            after: "web-0-renamed".into()
+        }
+    );
+    assert_eq!(
+        violation_of("change-kind", Limits::default()),
+        Violation::IdentityChanged {
+            field: "kind",
+            before: "Pod".into(),
+            after: "Secret".into()
+        }
+    );
+}
+
+#[test]
+fn an_operation_id_during_finalize_is_refused_and_not_returned() {
+    let (runtime, result) = execute_hostile("operation", Limits::default(), Phase::Finalize);
+    let err = result.expect_err("finalize must refuse operations");
+    assert_eq!(
+        err.violation,
+        Violation::OperationInFinalize("op-web-0".into())
+    );
+    assert!(
+        err.to_string()
+            .contains("it was not recorded (rule: no-operation-in-finalize)")
+    );
+    host_still_works(&runtime);
+
+    // The same plugin in the backup phase may start it.
+    let (_, result) = execute_hostile("operation", Limits::default(), Phase::Backup);
+    let out = result.expect("operations are allowed in the backup phase");
+    assert_eq!(out.operation_id.as_deref(), Some("op-web-0"));
+    assert_eq!(out.post_operation_items, vec![pod("web-0").id]);
+}
+
+#[test]
+fn lying_about_operations_is_refused() {
+    assert_eq!(
+        violation_of("empty-operation-id", Limits::default()),
+        Violation::EmptyOperationId
+    );
+    assert_eq!(
+        violation_of("post-items-without-operation", Limits::default()),
+        Violation::PostItemsWithoutOperation
+    );
+
+    let runtime = runtime();
+    let plugin = load(&runtime, artifacts::HOSTILE, &[("behavior", "operation")]);
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let seen = |id: &str| id == "op-web-0";
+    let err = instance
+        .execute(&pod("web-0"), &backup(Phase::Backup), &seen)
+        .unwrap_err();
+    assert_eq!(
+        err.violation,
+        Violation::DuplicateOperationId("op-web-0".into())
+    );
+}
+
+#[test]
+fn files_environment_and_network_are_out_of_reach() {
+    assert_eq!(
+        violation_of("escape", Limits::default()),
+        Violation::Action(ActionError::Failed(
+            "sandbox: file=denied; dir=denied; env=empty; socket=denied".into()
+        ))
+    );
+}
+
+#[test]
+fn oversized_outputs_are_refused() {
+    // Room for the guest to build its 20 MiB answer, so the output limit,
+    // not the memory cap, is what stops it.
+    let limits = Limits {
+        memory_bytes: 256 << 20,
+        ..Limits::default()
+    };
+    match violation_of("oversized", limits) {
+        Violation::OutputTooLarge { what, size, limit } => {
+            assert_eq!(what, "an item (bytes)");
+            assert_eq!(limit, Limits::default().max_item_bytes);
+            assert!(size > 20 << 20);
+        }
+        other => panic!("expected output-size, got {other}"),
+    }
+    assert_eq!(
+        violation_of("many-additional", Limits::default()),
+        Violation::OutputTooLarge {
+            what: "additional and post-operation items",
+            size: 100_000,
+            limit: 10_000
+        }
+    );
+}
+
+#[test]
+fn a_plugin_error_is_reported_as_its_own() {
+    assert_eq!(
+        violation_of("fail", Limits::default()),
+        Violation::Action(ActionError::Failed("refused on purpose".into()))
+    );
+    let (_, result) = execute_hostile("retryable", Limits::default(), Phase::Backup);
+    assert!(result.unwrap_err().is_retryable());
+}
+
+#[test]
+fn chatty_output_is_bounded_and_does_not_break_the_plugin() {
+    let (_, result) = execute_hostile("stdout", Limits::default(), Phase::Backup);
+    let out = result.expect("writing 2 MiB of output is allowed; only 64 KiB is kept");
+    assert_eq!(out.item, None);
+}
+
+#[test]
+fn log_lines_reach_the_host_tagged_with_their_level() {
+    let runtime = runtime();
+    let plugin = load(&runtime, artifacts::HOSTILE, &[("behavior", "log")]);
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    instance
+        .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+        .unwrap();
+    let logs: Vec<_> = instance
+        .take_logs()
+        .into_iter()
+        .map(|l| (l.level, l.message))
+        .collect();
+    let expected: Vec<_> = ["trace", "debug", "info", "warn", "error"]
+        .into_iter()
+        .map(|level| (level, "hello from hostile".to_string()))
+        .collect();
+    assert_eq!(logs, expected);
+}
+
+#[test]
+fn a_trapped_instance_is_replaced_by_a_fresh_one() {
+    let runtime = runtime();
+    let plugin = load(&runtime, artifacts::HOSTILE, &[("behavior", "panic")]);
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    for _ in 0..3 {
+        let err = instance
+            .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+            .unwrap_err();
+        assert!(matches!(err.violation, Violation::Trap { .. }));
+    }
+    assert_eq!(
+        instance.instantiations(),
+        3,
+        "each call after a trap gets a fresh instance"
+    );
+
+    // A plugin that does not trap keeps its one instance across items.
+    let plugin = load(&runtime, artifacts::HOSTILE, &[("behavior", "ok")]);
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    for i in 0..5 {
+        instance
+            .execute(
+                &pod(&format!("web-{i}")),
+                &backup(Phase::Backup),
+                &never_seen,
+            )
+            .unwrap();
+    }
+    assert_eq!(instance.instantiations(), 1);
+}
+
+#[test]
+fn progress_errors_and_loops_are_contained() {
+    let runtime = runtime();
+    let item = pod("web-0").id;
+    let limits = Limits {
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    for (mode, expected) in [
+        (
+            "fail",
+            Violation::Action(ActionError::Failed("progress failed on purpose".into())),
+        ),
+        (
+            "retryable",
+            Violation::Action(ActionError::Retryable("not yet".into())),
+        ),
+        ("loop", Violation::Deadline(Duration::from_millis(200))),
+    ] {
+        let plugin = load_with(
+            &runtime,
+            artifacts::HOSTILE,
+            &[("progress", mode)],
+            limits.clone(),
+        );
+        let mut instance = plugin.instance(Arc::new(NoCluster));
+        let err = instance
+            .progress("op-1", &item, &backup(Phase::Backup))
+            .unwrap_err();
+        assert_eq!(err.call, Call::Progress);
+        assert_eq!(
+            err.target,
+            Target::Operation {
+                id: "op-1".into(),
+                item: item.clone()
+            }
+        );
+        assert_eq!(err.violation, expected, "progress={mode}");
+    }
+    let plugin = load(&runtime, artifacts::HOSTILE, &[("progress", "error")]);
+    let p = plugin
+        .instance(Arc::new(NoCluster))
+        .progress("op-1", &item, &backup(Phase::Backup))
+        .unwrap();
+    assert!(p.completed);
+    assert_eq!(p.error.as_deref(), Some("operation failed on purpose"));
+}
+
+#[test]
+fn a_broken_applies_to_fails_the_load_naming_the_plugin() {
+    let runtime = runtime();
+    for (mode, rule) in [
+        ("fail", "plugin-error"),
+        ("invalid-labels", "valid-selector"),
+        ("panic", "no-trap"),
+    ] {
+        let err = iar::Plugin::from_file(
+            &runtime,
+            artifacts::HOSTILE.as_ref(),
+            settings(&[("applies-to", mode)], Limits::default()),
+        )
+        .unwrap_err();
+        let iar::LoadError::AppliesTo(call) = &err else {
+            panic!("expected an applies-to error, got {err}")
+        };
+        assert_eq!(call.call, Call::AppliesTo);
+        assert_eq!(call.violation.rule(), rule, "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("plugin \"iar_guest_hostile\": applies-to: "),
+            "{err}"
+        );
+    }
+    host_still_works(&runtime);
+}
