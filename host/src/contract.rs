@@ -14,9 +14,9 @@ pub mod v1 {
         world: "iar:plugin/plugin",
     });
 
-    pub use exports::iar::plugin::item_action as action;
-    pub use iar::plugin::host;
-    pub use iar::plugin::types;
+    pub use self::exports::iar::plugin::item_action as action;
+    pub use self::iar::plugin::host;
+    pub use self::iar::plugin::types;
 }
 
 /// The WIT package every plugin exports from.

@@ -9,17 +9,21 @@
 // returned off the hot path, so their size is not worth boxing.
 #![allow(clippy::result_large_err)]
 
+pub mod backup;
 pub mod cluster;
 pub mod contract;
+pub mod controller;
 pub mod engine;
 pub mod item;
 pub mod labels;
 pub mod limits;
 pub mod manifests;
+pub mod operations;
 pub mod plugin;
 pub mod resources;
 pub mod sandbox;
 pub mod selector;
+pub mod store;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
 pub use engine::{Runtime, RuntimeConfig};

@@ -1,5 +1,6 @@
 //! Argument parsing and output only.
 
+mod backup;
 mod inspect;
 mod run;
 
@@ -23,6 +24,15 @@ enum Command {
     Run(run::RunArgs),
     /// Show what a plugin is: name, contract version, imports, exports, applies-to, size, digest.
     Inspect(inspect::InspectArgs),
+    /// Back up manifests through every plugin in a directory, wait for their
+    /// operations, finalize; exits 0 only when the backup Completed.
+    Backup(backup::BackupArgs),
+    /// Continue a backup that a killed process left behind.
+    Resume(backup::ResumeArgs),
+    /// Show one backup: phase, counts, errors, and its operations.
+    Describe(backup::DescribeArgs),
+    /// List the backups in a store, one line each.
+    Get(backup::GetArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -37,6 +47,10 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Inspect(args) => inspect::inspect(args),
+        Command::Backup(args) => backup::backup(args),
+        Command::Resume(args) => backup::resume(args),
+        Command::Describe(args) => backup::describe(args),
+        Command::Get(args) => backup::get(args),
     };
     match result {
         Ok(code) => code,

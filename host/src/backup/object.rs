@@ -1,0 +1,176 @@
+//! The persisted shape of a backup, as Velero writes it: the Backup object
+//! (`velero-backup.json`) and the results file (`<name>-results.gz`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// Velero's backup phases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackupPhase {
+    #[default]
+    New,
+    InProgress,
+    WaitingForPluginOperations,
+    WaitingForPluginOperationsPartiallyFailed,
+    Finalizing,
+    FinalizingPartiallyFailed,
+    Completed,
+    PartiallyFailed,
+    Failed,
+}
+
+impl BackupPhase {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            BackupPhase::Completed | BackupPhase::PartiallyFailed | BackupPhase::Failed
+        )
+    }
+
+    /// The waiting phase for a backup that has (or has not) had errors.
+    pub fn waiting(partially_failed: bool) -> Self {
+        if partially_failed {
+            BackupPhase::WaitingForPluginOperationsPartiallyFailed
+        } else {
+            BackupPhase::WaitingForPluginOperations
+        }
+    }
+
+    pub fn finalizing(partially_failed: bool) -> Self {
+        if partially_failed {
+            BackupPhase::FinalizingPartiallyFailed
+        } else {
+            BackupPhase::Finalizing
+        }
+    }
+}
+
+impl std::fmt::Display for BackupPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// RFC 3339, as Kubernetes writes times.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub total_items: u64,
+    pub items_backed_up: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackupStatus {
+    pub version: u32,
+    pub format_version: String,
+    pub phase: BackupPhase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_timestamp: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_timestamp: Option<String>,
+    pub errors: u64,
+    pub warnings: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub failure_reason: String,
+    pub progress: Progress,
+    pub backup_item_operations_attempted: u64,
+    pub backup_item_operations_completed: u64,
+    pub backup_item_operations_failed: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectMeta {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `velero-backup.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupObject {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: Value,
+    pub status: BackupStatus,
+}
+
+/// Where iar records the manifest paths that act as the cluster, so that
+/// `iar resume` can read post-operation items again.
+pub const SOURCES_ANNOTATION: &str = "iar.dev/item-sources";
+
+impl BackupObject {
+    pub fn new(name: &str, namespace: &str, uid: &str, spec: Value) -> Self {
+        BackupObject {
+            api_version: "velero.io/v1".into(),
+            kind: "Backup".into(),
+            metadata: ObjectMeta {
+                name: name.into(),
+                namespace: namespace.into(),
+                uid: uid.into(),
+                annotations: BTreeMap::new(),
+            },
+            spec,
+            status: BackupStatus {
+                version: 1,
+                format_version: "1.1.0".into(),
+                ..BackupStatus::default()
+            },
+        }
+    }
+}
+
+/// Errors or warnings of one backup, by scope, as Velero's results file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResultSet {
+    pub velero: Vec<String>,
+    pub cluster: Vec<String>,
+    pub namespaces: BTreeMap<String, Vec<String>>,
+}
+
+impl ResultSet {
+    /// Files a message under the item's namespace (or cluster scope).
+    pub fn add(&mut self, namespace: &str, message: String) {
+        if namespace.is_empty() {
+            self.cluster.push(message);
+        } else {
+            self.namespaces
+                .entry(namespace.to_string())
+                .or_default()
+                .push(message);
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        (self.velero.len()
+            + self.cluster.len()
+            + self.namespaces.values().map(Vec::len).sum::<usize>()) as u64
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.velero
+            .iter()
+            .chain(&self.cluster)
+            .chain(self.namespaces.values().flatten())
+    }
+}
+
+/// `<name>-results.gz`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Results {
+    pub errors: ResultSet,
+    pub warnings: ResultSet,
+}

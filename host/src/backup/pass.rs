@@ -1,0 +1,191 @@
+//! One pass of item actions over a set of items, on a pool of worker
+//! threads. Each worker owns one instance per plugin, reused across the
+//! items of this backup. Used by the first pass (phase backup, additional
+//! items followed) and by finalize (phase finalize, post-operation items).
+
+use crate::cluster::ClusterReader;
+use crate::item::{Item, ItemRef};
+use crate::plugin::{BackupRef, Plugin, PluginInstance};
+use crate::resources::Catalog;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// An operation an action started on an item.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartedOperation {
+    pub plugin: String,
+    pub item: ItemRef,
+    pub operation_id: String,
+    pub post_operation_items: Vec<ItemRef>,
+}
+
+/// What happened to one item.
+#[derive(Debug, Default)]
+pub struct ItemOutcome {
+    pub id: ItemRef,
+    /// The item as the actions left it; `None` when an action failed it.
+    pub stored: Option<serde_json::Value>,
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    pub operations: Vec<StartedOperation>,
+    /// What the plugins logged while acting on it, as `plugin: message`.
+    pub logs: Vec<String>,
+}
+
+/// Runs every applicable action on one item, in plugin order; each sees the
+/// item as the previous one left it. An action error fails the item (it is
+/// not stored), as in Velero.
+fn act_on_item(
+    instances: &mut [PluginInstance],
+    item: Item,
+    backup: &BackupRef,
+    claimed: &Mutex<HashSet<(String, String)>>,
+    additional: &mut Vec<ItemRef>,
+) -> ItemOutcome {
+    let mut outcome = ItemOutcome {
+        id: item.id.clone(),
+        ..ItemOutcome::default()
+    };
+    let mut current = item;
+    for instance in instances.iter_mut() {
+        if !instance.plugin().applies(&current) {
+            continue;
+        }
+        let plugin = instance.plugin().name().to_string();
+        // Claims the id as it is checked, so two workers cannot both get it.
+        let claim = |id: &str| {
+            !claimed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((plugin.clone(), id.to_string()))
+        };
+        let result = instance.execute(&current, backup, &claim);
+        outcome.logs.extend(
+            instance
+                .take_logs()
+                .into_iter()
+                .map(|l| format!("plugin {plugin}: {}: {}", l.level, l.message)),
+        );
+        match result {
+            Ok(out) => {
+                if let Some(changed) = out.item {
+                    current.value = changed;
+                }
+                additional.extend(out.additional_items);
+                if let Some(operation_id) = out.operation_id {
+                    outcome.operations.push(StartedOperation {
+                        plugin,
+                        item: current.id.clone(),
+                        operation_id,
+                        post_operation_items: out.post_operation_items,
+                    });
+                }
+            }
+            Err(e) => {
+                outcome.errors.push(e.to_string());
+                return outcome;
+            }
+        }
+    }
+    outcome.stored = Some(current.value);
+    outcome
+}
+
+struct Queue {
+    items: VecDeque<Item>,
+    busy: usize,
+    seen: HashSet<ItemRef>,
+    outcomes: Vec<ItemOutcome>,
+}
+
+/// Runs the actions over `items` with `workers` threads. With
+/// `follow_additional`, additional items are read from `cluster` and backed
+/// up too, each at most once. Blocking: call from a blocking thread.
+pub fn run(
+    plugins: &[Plugin],
+    items: Vec<Item>,
+    backup: &BackupRef,
+    cluster: &Arc<dyn ClusterReader>,
+    workers: usize,
+    follow_additional: bool,
+) -> Vec<ItemOutcome> {
+    let seen = items.iter().map(|i| i.id.clone()).collect();
+    let queue = Mutex::new(Queue {
+        items: items.into(),
+        busy: 0,
+        seen,
+        outcomes: Vec::new(),
+    });
+    let wake = Condvar::new();
+    let claimed = Mutex::new(HashSet::new());
+    std::thread::scope(|scope| {
+        for _ in 0..workers.max(1) {
+            scope.spawn(|| {
+                let mut instances: Vec<PluginInstance> = plugins
+                    .iter()
+                    .map(|p| p.instance(cluster.clone()))
+                    .collect();
+                loop {
+                    let item = {
+                        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+                        loop {
+                            if let Some(item) = q.items.pop_front() {
+                                q.busy += 1;
+                                break Some(item);
+                            }
+                            if q.busy == 0 {
+                                break None;
+                            }
+                            q = wake.wait(q).unwrap_or_else(|p| p.into_inner());
+                        }
+                    };
+                    let Some(item) = item else {
+                        wake.notify_all();
+                        return;
+                    };
+                    let mut additional = Vec::new();
+                    let mut outcome =
+                        act_on_item(&mut instances, item, backup, &claimed, &mut additional);
+                    let mut found = Vec::new();
+                    if follow_additional {
+                        let fresh: Vec<ItemRef> = {
+                            let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+                            additional
+                                .into_iter()
+                                .filter(|id| q.seen.insert(id.clone()))
+                                .collect()
+                        };
+                        // Cluster reads happen outside the queue lock.
+                        for id in fresh {
+                            match cluster.get(&id) {
+                                Ok(Some(v)) => match Item::from_value(v, Catalog::builtin()) {
+                                    Ok(item) => found.push(item),
+                                    Err(e) => {
+                                        outcome.errors.push(format!("additional item {id}: {e}"))
+                                    }
+                                },
+                                Ok(None) => outcome.warnings.push(format!(
+                                    "additional item {id} named by {} was not found",
+                                    outcome.id
+                                )),
+                                Err(e) => outcome.errors.push(format!("additional item {id}: {e}")),
+                            }
+                        }
+                    }
+                    let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+                    q.items.extend(found);
+                    q.busy -= 1;
+                    q.outcomes.push(outcome);
+                    drop(q);
+                    wake.notify_all();
+                }
+            });
+        }
+    });
+    let mut outcomes = queue
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .outcomes;
+    outcomes.sort_by(|a, b| a.id.cmp(&b.id));
+    outcomes
+}

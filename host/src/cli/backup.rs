@@ -1,0 +1,334 @@
+//! `iar backup`, `iar resume`, `iar describe`, `iar get`.
+
+use anyhow::{Context, bail};
+use iar::backup::object::{BackupObject, BackupPhase, Results};
+use iar::controller::{BackupRequest, Controller, Settings};
+use iar::operations::Operation;
+use iar::store::{BackupFile, BackupStore};
+use iar::{ManifestCluster, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct StoreArg {
+    /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
+    #[arg(long, env = "IAR_STORE", default_value = "iar-store")]
+    store: String,
+}
+
+#[derive(clap::Args)]
+pub struct BackupArgs {
+    /// The backup's name.
+    name: String,
+    /// Manifest files or directories: the items to back up, and the cluster
+    /// that cluster-get and finalize read (edit them to play a controller).
+    #[arg(long, required = true, num_args = 1..)]
+    items: Vec<PathBuf>,
+    /// A directory of plugins (*.wasm); `NAME.yaml` beside `NAME.wasm` holds
+    /// its settings (config, limits, allowRead).
+    #[arg(long)]
+    plugins: PathBuf,
+    #[command(flatten)]
+    store: StoreArg,
+    /// A Velero Backup object, or just its spec (YAML or JSON).
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// How often operation progress is polled and persisted.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    sync_period: Duration,
+    /// Operation timeout, unless the spec sets itemOperationTimeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    operation_timeout: Duration,
+}
+
+#[derive(clap::Args)]
+pub struct ResumeArgs {
+    name: String,
+    #[arg(long)]
+    plugins: PathBuf,
+    #[command(flatten)]
+    store: StoreArg,
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    sync_period: Duration,
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    operation_timeout: Duration,
+}
+
+#[derive(clap::Args)]
+pub struct DescribeArgs {
+    name: String,
+    #[command(flatten)]
+    store: StoreArg,
+}
+
+#[derive(clap::Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    store: StoreArg,
+}
+
+/// A plugin's sidecar settings file.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct SettingsFile {
+    config: std::collections::BTreeMap<String, String>,
+    limits: iar::Limits,
+    allow_read: Option<Vec<String>>,
+}
+
+/// Loads every plugin in a directory, in name order. One that fails to load
+/// is an error naming it: a backup must not silently run without an action.
+pub fn load_plugins(runtime: &Runtime, dir: &Path) -> anyhow::Result<Vec<Plugin>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading plugin directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    paths.sort();
+    let mut plugins = Vec::new();
+    for path in paths {
+        let sidecar = path.with_extension("yaml");
+        let file: SettingsFile = if sidecar.exists() {
+            let text = std::fs::read_to_string(&sidecar)?;
+            serde_yaml::from_str(&text)
+                .with_context(|| format!("plugin settings {}", sidecar.display()))?
+        } else {
+            SettingsFile::default()
+        };
+        let grants = match &file.allow_read {
+            Some(list) => ReadGrants::only(list).map_err(anyhow::Error::msg)?,
+            None => ReadGrants::default(),
+        };
+        let settings = PluginSettings {
+            limits: file.limits,
+            config: file.config,
+            grants,
+        };
+        plugins.push(Plugin::from_file(runtime, &path, settings)?);
+    }
+    if plugins.is_empty() {
+        bail!("no plugins (*.wasm) in {}", dir.display());
+    }
+    Ok(plugins)
+}
+
+fn read_spec(path: Option<&Path>) -> anyhow::Result<serde_json::Value> {
+    let Some(path) = path else {
+        return Ok(serde_json::json!({}));
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut docs = iar::manifests::parse_documents(path, &text)?;
+    if docs.len() != 1 {
+        bail!(
+            "{}: expected one object, found {}",
+            path.display(),
+            docs.len()
+        );
+    }
+    let doc = docs.remove(0);
+    // A whole Backup object, or a bare spec.
+    Ok(
+        if doc.get("kind").and_then(|k| k.as_str()) == Some("Backup") {
+            doc.get("spec").cloned().unwrap_or_default()
+        } else {
+            doc
+        },
+    )
+}
+
+fn exit_for(phase: BackupPhase) -> ExitCode {
+    match phase {
+        BackupPhase::Completed => ExitCode::SUCCESS,
+        BackupPhase::PartiallyFailed => ExitCode::from(1),
+        _ => ExitCode::from(2),
+    }
+}
+
+fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn controller(
+    plugins_dir: &Path,
+    store: &str,
+    sources: Vec<PathBuf>,
+    sync_period: Duration,
+    operation_timeout: Duration,
+) -> anyhow::Result<Controller> {
+    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    let plugins = load_plugins(&runtime, plugins_dir)?;
+    let store = BackupStore::open(store)?;
+    let cluster = Arc::new(ManifestCluster::new(sources));
+    let settings = Settings {
+        sync_period,
+        operation_timeout,
+        ..Settings::default()
+    };
+    Ok(Controller::new(plugins, store, cluster, settings))
+}
+
+pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
+    let spec = read_spec(args.spec.as_deref())?;
+    let c = controller(
+        &args.plugins,
+        &args.store.store,
+        args.items.clone(),
+        args.sync_period,
+        args.operation_timeout,
+    )?;
+    let request = BackupRequest {
+        name: args.name.clone(),
+        namespace: "velero".into(),
+        spec,
+        sources: args.items,
+    };
+    let object = tokio_runtime()?.block_on(c.run_backup(request))?;
+    println!(
+        "Backup {:?} {}: {} errors, {} warnings (iar describe {} --store {})",
+        object.metadata.name,
+        object.status.phase,
+        object.status.errors,
+        object.status.warnings,
+        object.metadata.name,
+        args.store.store
+    );
+    Ok(exit_for(object.status.phase))
+}
+
+pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open(&args.store.store)?;
+    let object: BackupObject = rt
+        .block_on(store.get_json(&args.name, BackupFile::Metadata))?
+        .with_context(|| format!("backup {:?} not found in {}", args.name, args.store.store))?;
+    let sources: Vec<PathBuf> = object
+        .metadata
+        .annotations
+        .get(iar::backup::object::SOURCES_ANNOTATION)
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let c = controller(
+        &args.plugins,
+        &args.store.store,
+        sources,
+        args.sync_period,
+        args.operation_timeout,
+    )?;
+    let object = rt.block_on(c.resume(&args.name))?;
+    println!(
+        "Backup {:?} {}: {} errors, {} warnings",
+        object.metadata.name, object.status.phase, object.status.errors, object.status.warnings
+    );
+    Ok(exit_for(object.status.phase))
+}
+
+pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open(&args.store.store)?;
+    let name = &args.name;
+    let (object, results, ops) = rt.block_on(async {
+        let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
+        let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
+        let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
+        anyhow::Ok((object, results.unwrap_or_default(), ops.unwrap_or_default()))
+    })?;
+    let object =
+        object.with_context(|| format!("backup {name:?} not found in {}", args.store.store))?;
+    let s = &object.status;
+    println!("Name:         {}", object.metadata.name);
+    println!("Phase:        {}", s.phase);
+    if !s.failure_reason.is_empty() {
+        println!("Failure:      {}", s.failure_reason);
+    }
+    println!(
+        "Started:      {}",
+        s.start_timestamp.as_deref().unwrap_or("-")
+    );
+    println!(
+        "Completed:    {}",
+        s.completion_timestamp.as_deref().unwrap_or("-")
+    );
+    println!(
+        "Items:        {} of {} backed up",
+        s.progress.items_backed_up, s.progress.total_items
+    );
+    println!(
+        "Operations:   {} attempted, {} completed, {} failed",
+        s.backup_item_operations_attempted,
+        s.backup_item_operations_completed,
+        s.backup_item_operations_failed
+    );
+    println!("Errors:       {}", results.errors.count());
+    for e in results.errors.all() {
+        println!("  {e}");
+    }
+    println!("Warnings:     {}", results.warnings.count());
+    for w in results.warnings.all() {
+        println!("  {w}");
+    }
+    if !ops.is_empty() {
+        println!(
+            "\n{:<28} {:<22} {:<40} {:<11} {:>9}  DESCRIPTION",
+            "OPERATION", "PLUGIN", "ITEM", "PHASE", "PROGRESS"
+        );
+        for op in &ops {
+            let progress = if op.status.n_total > 0 {
+                format!("{}/{}", op.status.n_completed, op.status.n_total)
+            } else {
+                "-".into()
+            };
+            let detail = if op.status.error.is_empty() {
+                &op.status.description
+            } else {
+                &op.status.error
+            };
+            println!(
+                "{:<28} {:<22} {:<40} {:<11} {:>9}  {}",
+                op.spec.operation_id,
+                op.spec.backup_item_action,
+                op.spec.resource_identifier.to_string(),
+                format!("{:?}", op.status.phase),
+                progress,
+                detail
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open(&args.store.store)?;
+    let rows = rt.block_on(async {
+        let mut rows = Vec::new();
+        for name in store.list_backups().await? {
+            let object: Option<BackupObject> = store.get_json(&name, BackupFile::Metadata).await?;
+            rows.push((name, object));
+        }
+        anyhow::Ok(rows)
+    })?;
+    println!(
+        "{:<24} {:<42} {:>6} {:>8}  STARTED",
+        "NAME", "PHASE", "ERRORS", "WARNINGS"
+    );
+    for (name, object) in rows {
+        match object {
+            Some(o) => println!(
+                "{:<24} {:<42} {:>6} {:>8}  {}",
+                name,
+                o.status.phase.to_string(),
+                o.status.errors,
+                o.status.warnings,
+                o.status.start_timestamp.unwrap_or_default()
+            ),
+            None => println!("{name:<24} (no velero-backup.json)"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,693 @@
+//! The phase machine: New → InProgress → WaitingForPluginOperations[PartiallyFailed]
+//! → Finalizing[PartiallyFailed] → Completed / PartiallyFailed / Failed.
+//!
+//! Every phase change is persisted before the next phase starts, so a killed
+//! process leaves a backup that [`Controller::resume`] can continue: one found
+//! InProgress is marked Failed (its items were never all written), one found
+//! waiting or finalizing continues from its persisted operations, with each
+//! operation's timeout still counted from its original creation.
+
+use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
+use crate::backup::pass::{self, ItemOutcome};
+use crate::backup::spec::{self, BackupFilter};
+use crate::cluster::ClusterReader;
+use crate::item::{Item, ItemRef};
+use crate::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
+use crate::plugin::{BackupRef, Phase, Plugin, PluginInstance, Progress};
+use crate::resources::Catalog;
+use crate::store::tarball;
+use crate::store::{BackupFile, BackupStore, StoreError};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Controller settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often progress is polled and persisted (at most once per period
+    /// per backup, and always on a phase change).
+    pub sync_period: Duration,
+    /// Default operation timeout; a backup's `spec.itemOperationTimeout` wins.
+    pub operation_timeout: Duration,
+    /// Worker threads running item actions.
+    pub workers: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            sync_period: Duration::from_secs(10),
+            operation_timeout: Duration::from_secs(4 * 3600),
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("backup {0:?} not found in the store")]
+    NotFound(String),
+    #[error("backup {name:?}: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error("backup {name:?}: reading items: {reason}")]
+    Items { name: String, reason: String },
+}
+
+/// What a caller wants to back up.
+#[derive(Clone, Debug)]
+pub struct BackupRequest {
+    pub name: String,
+    pub namespace: String,
+    /// A Velero Backup `spec` (filters, itemOperationTimeout).
+    pub spec: serde_json::Value,
+    /// Manifest files or directories: the items, and the cluster.
+    pub sources: Vec<PathBuf>,
+}
+
+/// A backup's log: every line also goes to the host log.
+#[derive(Default)]
+struct Journal(Mutex<Vec<String>>);
+
+impl Journal {
+    fn line(&self, backup: &str, message: impl Into<String>) {
+        let message = message.into();
+        tracing::info!(backup, "{message}");
+        let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Runs backups through their phases.
+pub struct Controller {
+    pub plugins: Vec<Plugin>,
+    pub store: BackupStore,
+    pub operations: Arc<OperationsMap>,
+    pub cluster: Arc<dyn ClusterReader>,
+    pub settings: Settings,
+    journal: Journal,
+}
+
+/// Where a backup stands while the controller drives it.
+struct Run {
+    object: BackupObject,
+    results: Results,
+}
+
+impl Run {
+    fn name(&self) -> &str {
+        &self.object.metadata.name
+    }
+
+    fn partially_failed(&self) -> bool {
+        self.results.errors.count() > 0
+    }
+
+    fn backup_ref(&self, phase: Phase) -> BackupRef {
+        BackupRef {
+            name: self.object.metadata.name.clone(),
+            namespace: self.object.metadata.namespace.clone(),
+            uid: self.object.metadata.uid.clone(),
+            spec: self.object.spec.clone(),
+            phase,
+        }
+    }
+}
+
+fn new_uid(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let h = hex::encode(Sha256::digest(format!(
+        "{name}/{}/{}",
+        now.as_nanos(),
+        std::process::id()
+    )));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn item_bytes(value: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec_pretty(value).expect("JSON values serialize")
+}
+
+impl Controller {
+    pub fn new(
+        plugins: Vec<Plugin>,
+        store: BackupStore,
+        cluster: Arc<dyn ClusterReader>,
+        settings: Settings,
+    ) -> Self {
+        Controller {
+            plugins,
+            store,
+            operations: Arc::new(OperationsMap::new()),
+            cluster,
+            settings,
+            journal: Journal::default(),
+        }
+    }
+
+    /// Persists the backup object, results and log. Called on every phase change.
+    async fn persist(&self, run: &Run) -> Result<(), StoreError> {
+        let name = run.name();
+        self.store
+            .put_json(name, BackupFile::Results, &run.results)
+            .await?;
+        self.store.put_logs(name, &self.journal.lines()).await?;
+        // The object last: its phase is what resume trusts.
+        self.store
+            .put_json(name, BackupFile::Metadata, &run.object)
+            .await
+    }
+
+    async fn set_phase(&self, run: &mut Run, phase: BackupPhase) -> Result<(), StoreError> {
+        run.object.status.phase = phase;
+        run.object.status.errors = run.results.errors.count();
+        run.object.status.warnings = run.results.warnings.count();
+        if phase.is_terminal() {
+            run.object.status.completion_timestamp = Some(rfc3339(SystemTime::now()));
+        }
+        self.journal.line(run.name(), format!("phase {phase}"));
+        self.persist(run).await
+    }
+
+    /// Runs a whole backup: first pass, waiting for operations, finalize.
+    pub async fn run_backup(&self, req: BackupRequest) -> Result<BackupObject, ControllerError> {
+        let invalid = |reason: String| ControllerError::Invalid {
+            name: req.name.clone(),
+            reason,
+        };
+        let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
+        spec::operation_timeout(&req.spec).map_err(invalid)?;
+        let mut object = BackupObject::new(
+            &req.name,
+            &req.namespace,
+            &new_uid(&req.name),
+            req.spec.clone(),
+        );
+        let sources: Vec<String> = req
+            .sources
+            .iter()
+            .map(|p| {
+                std::path::absolute(p)
+                    .unwrap_or_else(|_| p.clone())
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        object.metadata.annotations.insert(
+            SOURCES_ANNOTATION.into(),
+            serde_json::to_string(&sources).expect("strings serialize"),
+        );
+        let mut run = Run {
+            object,
+            results: Results::default(),
+        };
+        self.set_phase(&mut run, BackupPhase::New).await?;
+        run.object.status.start_timestamp = Some(rfc3339(SystemTime::now()));
+        self.set_phase(&mut run, BackupPhase::InProgress).await?;
+
+        let items =
+            crate::manifests::read_items(&req.sources, Catalog::builtin()).map_err(|e| {
+                ControllerError::Items {
+                    name: req.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        let items: Vec<Item> = items.into_iter().filter(|i| filter.matches(i)).collect();
+        self.journal.line(
+            run.name(),
+            format!("{} items selected by the spec", items.len()),
+        );
+        let outcomes = self
+            .run_pass(items, run.backup_ref(Phase::Backup), true)
+            .await;
+
+        let mut entries: Vec<(String, Vec<u8>)> =
+            vec![(tarball::VERSION_PATH.to_string(), b"1\n".to_vec())];
+        let now = SystemTime::now();
+        let mut attempted = 0;
+        self.operations.insert_loaded(run.name(), Vec::new()).await;
+        for outcome in &outcomes {
+            record_messages(
+                &mut run.results,
+                &self.journal,
+                &run.object.metadata.name,
+                outcome,
+            );
+            if let Some(value) = &outcome.stored {
+                entries.push((tarball::item_path(&outcome.id), item_bytes(value)));
+                run.object.status.progress.items_backed_up += 1;
+            }
+            for op in &outcome.operations {
+                attempted += 1;
+                let spec = OperationSpec {
+                    backup_name: run.name().to_string(),
+                    backup_uid: run.object.metadata.uid.clone(),
+                    backup_item_action: op.plugin.clone(),
+                    resource_identifier: op.item.clone(),
+                    operation_id: op.operation_id.clone(),
+                    post_operation_items: op.post_operation_items.clone(),
+                };
+                self.operations
+                    .add(run.name(), Operation::new(spec, now))
+                    .await;
+            }
+        }
+        run.object.status.progress.total_items = outcomes.len() as u64;
+        run.object.status.backup_item_operations_attempted = attempted;
+        self.journal.line(
+            run.name(),
+            format!(
+                "{} of {} items backed up, {attempted} operations started",
+                run.object.status.progress.items_backed_up,
+                outcomes.len()
+            ),
+        );
+        let contents = tarball::build(entries).map_err(|e| ControllerError::Invalid {
+            name: req.name.clone(),
+            reason: format!("building the tarball: {e}"),
+        })?;
+        self.store
+            .put(run.name(), BackupFile::Contents, contents.into())
+            .await?;
+        // Written even when empty, so describe and resume always find it.
+        self.operations.update(run.name(), |_| true).await;
+        self.operations.sync(run.name(), &self.store).await?;
+
+        let next = if attempted == 0 {
+            BackupPhase::finalizing(run.partially_failed())
+        } else {
+            BackupPhase::waiting(run.partially_failed())
+        };
+        self.set_phase(&mut run, next).await?;
+        self.drive(run).await
+    }
+
+    /// Continues a backup a killed process left behind.
+    pub async fn resume(&self, name: &str) -> Result<BackupObject, ControllerError> {
+        let object: BackupObject = self
+            .store
+            .get_json(name, BackupFile::Metadata)
+            .await?
+            .ok_or_else(|| ControllerError::NotFound(name.into()))?;
+        let results: Results = self
+            .store
+            .get_json(name, BackupFile::Results)
+            .await?
+            .unwrap_or_default();
+        let mut run = Run { object, results };
+        match run.object.status.phase {
+            BackupPhase::New | BackupPhase::InProgress => {
+                // Its items were never all written: it cannot be continued.
+                run.object.status.failure_reason = format!(
+                    "found in phase {} after a restart: the process running it ended before its items were written",
+                    run.object.status.phase
+                );
+                self.set_phase(&mut run, BackupPhase::Failed).await?;
+                Ok(run.object)
+            }
+            phase if phase.is_terminal() => Ok(run.object),
+            _ => {
+                let n = self.operations.load(name, &self.store).await?;
+                self.journal.line(
+                    name,
+                    format!(
+                        "resumed in phase {} with {n} operations",
+                        run.object.status.phase
+                    ),
+                );
+                self.drive(run).await
+            }
+        }
+    }
+
+    /// From waiting or finalizing to the end.
+    async fn drive(&self, mut run: Run) -> Result<BackupObject, ControllerError> {
+        if matches!(
+            run.object.status.phase,
+            BackupPhase::WaitingForPluginOperations
+                | BackupPhase::WaitingForPluginOperationsPartiallyFailed
+        ) {
+            self.wait_for_operations(&mut run).await?;
+            let next = BackupPhase::finalizing(run.partially_failed());
+            self.set_phase(&mut run, next).await?;
+        }
+        self.finalize(&mut run).await?;
+        let done = if run.partially_failed() {
+            BackupPhase::PartiallyFailed
+        } else {
+            BackupPhase::Completed
+        };
+        self.set_phase(&mut run, done).await?;
+        Ok(run.object)
+    }
+
+    async fn run_pass(
+        &self,
+        items: Vec<Item>,
+        backup: BackupRef,
+        follow_additional: bool,
+    ) -> Vec<ItemOutcome> {
+        let plugins = self.plugins.clone();
+        let cluster = self.cluster.clone();
+        let workers = self.settings.workers;
+        // wasm calls block: the pass runs on a blocking thread.
+        tokio::task::spawn_blocking(move || {
+            pass::run(
+                &plugins,
+                items,
+                &backup,
+                &cluster,
+                workers,
+                follow_additional,
+            )
+        })
+        .await
+        .expect("the item pass does not panic")
+    }
+
+    fn timeout_for(&self, run: &Run) -> Duration {
+        spec::operation_timeout(&run.object.spec)
+            .ok()
+            .flatten()
+            .unwrap_or(self.settings.operation_timeout)
+    }
+
+    /// Polls every non-terminal operation once per sync period until all are
+    /// terminal; persists changes once per period.
+    async fn wait_for_operations(&self, run: &mut Run) -> Result<(), ControllerError> {
+        let name = run.name().to_string();
+        let timeout = self.timeout_for(run);
+        let backup = run.backup_ref(Phase::Backup);
+        let mut poller = Some(Poller {
+            plugins: self.plugins.clone(),
+            instances: HashMap::new(),
+            cluster: self.cluster.clone(),
+            backup,
+            timeout,
+            logs: Vec::new(),
+        });
+        loop {
+            let ops = self.operations.get(&name).await.unwrap_or_default();
+            let pending: Vec<Operation> = ops
+                .into_iter()
+                .filter(|o| !o.status.phase.is_terminal())
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            let mut p = poller
+                .take()
+                .expect("the poller is back after every period");
+            // wasm calls block: polling runs on a blocking thread.
+            let (updates, mut p) = tokio::task::spawn_blocking(move || {
+                let now = SystemTime::now();
+                let updates: Vec<(String, Update)> = pending
+                    .iter()
+                    .map(|op| (op.spec.operation_id.clone(), p.poll(op, now)))
+                    .collect();
+                (updates, p)
+            })
+            .await
+            .expect("polling does not panic");
+            for line in std::mem::take(&mut p.logs) {
+                self.journal.line(&name, line);
+            }
+            poller = Some(p);
+            for (id, update) in &updates {
+                if let Update::Failed(reason) | Update::TimedOut(reason) = update {
+                    self.journal
+                        .line(&name, format!("operation {id:?} failed: {reason}"));
+                }
+            }
+            let now = SystemTime::now();
+            self.operations
+                .update(&name, |ops| {
+                    let mut changed = false;
+                    for (id, update) in &updates {
+                        if let Some(op) = ops
+                            .iter_mut()
+                            .find(|o| &o.spec.operation_id == id && !o.status.phase.is_terminal())
+                        {
+                            changed |= apply(op, update, now);
+                        }
+                    }
+                    changed
+                })
+                .await;
+            if let Err(e) = self.operations.sync(&name, &self.store).await {
+                // Kept dirty in the map; the next period retries.
+                tracing::error!(backup = %name, "persisting operation progress failed, will retry: {e}");
+            }
+            let all_done = self
+                .operations
+                .get(&name)
+                .await
+                .unwrap_or_default()
+                .iter()
+                .all(|o| o.status.phase.is_terminal());
+            if all_done {
+                break;
+            }
+            tokio::time::sleep(self.settings.sync_period).await;
+        }
+        self.operations.sync(&name, &self.store).await?;
+        let ops = self.operations.get(&name).await.unwrap_or_default();
+        run.object.status.backup_item_operations_attempted = ops.len() as u64;
+        run.object.status.backup_item_operations_completed = ops
+            .iter()
+            .filter(|o| o.status.phase == OperationPhase::Completed)
+            .count() as u64;
+        run.object.status.backup_item_operations_failed = ops
+            .iter()
+            .filter(|o| o.status.phase != OperationPhase::Completed)
+            .count() as u64;
+        for op in ops
+            .iter()
+            .filter(|o| o.status.phase != OperationPhase::Completed)
+        {
+            let message = format!(
+                "operation {:?} of plugin {:?} on {}: {}",
+                op.spec.operation_id,
+                op.spec.backup_item_action,
+                op.spec.resource_identifier,
+                op.status.error
+            );
+            if !run.results.errors.all().any(|m| m == &message) {
+                run.results
+                    .errors
+                    .add(&op.spec.resource_identifier.namespace, message);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the actions again, in the finalize phase, on every post-operation
+    /// item read again from the cluster, and rewrites the tarball: those
+    /// entries replaced or appended, every other entry kept byte for byte.
+    async fn finalize(&self, run: &mut Run) -> Result<(), ControllerError> {
+        let name = run.name().to_string();
+        let ops = self.operations.get(&name).await.unwrap_or_default();
+        let mut wanted: Vec<ItemRef> = ops
+            .iter()
+            .flat_map(|o| o.spec.post_operation_items.clone())
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        let mut items = Vec::new();
+        for id in &wanted {
+            match self.cluster.get(id) {
+                Ok(Some(v)) => match Item::from_value(v, Catalog::builtin()) {
+                    Ok(item) => items.push(item),
+                    Err(e) => run
+                        .results
+                        .errors
+                        .add(&id.namespace, format!("post-operation item {id}: {e}")),
+                },
+                Ok(None) => run.results.warnings.add(
+                    &id.namespace,
+                    format!("post-operation item {id} was not found when finalizing"),
+                ),
+                Err(e) => run
+                    .results
+                    .errors
+                    .add(&id.namespace, format!("post-operation item {id}: {e}")),
+            }
+        }
+        let outcomes = self
+            .run_pass(items, run.backup_ref(Phase::Finalize), false)
+            .await;
+        let mut replace = BTreeMap::new();
+        for outcome in &outcomes {
+            record_messages(
+                &mut run.results,
+                &self.journal,
+                &run.object.metadata.name,
+                outcome,
+            );
+            if let Some(value) = &outcome.stored {
+                replace.insert(tarball::item_path(&outcome.id), item_bytes(value));
+            }
+        }
+        self.journal.line(
+            &name,
+            format!("finalize: {} post-operation items updated", replace.len()),
+        );
+        if !replace.is_empty() {
+            let current = self
+                .store
+                .get(&name, BackupFile::Contents)
+                .await?
+                .ok_or_else(|| ControllerError::Invalid {
+                    name: name.clone(),
+                    reason: "its contents tarball is missing".into(),
+                })?;
+            let rewritten =
+                tarball::rewrite(&current, &replace).map_err(|e| ControllerError::Invalid {
+                    name: name.clone(),
+                    reason: format!("rewriting the tarball: {e}"),
+                })?;
+            self.store
+                .put(&name, BackupFile::Contents, rewritten.into())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn record_messages(results: &mut Results, journal: &Journal, backup: &str, outcome: &ItemOutcome) {
+    for line in &outcome.logs {
+        journal.line(backup, line.clone());
+    }
+    for e in &outcome.errors {
+        results.errors.add(&outcome.id.namespace, e.clone());
+    }
+    for w in &outcome.warnings {
+        results.warnings.add(&outcome.id.namespace, w.clone());
+    }
+}
+
+/// What one poll learned about one operation.
+#[derive(Debug)]
+enum Update {
+    Progress(Progress),
+    /// Transient: kept as it is, retried next period until it times out.
+    Retry(String),
+    Failed(String),
+    TimedOut(String),
+}
+
+/// Polls operations on a blocking thread; keeps one instance per plugin
+/// across the periods of one backup.
+struct Poller {
+    plugins: Vec<Plugin>,
+    instances: HashMap<String, PluginInstance>,
+    cluster: Arc<dyn ClusterReader>,
+    backup: BackupRef,
+    timeout: Duration,
+    logs: Vec<String>,
+}
+
+impl Poller {
+    fn poll(&mut self, op: &Operation, now: SystemTime) -> Update {
+        let plugin_name = &op.spec.backup_item_action;
+        let Some(plugin) = self.plugins.iter().find(|p| p.name() == plugin_name) else {
+            return Update::Failed(format!("plugin {plugin_name:?} is not loaded"));
+        };
+        let instance = self
+            .instances
+            .entry(plugin_name.clone())
+            .or_insert_with(|| plugin.instance(self.cluster.clone()));
+        let update = poll_call(instance, op, &self.backup, self.timeout, now);
+        let logs = instance.take_logs();
+        self.logs.extend(
+            logs.into_iter()
+                .map(|l| format!("plugin {plugin_name}: {}: {}", l.level, l.message)),
+        );
+        update
+    }
+}
+
+fn poll_call(
+    instance: &mut PluginInstance,
+    op: &Operation,
+    backup: &BackupRef,
+    timeout: Duration,
+    now: SystemTime,
+) -> Update {
+    let id = &op.spec.operation_id;
+    let item = &op.spec.resource_identifier;
+    let created = op.status.created.unwrap_or(now);
+    if now.duration_since(created).unwrap_or_default() >= timeout {
+        // The one cancel: the operation turns Failed right after, so it is
+        // never polled or cancelled again.
+        let cancel = match instance.cancel(id, item, backup) {
+            Ok(()) => "cancel requested".to_string(),
+            Err(e) => format!("cancel failed: {e}"),
+        };
+        return Update::TimedOut(format!(
+            "asynchronous action timed out after {} (created {}); {cancel}",
+            humantime::format_duration(timeout),
+            rfc3339(created)
+        ));
+    }
+    match instance.progress(id, item, backup) {
+        Ok(p) => Update::Progress(p),
+        Err(e) if e.is_retryable() => Update::Retry(e.to_string()),
+        Err(e) => Update::Failed(e.to_string()),
+    }
+}
+
+/// Applies one poll's result; returns whether anything changed.
+fn apply(op: &mut Operation, update: &Update, now: SystemTime) -> bool {
+    let before = op.clone();
+    let s = &mut op.status;
+    match update {
+        Update::Progress(p) => {
+            s.n_completed = p.n_completed;
+            s.n_total = p.n_total;
+            s.operation_units = p.operation_units.clone();
+            s.description = p.description.clone();
+            if let Some(started) = p.started {
+                s.started.get_or_insert(started);
+                if s.phase == OperationPhase::New {
+                    s.phase = OperationPhase::InProgress;
+                }
+            }
+            if p.completed {
+                match &p.error {
+                    Some(e) => {
+                        s.phase = OperationPhase::Failed;
+                        s.error = e.clone();
+                    }
+                    None => s.phase = OperationPhase::Completed,
+                }
+            }
+            if op.status != before.status {
+                op.status.updated = Some(p.updated.unwrap_or(now));
+            }
+        }
+        Update::Retry(reason) => s.description = format!("retrying: {reason}"),
+        Update::Failed(reason) | Update::TimedOut(reason) => {
+            s.phase = OperationPhase::Failed;
+            s.error = reason.clone();
+            s.updated = Some(now);
+        }
+    }
+    *op != before
+}

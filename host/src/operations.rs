@@ -1,0 +1,322 @@
+//! Asynchronous item operations: what a plugin started, its progress, and the
+//! per-backup map that persists it.
+//!
+//! The one rule (DESIGN.md, "Operations and persistence"): uploading a
+//! backup's operations and updating the map are one atomic step per backup.
+//! Velero did it under one lock for all backups, so one slow upload stalled
+//! every other backup; here each backup has its own lock.
+
+use crate::item::ItemRef;
+use crate::store::{BackupFile, BackupStore, StoreError};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::SystemTime;
+
+/// Lifecycle of one operation, serialized as Velero's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OperationPhase {
+    New,
+    InProgress,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+impl OperationPhase {
+    /// Completed, Failed or Canceled: no more progress calls.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Canceled)
+    }
+}
+
+/// Velero's `itemoperation.BackupOperation`, one entry of
+/// `<backup>-itemoperations.json.gz`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Operation {
+    pub spec: OperationSpec,
+    pub status: OperationStatus,
+}
+
+/// Written with Velero's intended camelCase names. Velero's own Go tags for
+/// the last three fields are malformed (`"json:operationID"`), so Velero
+/// itself writes `ResourceIdentifier`/`OperationID`/`PostOperationItems` with
+/// `Group`/`Resource`/`Namespace`/`Name` inside, and `null` for no items. Go
+/// matches names case-insensitively, so Velero reads what we write; the
+/// aliases below let us read what Velero writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationSpec {
+    pub backup_name: String,
+    #[serde(rename = "backupUID")]
+    pub backup_uid: String,
+    /// The plugin that started the operation.
+    pub backup_item_action: String,
+    #[serde(alias = "ResourceIdentifier", deserialize_with = "de_ref")]
+    pub resource_identifier: ItemRef,
+    #[serde(rename = "operationID", alias = "OperationID")]
+    pub operation_id: String,
+    #[serde(default, alias = "PostOperationItems", deserialize_with = "de_refs")]
+    pub post_operation_items: Vec<ItemRef>,
+}
+
+/// Velero's `itemoperation.OperationStatus`; every field but the phase is
+/// `omitempty` there, so it is here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationStatus {
+    pub phase: OperationPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n_completed: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n_total: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub operation_units: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    pub created: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    pub started: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    pub updated: Option<SystemTime>,
+}
+
+impl Operation {
+    /// A just-started operation: phase New, created now, no progress yet.
+    pub fn new(spec: OperationSpec, created: SystemTime) -> Self {
+        Operation {
+            spec,
+            status: OperationStatus {
+                phase: OperationPhase::New,
+                error: String::new(),
+                n_completed: 0,
+                n_total: 0,
+                operation_units: String::new(),
+                description: String::new(),
+                created: Some(created),
+                started: None,
+                updated: None,
+            },
+        }
+    }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// A resource identifier in either our lower-case or Velero's Go-default
+/// capitalized field names.
+#[derive(Deserialize)]
+struct RefWire {
+    #[serde(default, alias = "Group")]
+    group: String,
+    #[serde(default, alias = "Resource")]
+    resource: String,
+    #[serde(default, alias = "Namespace")]
+    namespace: String,
+    #[serde(default, alias = "Name")]
+    name: String,
+}
+
+impl From<RefWire> for ItemRef {
+    fn from(w: RefWire) -> Self {
+        ItemRef {
+            group: w.group,
+            resource: w.resource,
+            namespace: w.namespace,
+            name: w.name,
+        }
+    }
+}
+
+fn de_ref<'de, D: Deserializer<'de>>(d: D) -> Result<ItemRef, D::Error> {
+    RefWire::deserialize(d).map(Into::into)
+}
+
+/// Velero writes `null` for an operation without post-operation items.
+fn de_refs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ItemRef>, D::Error> {
+    let refs = Option::<Vec<RefWire>>::deserialize(d)?;
+    Ok(refs
+        .unwrap_or_default()
+        .into_iter()
+        .map(Into::into)
+        .collect())
+}
+
+/// RFC 3339 in UTC (what Go's metav1.Time reads), with fractional seconds only
+/// when there are any, so a round trip is exact.
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _, ser::Error as _};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+        let Some(t) = *t else {
+            return s.serialize_none();
+        };
+        // humantime panics before 1970 and fails from year 10000 on.
+        let in_range = t
+            .duration_since(UNIX_EPOCH)
+            .is_ok_and(|d| d < Duration::from_secs(253_402_300_800));
+        if !in_range {
+            return Err(S::Error::custom("timestamp outside 1970..=9999"));
+        }
+        s.collect_str(&humantime::format_rfc3339(t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|s| humantime::parse_rfc3339(&s).map_err(D::Error::custom))
+            .transpose()
+    }
+}
+
+/// One backup's operations and whether they differ from what is persisted.
+#[derive(Default)]
+struct Entry {
+    ops: Vec<Operation>,
+    dirty: bool,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Entry>>;
+
+/// Per-backup operation lists, one lock per backup.
+///
+/// The outer std `RwLock` is held only to find or insert a backup's slot,
+/// never across an `.await`; each slot has its own tokio mutex, which
+/// [`OperationsMap::sync`] holds across the upload.
+#[derive(Default)]
+pub struct OperationsMap {
+    backups: RwLock<HashMap<String, Slot>>,
+}
+
+impl OperationsMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn slot(&self, backup: &str) -> Option<Slot> {
+        // A panic elsewhere cannot leave a HashMap half-updated here.
+        let map = self.backups.read().unwrap_or_else(PoisonError::into_inner);
+        map.get(backup).cloned()
+    }
+
+    fn slot_or_insert(&self, backup: &str) -> Slot {
+        if let Some(slot) = self.slot(backup) {
+            return slot;
+        }
+        let mut map = self.backups.write().unwrap_or_else(PoisonError::into_inner);
+        map.entry(backup.to_owned()).or_default().clone()
+    }
+
+    /// Sets a backup's list to what the store holds (after a restart): clean.
+    pub async fn insert_loaded(&self, backup: &str, ops: Vec<Operation>) {
+        let slot = self.slot_or_insert(backup);
+        let mut entry = slot.lock().await;
+        entry.ops = ops;
+        entry.dirty = false;
+    }
+
+    /// Appends a new operation; the backup needs a sync.
+    pub async fn add(&self, backup: &str, op: Operation) {
+        let slot = self.slot_or_insert(backup);
+        let mut entry = slot.lock().await;
+        entry.ops.push(op);
+        entry.dirty = true;
+    }
+
+    /// A deep copy of a backup's operations. Waits for an in-flight sync of
+    /// that backup, so a reader sees exactly what is (or is being) persisted
+    /// or later, never an interleaving.
+    pub async fn get(&self, backup: &str) -> Option<Vec<Operation>> {
+        let slot = self.slot(backup)?;
+        let entry = slot.lock().await;
+        Some(entry.ops.clone())
+    }
+
+    /// Runs `f` on a backup's list under its lock; `f` returns whether it
+    /// changed anything, which marks the backup dirty and is returned.
+    /// Returns false without calling `f` for an unknown backup.
+    pub async fn update(&self, backup: &str, f: impl FnOnce(&mut Vec<Operation>) -> bool) -> bool {
+        let Some(slot) = self.slot(backup) else {
+            return false;
+        };
+        let mut entry = slot.lock().await;
+        let changed = f(&mut entry.ops);
+        entry.dirty |= changed;
+        changed
+    }
+
+    /// Whether the backup has changes not yet persisted.
+    pub async fn is_dirty(&self, backup: &str) -> bool {
+        match self.slot(backup) {
+            Some(slot) => slot.lock().await.dirty,
+            None => false,
+        }
+    }
+
+    /// Persists a dirty backup's whole list (Velero's
+    /// UploadProgressAndPutOperationsForBackup, without its global lock).
+    /// Returns Ok(true) when it wrote. On a store error the map keeps its
+    /// state and stays dirty, so the next sync retries.
+    pub async fn sync(&self, backup: &str, store: &BackupStore) -> Result<bool, StoreError> {
+        let Some(slot) = self.slot(backup) else {
+            return Ok(false);
+        };
+        // The backup's lock is held across the upload on purpose: otherwise a
+        // reader or updater could slip in between the write and clearing the
+        // flag, and a change made then would be marked clean without being
+        // persisted (or a reader would see state the store does not have).
+        // Only this backup waits; others have their own locks.
+        let mut entry = slot.lock().await;
+        if !entry.dirty {
+            return Ok(false);
+        }
+        store
+            .put_json(backup, BackupFile::ItemOperations, &entry.ops)
+            .await?;
+        entry.dirty = false;
+        Ok(true)
+    }
+
+    /// Replaces a backup's list with the persisted one (after a restart);
+    /// no file means no operations. Returns how many were read.
+    pub async fn load(&self, backup: &str, store: &BackupStore) -> Result<usize, StoreError> {
+        let slot = self.slot_or_insert(backup);
+        // Read under the lock so a concurrent sync cannot interleave.
+        let mut entry = slot.lock().await;
+        let ops: Vec<Operation> = store
+            .get_json(backup, BackupFile::ItemOperations)
+            .await?
+            .unwrap_or_default();
+        let n = ops.len();
+        entry.ops = ops;
+        entry.dirty = false;
+        Ok(n)
+    }
+
+    /// Forgets a backup, after any in-flight sync of it has finished.
+    pub async fn remove(&self, backup: &str) {
+        let slot = {
+            let mut map = self.backups.write().unwrap_or_else(PoisonError::into_inner);
+            map.remove(backup)
+        };
+        if let Some(slot) = slot {
+            drop(slot.lock().await);
+        }
+    }
+
+    /// The backups in the map, sorted.
+    pub fn backups(&self) -> Vec<String> {
+        let map = self.backups.read().unwrap_or_else(PoisonError::into_inner);
+        let mut names: Vec<String> = map.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,564 @@
+//! The backup store: Velero's layout under `backups/<name>/`, over any
+//! `object_store` backend: a local directory by default, S3, GCS or Azure by
+//! URL. Every write is a single atomic PUT of a whole file.
+
+pub mod faulty;
+pub mod tarball;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use object_store::local::LocalFileSystem;
+use object_store::path::{Path, PathPart};
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("backup store {url}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("backup store {url}: {key}: {source}")]
+    Io {
+        url: String,
+        key: String,
+        source: object_store::Error,
+    },
+    #[error("backup store {url}: {key} is corrupt: {reason}")]
+    Corrupt {
+        url: String,
+        key: String,
+        reason: String,
+    },
+    #[error("invalid backup name {name:?}: {reason}")]
+    Name { name: String, reason: String },
+}
+
+/// The files of one backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackupFile {
+    Contents,
+    Metadata,
+    ItemOperations,
+    Results,
+    Logs,
+}
+
+impl BackupFile {
+    /// The object key, as Velero names it.
+    pub fn key(self, backup: &str) -> String {
+        let file = match self {
+            BackupFile::Contents => format!("{backup}.tar.gz"),
+            BackupFile::Metadata => "velero-backup.json".to_string(),
+            BackupFile::ItemOperations => format!("{backup}-itemoperations.json.gz"),
+            BackupFile::Results => format!("{backup}-results.gz"),
+            BackupFile::Logs => format!("{backup}-logs.gz"),
+        };
+        format!("{BACKUPS}/{backup}/{file}")
+    }
+
+    /// Everything but the backup object is gzip'd.
+    fn gzipped(self) -> bool {
+        self != BackupFile::Metadata
+    }
+}
+
+const BACKUPS: &str = "backups";
+const UNSUPPORTED: &str = "unsupported scheme; use a path, file://, s3://, gs:// or az://";
+
+#[derive(Clone)]
+pub struct BackupStore {
+    store: Arc<dyn ObjectStore>,
+    url: String,
+    puts: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for BackupStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupStore")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl BackupStore {
+    /// A plain path (relative or absolute; created if missing) or a URL:
+    /// `file://`, `s3://bucket/prefix`, `gs://`, `az://`. Cloud credentials
+    /// come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`); building a
+    /// client does not connect.
+    pub fn open(location: &str) -> Result<Self, StoreError> {
+        let url_err = |reason: String| StoreError::Url {
+            url: location.to_string(),
+            reason,
+        };
+        if !location.contains("://") {
+            return Self::open_dir(std::path::Path::new(location), location);
+        }
+        let url = url::Url::parse(location).map_err(|e| url_err(format!("not a URL: {e}")))?;
+        let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|_| match url.scheme() {
+            s @ ("s3" | "gs" | "az") => url_err(format!("no bucket; use {s}://BUCKET[/PREFIX]")),
+            _ => url_err(UNSUPPORTED.into()),
+        })?;
+        let built: object_store::Result<Arc<dyn ObjectStore>> = match scheme {
+            ObjectStoreScheme::Local => {
+                let dir = url
+                    .to_file_path()
+                    .map_err(|()| url_err("not a local file path".into()))?;
+                return Self::open_dir(&dir, location);
+            }
+            ObjectStoreScheme::AmazonS3 => object_store::aws::AmazonS3Builder::from_env()
+                .with_url(location)
+                .build()
+                .map(|s| Arc::new(s) as _),
+            ObjectStoreScheme::GoogleCloudStorage => {
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(location)
+                    .build()
+                    .map(|s| Arc::new(s) as _)
+            }
+            ObjectStoreScheme::MicrosoftAzure => {
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(location)
+                    .build()
+                    .map(|s| Arc::new(s) as _)
+            }
+            _ => {
+                return Err(url_err(UNSUPPORTED.into()));
+            }
+        };
+        let store = built.map_err(|e| url_err(e.to_string()))?;
+        // The builders take the bucket from the URL; the path is ours to apply.
+        let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
+            store
+        } else {
+            Arc::new(PrefixStore::new(store, prefix))
+        };
+        Ok(Self::from_object_store(store, location))
+    }
+
+    fn open_dir(dir: &std::path::Path, location: &str) -> Result<Self, StoreError> {
+        let url_err = |reason: String| StoreError::Url {
+            url: location.to_string(),
+            reason,
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| url_err(format!("cannot create directory: {e}")))?;
+        // fsync so that a machine crash, not only a process crash, leaves
+        // either the old or the new file.
+        let fs = LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| url_err(e.to_string()))?
+            .with_fsync(true);
+        let shown = std::fs::canonicalize(dir)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| location.to_string());
+        Ok(Self::from_object_store(Arc::new(fs), &shown))
+    }
+
+    /// Wraps any store (tests inject [`faulty::FaultyStore`]); `url` is only
+    /// shown in messages.
+    pub fn from_object_store(store: Arc<dyn ObjectStore>, url: &str) -> Self {
+        BackupStore {
+            store,
+            url: url.to_string(),
+            puts: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Number of successful puts so far, across clones.
+    pub fn puts(&self) -> u64 {
+        self.puts.load(Ordering::Relaxed)
+    }
+
+    fn path(&self, backup: &str, file: BackupFile) -> Result<(Path, String), StoreError> {
+        let bad = |reason: String| StoreError::Name {
+            name: backup.to_string(),
+            reason,
+        };
+        if backup.is_empty() {
+            return Err(bad("empty".into()));
+        }
+        PathPart::parse(backup).map_err(|e| bad(e.to_string()))?;
+        let key = file.key(backup);
+        Ok((Path::from(key.as_str()), key))
+    }
+
+    fn io(&self, key: String, source: object_store::Error) -> StoreError {
+        StoreError::Io {
+            url: self.url.clone(),
+            key,
+            source,
+        }
+    }
+
+    fn corrupt(&self, key: String, reason: impl std::fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            url: self.url.clone(),
+            key,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Atomic: a reader sees the old object or the new one, never a part.
+    /// Object stores' PUT is atomic; object_store's LocalFileSystem (0.14,
+    /// `local.rs` `put_opts`) writes a staged `<key>#<n>` file and renames it
+    /// over the key, removing the staged file on error.
+    pub async fn put(
+        &self,
+        backup: &str,
+        file: BackupFile,
+        bytes: Bytes,
+    ) -> Result<(), StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        self.store
+            .put(&path, bytes.into())
+            .await
+            .map_err(|e| self.io(key, e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `None` if the file does not exist.
+    pub async fn get(&self, backup: &str, file: BackupFile) -> Result<Option<Bytes>, StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        let result = match self.store.get(&path).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.io(key, e)),
+        };
+        result.bytes().await.map(Some).map_err(|e| self.io(key, e))
+    }
+
+    /// Plain JSON for the backup object, gzip'd JSON for the others.
+    pub async fn put_json<T: Serialize + ?Sized>(
+        &self,
+        backup: &str,
+        file: BackupFile,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let json = if file.gzipped() {
+            serde_json::to_vec(value)
+        } else {
+            serde_json::to_vec_pretty(value)
+        }
+        .map_err(|e| self.corrupt(file.key(backup), format!("cannot encode: {e}")))?;
+        let bytes = if file.gzipped() { gzip(&json) } else { json };
+        self.put(backup, file, bytes.into()).await
+    }
+
+    /// The inverse of [`BackupStore::put_json`]; `None` if missing.
+    pub async fn get_json<T: DeserializeOwned>(
+        &self,
+        backup: &str,
+        file: BackupFile,
+    ) -> Result<Option<T>, StoreError> {
+        let Some(bytes) = self.get(backup, file).await? else {
+            return Ok(None);
+        };
+        let key = || file.key(backup);
+        let json = if file.gzipped() {
+            gunzip(&bytes).map_err(|e| self.corrupt(key(), format!("not gzip: {e}")))?
+        } else {
+            bytes.to_vec()
+        };
+        serde_json::from_slice(&json)
+            .map(Some)
+            .map_err(|e| self.corrupt(key(), format!("bad JSON: {e}")))
+    }
+
+    /// The backup log, one line per entry, gzip'd.
+    pub async fn put_logs(&self, backup: &str, lines: &[String]) -> Result<(), StoreError> {
+        let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        self.put(backup, BackupFile::Logs, gzip(text.as_bytes()).into())
+            .await
+    }
+
+    /// Names of the backups under `backups/`, sorted.
+    pub async fn list_backups(&self) -> Result<Vec<String>, StoreError> {
+        let listing = match self
+            .store
+            .list_with_delimiter(Some(&Path::from(BACKUPS)))
+            .await
+        {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(format!("{BACKUPS}/"), e)),
+        };
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(data).expect("writing to a Vec cannot fail");
+    gz.finish().expect("writing to a Vec cannot fail")
+}
+
+fn gunzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    GzDecoder::new(data).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::faulty::FaultyStore;
+    use super::*;
+    use serde_json::{Value, json};
+    use std::time::Duration;
+
+    fn temp_store() -> (tempfile::TempDir, BackupStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn keys_follow_velero() {
+        let b = "nightly";
+        assert_eq!(
+            BackupFile::Contents.key(b),
+            "backups/nightly/nightly.tar.gz"
+        );
+        assert_eq!(
+            BackupFile::Metadata.key(b),
+            "backups/nightly/velero-backup.json"
+        );
+        assert_eq!(
+            BackupFile::ItemOperations.key(b),
+            "backups/nightly/nightly-itemoperations.json.gz"
+        );
+        assert_eq!(
+            BackupFile::Results.key(b),
+            "backups/nightly/nightly-results.gz"
+        );
+        assert_eq!(BackupFile::Logs.key(b), "backups/nightly/nightly-logs.gz");
+    }
+
+    #[tokio::test]
+    async fn put_get_list_on_a_directory() {
+        let (dir, store) = temp_store();
+        assert_eq!(store.list_backups().await.unwrap(), Vec::<String>::new());
+        assert_eq!(store.get("b", BackupFile::Contents).await.unwrap(), None);
+        for name in ["zeta", "alpha"] {
+            store
+                .put(name, BackupFile::Contents, Bytes::from_static(b"tar"))
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.puts(), 2);
+        assert_eq!(store.clone().puts(), 2, "clones share the counter");
+        assert_eq!(
+            store
+                .get("zeta", BackupFile::Contents)
+                .await
+                .unwrap()
+                .unwrap(),
+            "tar"
+        );
+        assert!(dir.path().join("backups/zeta/zeta.tar.gz").is_file());
+        assert_eq!(store.list_backups().await.unwrap(), ["alpha", "zeta"]);
+        assert!(store.url().starts_with('/'));
+        // Reopening the same directory as a file:// URL sees the same backups.
+        let url = format!("file://{}", dir.path().display());
+        let again = BackupStore::open(&url).unwrap();
+        assert_eq!(again.list_backups().await.unwrap(), ["alpha", "zeta"]);
+    }
+
+    #[tokio::test]
+    async fn open_creates_a_missing_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/b");
+        let store = BackupStore::open(nested.to_str().unwrap()).unwrap();
+        store
+            .put_logs("b", &["one".into(), "two".into()])
+            .await
+            .unwrap();
+        let gz = store.get("b", BackupFile::Logs).await.unwrap().unwrap();
+        assert_eq!(gunzip(&gz).unwrap(), b"one\ntwo\n");
+    }
+
+    #[tokio::test]
+    async fn json_round_trips_plain_and_gzipped() {
+        let (dir, store) = temp_store();
+        let ops = json!([{"operationID": "op-1", "phase": "InProgress"}]);
+        store
+            .put_json("b", BackupFile::ItemOperations, &ops)
+            .await
+            .unwrap();
+        let back: Value = store
+            .get_json("b", BackupFile::ItemOperations)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, ops);
+        let raw = std::fs::read(dir.path().join("backups/b/b-itemoperations.json.gz")).unwrap();
+        assert_eq!(&raw[..2], [0x1f, 0x8b], "gzip magic");
+
+        let meta = json!({"kind": "Backup", "status": {"phase": "Completed"}});
+        store
+            .put_json("b", BackupFile::Metadata, &meta)
+            .await
+            .unwrap();
+        let raw = std::fs::read(dir.path().join("backups/b/velero-backup.json")).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&raw).unwrap(),
+            meta,
+            "plain JSON"
+        );
+        let back: Value = store
+            .get_json("b", BackupFile::Metadata)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, meta);
+        let missing: Option<Value> = store.get_json("b", BackupFile::Results).await.unwrap();
+        assert_eq!(missing, None);
+    }
+
+    #[tokio::test]
+    async fn garbage_is_corrupt_naming_the_key() {
+        let (_dir, store) = temp_store();
+        store
+            .put("b", BackupFile::Results, Bytes::from_static(b"garbage"))
+            .await
+            .unwrap();
+        let err = store
+            .get_json::<Value>("b", BackupFile::Results)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("backups/b/b-results.gz"), "{err}");
+        store
+            .put("b", BackupFile::Metadata, Bytes::from_static(b"{not json"))
+            .await
+            .unwrap();
+        let err = store
+            .get_json::<Value>("b", BackupFile::Metadata)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("velero-backup.json is corrupt"),
+            "{err}"
+        );
+    }
+
+    fn faulty_store() -> (tempfile::TempDir, Arc<FaultyStore>, BackupStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        let faulty = Arc::new(FaultyStore::new(Arc::new(fs)));
+        let store = BackupStore::from_object_store(faulty.clone(), "faulty://test");
+        (dir, faulty, store)
+    }
+
+    #[tokio::test]
+    async fn a_failed_put_leaves_the_previous_version() {
+        let (_dir, faulty, store) = faulty_store();
+        store
+            .put_json("b", BackupFile::Metadata, &json!({"v": 1}))
+            .await
+            .unwrap();
+        faulty.fail_puts(true);
+        let err = store
+            .put_json("b", BackupFile::Metadata, &json!({"v": 2}))
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, StoreError::Io { .. }));
+        assert!(
+            msg.contains("faulty://test") && msg.contains("velero-backup.json"),
+            "{msg}"
+        );
+        assert!(msg.contains("injected failure"), "{msg}");
+        assert_eq!(store.puts(), 1, "failed puts are not counted");
+        let now: Value = store
+            .get_json("b", BackupFile::Metadata)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(now, json!({"v": 1}));
+    }
+
+    #[tokio::test]
+    async fn a_reader_during_a_put_sees_the_old_version() {
+        let (_dir, faulty, store) = faulty_store();
+        store
+            .put_json("b", BackupFile::Results, &json!(1))
+            .await
+            .unwrap();
+        let guard = faulty.pause_puts_to("-results.gz");
+        let writer = {
+            let store = store.clone();
+            tokio::spawn(async move { store.put_json("b", BackupFile::Results, &json!(2)).await })
+        };
+        tokio::time::timeout(Duration::from_secs(5), guard.paused())
+            .await
+            .unwrap();
+        let seen: Value = store
+            .get_json("b", BackupFile::Results)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen, json!(1));
+        guard.release();
+        writer.await.unwrap().unwrap();
+        let seen: Value = store
+            .get_json("b", BackupFile::Results)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen, json!(2));
+    }
+
+    #[test]
+    fn bad_locations_say_why() {
+        for (location, want) in [
+            ("s3://", "no bucket"),
+            ("s3:// bucket", "not a URL"),
+            ("http://[::1", "not a URL"),
+            ("ftp://host/x", "unsupported scheme"),
+        ] {
+            let err = BackupStore::open(location).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, StoreError::Url { .. }), "{msg}");
+            assert!(
+                msg.contains(location) && msg.contains(want),
+                "{location}: {msg}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_backup_names_are_refused() {
+        let (_dir, store) = temp_store();
+        for name in ["", "a/b", "..", "."] {
+            let err = store.get(name, BackupFile::Metadata).await.unwrap_err();
+            assert!(matches!(err, StoreError::Name { .. }), "{name:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn s3_opens_without_network() {
+        let store = BackupStore::open("s3://bucket/some/prefix").unwrap();
+        assert_eq!(store.url(), "s3://bucket/some/prefix");
+        assert_eq!(store.puts(), 0);
+    }
+}

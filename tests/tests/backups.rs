@@ -1,0 +1,547 @@
+//! Whole backups through the controller, with the example plugins and
+//! hostile ones, on a directory of manifests playing the cluster.
+
+mod common;
+
+use common::*;
+use iar::backup::object::{BackupObject, BackupPhase, Results};
+use iar::controller::{BackupRequest, Controller, Settings};
+use iar::operations::{Operation, OperationPhase};
+use iar::store::faulty::FaultyStore;
+use iar::store::{BackupFile, BackupStore, tarball};
+use iar::{Limits, ManifestCluster, Plugin};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-0\n  namespace: shop\n  labels: {app: web}\nspec:\n  containers: [{name: web, image: nginx}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data-web-0}\n";
+const PVC: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data-web-0, namespace: shop}\nspec: {volumeName: pv-data-web-0}\nstatus: {phase: Bound}\n";
+const PV: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-data-web-0}\nspec: {capacity: {storage: 1Gi}}\n";
+const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config, namespace: shop}\ndata: {a: b}\n";
+const OTHER_NS: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: skipped, namespace: other}\ndata: {a: b}\n";
+
+/// A cluster of manifests in a fresh directory.
+struct Cluster {
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, text) in [
+            ("pod.yaml", POD),
+            ("pvc.yaml", PVC),
+            ("pv.yaml", PV),
+            ("cm.yaml", CONFIGMAP),
+            ("other.yaml", OTHER_NS),
+        ] {
+            std::fs::write(dir.path().join(file), text).unwrap();
+        }
+        Cluster { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    /// Plays the snapshot controller: the VolumeSnapshot of the PVC for `backup`.
+    fn snapshot(&self, backup: &str, status: Value) {
+        let doc = json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": format!("data-web-0-{backup}"), "namespace": "shop", "creationTimestamp": "2026-11-30T01:00:00Z"},
+            "status": status,
+        });
+        let tmp = self.dir.path().join(".snapshot.tmp");
+        std::fs::write(&tmp, serde_json::to_string(&doc).unwrap()).unwrap();
+        std::fs::rename(tmp, self.dir.path().join("snapshot.json")).unwrap();
+    }
+}
+
+fn example_plugins() -> Vec<Plugin> {
+    let runtime = runtime();
+    vec![
+        load(
+            &runtime,
+            artifacts::LABELS,
+            &[("labels", "backed-up-by=iar")],
+        ),
+        load(&runtime, artifacts::POD_VOLUMES, &[]),
+        load(&runtime, artifacts::PVC_SNAPSHOT, &[]),
+    ]
+}
+
+fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> Controller {
+    let settings = Settings {
+        sync_period: Duration::from_millis(50),
+        ..Settings::default()
+    };
+    Controller::new(
+        plugins,
+        store,
+        Arc::new(ManifestCluster::new(vec![cluster.path()])),
+        settings,
+    )
+}
+
+fn request(name: &str, cluster: &Cluster, spec: Value) -> BackupRequest {
+    BackupRequest {
+        name: name.into(),
+        namespace: "velero".into(),
+        spec,
+        sources: vec![cluster.path()],
+    }
+}
+
+fn shop_only() -> Value {
+    json!({"includedNamespaces": ["shop"]})
+}
+
+async fn persisted(store: &BackupStore, name: &str) -> (BackupObject, Vec<Operation>, Results) {
+    let object = store
+        .get_json(name, BackupFile::Metadata)
+        .await
+        .unwrap()
+        .expect("velero-backup.json");
+    let ops = store
+        .get_json(name, BackupFile::ItemOperations)
+        .await
+        .unwrap()
+        .expect("itemoperations");
+    let results = store
+        .get_json(name, BackupFile::Results)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    (object, ops, results)
+}
+
+async fn contents(store: &BackupStore, name: &str) -> Vec<(String, Vec<u8>)> {
+    let bytes = store
+        .get(name, BackupFile::Contents)
+        .await
+        .unwrap()
+        .expect("contents");
+    tarball::read(&bytes).unwrap()
+}
+
+fn entry(entries: &[(String, Vec<u8>)], path: &str) -> Value {
+    let (_, data) = entries.iter().find(|(p, _)| p == path).unwrap_or_else(|| {
+        panic!(
+            "{path} not in {:?}",
+            entries.iter().map(|e| &e.0).collect::<Vec<_>>()
+        )
+    });
+    serde_json::from_slice(data).unwrap()
+}
+
+async fn log_lines(store: &BackupStore, name: &str) -> Vec<String> {
+    let bytes = store
+        .get(name, BackupFile::Logs)
+        .await
+        .unwrap()
+        .expect("logs");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .unwrap();
+    text.lines().map(String::from).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_operations_complete_ends_completed() {
+    let cluster = Cluster::new();
+    cluster.snapshot(
+        "nightly",
+        json!({"readyToUse": true, "creationTime": "2026-11-30T01:00:04Z"}),
+    );
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    let object = c
+        .run_backup(request("nightly", &cluster, shop_only()))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+
+    let (persisted_object, ops, results) = persisted(&store, "nightly").await;
+    assert_eq!(persisted_object, object);
+    assert_eq!(results.errors.count(), 0, "{results:?}");
+    assert_eq!(ops.len(), 1);
+    assert!(
+        ops.iter()
+            .all(|o| o.status.phase == OperationPhase::Completed)
+    );
+    assert_eq!(ops[0].spec.backup_item_action, "iar_plugin_pvc_snapshot");
+    assert_eq!(object.status.backup_item_operations_completed, 1);
+
+    let entries = contents(&store, "nightly").await;
+    // The spec's filter kept "other" out; the PV came in as an additional item.
+    let paths: Vec<&str> = entries.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(
+        paths.contains(&"resources/persistentvolumes/cluster/pv-data-web-0.json"),
+        "{paths:?}"
+    );
+    assert!(!paths.iter().any(|p| p.contains("/other/")), "{paths:?}");
+    let pod = entry(&entries, "resources/pods/namespaces/shop/web-0.json");
+    assert_eq!(pod["metadata"]["labels"]["backed-up-by"], "iar");
+    // Finalize appended the post-operation item in its final state.
+    let snap = entry(
+        &entries,
+        "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/shop/data-web-0-nightly.json",
+    );
+    assert_eq!(snap["status"]["readyToUse"], true);
+    assert_eq!(
+        snap["metadata"]["labels"]["backed-up-by"], "iar",
+        "finalize ran the actions on it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editing_a_manifest_plays_the_snapshot_controller() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let c = Arc::new(controller(example_plugins(), store.clone(), &cluster));
+    let task = tokio::spawn({
+        let c = c.clone();
+        let req = request("nightly", &cluster, shop_only());
+        async move { c.run_backup(req).await }
+    });
+    // Wait until the operation is recorded, then create the snapshot, not ready.
+    wait_for(|| async { matches!(store.get_json::<Vec<Operation>>("nightly", BackupFile::ItemOperations).await, Ok(Some(ops)) if !ops.is_empty()) }).await;
+    cluster.snapshot("nightly", json!({"readyToUse": false}));
+    wait_for(|| async {
+        let ops: Vec<Operation> = store
+            .get_json("nightly", BackupFile::ItemOperations)
+            .await
+            .unwrap()
+            .unwrap();
+        ops[0].status.phase == OperationPhase::InProgress
+    })
+    .await;
+    let (object, _, _) = persisted(&store, "nightly").await;
+    assert_eq!(object.status.phase, BackupPhase::WaitingForPluginOperations);
+    cluster.snapshot("nightly", json!({"readyToUse": true}));
+    let object = task.await.unwrap().unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    let (_, ops, _) = persisted(&store, "nightly").await;
+    assert_eq!(ops[0].status.phase, OperationPhase::Completed);
+    assert!(ops[0].status.started.is_some());
+}
+
+async fn wait_for<F, Fut>(mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..600 {
+        if condition().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("condition not reached in 15 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failed_operation_ends_partially_failed() {
+    let cluster = Cluster::new();
+    cluster.snapshot(
+        "nightly",
+        json!({"readyToUse": false, "error": {"message": "quota exceeded"}}),
+    );
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    let object = c
+        .run_backup(request("nightly", &cluster, shop_only()))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    let (_, ops, results) = persisted(&store, "nightly").await;
+    assert_eq!(ops[0].status.phase, OperationPhase::Failed);
+    assert_eq!(ops[0].status.error, "quota exceeded");
+    assert_eq!(object.status.backup_item_operations_failed, 1);
+    assert_eq!(object.status.errors, 1);
+    let errors: Vec<&String> = results.errors.all().collect();
+    assert!(
+        errors[0].contains("plugin \"iar_plugin_pvc_snapshot\"")
+            && errors[0].contains("quota exceeded"),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_operation_is_cancelled_once_and_counts_as_an_error() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    // No VolumeSnapshot ever appears: the snapshot operation never ends.
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    let spec = json!({"includedNamespaces": ["shop"], "itemOperationTimeout": "300ms"});
+    let object = c.run_backup(request("slow", &cluster, spec)).await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    assert_eq!(object.status.errors, 1, "the timeout counts in the errors");
+    assert_eq!(object.status.backup_item_operations_failed, 1);
+    let (_, ops, results) = persisted(&store, "slow").await;
+    assert_eq!(ops[0].status.phase, OperationPhase::Failed);
+    assert!(
+        ops[0]
+            .status
+            .error
+            .starts_with("asynchronous action timed out after 300ms"),
+        "{}",
+        ops[0].status.error
+    );
+    assert!(ops[0].status.error.ends_with("cancel requested"));
+    assert!(results.errors.all().next().unwrap().contains("timed out"));
+    let cancels = log_lines(&store, "slow")
+        .await
+        .iter()
+        .filter(|l| l.contains("backup gave up on"))
+        .count();
+    assert_eq!(cancels, 1, "cancel is called exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_started_in_finalize_fails_the_item() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let runtime = runtime();
+    // Starts an operation in every phase (post-operation item: the pod
+    // itself); its progress reports completion at once.
+    let hostile = load(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", "operation"), ("progress", "complete")],
+    );
+    let c = controller(vec![hostile], store.clone(), &cluster);
+    let spec = json!({"includedNamespaces": ["shop"], "includedResources": ["pods"]});
+    let object = c.run_backup(request("fin", &cluster, spec)).await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    let (_, ops, results) = persisted(&store, "fin").await;
+    assert_eq!(
+        ops.len(),
+        1,
+        "the finalize-phase operation was never recorded"
+    );
+    assert_eq!(ops[0].status.phase, OperationPhase::Completed);
+    let errors: Vec<&String> = results.errors.all().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("(rule: no-operation-in-finalize)"),
+        "{errors:?}"
+    );
+    assert_eq!(object.status.errors, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_without_operations_goes_straight_to_finalizing() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let runtime = runtime();
+    let c = controller(
+        vec![load(&runtime, artifacts::LABELS, &[("labels", "x=y")])],
+        store.clone(),
+        &cluster,
+    );
+    let object = c
+        .run_backup(request("quick", &cluster, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    assert_eq!(object.status.progress.items_backed_up, 5);
+    let phases: Vec<String> = log_lines(&store, "quick")
+        .await
+        .iter()
+        .filter_map(|l| l.split("phase ").nth(1).map(String::from))
+        .collect();
+    assert_eq!(phases, ["New", "InProgress", "Finalizing", "Completed"]);
+    let (_, ops, _) = persisted(&store, "quick").await;
+    assert!(ops.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_found_in_progress_after_a_restart_is_failed() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let mut object = BackupObject::new("crashed", "velero", "uid-1", json!({}));
+    object.status.phase = BackupPhase::InProgress;
+    store
+        .put_json("crashed", BackupFile::Metadata, &object)
+        .await
+        .unwrap();
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    let resumed = c.resume("crashed").await.unwrap();
+    assert_eq!(resumed.status.phase, BackupPhase::Failed);
+    assert!(
+        resumed
+            .status
+            .failure_reason
+            .starts_with("found in phase InProgress after a restart")
+    );
+    let persisted_object: BackupObject = store
+        .get_json("crashed", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(persisted_object.status.phase, BackupPhase::Failed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_backup_resumes_from_its_persisted_operations() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let c = Arc::new(controller(example_plugins(), store.clone(), &cluster));
+    let req = request("nightly", &cluster, shop_only());
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.run_backup(req).await }
+    });
+    wait_for(|| async { matches!(store.get_json::<BackupObject>("nightly", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    // The process "dies": the task is dropped mid-wait; its map is gone.
+    running.abort();
+    let _ = running.await;
+    let (_, before, _) = persisted(&store, "nightly").await;
+
+    cluster.snapshot("nightly", json!({"readyToUse": true}));
+    let fresh = controller(example_plugins(), store.clone(), &cluster);
+    let object = fresh.resume("nightly").await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    let (_, after, _) = persisted(&store, "nightly").await;
+    assert_eq!(
+        after[0].status.created, before[0].status.created,
+        "timeouts still count from the original creation"
+    );
+    assert_eq!(after[0].status.phase, OperationPhase::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizing_backup_resumes_by_finalizing() {
+    let cluster = Cluster::new();
+    cluster.snapshot("nightly", json!({"readyToUse": false}));
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    cluster.snapshot("nightly", json!({"readyToUse": true}));
+    c.run_backup(request("nightly", &cluster, shop_only()))
+        .await
+        .unwrap();
+    // Roll the persisted phase back to Finalizing, as if the process died there
+    // after the snapshot changed again.
+    let mut object: BackupObject = store
+        .get_json("nightly", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    object.status.phase = BackupPhase::Finalizing;
+    store
+        .put_json("nightly", BackupFile::Metadata, &object)
+        .await
+        .unwrap();
+    cluster.snapshot("nightly", json!({"readyToUse": true, "restoreSize": "2Gi"}));
+    let before = contents(&store, "nightly").await;
+
+    let object = controller(example_plugins(), store.clone(), &cluster)
+        .resume("nightly")
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    let after = contents(&store, "nightly").await;
+    let snap_path =
+        "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/shop/data-web-0-nightly.json";
+    assert_eq!(entry(&after, snap_path)["status"]["restoreSize"], "2Gi");
+    // Every other entry is kept byte for byte, in place.
+    assert_eq!(before.len(), after.len());
+    for ((p1, d1), (p2, d2)) in before.iter().zip(&after) {
+        assert_eq!(p1, p2);
+        if p1 != snap_path {
+            assert_eq!(d1, d2, "{p1} changed");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_store_loses_nothing_already_persisted_and_reports_the_error() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let local = object_store_local(store_dir.path());
+    let faulty = Arc::new(FaultyStore::new(local));
+    let store = BackupStore::from_object_store(faulty.clone(), "faulty://test");
+    // New and InProgress are persisted (3 writes each), then the store fails.
+    faulty.fail_after(6);
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    let err = c
+        .run_backup(request("nightly", &cluster, shop_only()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    let object: BackupObject = store
+        .get_json("nightly", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        object.status.phase,
+        BackupPhase::InProgress,
+        "the last good version is intact"
+    );
+    // A restart then marks it Failed, as the rules say.
+    faulty.fail_puts(false);
+    let healthy = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let resumed = controller(example_plugins(), healthy, &cluster)
+        .resume("nightly")
+        .await
+        .unwrap();
+    assert_eq!(resumed.status.phase, BackupPhase::Failed);
+}
+
+fn object_store_local(dir: &Path) -> Arc<dyn object_store::ObjectStore> {
+    Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_failing_an_item_ends_partially_failed_and_keeps_the_rest() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let runtime = runtime();
+    let limits = Limits {
+        deadline: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let looping = load_with(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", "loop")],
+        limits,
+    );
+    let labels = load(&runtime, artifacts::LABELS, &[("labels", "x=y")]);
+    // The looping plugin applies to everything; every item fails on it.
+    let c = controller(vec![labels, looping], store.clone(), &cluster);
+    let spec = json!({"includedNamespaces": ["shop"], "includedResources": ["configmaps"]});
+    let object = c
+        .run_backup(request("loopy", &cluster, spec))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    let (_, _, results) = persisted(&store, "loopy").await;
+    let errors: Vec<&String> = results.errors.all().collect();
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].contains("(rule: cpu-deadline)")
+            && errors[0].contains("configmaps shop/web-config"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        results.errors.namespaces["shop"].len(),
+        1,
+        "filed under the item's namespace"
+    );
+}
