@@ -67,20 +67,47 @@ pub struct BackupRequest {
     pub sources: Vec<PathBuf>,
 }
 
-/// A backup's log: every line also goes to the host log.
+/// Receives every line of every backup's log as it is written (a progress
+/// display, for example).
+pub type Observer = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Each backup's log, persisted as `<name>-logs.gz`; every line also goes to
+/// the host log and to the observer.
 #[derive(Default)]
-struct Journal(Mutex<Vec<String>>);
+struct Journal {
+    lines: Mutex<HashMap<String, Vec<String>>>,
+    observer: Option<Observer>,
+}
 
 impl Journal {
     fn line(&self, backup: &str, message: impl Into<String>) {
         let message = message.into();
         tracing::info!(backup, "{message}");
-        let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        self.record(backup, message);
     }
 
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Records a line that is already in the host log (a plugin's own line,
+    /// forwarded by the boundary).
+    fn record(&self, backup: &str, message: String) {
+        if let Some(observe) = &self.observer {
+            observe(backup, &message);
+        }
+        let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.entry(backup.to_string()).or_default().push(line);
+    }
+
+    /// Continues a log a previous process persisted.
+    fn preload(&self, backup: &str, previous: Vec<String>) {
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let current = lines.entry(backup.to_string()).or_default();
+        let new = std::mem::replace(current, previous);
+        current.extend(new);
+    }
+
+    fn lines(&self, backup: &str) -> Vec<String> {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.get(backup).cloned().unwrap_or_default()
     }
 }
 
@@ -161,13 +188,19 @@ impl Controller {
         }
     }
 
+    /// Calls `observer(backup, line)` for every log line of every backup.
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.journal.observer = Some(observer);
+        self
+    }
+
     /// Persists the backup object, results and log. Called on every phase change.
     async fn persist(&self, run: &Run) -> Result<(), StoreError> {
         let name = run.name();
         self.store
             .put_json(name, BackupFile::Results, &run.results)
             .await?;
-        self.store.put_logs(name, &self.journal.lines()).await?;
+        self.store.put_logs(name, &self.journal.lines(name)).await?;
         // The object last: its phase is what resume trusts.
         self.store
             .put_json(name, BackupFile::Metadata, &run.object)
@@ -310,6 +343,16 @@ impl Controller {
             .get_json(name, BackupFile::Results)
             .await?
             .unwrap_or_default();
+        if let Some(gz) = self.store.get(name, BackupFile::Logs).await? {
+            let mut text = String::new();
+            // A log that does not decode is not worth failing a resume for.
+            if std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut text)
+                .is_ok()
+            {
+                self.journal
+                    .preload(name, text.lines().map(String::from).collect());
+            }
+        }
         let mut run = Run { object, results };
         match run.object.status.phase {
             BackupPhase::New | BackupPhase::InProgress => {
@@ -426,7 +469,7 @@ impl Controller {
             .await
             .expect("polling does not panic");
             for line in std::mem::take(&mut p.logs) {
-                self.journal.line(&name, line);
+                self.journal.record(&name, line);
             }
             poller = Some(p);
             for (id, update) in &updates {
@@ -572,7 +615,7 @@ impl Controller {
 
 fn record_messages(results: &mut Results, journal: &Journal, backup: &str, outcome: &ItemOutcome) {
     for line in &outcome.logs {
-        journal.line(backup, line.clone());
+        journal.record(backup, line.clone());
     }
     for e in &outcome.errors {
         results.errors.add(&outcome.id.namespace, e.clone());

@@ -81,7 +81,7 @@ fn run_progress_reads_the_cluster_directory() {
         "--cluster",
         "examples/cluster",
         "--progress",
-        "shop/data-web-0-nightly",
+        "shop/data-web-0-demo",
     ]);
     assert!(
         out.status.success(),

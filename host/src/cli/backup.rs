@@ -42,6 +42,10 @@ pub struct BackupArgs {
     /// Operation timeout, unless the spec sets itemOperationTimeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
     operation_timeout: Duration,
+    /// A plugin setting, `key=value` for every plugin or `PLUGIN:key=value` for one
+    /// (added to the plugin's NAME.yaml settings).
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -55,6 +59,9 @@ pub struct ResumeArgs {
     sync_period: Duration,
     #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
     operation_timeout: Duration,
+    /// Plugin settings, as for `iar backup`.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -81,7 +88,11 @@ struct SettingsFile {
 
 /// Loads every plugin in a directory, in name order. One that fails to load
 /// is an error naming it: a backup must not silently run without an action.
-pub fn load_plugins(runtime: &Runtime, dir: &Path) -> anyhow::Result<Vec<Plugin>> {
+pub fn load_plugins(
+    runtime: &Runtime,
+    dir: &Path,
+    config: &[String],
+) -> anyhow::Result<Vec<Plugin>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading plugin directory {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -102,9 +113,14 @@ pub fn load_plugins(runtime: &Runtime, dir: &Path) -> anyhow::Result<Vec<Plugin>
             Some(list) => ReadGrants::only(list).map_err(anyhow::Error::msg)?,
             None => ReadGrants::default(),
         };
+        let mut plugin_config = file.config;
+        plugin_config.extend(super::run::plugin_config(
+            config,
+            &iar::plugin::name_from_path(&path),
+        )?);
         let settings = PluginSettings {
             limits: file.limits,
-            config: file.config,
+            config: plugin_config,
             grants,
         };
         plugins.push(Plugin::from_file(runtime, &path, settings)?);
@@ -154,33 +170,41 @@ fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn controller(
-    plugins_dir: &Path,
-    store: &str,
-    sources: Vec<PathBuf>,
+/// What `backup` and `resume` share.
+struct ControllerArgs<'a> {
+    plugins: &'a Path,
+    config: &'a [String],
+    store: &'a str,
     sync_period: Duration,
     operation_timeout: Duration,
-) -> anyhow::Result<Controller> {
+}
+
+fn controller(args: ControllerArgs<'_>, sources: Vec<PathBuf>) -> anyhow::Result<Controller> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
-    let plugins = load_plugins(&runtime, plugins_dir)?;
-    let store = BackupStore::open(store)?;
+    let plugins = load_plugins(&runtime, args.plugins, args.config)?;
+    let store = BackupStore::open(args.store)?;
+    let (sync_period, operation_timeout) = (args.sync_period, args.operation_timeout);
     let cluster = Arc::new(ManifestCluster::new(sources));
     let settings = Settings {
         sync_period,
         operation_timeout,
         ..Settings::default()
     };
-    Ok(Controller::new(plugins, store, cluster, settings))
+    Ok(Controller::new(plugins, store, cluster, settings)
+        .with_observer(super::progress::observer()))
 }
 
 pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     let spec = read_spec(args.spec.as_deref())?;
     let c = controller(
-        &args.plugins,
-        &args.store.store,
+        ControllerArgs {
+            plugins: &args.plugins,
+            config: &args.config,
+            store: &args.store.store,
+            sync_period: args.sync_period,
+            operation_timeout: args.operation_timeout,
+        },
         args.items.clone(),
-        args.sync_period,
-        args.operation_timeout,
     )?;
     let request = BackupRequest {
         name: args.name.clone(),
@@ -188,7 +212,9 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
         spec,
         sources: args.items,
     };
-    let object = tokio_runtime()?.block_on(c.run_backup(request))?;
+    let object = tokio_runtime()?.block_on(c.run_backup(request));
+    super::progress::finish();
+    let object = object?;
     println!(
         "Backup {:?} {}: {} errors, {} warnings (iar describe {} --store {})",
         object.metadata.name,
@@ -214,13 +240,18 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();
     let c = controller(
-        &args.plugins,
-        &args.store.store,
+        ControllerArgs {
+            plugins: &args.plugins,
+            config: &args.config,
+            store: &args.store.store,
+            sync_period: args.sync_period,
+            operation_timeout: args.operation_timeout,
+        },
         sources,
-        args.sync_period,
-        args.operation_timeout,
     )?;
-    let object = rt.block_on(c.resume(&args.name))?;
+    let object = rt.block_on(c.resume(&args.name));
+    super::progress::finish();
+    let object = object?;
     println!(
         "Backup {:?} {}: {} errors, {} warnings",
         object.metadata.name, object.status.phase, object.status.errors, object.status.warnings

@@ -2,6 +2,7 @@
 
 mod backup;
 mod inspect;
+mod progress;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -37,11 +38,20 @@ enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Backups narrate their phases (plain log lines when stderr is not a
+    // terminal; a progress line when it is); the other commands stay quiet.
+    let long_running = matches!(cli.command, Command::Backup(_) | Command::Resume(_));
+    let default = if long_running && !progress::interactive() {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(progress::interactive())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("IAR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .init();
     let result = match cli.command {

@@ -90,7 +90,10 @@ fn backup_ref(path: Option<&Path>, phase: Phase) -> anyhow::Result<BackupRef> {
 }
 
 /// Splits `--config` values into per-plugin maps.
-fn plugin_config(pairs: &[String], plugin: &str) -> anyhow::Result<BTreeMap<String, String>> {
+pub(crate) fn plugin_config(
+    pairs: &[String],
+    plugin: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for pair in pairs {
         let (key, value) = pair.split_once('=').with_context(|| {
