@@ -81,36 +81,130 @@ struct CachedFile {
     items: Vec<Item>,
 }
 
-/// A directory (or files) of manifests playing the part of a cluster. Files
-/// are read again when they change on disk, so editing one plays the part of
-/// a controller (a VolumeSnapshot becoming ready).
+/// One directory's listing: its mtime when listed, its manifest files, its
+/// subdirectories.
+type Listing = (Option<SystemTime>, Vec<PathBuf>, Vec<PathBuf>);
+
+#[derive(Default)]
+struct Cache {
+    files: HashMap<PathBuf, CachedFile>,
+    /// Which file last held each object.
+    index: HashMap<ItemRef, PathBuf>,
+    /// Directory listings (files, subdirectories), valid while the
+    /// directory's mtime is unchanged: adding, removing or renaming an entry
+    /// changes it.
+    dirs: HashMap<PathBuf, Listing>,
+    /// Every manifest file under the paths, rebuilt when a listing changes.
+    all: Vec<PathBuf>,
+    all_set: std::collections::HashSet<PathBuf>,
+}
+
+/// A directory (or files) of manifests playing the part of a cluster. Every
+/// answer reflects the files as they are on disk at that moment, so editing
+/// one plays the part of a controller (a VolumeSnapshot becoming ready); a
+/// parse cache keyed by mtime and length keeps a lookup to a few `stat`s.
 pub struct ManifestCluster {
     paths: Vec<PathBuf>,
     catalog: &'static Catalog,
-    cache: Mutex<HashMap<PathBuf, CachedFile>>,
+    cache: Mutex<Cache>,
 }
 
-impl ManifestCluster {
-    pub fn new(paths: Vec<PathBuf>) -> Self {
-        ManifestCluster {
-            paths,
-            catalog: Catalog::builtin(),
-            cache: Mutex::new(HashMap::new()),
+fn modified(path: &Path) -> Result<(Option<SystemTime>, u64), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((meta.modified().ok(), meta.len()))
+}
+
+impl Cache {
+    /// Re-lists the directories under `path` whose mtime changed; returns
+    /// whether any did.
+    fn relist(&mut self, path: &Path) -> Result<bool, String> {
+        if !path.is_dir() {
+            return Ok(false);
+        }
+        let (mtime, _) = modified(path)?;
+        let mut changed = false;
+        if !self
+            .dirs
+            .get(path)
+            .is_some_and(|(m, _, _)| *m == mtime && mtime.is_some())
+        {
+            let mut files = Vec::new();
+            let mut subdirs = Vec::new();
+            for entry in std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))? {
+                let entry = entry
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+                    .path();
+                if entry.is_dir() {
+                    subdirs.push(entry);
+                } else if manifests::is_manifest(&entry) {
+                    files.push(entry);
+                }
+            }
+            files.sort();
+            subdirs.sort();
+            self.dirs
+                .insert(path.to_path_buf(), (mtime, files, subdirs));
+            changed = true;
+        }
+        for sub in self.dirs[path].2.clone() {
+            changed |= self.relist(&sub)?;
+        }
+        Ok(changed)
+    }
+
+    fn collect(&self, path: &Path, out: &mut Vec<PathBuf>) {
+        match self.dirs.get(path) {
+            None => out.push(path.to_path_buf()),
+            Some((_, files, subdirs)) => {
+                out.extend(files.iter().cloned());
+                for sub in subdirs {
+                    self.collect(sub, out);
+                }
+            }
         }
     }
 
-    fn find_in_file(&self, file: &Path, id: &ItemRef) -> Result<Option<Value>, String> {
-        let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let (modified, len) = (meta.modified().ok(), meta.len());
-        // The lock only guards the parse cache; holding it while reading one
-        // small file keeps two readers from parsing it twice.
-        let mut cache = self.cache.lock().map_err(|_| "manifest cache poisoned")?;
-        let fresh = cache
+    /// Brings the list of files up to date: a `stat` per directory.
+    fn update_listing(&mut self, paths: &[PathBuf]) -> Result<(), String> {
+        let mut changed = self.all.is_empty();
+        for path in paths {
+            changed |= self.relist(path)?;
+        }
+        if changed {
+            let mut all = Vec::new();
+            for path in paths {
+                self.collect(path, &mut all);
+            }
+            self.all_set = all.iter().cloned().collect();
+            self.all = all;
+        }
+        Ok(())
+    }
+
+    /// Re-reads a file if it changed since it was parsed.
+    fn refresh(&mut self, file: &Path, catalog: &Catalog) -> Result<(), String> {
+        let (modified, len) = match modified(file) {
+            Ok(m) => m,
+            Err(_) => {
+                // Gone: forget what it held.
+                if let Some(old) = self.files.remove(file) {
+                    for item in old.items {
+                        self.index.remove(&item.id);
+                    }
+                }
+                return Ok(());
+            }
+        };
+        let fresh = self
+            .files
             .get(file)
             .is_some_and(|c| c.modified == modified && c.len == len && modified.is_some());
         if !fresh {
-            let items = manifests::read_file(file, self.catalog).map_err(|e| e.to_string())?;
-            cache.insert(
+            let items = manifests::read_file(file, catalog).map_err(|e| e.to_string())?;
+            for item in &items {
+                self.index.insert(item.id.clone(), file.to_path_buf());
+            }
+            self.files.insert(
                 file.to_path_buf(),
                 CachedFile {
                     modified,
@@ -119,24 +213,54 @@ impl ManifestCluster {
                 },
             );
         }
-        Ok(cache[file]
+        Ok(())
+    }
+
+    fn lookup(&self, id: &ItemRef) -> Option<Value> {
+        let file = self.index.get(id)?;
+        let cached = self.files.get(file)?;
+        cached
             .items
             .iter()
-            .find(|item| &item.id == id)
-            .map(|item| item.value.clone()))
+            .find(|i| &i.id == id)
+            .map(|i| i.value.clone())
+    }
+}
+
+impl ManifestCluster {
+    pub fn new(paths: Vec<PathBuf>) -> Self {
+        ManifestCluster {
+            paths,
+            catalog: Catalog::builtin(),
+            cache: Mutex::new(Cache::default()),
+        }
     }
 }
 
 impl ClusterReader for ManifestCluster {
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
-        for path in &self.paths {
-            for file in manifests::manifest_files(path).map_err(|e| e.to_string())? {
-                if let Some(found) = self.find_in_file(&file, id)? {
-                    return Ok(Some(found));
-                }
+        // The lock guards the parse cache; it is held while a changed file is
+        // re-read so that concurrent lookups do not parse it twice.
+        let mut cache = self.cache.lock().map_err(|_| "manifest cache poisoned")?;
+        cache.update_listing(&self.paths)?;
+        // Fast path: the file that held the object, if it is still listed.
+        if let Some(file) = cache.index.get(id).cloned()
+            && cache.all_set.contains(&file)
+        {
+            cache.refresh(&file, self.catalog)?;
+            if let Some(found) = cache.lookup(id) {
+                return Ok(Some(found));
             }
         }
-        Ok(None)
+        // A miss, or the object moved: every file, changed ones re-read.
+        for file in cache.all.clone() {
+            cache.refresh(&file, self.catalog)?;
+        }
+        let listed = cache
+            .index
+            .get(id)
+            .is_some_and(|f| cache.all_set.contains(f));
+        Ok(if listed { cache.lookup(id) } else { None })
     }
 }
 
@@ -194,6 +318,24 @@ mod tests {
         // even when both writes land within one mtime tick.
         write(true);
         assert_eq!(ready(&cluster), Value::Bool(true));
+        // A file added later is found; a file removed is forgotten.
+        let other = dir.path().join("sub");
+        std::fs::create_dir(&other).unwrap();
+        let cm = ItemRef {
+            group: "".into(),
+            resource: "configmaps".into(),
+            namespace: "ns".into(),
+            name: "late".into(),
+        };
+        assert_eq!(cluster.get(&cm).unwrap(), None);
+        std::fs::write(
+            other.join("late.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: ns}\n",
+        )
+        .unwrap();
+        assert!(cluster.get(&cm).unwrap().is_some());
+        std::fs::remove_file(other.join("late.yaml")).unwrap();
+        assert_eq!(cluster.get(&cm).unwrap(), None);
         let missing = ItemRef {
             name: "other".into(),
             ..id.clone()

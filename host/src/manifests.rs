@@ -23,7 +23,7 @@ pub enum ManifestError {
     },
 }
 
-fn is_manifest(path: &Path) -> bool {
+pub(crate) fn is_manifest(path: &Path) -> bool {
     matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml" | "json")
