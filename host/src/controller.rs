@@ -271,7 +271,7 @@ impl Controller {
             .await;
 
         let mut entries: Vec<(String, Vec<u8>)> =
-            vec![(tarball::VERSION_PATH.to_string(), b"1\n".to_vec())];
+            vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
         let now = SystemTime::now();
         let mut attempted = 0;
         self.operations.insert_loaded(run.name(), Vec::new()).await;

@@ -60,6 +60,13 @@ impl Cluster {
     }
 }
 
+/// A store on a fresh local directory (kept alive by the returned guard).
+fn local_store() -> (tempfile::TempDir, BackupStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+    (dir, store)
+}
+
 fn example_plugins() -> Vec<Plugin> {
     let runtime = runtime();
     vec![
@@ -156,8 +163,7 @@ async fn a_backup_whose_operations_complete_ends_completed() {
         "nightly",
         json!({"readyToUse": true, "creationTime": "2026-11-30T01:00:04Z"}),
     );
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     let object = c
         .run_backup(request("nightly", &cluster, shop_only()))
@@ -201,8 +207,7 @@ async fn a_backup_whose_operations_complete_ends_completed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn editing_a_manifest_plays_the_snapshot_controller() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let c = Arc::new(controller(example_plugins(), store.clone(), &cluster));
     let task = tokio::spawn({
         let c = c.clone();
@@ -252,8 +257,7 @@ async fn one_failed_operation_ends_partially_failed() {
         "nightly",
         json!({"readyToUse": false, "error": {"message": "quota exceeded"}}),
     );
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     let object = c
         .run_backup(request("nightly", &cluster, shop_only()))
@@ -276,8 +280,7 @@ async fn one_failed_operation_ends_partially_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_operation_is_cancelled_once_and_counts_as_an_error() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     // No VolumeSnapshot ever appears: the snapshot operation never ends.
     let c = controller(example_plugins(), store.clone(), &cluster);
     let spec = json!({"includedNamespaces": ["shop"], "itemOperationTimeout": "300ms"});
@@ -308,8 +311,7 @@ async fn a_timed_out_operation_is_cancelled_once_and_counts_as_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_started_in_finalize_fails_the_item() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let runtime = runtime();
     // Starts an operation in every phase (post-operation item: the pod
     // itself); its progress reports completion at once.
@@ -341,8 +343,7 @@ async fn an_operation_started_in_finalize_fails_the_item() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_without_operations_goes_straight_to_finalizing() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let runtime = runtime();
     let c = controller(
         vec![load(&runtime, artifacts::LABELS, &[("labels", "x=y")])],
@@ -368,8 +369,7 @@ async fn a_backup_without_operations_goes_straight_to_finalizing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_found_in_progress_after_a_restart_is_failed() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let mut object = BackupObject::new("crashed", "velero", "uid-1", json!({}));
     object.status.phase = BackupPhase::InProgress;
     store
@@ -396,8 +396,7 @@ async fn a_backup_found_in_progress_after_a_restart_is_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_backup_resumes_from_its_persisted_operations() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let c = Arc::new(controller(example_plugins(), store.clone(), &cluster));
     let req = request("nightly", &cluster, shop_only());
     let running = tokio::spawn({
@@ -426,8 +425,7 @@ async fn a_waiting_backup_resumes_from_its_persisted_operations() {
 async fn a_finalizing_backup_resumes_by_finalizing() {
     let cluster = Cluster::new();
     cluster.snapshot("nightly", json!({"readyToUse": false}));
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     cluster.snapshot("nightly", json!({"readyToUse": true}));
     c.run_backup(request("nightly", &cluster, shop_only()))
@@ -509,8 +507,7 @@ fn object_store_local(dir: &Path) -> Arc<dyn object_store::ObjectStore> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_failing_an_item_ends_partially_failed_and_keeps_the_rest() {
     let cluster = Cluster::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = local_store();
     let runtime = runtime();
     let limits = Limits {
         deadline: Duration::from_millis(100),

@@ -19,23 +19,15 @@ pub struct StoreArg {
     store: String,
 }
 
+/// What `backup` and `resume` share: the plugins, the store, the timings.
 #[derive(clap::Args)]
-pub struct BackupArgs {
-    /// The backup's name.
-    name: String,
-    /// Manifest files or directories: the items to back up, and the cluster
-    /// that cluster-get and finalize read (edit them to play a controller).
-    #[arg(long, required = true, num_args = 1..)]
-    items: Vec<PathBuf>,
+pub struct RunnerArgs {
     /// A directory of plugins (*.wasm); `NAME.yaml` beside `NAME.wasm` holds
     /// its settings (config, limits, allowRead).
     #[arg(long)]
     plugins: PathBuf,
     #[command(flatten)]
     store: StoreArg,
-    /// A Velero Backup object, or just its spec (YAML or JSON).
-    #[arg(long)]
-    spec: Option<PathBuf>,
     /// How often operation progress is polled and persisted.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     sync_period: Duration,
@@ -49,19 +41,26 @@ pub struct BackupArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ResumeArgs {
+pub struct BackupArgs {
+    /// The backup's name.
     name: String,
+    /// Manifest files or directories: the items to back up, and the cluster
+    /// that cluster-get and finalize read (edit them to play a controller).
+    #[arg(long, required = true, num_args = 1..)]
+    items: Vec<PathBuf>,
+    /// A Velero Backup object, or just its spec (YAML or JSON).
     #[arg(long)]
-    plugins: PathBuf,
+    spec: Option<PathBuf>,
     #[command(flatten)]
-    store: StoreArg,
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-    sync_period: Duration,
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
-    operation_timeout: Duration,
-    /// Plugin settings, as for `iar backup`.
-    #[arg(long = "config", value_name = "KEY=VALUE")]
-    config: Vec<String>,
+    runner: RunnerArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ResumeArgs {
+    /// The backup to continue.
+    name: String,
+    #[command(flatten)]
+    runner: RunnerArgs,
 }
 
 #[derive(clap::Args)]
@@ -135,17 +134,7 @@ fn read_spec(path: Option<&Path>) -> anyhow::Result<serde_json::Value> {
     let Some(path) = path else {
         return Ok(serde_json::json!({}));
     };
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut docs = iar::manifests::parse_documents(path, &text)?;
-    if docs.len() != 1 {
-        bail!(
-            "{}: expected one object, found {}",
-            path.display(),
-            docs.len()
-        );
-    }
-    let doc = docs.remove(0);
+    let doc = super::run::read_one_object(path)?;
     // A whole Backup object, or a bare spec.
     Ok(
         if doc.get("kind").and_then(|k| k.as_str()) == Some("Backup") {
@@ -170,19 +159,10 @@ fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// What `backup` and `resume` share.
-struct ControllerArgs<'a> {
-    plugins: &'a Path,
-    config: &'a [String],
-    store: &'a str,
-    sync_period: Duration,
-    operation_timeout: Duration,
-}
-
-fn controller(args: ControllerArgs<'_>, sources: Vec<PathBuf>) -> anyhow::Result<Controller> {
+fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Controller> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
-    let plugins = load_plugins(&runtime, args.plugins, args.config)?;
-    let store = BackupStore::open(args.store)?;
+    let plugins = load_plugins(&runtime, &args.plugins, &args.config)?;
+    let store = BackupStore::open(&args.store.store)?;
     let (sync_period, operation_timeout) = (args.sync_period, args.operation_timeout);
     let cluster = Arc::new(ManifestCluster::new(sources));
     let settings = Settings {
@@ -196,16 +176,7 @@ fn controller(args: ControllerArgs<'_>, sources: Vec<PathBuf>) -> anyhow::Result
 
 pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     let spec = read_spec(args.spec.as_deref())?;
-    let c = controller(
-        ControllerArgs {
-            plugins: &args.plugins,
-            config: &args.config,
-            store: &args.store.store,
-            sync_period: args.sync_period,
-            operation_timeout: args.operation_timeout,
-        },
-        args.items.clone(),
-    )?;
+    let c = controller(&args.runner, args.items.clone())?;
     let request = BackupRequest {
         name: args.name.clone(),
         namespace: "velero".into(),
@@ -222,33 +193,29 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
         object.status.errors,
         object.status.warnings,
         object.metadata.name,
-        args.store.store
+        args.runner.store.store
     );
     Ok(exit_for(object.status.phase))
 }
 
 pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
-    let store = BackupStore::open(&args.store.store)?;
+    let store = BackupStore::open(&args.runner.store.store)?;
     let object: BackupObject = rt
         .block_on(store.get_json(&args.name, BackupFile::Metadata))?
-        .with_context(|| format!("backup {:?} not found in {}", args.name, args.store.store))?;
+        .with_context(|| {
+            format!(
+                "backup {:?} not found in {}",
+                args.name, args.runner.store.store
+            )
+        })?;
     let sources: Vec<PathBuf> = object
         .metadata
         .annotations
         .get(iar::backup::object::SOURCES_ANNOTATION)
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();
-    let c = controller(
-        ControllerArgs {
-            plugins: &args.plugins,
-            config: &args.config,
-            store: &args.store.store,
-            sync_period: args.sync_period,
-            operation_timeout: args.operation_timeout,
-        },
-        sources,
-    )?;
+    let c = controller(&args.runner, sources)?;
     let object = rt.block_on(c.resume(&args.name));
     super::progress::finish();
     let object = object?;

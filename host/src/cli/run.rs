@@ -55,7 +55,7 @@ enum PhaseArg {
     Finalize,
 }
 
-fn read_one_object(path: &Path) -> anyhow::Result<Value> {
+pub(crate) fn read_one_object(path: &Path) -> anyhow::Result<Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut docs = iar::manifests::parse_documents(path, &text)?;
