@@ -50,6 +50,8 @@ pub enum ControllerError {
     Store(#[from] StoreError),
     #[error("backup {0:?} not found in the store")]
     NotFound(String),
+    #[error("backup {name:?} already exists in {store}; choose another name")]
+    Exists { name: String, store: String },
     #[error("backup {name:?}: {reason}")]
     Invalid { name: String, reason: String },
     #[error("backup {name:?}: reading items: {reason}")]
@@ -65,6 +67,9 @@ pub struct BackupRequest {
     pub spec: serde_json::Value,
     /// Manifest files or directories: the items, and the cluster.
     pub sources: Vec<PathBuf>,
+    /// Recorded on the Backup object (iar records the plugin settings it
+    /// was run with, for `resume`).
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Receives every line of every backup's log as it is written (a progress
@@ -226,6 +231,19 @@ impl Controller {
         };
         let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
         spec::operation_timeout(&req.spec).map_err(invalid)?;
+        // Velero refuses a second backup of the same name; so does iar,
+        // rather than overwrite one (or a half-done one that could resume).
+        if self
+            .store
+            .get(&req.name, BackupFile::Metadata)
+            .await?
+            .is_some()
+        {
+            return Err(ControllerError::Exists {
+                name: req.name.clone(),
+                store: self.store.url().to_string(),
+            });
+        }
         let mut object = BackupObject::new(
             &req.name,
             &req.namespace,
@@ -246,6 +264,7 @@ impl Controller {
             SOURCES_ANNOTATION.into(),
             serde_json::to_string(&sources).expect("strings serialize"),
         );
+        object.metadata.annotations.extend(req.annotations.clone());
         let mut run = Run {
             object,
             results: Results::default(),
@@ -272,7 +291,6 @@ impl Controller {
 
         let mut entries: Vec<(String, Vec<u8>)> =
             vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
-        let now = SystemTime::now();
         let mut attempted = 0;
         self.operations.insert_loaded(run.name(), Vec::new()).await;
         for outcome in &outcomes {
@@ -297,7 +315,7 @@ impl Controller {
                     post_operation_items: op.post_operation_items.clone(),
                 };
                 self.operations
-                    .add(run.name(), Operation::new(spec, now))
+                    .add(run.name(), Operation::new(spec, op.created))
                     .await;
             }
         }
@@ -454,6 +472,7 @@ impl Controller {
             if pending.is_empty() {
                 break;
             }
+            let round = std::time::Instant::now();
             let mut p = poller
                 .take()
                 .expect("the poller is back after every period");
@@ -507,7 +526,8 @@ impl Controller {
             if all_done {
                 break;
             }
-            tokio::time::sleep(self.settings.sync_period).await;
+            // A period is from the start of one poll to the start of the next.
+            tokio::time::sleep(self.settings.sync_period.saturating_sub(round.elapsed())).await;
         }
         self.operations.sync(&name, &self.store).await?;
         let ops = self.operations.get(&name).await.unwrap_or_default();

@@ -99,6 +99,7 @@ fn request(name: &str, cluster: &Cluster, spec: Value) -> BackupRequest {
         namespace: "velero".into(),
         spec,
         sources: vec![cluster.path()],
+        annotations: Default::default(),
     }
 }
 
@@ -540,5 +541,35 @@ async fn a_plugin_failing_an_item_ends_partially_failed_and_keeps_the_rest() {
         results.errors.namespaces["shop"].len(),
         1,
         "filed under the item's namespace"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_backup_of_the_same_name_is_refused() {
+    let cluster = Cluster::new();
+    let (_store_dir, store) = local_store();
+    let runtime = runtime();
+    let c = controller(
+        vec![load(&runtime, artifacts::LABELS, &[])],
+        store.clone(),
+        &cluster,
+    );
+    c.run_backup(request("once", &cluster, json!({})))
+        .await
+        .unwrap();
+    let before = store.get("once", BackupFile::Contents).await.unwrap();
+    let err = c
+        .run_backup(request("once", &cluster, json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("backup \"once\" already exists in "),
+        "{err}"
+    );
+    assert_eq!(
+        store.get("once", BackupFile::Contents).await.unwrap(),
+        before,
+        "the first backup is untouched"
     );
 }

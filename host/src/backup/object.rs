@@ -110,6 +110,10 @@ pub struct BackupObject {
 /// `iar resume` can read post-operation items again.
 pub const SOURCES_ANNOTATION: &str = "iar.dev/item-sources";
 
+/// Where `iar backup` records its `--config` settings, so that `iar resume`
+/// finalizes with the same plugin settings.
+pub const CONFIG_ANNOTATION: &str = "iar.dev/plugin-config";
+
 impl BackupObject {
     pub fn new(name: &str, namespace: &str, uid: &str, spec: Value) -> Self {
         BackupObject {

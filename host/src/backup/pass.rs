@@ -17,6 +17,8 @@ pub struct StartedOperation {
     pub item: ItemRef,
     pub operation_id: String,
     pub post_operation_items: Vec<ItemRef>,
+    /// When the action returned it: the operation's timeout counts from here.
+    pub created: std::time::SystemTime,
 }
 
 /// What happened to one item.
@@ -78,6 +80,7 @@ fn act_on_item(
                         item: current.id.clone(),
                         operation_id,
                         post_operation_items: out.post_operation_items,
+                        created: std::time::SystemTime::now(),
                     });
                 }
             }

@@ -182,6 +182,11 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
         namespace: "velero".into(),
         spec,
         sources: args.items,
+        annotations: [(
+            iar::backup::object::CONFIG_ANNOTATION.to_string(),
+            serde_json::to_string(&args.runner.config)?,
+        )]
+        .into(),
     };
     let object = tokio_runtime()?.block_on(c.run_backup(request));
     super::progress::finish();
@@ -215,6 +220,21 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
         .get(iar::backup::object::SOURCES_ANNOTATION)
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();
+    // Finalize must run with the settings the backup started with.
+    let mut runner = args.runner;
+    if runner.config.is_empty()
+        && let Some(saved) = object
+            .metadata
+            .annotations
+            .get(iar::backup::object::CONFIG_ANNOTATION)
+    {
+        runner.config =
+            serde_json::from_str(saved).context("the backup's recorded plugin config")?;
+    }
+    let args = ResumeArgs {
+        name: args.name,
+        runner,
+    };
     let c = controller(&args.runner, sources)?;
     let object = rt.block_on(c.resume(&args.name));
     super::progress::finish();
