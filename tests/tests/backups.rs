@@ -67,19 +67,6 @@ fn local_store() -> (tempfile::TempDir, BackupStore) {
     (dir, store)
 }
 
-fn example_plugins() -> Vec<Plugin> {
-    let runtime = runtime();
-    vec![
-        load(
-            &runtime,
-            artifacts::LABELS,
-            &[("labels", "backed-up-by=iar")],
-        ),
-        load(&runtime, artifacts::POD_VOLUMES, &[]),
-        load(&runtime, artifacts::PVC_SNAPSHOT, &[]),
-    ]
-}
-
 fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> Controller {
     let settings = Settings {
         sync_period: Duration::from_millis(50),

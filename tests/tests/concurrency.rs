@@ -11,7 +11,7 @@ use iar::backup::object::{BackupObject, BackupPhase};
 use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::{Operation, OperationPhase};
 use iar::store::{BackupFile, BackupStore};
-use iar::{ManifestCluster, Plugin};
+use iar::ManifestCluster;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,19 +21,6 @@ use std::time::{Duration, Instant};
 
 const BACKUPS: usize = 6;
 const PVCS: usize = 40;
-
-fn example_plugins() -> Vec<Plugin> {
-    let runtime = runtime();
-    vec![
-        load(
-            &runtime,
-            artifacts::LABELS,
-            &[("labels", "backed-up-by=iar")],
-        ),
-        load(&runtime, artifacts::POD_VOLUMES, &[]),
-        load(&runtime, artifacts::PVC_SNAPSHOT, &[]),
-    ]
-}
 
 fn backup_name(b: usize) -> String {
     format!("b{b}")

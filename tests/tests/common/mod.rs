@@ -145,3 +145,17 @@ pub fn host_still_works(runtime: &Runtime) {
     assert_eq!(item["metadata"]["labels"]["checked"], "yes");
     assert_eq!(item["metadata"]["name"], "web-next");
 }
+
+/// The three example plugins, labels configured with `backed-up-by=iar`.
+pub fn example_plugins() -> Vec<Plugin> {
+    let runtime = runtime();
+    vec![
+        load(
+            &runtime,
+            artifacts::LABELS,
+            &[("labels", "backed-up-by=iar")],
+        ),
+        load(&runtime, artifacts::POD_VOLUMES, &[]),
+        load(&runtime, artifacts::PVC_SNAPSHOT, &[]),
+    ]
+}
