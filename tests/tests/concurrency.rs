@@ -7,11 +7,11 @@
 mod common;
 
 use common::*;
+use iar::ManifestCluster;
 use iar::backup::object::{BackupObject, BackupPhase};
 use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::{Operation, OperationPhase};
 use iar::store::{BackupFile, BackupStore};
-use iar::ManifestCluster;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;

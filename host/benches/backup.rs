@@ -1,0 +1,508 @@
+//! Whole backups and progress syncs at scale. Run with
+//! `cargo bench -p iar --bench backup`; compare the functions of a group in
+//! the same run (the machines are shared and noisy).
+//!
+//! `backup-10k-items`: one `Controller::run_backup` of 10,000 items (2,500
+//! Pods of ~2.5 KB each mounting a PVC, 2,500 bound PVCs, 2,500 PVs, 2,500
+//! ConfigMaps over 10 namespaces, as JSON `List`s in a directory that is
+//! both the items and the cluster, as `iar backup --items DIR` has it),
+//! store on a local directory. `no-plugins` is the same backup with no
+//! plugins at all (read, filter, tarball, persist); `three-plugins` runs the
+//! labels, pod-volumes and pvc-snapshot examples. Every PVC's VolumeSnapshot
+//! is already `readyToUse` in the directory (kept out of the backup by the
+//! spec's `excludedResources`), so the 2,500 operations complete on the first
+//! poll and no sync period is ever slept; finalize then appends the 2,500
+//! VolumeSnapshots to the tarball.
+//!
+//! `progress-sync-10k-ops`: one backup with 10,000 in-flight operations.
+//! `update+sync` is what the controller does once per period after polling:
+//! touch every operation under the backup's lock and persist the list.
+//! `poll-pvc-snapshot` is the polling itself: 10,000 `progress` calls through
+//! the pvc-snapshot plugin on one reused instance (as the controller's poller
+//! does), each reading its VolumeSnapshot through `cluster-get` from a
+//! directory of manifests.
+
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use iar::backup::object::BackupPhase;
+use iar::controller::{BackupRequest, Controller, Settings};
+use iar::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
+use iar::store::{BackupFile, BackupStore};
+use iar::{
+    BackupRef, ItemRef, ManifestCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig,
+};
+use serde_json::{Value, json};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::runtime::Runtime as Tokio;
+
+const BACKUP: &str = "bench";
+const NAMESPACES: usize = 10;
+/// Pods, PVCs, PVs and ConfigMaps each.
+const PER_KIND: usize = 2_500;
+const ITEMS: usize = 4 * PER_KIND;
+const OPERATIONS: usize = 10_000;
+const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
+
+fn namespace(i: usize, per_kind: usize) -> String {
+    format!("team-{:02}", i * NAMESPACES / per_kind)
+}
+
+/// A Pod of about 2.5 KB, shaped like what a StatefulSet leaves in a cluster,
+/// mounting PVC `data-web-<i>` and ConfigMap `web-config-<i>`.
+fn pod(ns: &str, i: usize) -> Value {
+    let name = format!("web-{i}");
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": format!("6f1c7a9e-5b43-4f0e-9d59-{i:012}"),
+            "resourceVersion": format!("{}", 184_467 + i),
+            "creationTimestamp": "2026-11-01T10:00:00Z",
+            "labels": {"app": "web", "controller-revision-hash": "web-7d9f8c6b5", "tier": "frontend", "statefulset.kubernetes.io/pod-name": name},
+            "annotations": {
+                "kubectl.kubernetes.io/restartedAt": "2026-11-01T09:59:00Z",
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": "9102"
+            },
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                "uid": "0b1e2d3c-4f5a-6b7c-8d9e-0f1a2b3c4d5e", "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "serviceAccountName": "web",
+            "nodeName": format!("worker-{}", i % 7),
+            "containers": [{
+                "name": "web",
+                "image": "registry.example.com/shop/web:1.42.0",
+                "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                "env": [
+                    {"name": "DATABASE_HOST", "value": format!("db.{ns}.svc.cluster.local")},
+                    {"name": "CACHE_TTL", "value": "300"},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                ],
+                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 10},
+                "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080}, "initialDelaySeconds": 15, "periodSeconds": 20, "failureThreshold": 3},
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 10001, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+                "terminationMessagePath": "/dev/termination-log",
+                "imagePullPolicy": "IfNotPresent",
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/var/lib/web"},
+                    {"name": "config", "mountPath": "/etc/web", "readOnly": true}
+                ]
+            }],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": format!("data-web-{i}")}},
+                {"name": "config", "configMap": {"name": format!("web-config-{i}")}}
+            ],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": format!("10.244.{}.{}", i / 250, i % 250),
+            "hostIP": "192.168.1.12",
+            "startTime": "2026-11-01T10:00:02Z",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-01T10:00:09Z"},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-11-01T10:00:09Z"}
+            ],
+            "containerStatuses": [{
+                "name": "web", "ready": true, "restartCount": 0,
+                "image": "registry.example.com/shop/web:1.42.0",
+                "imageID": "registry.example.com/shop/web@sha256:3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e",
+                "state": {"running": {"startedAt": "2026-11-01T10:00:05Z"}}
+            }]
+        }
+    })
+}
+
+fn pv_name(ns: &str, i: usize) -> String {
+    format!("pvc-{ns}-data-web-{i}")
+}
+
+fn pvc(ns: &str, i: usize) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": format!("data-web-{i}"),
+            "namespace": ns,
+            "uid": format!("7a2b3c4d-5e6f-4a7b-8c9d-{i:012}"),
+            "labels": {"app": "web"},
+            "annotations": {
+                "pv.kubernetes.io/bind-completed": "yes",
+                "volume.kubernetes.io/storage-provisioner": "ebs.csi.aws.com"
+            },
+            "finalizers": ["kubernetes.io/pvc-protection"]
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "10Gi"}},
+            "storageClassName": "gp3",
+            "volumeMode": "Filesystem",
+            "volumeName": pv_name(ns, i)
+        },
+        "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "10Gi"}}
+    })
+}
+
+fn pv(ns: &str, i: usize) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": pv_name(ns, i),
+            "annotations": {"pv.kubernetes.io/provisioned-by": "ebs.csi.aws.com"},
+            "finalizers": ["kubernetes.io/pv-protection"]
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "10Gi"},
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": format!("data-web-{i}"), "namespace": ns},
+            "csi": {"driver": "ebs.csi.aws.com", "fsType": "ext4", "volumeHandle": format!("vol-{i:017x}")},
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "gp3",
+            "volumeMode": "Filesystem"
+        },
+        "status": {"phase": "Bound"}
+    })
+}
+
+fn configmap(ns: &str, i: usize) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": format!("web-config-{i}"), "namespace": ns, "labels": {"app": "web"}},
+        "data": {
+            "web.conf": format!("listen 8080\nworkers 4\ndatabase db.{ns}.svc.cluster.local:5432\ncache-ttl 300\n"),
+            "LOG_LEVEL": "info",
+            "FEATURE_FLAGS": "checkout-v2,async-receipts"
+        }
+    })
+}
+
+/// The ready VolumeSnapshot the pvc-snapshot plugin waits for: the snapshot
+/// of PVC `ns/pvc` for backup `BACKUP`.
+fn snapshot(ns: &str, pvc: &str) -> Value {
+    json!({
+        "apiVersion": format!("{SNAPSHOT_GROUP}/v1"),
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": format!("{pvc}-{BACKUP}"), "namespace": ns, "creationTimestamp": "2026-11-30T01:00:00Z"},
+        "spec": {"source": {"persistentVolumeClaimName": pvc}, "volumeSnapshotClassName": "csi-snapclass"},
+        "status": {"creationTime": "2026-11-30T01:00:04Z", "readyToUse": true, "restoreSize": "10Gi"}
+    })
+}
+
+/// Writes `docs` as JSON `List`s, one file per namespace (`<dir>/<ns>/<file>`,
+/// or `<dir>/<file>` for cluster-scoped objects).
+fn write_lists(dir: &Path, file: &str, docs: Vec<(String, Value)>) {
+    let mut by_ns: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    for (ns, doc) in docs {
+        by_ns.entry(ns).or_default().push(doc);
+    }
+    for (ns, items) in by_ns {
+        let sub = if ns.is_empty() {
+            dir.to_path_buf()
+        } else {
+            dir.join(&ns)
+        };
+        std::fs::create_dir_all(&sub).unwrap();
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+        std::fs::write(sub.join(file), serde_json::to_vec(&list).unwrap()).unwrap();
+    }
+}
+
+/// The 10,000 items and their ready VolumeSnapshots.
+fn write_cluster(dir: &Path) {
+    let each = |f: &dyn Fn(&str, usize) -> Value, scoped: bool| -> Vec<(String, Value)> {
+        (0..PER_KIND)
+            .map(|i| {
+                let ns = namespace(i, PER_KIND);
+                let doc = f(&ns, i);
+                (if scoped { ns } else { String::new() }, doc)
+            })
+            .collect()
+    };
+    write_lists(dir, "pods.json", each(&pod, true));
+    write_lists(dir, "persistentvolumeclaims.json", each(&pvc, true));
+    write_lists(dir, "persistentvolumes.json", each(&pv, false));
+    write_lists(dir, "configmaps.json", each(&configmap, true));
+    let snapshots = |ns: &str, i: usize| snapshot(ns, &format!("data-web-{i}"));
+    write_lists(dir, "volumesnapshots.json", each(&snapshots, true));
+}
+
+fn load(runtime: &Runtime, path: &str, config: &[(&str, &str)]) -> Plugin {
+    let settings = PluginSettings {
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..PluginSettings::default()
+    };
+    Plugin::from_file(runtime, path.as_ref(), settings)
+        .unwrap_or_else(|e| panic!("loading {path}: {e}"))
+}
+
+fn wasm_runtime() -> Runtime {
+    Runtime::new(RuntimeConfig {
+        cache_dir: None,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+fn backup_ref() -> BackupRef {
+    BackupRef {
+        name: BACKUP.into(),
+        namespace: "velero".into(),
+        uid: "11111111-2222-3333-4444-555555555555".into(),
+        spec: json!({}),
+        phase: Phase::Backup,
+    }
+}
+
+/// A fresh controller (fresh operations map and manifest cache) on a fresh
+/// store; the store's directory goes when the returned guard is dropped.
+fn fresh_controller(plugins: &[Plugin], cluster: &Path) -> (tempfile::TempDir, Controller) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+    let settings = Settings {
+        sync_period: Duration::from_millis(10),
+        ..Settings::default()
+    };
+    let cluster = Arc::new(ManifestCluster::new(vec![cluster.to_path_buf()]));
+    (
+        dir,
+        Controller::new(plugins.to_vec(), store, cluster, settings),
+    )
+}
+
+fn backup_10k_items(c: &mut Criterion, rt: &Tokio) {
+    let runtime = wasm_runtime();
+    let plugins = [
+        load(
+            &runtime,
+            iar_tests::artifacts::LABELS,
+            &[("labels", "backed-up-by=iar")],
+        ),
+        load(&runtime, iar_tests::artifacts::POD_VOLUMES, &[]),
+        load(&runtime, iar_tests::artifacts::PVC_SNAPSHOT, &[]),
+    ];
+    let cluster = tempfile::tempdir().unwrap();
+    write_cluster(cluster.path());
+    let request = BackupRequest {
+        name: BACKUP.into(),
+        namespace: "velero".into(),
+        spec: json!({"excludedResources": [format!("volumesnapshots.{SNAPSHOT_GROUP}")]}),
+        sources: vec![cluster.path().to_path_buf()],
+        annotations: Default::default(),
+    };
+    let pod_bytes = serde_json::to_vec(&pod(&namespace(0, PER_KIND), 0))
+        .unwrap()
+        .len();
+    eprintln!("backup-10k-items: {ITEMS} items, Pods of {pod_bytes} B, {NAMESPACES} namespaces");
+
+    let mut group = c.benchmark_group("backup-10k-items");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(30))
+        .throughput(Throughput::Elements(ITEMS as u64));
+    for (name, plugins, operations) in [
+        ("no-plugins", &[][..], 0),
+        ("three-plugins", &plugins[..], PER_KIND as u64),
+    ] {
+        let mut reported = false;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let (store_dir, controller) = fresh_controller(plugins, cluster.path());
+                    let start = Instant::now();
+                    let object = rt
+                        .block_on(controller.run_backup(request.clone()))
+                        .unwrap();
+                    total += start.elapsed();
+                    let status = &object.status;
+                    assert_eq!(status.phase, BackupPhase::Completed, "{status:?}");
+                    assert_eq!(status.progress.items_backed_up, ITEMS as u64);
+                    assert_eq!(status.backup_item_operations_completed, operations);
+                    if !reported {
+                        reported = true;
+                        let tarball = std::fs::metadata(
+                            store_dir.path().join(BackupFile::Contents.key(BACKUP)),
+                        )
+                        .unwrap()
+                        .len();
+                        eprintln!(
+                            "backup-10k-items/{name}: {} store writes per backup, {operations} operations, tarball {:.1} MB",
+                            controller.store.puts(),
+                            tarball as f64 / 1e6
+                        );
+                    }
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+/// 10,000 in-flight operations of one backup, as the pvc-snapshot plugin
+/// starts them: PVC `data-web-<i>` in its namespace, VolumeSnapshot
+/// `data-web-<i>-bench` as the post-operation item.
+fn in_flight(now: SystemTime) -> Vec<Operation> {
+    (0..OPERATIONS)
+        .map(|i| {
+            let ns = namespace(i, OPERATIONS);
+            let pvc = format!("data-web-{i}");
+            let spec = OperationSpec {
+                backup_name: BACKUP.into(),
+                backup_uid: backup_ref().uid,
+                backup_item_action: "iar_plugin_pvc_snapshot".into(),
+                resource_identifier: ItemRef {
+                    group: String::new(),
+                    resource: "persistentvolumeclaims".into(),
+                    namespace: ns.clone(),
+                    name: pvc.clone(),
+                },
+                operation_id: format!("{ns}/{pvc}-{BACKUP}"),
+                post_operation_items: vec![ItemRef {
+                    group: SNAPSHOT_GROUP.into(),
+                    resource: "volumesnapshots".into(),
+                    namespace: ns,
+                    name: format!("{pvc}-{BACKUP}"),
+                }],
+            };
+            let mut op = Operation::new(spec, now);
+            op.status.phase = OperationPhase::InProgress;
+            op.status.n_total = 1;
+            op.status.operation_units = "snapshots".into();
+            op.status.description = "snapshot in progress".into();
+            op.status.started = Some(now);
+            op.status.updated = Some(now);
+            op
+        })
+        .collect()
+}
+
+fn progress_sync_10k_ops(c: &mut Criterion, rt: &Tokio) {
+    let mut group = c.benchmark_group("progress-sync-10k-ops");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(10))
+        .throughput(Throughput::Elements(OPERATIONS as u64));
+
+    // update + sync: what the controller does after each period's polling.
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let map = OperationsMap::new();
+    let start = SystemTime::now();
+    rt.block_on(async {
+        map.insert_loaded(BACKUP, in_flight(start)).await;
+        // A sync with nothing changed writes nothing.
+        assert!(!map.sync(BACKUP, &store).await.unwrap());
+    });
+    assert_eq!(store.puts(), 0);
+    let mut tick: i64 = 0;
+    {
+        let mut sync = || {
+            tick += 1;
+            let now = start + Duration::from_millis(tick as u64);
+            rt.block_on(async {
+                map.update(BACKUP, |ops| {
+                    for op in ops.iter_mut() {
+                        // A poll's answer: the counter moved, so did `updated`.
+                        op.status.n_completed = tick % 2;
+                        op.status.updated = Some(now);
+                    }
+                    true
+                })
+                .await;
+                map.sync(BACKUP, &store).await.unwrap()
+            })
+        };
+        let before = store.puts();
+        assert!(sync());
+        let persisted = std::fs::metadata(
+            store_dir
+                .path()
+                .join(BackupFile::ItemOperations.key(BACKUP)),
+        )
+        .unwrap()
+        .len();
+        eprintln!(
+            "progress-sync-10k-ops: writes per sync: {} ({} operations, itemoperations.json.gz {:.2} MB)",
+            store.puts() - before,
+            OPERATIONS,
+            persisted as f64 / 1e6
+        );
+        group.bench_function("update+sync", |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    assert!(black_box(sync()));
+                }
+                start.elapsed()
+            })
+        });
+    }
+    let polled = rt.block_on(map.get(BACKUP)).unwrap();
+    assert!(polled.iter().all(|o| o.status.updated > Some(start)));
+
+    // The polling of one period: 10,000 progress calls, each reading its
+    // VolumeSnapshot through cluster-get.
+    let runtime = wasm_runtime();
+    let plugin = load(&runtime, iar_tests::artifacts::PVC_SNAPSHOT, &[]);
+    let cluster_dir = tempfile::tempdir().unwrap();
+    let docs = (0..OPERATIONS)
+        .map(|i| {
+            let ns = namespace(i, OPERATIONS);
+            let doc = snapshot(&ns, &format!("data-web-{i}"));
+            (ns, doc)
+        })
+        .collect();
+    write_lists(cluster_dir.path(), "volumesnapshots.json", docs);
+    let cluster_paths: Vec<PathBuf> = vec![cluster_dir.path().to_path_buf()];
+    let mut instance = plugin.instance(Arc::new(ManifestCluster::new(cluster_paths)));
+    let backup = backup_ref();
+    let ops = in_flight(start);
+    let mut poll = || {
+        let mut completed = 0;
+        for op in &ops {
+            let p = instance
+                .progress(&op.spec.operation_id, &op.spec.resource_identifier, &backup)
+                .unwrap();
+            completed += usize::from(p.completed);
+        }
+        completed
+    };
+    // The first poll parses the manifests; later periods find them cached.
+    let first = Instant::now();
+    assert_eq!(poll(), OPERATIONS, "every snapshot is ready");
+    eprintln!(
+        "progress-sync-10k-ops: first poll (manifests parsed): {:.2?}",
+        first.elapsed()
+    );
+    group.bench_function("poll-pvc-snapshot", |b| {
+        b.iter(|| assert_eq!(black_box(poll()), OPERATIONS))
+    });
+    group.finish();
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = Tokio::new().unwrap();
+    backup_10k_items(c, &rt);
+    progress_sync_10k_ops(c, &rt);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
