@@ -292,7 +292,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     }
     if !ops.is_empty() {
         println!(
-            "\n{:<28} {:<22} {:<40} {:<11} {:>9}  DESCRIPTION",
+            "\n{:<28} {:<24} {:<40} {:<11} {:>9}  DESCRIPTION",
             "OPERATION", "PLUGIN", "ITEM", "PHASE", "PROGRESS"
         );
         for op in &ops {
@@ -307,7 +307,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
                 &op.status.error
             };
             println!(
-                "{:<28} {:<22} {:<40} {:<11} {:>9}  {}",
+                "{:<28} {:<24} {:<40} {:<11} {:>9}  {}",
                 op.spec.operation_id,
                 op.spec.backup_item_action,
                 op.spec.resource_identifier.to_string(),
