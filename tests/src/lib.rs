@@ -11,3 +11,5 @@
 pub mod artifacts {
     include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 }
+
+pub mod fixtures;

@@ -1,0 +1,74 @@
+//! Realistic Kubernetes objects shared by the tests and the benchmarks.
+
+use serde_json::{Value, json};
+
+/// A Pod of about 2.5 KB, shaped like what a StatefulSet leaves in a
+/// cluster, mounting PVC `data-<name>` and ConfigMap `web-config`.
+pub fn pod(ns: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": "6f1c7a9e-5b43-4f0e-9d59-1a2b3c4d5e6f",
+            "resourceVersion": "184467",
+            "creationTimestamp": "2026-11-01T10:00:00Z",
+            "labels": {"app": "web", "controller-revision-hash": "web-7d9f8c6b5", "tier": "frontend", "statefulset.kubernetes.io/pod-name": name},
+            "annotations": {
+                "kubectl.kubernetes.io/restartedAt": "2026-11-01T09:59:00Z",
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": "9102"
+            },
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                "uid": "0b1e2d3c-4f5a-6b7c-8d9e-0f1a2b3c4d5e", "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "serviceAccountName": "web",
+            "nodeName": "worker-2",
+            "containers": [{
+                "name": "web",
+                "image": "registry.example.com/shop/web:1.42.0",
+                "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                "env": [
+                    {"name": "DATABASE_HOST", "value": format!("db.{ns}.svc.cluster.local")},
+                    {"name": "CACHE_TTL", "value": "300"},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                ],
+                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 10},
+                "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080}, "initialDelaySeconds": 15, "periodSeconds": 20, "failureThreshold": 3},
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 10001, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+                "terminationMessagePath": "/dev/termination-log",
+                "imagePullPolicy": "IfNotPresent",
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/var/lib/web"},
+                    {"name": "config", "mountPath": "/etc/web", "readOnly": true}
+                ]
+            }],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}},
+                {"name": "config", "configMap": {"name": "web-config"}}
+            ],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.244.2.17",
+            "hostIP": "192.168.1.12",
+            "startTime": "2026-11-01T10:00:02Z",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-01T10:00:09Z"},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-11-01T10:00:09Z"}
+            ],
+            "containerStatuses": [{
+                "name": "web", "ready": true, "restartCount": 0,
+                "image": "registry.example.com/shop/web:1.42.0",
+                "imageID": "registry.example.com/shop/web@sha256:3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e",
+                "state": {"running": {"startedAt": "2026-11-01T10:00:05Z"}}
+            }]
+        }
+    })
+}
