@@ -479,9 +479,16 @@ impl Controller {
             // wasm calls block: polling runs on a blocking thread.
             let (updates, mut p) = tokio::task::spawn_blocking(move || {
                 let now = SystemTime::now();
-                let updates: Vec<(String, Update)> = pending
+                // Keyed by plugin and id: ids are unique per plugin only.
+                let updates: Vec<((String, String), Update)> = pending
                     .iter()
-                    .map(|op| (op.spec.operation_id.clone(), p.poll(op, now)))
+                    .map(|op| {
+                        let key = (
+                            op.spec.backup_item_action.clone(),
+                            op.spec.operation_id.clone(),
+                        );
+                        (key, p.poll(op, now))
+                    })
                     .collect();
                 (updates, p)
             })
@@ -491,23 +498,32 @@ impl Controller {
                 self.journal.record(&name, line);
             }
             poller = Some(p);
-            for (id, update) in &updates {
+            for ((_, id), update) in &updates {
                 if let Update::Failed(reason) | Update::TimedOut(reason) = update {
                     self.journal
                         .line(&name, format!("operation {id:?} failed: {reason}"));
                 }
             }
             let now = SystemTime::now();
+            let by_key: HashMap<(&str, &str), &Update> = updates
+                .iter()
+                .map(|((plugin, id), u)| ((plugin.as_str(), id.as_str()), u))
+                .collect();
+            let mut all_done = true;
+            // One pass over the list: apply this period's answers and learn
+            // whether anything is still pending, without a second copy.
             self.operations
                 .update(&name, |ops| {
                     let mut changed = false;
-                    for (id, update) in &updates {
-                        if let Some(op) = ops
-                            .iter_mut()
-                            .find(|o| &o.spec.operation_id == id && !o.status.phase.is_terminal())
-                        {
+                    for op in ops.iter_mut().filter(|o| !o.status.phase.is_terminal()) {
+                        let key = (
+                            op.spec.backup_item_action.as_str(),
+                            op.spec.operation_id.as_str(),
+                        );
+                        if let Some(update) = by_key.get(&key) {
                             changed |= apply(op, update, now);
                         }
+                        all_done &= op.status.phase.is_terminal();
                     }
                     changed
                 })
@@ -516,13 +532,6 @@ impl Controller {
                 // Kept dirty in the map; the next period retries.
                 tracing::error!(backup = %name, "persisting operation progress failed, will retry: {e}");
             }
-            let all_done = self
-                .operations
-                .get(&name)
-                .await
-                .unwrap_or_default()
-                .iter()
-                .all(|o| o.status.phase.is_terminal());
             if all_done {
                 break;
             }
