@@ -15,6 +15,17 @@ use std::time::SystemTime;
 pub trait ClusterReader: Send + Sync {
     /// `Ok(None)` when the object does not exist.
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String>;
+
+    /// The object as an [`Item`], for backing it up; an object without the
+    /// identity an item needs is an error.
+    fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+        match self.get(id)? {
+            None => Ok(None),
+            Some(v) => Item::from_value(v, Catalog::builtin())
+                .map(Some)
+                .map_err(|e| e.to_string()),
+        }
+    }
 }
 
 /// No cluster at all: every lookup finds nothing.

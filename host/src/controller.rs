@@ -583,14 +583,8 @@ impl Controller {
         wanted.dedup();
         let mut items = Vec::new();
         for id in &wanted {
-            match self.cluster.get(id) {
-                Ok(Some(v)) => match Item::from_value(v, Catalog::builtin()) {
-                    Ok(item) => items.push(item),
-                    Err(e) => run
-                        .results
-                        .errors
-                        .add(&id.namespace, format!("post-operation item {id}: {e}")),
-                },
+            match self.cluster.get_item(id) {
+                Ok(Some(item)) => items.push(item),
                 Ok(None) => run.results.warnings.add(
                     &id.namespace,
                     format!("post-operation item {id} was not found when finalizing"),

@@ -6,7 +6,6 @@
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use crate::plugin::{BackupRef, Plugin, PluginInstance};
-use crate::resources::Catalog;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -160,13 +159,8 @@ pub fn run(
                         };
                         // Cluster reads happen outside the queue lock.
                         for id in fresh {
-                            match cluster.get(&id) {
-                                Ok(Some(v)) => match Item::from_value(v, Catalog::builtin()) {
-                                    Ok(item) => found.push(item),
-                                    Err(e) => {
-                                        outcome.errors.push(format!("additional item {id}: {e}"))
-                                    }
-                                },
+                            match cluster.get_item(&id) {
+                                Ok(Some(item)) => found.push(item),
                                 Ok(None) => outcome.warnings.push(format!(
                                     "additional item {id} named by {} was not found",
                                     outcome.id
