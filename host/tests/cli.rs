@@ -48,11 +48,7 @@ fn run_chains_plugins_on_the_shipped_example_item() {
         "--config",
         "labels=team=payments",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", text(&out));
     let report = stdout_json(&out);
     assert_eq!(report["item"]["resource"], "pods");
     assert_eq!(report["results"][0]["plugin"], "iar_plugin_labels");
@@ -83,11 +79,7 @@ fn run_progress_reads_the_cluster_directory() {
         "--progress",
         "shop/data-web-0-demo",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", text(&out));
     let report = stdout_json(&out);
     assert_eq!(
         report["results"][0]["progress"]["completed"], true,
@@ -147,11 +139,7 @@ fn finalize_phase_refuses_operations() {
 #[test]
 fn inspect_describes_a_plugin() {
     let out = iar(&["inspect", artifacts::PVC_SNAPSHOT]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", text(&out));
     let info = stdout_json(&out);
     assert_eq!(info["contract"], "iar:plugin@1.0.0");
     assert_eq!(
