@@ -7,7 +7,7 @@ use crate::resources::{Catalog, GroupResource};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::RwLock;
 use std::time::SystemTime;
 
 /// Answers `cluster-get`. Implementations must be cheap to call from a
@@ -117,7 +117,7 @@ struct Cache {
 pub struct ManifestCluster {
     paths: Vec<PathBuf>,
     catalog: &'static Catalog,
-    cache: Mutex<Cache>,
+    cache: RwLock<Cache>,
 }
 
 fn modified(path: &Path) -> Result<(Option<SystemTime>, u64), String> {
@@ -243,16 +243,66 @@ impl ManifestCluster {
         ManifestCluster {
             paths,
             catalog: Catalog::builtin(),
-            cache: Mutex::new(Cache::default()),
+            cache: RwLock::new(Cache::default()),
         }
+    }
+}
+
+impl ManifestCluster {
+    /// The fast path: answers a lookup whose file and directories are
+    /// unchanged since they were read, under the read lock only, so hits on
+    /// many workers do not wait for each other. `None` means "take the slow
+    /// path". The `stat` calls run with no lock held.
+    fn get_unchanged(&self, id: &ItemRef) -> Option<Value> {
+        let (file, file_stamp, dirs) = {
+            let cache = self.cache.read().ok()?;
+            if cache.all.is_empty() {
+                return None;
+            }
+            let file = cache.index.get(id).filter(|f| cache.all_set.contains(*f))?;
+            let cached = cache.files.get(file)?;
+            let dirs: Vec<(PathBuf, Option<SystemTime>)> = cache
+                .dirs
+                .iter()
+                .map(|(path, (mtime, _, _))| (path.clone(), *mtime))
+                .collect();
+            (file.clone(), (cached.modified, cached.len), dirs)
+        };
+        // Every listed directory unchanged (so no file was added, removed or
+        // renamed) and the object's file unchanged.
+        for (dir, mtime) in &dirs {
+            let (now, _) = modified(dir).ok()?;
+            if now != *mtime || now.is_none() {
+                return None;
+            }
+        }
+        let now = modified(&file).ok()?;
+        if now != file_stamp || now.0.is_none() {
+            return None;
+        }
+        let cache = self.cache.read().ok()?;
+        let cached = cache.files.get(&file)?;
+        // Re-checked under the lock: a writer may have re-read it meanwhile.
+        if (cached.modified, cached.len) != file_stamp {
+            return None;
+        }
+        cached
+            .items
+            .iter()
+            .find(|i| &i.id == id)
+            .map(|i| i.value.clone())
     }
 }
 
 impl ClusterReader for ManifestCluster {
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
-        // The lock guards the parse cache; it is held while a changed file is
-        // re-read so that concurrent lookups do not parse it twice.
-        let mut cache = self.cache.lock().map_err(|_| "manifest cache poisoned")?;
+        if let Some(found) = self.get_unchanged(id) {
+            return Ok(Some(found));
+        }
+        // The write lock guards the parse cache; it is held while a changed
+        // file is re-read so that concurrent lookups do not parse it twice
+        // (atomicity is the point: listing, files and index change together).
+        let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
         cache.update_listing(&self.paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some(file) = cache.index.get(id).cloned()

@@ -12,6 +12,8 @@ pub mod v1 {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "iar:plugin/plugin",
+        // cluster-get may stop the call (too many host calls in one call).
+        imports: { "iar:plugin/host.cluster-get": trappable },
     });
 
     pub use self::exports::iar::plugin::item_action as action;
@@ -68,6 +70,36 @@ impl ComponentShape {
             }
         }
         Ok(shape)
+    }
+
+    /// Whether any core module inside the component defines or imports a
+    /// shared memory. Such a memory is never checked against the memory cap
+    /// (wasmtime's `ResourceLimiter` is not consulted for shared memories),
+    /// so a plugin that declares one is refused at load.
+    pub fn declares_shared_memory(bytes: &[u8]) -> Result<bool, String> {
+        for payload in Parser::new(0).parse_all(bytes) {
+            match payload.map_err(|e| format!("malformed component: {e}"))? {
+                Payload::MemorySection(s) => {
+                    for memory in s {
+                        if memory.map_err(|e| format!("malformed memory: {e}"))?.shared {
+                            return Ok(true);
+                        }
+                    }
+                }
+                Payload::ImportSection(s) => {
+                    for import in s.into_imports() {
+                        let import = import.map_err(|e| format!("malformed import: {e}"))?;
+                        if let wasmparser::TypeRef::Memory(m) = import.ty
+                            && m.shared
+                        {
+                            return Ok(true);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(false)
     }
 
     /// The contract version of the `item-action` export, if there is one.

@@ -2,13 +2,14 @@
 //! enforces CPU deadlines, and the compiled-component cache.
 
 use crate::sandbox::State;
+use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, WasmFeatures};
 
 /// How often the epoch advances; CPU deadlines are enforced to this grain.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -43,10 +44,43 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("iar"))
 }
 
+/// Proposals iar does not use, turned off in the engine and in the
+/// validator. Threads and shared memories first: wasmtime's
+/// `ResourceLimiter` is not consulted for shared memories, so they would
+/// slip past the memory cap. The others widen what a guest can do (64-bit
+/// or tiny-page memories, stack switching, GC heaps, exceptions, async
+/// component intrinsics) with nothing any plugin needs; a wasm32-wasip2
+/// guest built by rustc uses none of them (the tests load every guest).
+pub const DISABLED_FEATURES: WasmFeatures = WasmFeatures::THREADS
+    .union(WasmFeatures::SHARED_EVERYTHING_THREADS)
+    .union(WasmFeatures::MEMORY64)
+    .union(WasmFeatures::CUSTOM_PAGE_SIZES)
+    .union(WasmFeatures::WIDE_ARITHMETIC)
+    .union(WasmFeatures::STACK_SWITCHING)
+    .union(WasmFeatures::GC)
+    .union(WasmFeatures::FUNCTION_REFERENCES)
+    .union(WasmFeatures::EXCEPTIONS)
+    .union(WasmFeatures::LEGACY_EXCEPTIONS)
+    .union(WasmFeatures::CM_ASYNC)
+    .union(WasmFeatures::CM_MORE_ASYNC_BUILTINS)
+    .union(WasmFeatures::CM_ASYNC_STACKFUL)
+    .union(WasmFeatures::CM_THREADING)
+    .union(WasmFeatures::CM_ERROR_CONTEXT)
+    .union(WasmFeatures::CM_GC)
+    .union(WasmFeatures::CM64)
+    .union(WasmFeatures::MEMORY_CONTROL);
+
+/// What the load-time validator accepts: its defaults minus
+/// [`DISABLED_FEATURES`], the same set the engine compiles.
+pub fn validator_features() -> WasmFeatures {
+    WasmFeatures::default().difference(DISABLED_FEATURES)
+}
+
 struct Inner {
     engine: Engine,
     linker: Linker<State>,
     cache_dir: Option<PathBuf>,
+    cache_refused: Option<String>,
     engine_key: String,
     compiles: AtomicUsize,
     cache_hits: AtomicUsize,
@@ -63,7 +97,8 @@ impl Runtime {
         c.wasm_component_model(true)
             .epoch_interruption(true)
             .max_wasm_stack(config.max_wasm_stack)
-            .cranelift_opt_level(wasmtime::OptLevel::Speed);
+            .cranelift_opt_level(wasmtime::OptLevel::Speed)
+            .wasm_features(DISABLED_FEATURES, false);
         let engine = Engine::new(&c)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
@@ -72,12 +107,26 @@ impl Runtime {
             |s| s,
         )?;
         spawn_epoch_ticker(&engine);
+        let (cache_dir, cache_refused) = match config.cache_dir {
+            None => (None, None),
+            Some(dir) => match cache_dir_trusted(&dir) {
+                Ok(()) => (Some(dir), None),
+                Err(reason) => {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        "not using the compile cache: {reason}; every plugin is compiled"
+                    );
+                    (None, Some(reason))
+                }
+            },
+        };
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         Ok(Runtime(Arc::new(Inner {
             engine,
             linker,
-            cache_dir: config.cache_dir,
+            cache_dir,
+            cache_refused,
             engine_key: format!("{:016x}", h.finish()),
             compiles: AtomicUsize::new(0),
             cache_hits: AtomicUsize::new(0),
@@ -102,6 +151,18 @@ impl Runtime {
         self.0.cache_hits.load(Ordering::Relaxed)
     }
 
+    /// The cache directory in use; `None` when there is none or it was
+    /// refused.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.0.cache_dir.as_deref()
+    }
+
+    /// Why the configured cache directory was refused (also logged as a
+    /// warning at startup).
+    pub fn cache_refused(&self) -> Option<&str> {
+        self.0.cache_refused.as_deref()
+    }
+
     fn cache_path(&self, digest: &str) -> Option<PathBuf> {
         let dir = self.0.cache_dir.as_ref()?;
         Some(dir.join(format!("{digest}-{}.cwasm", self.0.engine_key)))
@@ -117,12 +178,21 @@ impl Runtime {
             // would otherwise crash it with SIGBUS.
             let loaded = std::fs::read(path)
                 .map_err(anyhow::Error::from)
-                .and_then(|bytes| {
-                    // SAFETY: the cache directory is written only by this
-                    // function, from components this engine compiled; wasmtime
-                    // checks the engine compatibility header and fails on a
-                    // mismatch. A file that fails to load is recompiled.
-                    unsafe { Component::deserialize(&self.0.engine, bytes) }
+                .and_then(|file| {
+                    let native = cache_entry::open(&file, digest)?;
+                    // SAFETY: deserializing runs native code from the file.
+                    // What is trusted: the directory, which `Runtime::new`
+                    // accepted only if it is owned by this user and not
+                    // writable by group or others, so only this user's
+                    // processes can place a file here. What is checked, not
+                    // trusted: the entry's sha256 (so a truncated, corrupted
+                    // or half-written file is refused) and the component
+                    // digest it records (so an entry renamed or copied from
+                    // another component is refused); wasmtime checks the
+                    // engine compatibility header. The checksum is no
+                    // signature: it cannot stop someone who can already
+                    // write as this user.
+                    unsafe { Component::deserialize(&self.0.engine, native) }
                         .map_err(anyhow::Error::from)
                 });
             match loaded {
@@ -131,27 +201,123 @@ impl Runtime {
                     return Ok(component);
                 }
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e}")
+                    tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e:#}")
                 }
             }
         }
         let component = Component::new(&self.0.engine, bytes)?;
         self.0.compiles.fetch_add(1, Ordering::Relaxed);
-        if let Some(path) = path
-            && let Err(e) = write_atomically(&path, &component.serialize()?)
-        {
-            tracing::warn!(path = %path.display(), "could not cache compiled component: {e}");
+        if let Some(path) = path {
+            let entry = cache_entry::seal(&component.serialize()?, digest)?;
+            if let Err(e) = write_atomically(&path, &entry) {
+                tracing::warn!(path = %path.display(), "could not cache compiled component: {e}");
+            }
         }
         Ok(component)
     }
 }
 
-/// Writes through a temporary file in the same directory and renames it into
-/// place, so a reader never sees a partial file.
+/// The on-disk form of a cached component: a header naming what it holds,
+/// then wasmtime's serialized component.
+///
+/// ```text
+/// "iar-cwasm\0v1\0\0\0\0" (16)  component sha256 (32)  sha256(digest ‖ native) (32)  native
+/// ```
+mod cache_entry {
+    use super::{Digest, Sha256};
+    use anyhow::{anyhow, bail};
+
+    const MAGIC: &[u8; 16] = b"iar-cwasm\0v1\0\0\0\0";
+    const HEADER: usize = 16 + 32 + 32;
+
+    fn checksum(digest: &[u8], native: &[u8]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(digest);
+        h.update(native);
+        h.finalize().into()
+    }
+
+    /// Wraps a serialized component compiled from `digest` (hex sha256).
+    pub(super) fn seal(native: &[u8], digest: &str) -> anyhow::Result<Vec<u8>> {
+        let digest = hex::decode(digest).map_err(|e| anyhow!("digest {digest:?}: {e}"))?;
+        let mut out = Vec::with_capacity(HEADER + native.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&digest);
+        out.extend_from_slice(&checksum(&digest, native));
+        out.extend_from_slice(native);
+        Ok(out)
+    }
+
+    /// The serialized component in `file`, if the file is whole and was
+    /// compiled from `digest`.
+    pub(super) fn open<'a>(file: &'a [u8], digest: &str) -> anyhow::Result<&'a [u8]> {
+        if file.len() < HEADER || &file[..16] != MAGIC {
+            bail!("not an iar cache entry (or one of another format version)");
+        }
+        let (recorded, sum, native) = (&file[16..48], &file[48..80], &file[HEADER..]);
+        if hex::encode(recorded) != digest {
+            bail!(
+                "entry was compiled from component {}, not {digest}",
+                hex::encode(recorded)
+            );
+        }
+        if checksum(recorded, native) != sum {
+            bail!("checksum mismatch: the entry is truncated or corrupted");
+        }
+        Ok(native)
+    }
+}
+
+/// Creates the cache directory (0700) if it is missing, and accepts it only
+/// if no one but this user can write to it: a cached entry is native code
+/// that this process will run.
+fn cache_dir_trusted(dir: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot create it: {e}"))?;
+        }
+        let meta = std::fs::metadata(dir).map_err(|e| format!("cannot stat it: {e}"))?;
+        if !meta.is_dir() {
+            return Err("it is not a directory".into());
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(format!(
+                "it is owned by uid {}, not by this user (uid {me})",
+                meta.uid()
+            ));
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(format!(
+                "it is writable by group or others (mode {mode:04o}); make it 0700"
+            ));
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Err("ownership cannot be checked on this platform".into())
+    }
+}
+
+/// Writes through a temporary file (0600) in the same directory and renames
+/// it into place, so a reader never sees a partial file.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".tmp-");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600));
+    let mut tmp = builder.tempfile_in(dir)?;
     std::io::Write::write_all(&mut tmp, bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -178,4 +344,54 @@ fn spawn_epoch_ticker(engine: &Engine) {
 pub(crate) fn deadline_ticks(deadline: Duration) -> u64 {
     let tick = EPOCH_TICK.as_nanos();
     (deadline.as_nanos().div_ceil(tick)).max(1) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component holding one core module with a shared memory (1 page,
+    /// max 1, flags 0x03 = has-max | shared), written byte by byte.
+    const SHARED_MEMORY_COMPONENT: &[u8] =
+        b"\0asm\x0d\0\x01\0\x01\x0e\0asm\x01\0\0\0\x05\x04\x01\x03\x01\x01";
+
+    /// Threads are off in the engine and in the validator alike: the
+    /// compiler itself refuses a shared memory, so the load-time check is
+    /// not the only line of defence.
+    #[test]
+    fn shared_memories_are_refused_by_engine_and_validator() {
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let err = Component::new(runtime.engine(), SHARED_MEMORY_COMPONENT).unwrap_err();
+        assert!(format!("{err:#}").contains("threads"), "{err:#}");
+        let err = wasmparser::Validator::new_with_features(validator_features())
+            .validate_all(SHARED_MEMORY_COMPONENT)
+            .unwrap_err();
+        assert!(err.to_string().contains("threads"), "{err}");
+        assert_eq!(
+            crate::contract::ComponentShape::declares_shared_memory(SHARED_MEMORY_COMPONENT),
+            Ok(true)
+        );
+    }
+
+    /// An entry opens only for the digest it was sealed for, whole.
+    #[test]
+    fn cache_entries_check_digest_and_checksum() {
+        let digest = "ab".repeat(32);
+        let other = "cd".repeat(32);
+        let entry = cache_entry::seal(b"native code", &digest).unwrap();
+        assert_eq!(cache_entry::open(&entry, &digest).unwrap(), b"native code");
+        let err = cache_entry::open(&entry, &other).unwrap_err().to_string();
+        assert!(err.contains("compiled from component abab"), "{err}");
+        for at in [0, 20, 60, entry.len() - 1] {
+            let mut bad = entry.clone();
+            bad[at] ^= 0x80;
+            assert!(cache_entry::open(&bad, &digest).is_err(), "byte {at}");
+        }
+        assert!(cache_entry::open(&entry[..entry.len() - 1], &digest).is_err());
+        assert!(cache_entry::open(&entry[..10], &digest).is_err());
+    }
 }

@@ -28,7 +28,7 @@ pub mod store;
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
 pub use engine::{Runtime, RuntimeConfig};
 pub use item::{Item, ItemRef};
-pub use limits::Limits;
+pub use limits::{Isolation, Limits};
 pub use plugin::{
     BackupRef, CallError, LoadError, Phase, Plugin, PluginInstance, PluginSettings, Violation,
 };

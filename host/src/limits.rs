@@ -25,6 +25,43 @@ pub struct Limits {
     pub max_log_lines: usize,
     /// Guest stdout+stderr bytes kept per call; the rest is dropped and counted.
     pub max_stdio_bytes: usize,
+    /// `cluster-get` calls one call may make; the next one stops the call.
+    pub max_host_calls: usize,
+    /// Entries in an instance's WASI resource table (streams, pollables);
+    /// a guest that opens more is stopped. wasmtime's own WASI tests use
+    /// 1,000.
+    pub max_resources: usize,
+    /// Which calls share an instance, and so the guest's globals.
+    pub isolation: Isolation,
+}
+
+/// How long one wasm instance lives, and so how far a guest's global state
+/// can reach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// A fresh instance for every call: nothing one item's call leaves in the
+    /// guest's memory is seen by the next. The safe choice for plugins that
+    /// handle Secrets.
+    Item,
+    /// One instance per backup pass: calls of the same backup and phase
+    /// share the guest's globals (so a cache in the guest works), but nothing
+    /// survives into another backup or another pass.
+    #[default]
+    Backup,
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "item" => Ok(Isolation::Item),
+            "backup" => Ok(Isolation::Backup),
+            other => Err(format!(
+                "unknown isolation {other:?} (use \"item\" or \"backup\")"
+            )),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -38,6 +75,9 @@ impl Default for Limits {
             max_message_bytes: 64 << 10,
             max_log_lines: 1000,
             max_stdio_bytes: 64 << 10,
+            max_host_calls: 10_000,
+            max_resources: 1000,
+            isolation: Isolation::Backup,
         }
     }
 }
@@ -103,5 +143,17 @@ mod tests {
         assert_eq!(l.deadline, Duration::from_millis(250));
         assert_eq!(l.memory_bytes, 1 << 20);
         assert_eq!(l.max_item_bytes, Limits::default().max_item_bytes);
+        assert_eq!(l.isolation, Isolation::Backup, "backup is the default");
+    }
+
+    /// The isolation setting reads from settings files in lower case and
+    /// from the CLI's `--isolation`, and a typo is an error, not a default.
+    #[test]
+    fn isolation_reads_from_yaml_and_flags() {
+        let l: Limits = serde_yaml::from_str("isolation: item\nmaxHostCalls: 5\n").unwrap();
+        assert_eq!((l.isolation, l.max_host_calls), (Isolation::Item, 5));
+        assert!(serde_yaml::from_str::<Limits>("isolation: none\n").is_err());
+        assert_eq!("backup".parse(), Ok(Isolation::Backup));
+        assert!("Item".parse::<Isolation>().is_err());
     }
 }

@@ -7,6 +7,7 @@ use crate::item::ItemRef;
 use crate::limits::Limits;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
@@ -20,6 +21,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 pub struct MemoryCapExceeded {
     pub limit: usize,
     pub requested: usize,
+}
+
+/// A guest made more host calls in one call than its plugin's
+/// `maxHostCalls`. Raised from the host function, so the call traps with it.
+#[derive(Debug, thiserror::Error)]
+#[error("made more than {limit} cluster-get calls in one call")]
+pub struct HostCallLimit {
+    pub limit: usize,
 }
 
 /// Caps the total linear memory of one instance.
@@ -144,6 +153,14 @@ pub struct State {
     pub(crate) logs: Vec<GuestLog>,
     pub(crate) logs_dropped: usize,
     max_log_lines: usize,
+    host_calls: usize,
+    max_host_calls: usize,
+    /// When the current call (or instantiation) started, and how much of
+    /// its wall-clock time was spent in host calls: the epoch callback
+    /// charges the guest only for the difference.
+    call_started: Instant,
+    host_time: Duration,
+    deadline: Duration,
     config: Arc<BTreeMap<String, String>>,
     grants: Arc<ReadGrants>,
     cluster: Arc<dyn ClusterReader>,
@@ -168,9 +185,14 @@ impl State {
             .allow_tcp(false)
             .allow_udp(false)
             .build();
+        let mut table = ResourceTable::new();
+        // Every WASI stream, pollable or error a guest holds is an entry
+        // here; past the cap, opening one more fails with
+        // `ResourceTableError::Full`, which traps the call.
+        table.set_max_capacity(limits.max_resources);
         State {
             wasi,
-            table: ResourceTable::new(),
+            table,
             memory: MemoryCap {
                 limit: limits.memory_bytes,
                 used: 0,
@@ -180,10 +202,36 @@ impl State {
             logs: Vec::new(),
             logs_dropped: 0,
             max_log_lines: limits.max_log_lines,
+            host_calls: 0,
+            max_host_calls: limits.max_host_calls,
+            call_started: Instant::now(),
+            host_time: Duration::ZERO,
+            deadline: limits.deadline,
             config,
             grants,
             cluster,
         }
+    }
+}
+
+impl State {
+    /// Starts the per-call accounting: the deadline clock, host time, and
+    /// the host-call count.
+    pub(crate) fn begin_call(&mut self) {
+        self.call_started = Instant::now();
+        self.host_time = Duration::ZERO;
+        self.host_calls = 0;
+    }
+
+    /// The guest's share of the current call so far: wall-clock time minus
+    /// time spent in host calls (waiting on the cluster is not the plugin's
+    /// fault, so it does not count against its deadline).
+    pub(crate) fn guest_time(&self) -> Duration {
+        self.call_started.elapsed().saturating_sub(self.host_time)
+    }
+
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
     }
 }
 
@@ -227,7 +275,17 @@ impl host::Host for State {
         self.config.get(&key).cloned()
     }
 
-    fn cluster_get(&mut self, id: types::ResourceIdentifier) -> Result<Option<String>, String> {
+    fn cluster_get(
+        &mut self,
+        id: types::ResourceIdentifier,
+    ) -> wasmtime::Result<Result<Option<String>, String>> {
+        self.host_calls += 1;
+        if self.host_calls > self.max_host_calls {
+            return Err(HostCallLimit {
+                limit: self.max_host_calls,
+            }
+            .into());
+        }
         let id = ItemRef {
             group: id.group,
             resource: id.resource,
@@ -235,11 +293,14 @@ impl host::Host for State {
             name: id.name,
         };
         if !self.grants.allows(&id.group_resource()) {
-            return Err(format!(
+            return Ok(Err(format!(
                 "reading {} is not granted to this plugin",
                 id.group_resource()
-            ));
+            )));
         }
-        Ok(self.cluster.get(&id)?.map(|v| v.to_string()))
+        let started = Instant::now();
+        let answer = self.cluster.get(&id).map(|v| v.map(|v| v.to_string()));
+        self.host_time += started.elapsed();
+        Ok(answer)
     }
 }

@@ -226,11 +226,163 @@ fn a_plugin_error_is_reported_as_its_own() {
     assert!(result.unwrap_err().is_retryable());
 }
 
+/// A guest writing 1 MiB to each of stdout and stderr keeps running, and
+/// exactly the bound (64 KiB per stream) is kept; the rest is counted as
+/// dropped, not buffered.
 #[test]
 fn chatty_output_is_bounded_and_does_not_break_the_plugin() {
-    let (_, result) = execute_hostile("stdout", Limits::default(), Phase::Backup);
-    let out = result.expect("writing 2 MiB of output is allowed; only 64 KiB is kept");
+    let runtime = runtime();
+    let plugin = load(&runtime, artifacts::HOSTILE, &[("behavior", "stdout")]);
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let out = instance
+        .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+        .expect("writing 2 MiB of output is allowed; only 64 KiB is kept");
     assert_eq!(out.item, None);
+    let bound = Limits::default().max_stdio_bytes;
+    assert_eq!(bound, 64 << 10);
+    let written = 1 << 20;
+    assert_eq!(
+        instance.last_stdio(),
+        iar::plugin::StdioCounts {
+            stdout_kept: bound,
+            stdout_dropped: written - bound,
+            stderr_kept: bound,
+            stderr_dropped: written - bound,
+        }
+    );
+}
+
+/// A guest that opens WASI resources (stdout streams) in a loop without
+/// dropping them hits the per-store resource table cap: a typed error with
+/// the rule, not a host that grows a table until it runs out of memory.
+#[test]
+fn opening_wasi_resources_in_a_loop_hits_the_table_cap() {
+    let limits = Limits {
+        max_resources: 200,
+        ..Limits::default()
+    };
+    assert_eq!(
+        violation_of("resources", limits),
+        Violation::ResourceTable { limit: 200 }
+    );
+    assert_eq!(
+        violation_of("resources", Limits::default()),
+        Violation::ResourceTable { limit: 1000 },
+        "capped by default, at wasmtime's own test figure"
+    );
+}
+
+/// `cluster-get` calls per call are bounded by `maxHostCalls`: one over
+/// the limit stops the call with a typed error naming the rule; the limit
+/// itself is allowed.
+#[test]
+fn too_many_cluster_gets_in_one_call_are_stopped() {
+    let runtime = runtime();
+    let limits = Limits {
+        max_host_calls: 50,
+        ..Limits::default()
+    };
+    for (calls, allowed) in [("50", true), ("51", false)] {
+        let plugin = load_with(
+            &runtime,
+            artifacts::HOSTILE,
+            &[("behavior", "cluster-get"), ("cluster-gets", calls)],
+            limits.clone(),
+        );
+        let mut instance = plugin.instance(Arc::new(NoCluster));
+        let result = instance.execute(&pod("web-0"), &backup(Phase::Backup), &never_seen);
+        if allowed {
+            result.expect("the limit itself is allowed");
+        } else {
+            let err = result.unwrap_err();
+            assert_eq!(err.violation, Violation::HostCalls { limit: 50 });
+            assert!(
+                err.to_string()
+                    .ends_with("made more than 50 host calls in one call and was stopped (rule: host-call-limit)"),
+                "{err}"
+            );
+            // The count is per call: the next call on a fresh instance runs.
+        }
+    }
+    host_still_works(&runtime);
+}
+
+/// Progress timestamps the operations file cannot hold (RFC 3339 covers
+/// 1970 through 9999 here) are refused at the boundary with the rule, so
+/// they never reach the file, where they would fail the whole upload.
+#[test]
+fn progress_times_the_operations_file_cannot_hold_are_refused() {
+    let runtime = runtime();
+    let item = pod("web-0").id;
+    for (mode, expected) in [
+        (
+            "negative-time",
+            Violation::TimestampOutOfRange {
+                field: "started",
+                seconds: -1,
+            },
+        ),
+        (
+            "year-10000",
+            Violation::TimestampOutOfRange {
+                field: "updated",
+                seconds: 253_402_300_800,
+            },
+        ),
+        (
+            "bad-nanos",
+            Violation::InvalidTimestamp {
+                field: "started",
+                nanos: 1_000_000_000,
+            },
+        ),
+    ] {
+        let plugin = load(&runtime, artifacts::HOSTILE, &[("progress", mode)]);
+        let err = plugin
+            .instance(Arc::new(NoCluster))
+            .progress("op-1", &item, &backup(Phase::Backup))
+            .unwrap_err();
+        assert_eq!(err.violation, expected, "progress={mode}");
+        assert!(err.to_string().ends_with("(rule: progress-sane)"), "{err}");
+    }
+    // An ordinary time passes.
+    let plugin = load(&runtime, artifacts::HOSTILE, &[]);
+    plugin
+        .instance(Arc::new(NoCluster))
+        .progress("op-1", &item, &backup(Phase::Backup))
+        .expect("an in-range time passes");
+}
+
+/// An output the boundary refuses does not use up its operation id: the
+/// id is claimed only after the whole output passed. A refused output with
+/// id `op-fixed`, then a valid one with the same id from the same plugin,
+/// succeeds; a third is a duplicate, so the claim is real.
+#[test]
+fn a_refused_output_does_not_use_up_its_operation_id() {
+    let runtime = runtime();
+    let plugin = load(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", "operation-fixed")],
+    );
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let claimed = std::sync::Mutex::new(std::collections::HashSet::new());
+    let claim = |id: &str| !claimed.lock().unwrap().insert(id.to_string());
+    let err = instance
+        .execute(&pod("web-bad"), &backup(Phase::Backup), &claim)
+        .unwrap_err();
+    assert_eq!(err.violation, Violation::ItemNotObject("an array"));
+    let out = instance
+        .execute(&pod("web-0"), &backup(Phase::Backup), &claim)
+        .expect("the id of the refused output is still free");
+    assert_eq!(out.operation_id.as_deref(), Some("op-fixed"));
+    let err = instance
+        .execute(&pod("web-1"), &backup(Phase::Backup), &claim)
+        .unwrap_err();
+    assert_eq!(
+        err.violation,
+        Violation::DuplicateOperationId("op-fixed".into())
+    );
 }
 
 #[test]

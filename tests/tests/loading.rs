@@ -135,3 +135,154 @@ fn the_contract_version_is_read_from_the_component() {
         ["persistentvolumeclaims"]
     );
 }
+
+/// The cache entry a runtime wrote for a component of this digest.
+fn cache_entry(dir: &std::path::Path, digest: &str) -> std::path::PathBuf {
+    let mut found = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{digest}-"))
+        });
+    let path = found.next().expect("a cache entry for the digest");
+    assert!(found.next().is_none(), "one entry per digest");
+    path
+}
+
+fn cached_runtime(dir: &std::path::Path) -> Runtime {
+    Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+/// The labels plugin still does its job: it was not swapped for another.
+fn labels_runs_as_labels(runtime: &Runtime) {
+    let labels = load(runtime, artifacts::LABELS, &[("labels", "checked=yes")]);
+    let out = labels
+        .instance(std::sync::Arc::new(iar::NoCluster))
+        .execute(&pod("web-0"), &backup(iar::Phase::Backup), &never_seen)
+        .expect("labels runs");
+    let item = out.item.expect("labels changes the item");
+    assert_eq!(item["metadata"]["labels"]["checked"], "yes");
+}
+
+/// A cache directory others can write to is not used at all: the runtime
+/// says why, compiles every plugin, and writes nothing there (a file placed
+/// there by another user would be native code this process runs).
+#[cfg(unix)]
+#[test]
+fn a_world_writable_cache_dir_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    for _ in 0..2 {
+        let runtime = cached_runtime(dir.path());
+        assert_eq!(runtime.cache_dir(), None);
+        let reason = runtime.cache_refused().expect("the refusal is reported");
+        assert!(reason.contains("writable by group or others"), "{reason}");
+        load(&runtime, artifacts::LABELS, &[]);
+        assert_eq!((runtime.compiles(), runtime.cache_hits()), (1, 0));
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// A missing cache directory is created for the owner only, and entries
+/// are written owner-only too.
+#[cfg(unix)]
+#[test]
+fn the_cache_is_created_and_written_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("a/cache");
+    let runtime = cached_runtime(&dir);
+    assert_eq!(runtime.cache_dir(), Some(dir.as_path()));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    let plugin = load(&runtime, artifacts::LABELS, &[]);
+    assert_eq!(mode(&cache_entry(&dir, plugin.digest())), 0o600);
+}
+
+/// One flipped byte anywhere in an entry (here in the native code, which
+/// wasmtime itself does not check) makes it a miss: the component is
+/// recompiled, never run from the damaged file, and works.
+#[test]
+fn a_cache_entry_with_one_byte_flipped_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = cached_runtime(dir.path());
+    let plugin = load(&first, artifacts::LABELS, &[]);
+    let entry = cache_entry(dir.path(), plugin.digest());
+    let mut bytes = std::fs::read(&entry).unwrap();
+    for at in [bytes.len() / 2, bytes.len() - 1] {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x01;
+        std::fs::write(&entry, &flipped).unwrap();
+        let runtime = cached_runtime(dir.path());
+        labels_runs_as_labels(&runtime);
+        assert_eq!(
+            (runtime.compiles(), runtime.cache_hits()),
+            (1, 0),
+            "byte {at} of {} flipped",
+            bytes.len()
+        );
+    }
+    // Truncated: also a miss.
+    bytes.truncate(bytes.len() - 100);
+    std::fs::write(&entry, &bytes).unwrap();
+    let runtime = cached_runtime(dir.path());
+    labels_runs_as_labels(&runtime);
+    assert_eq!((runtime.compiles(), runtime.cache_hits()), (1, 0));
+    // The recompiled entry replaced the damaged one: the next start hits.
+    let runtime = cached_runtime(dir.path());
+    labels_runs_as_labels(&runtime);
+    assert_eq!((runtime.compiles(), runtime.cache_hits()), (0, 1));
+}
+
+/// An entry copied over from another component's digest (a whole, valid
+/// entry, so its own checksum holds) is refused because it records the
+/// digest it was compiled from: labels is recompiled and runs as labels,
+/// not as the component whose code was swapped in.
+#[test]
+fn a_cache_entry_copied_from_another_component_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = cached_runtime(dir.path());
+    let labels = load(&first, artifacts::LABELS, &[]);
+    let hostile = load(&first, artifacts::HOSTILE, &[]);
+    std::fs::copy(
+        cache_entry(dir.path(), hostile.digest()),
+        cache_entry(dir.path(), labels.digest()),
+    )
+    .unwrap();
+    let runtime = cached_runtime(dir.path());
+    labels_runs_as_labels(&runtime);
+    assert_eq!((runtime.compiles(), runtime.cache_hits()), (1, 0));
+}
+
+/// A component whose core module declares a shared memory is refused at
+/// load with its own rule: the memory cap is never consulted for shared
+/// memories. The component is the real hostile plugin with one extra core
+/// module section appended (rustc cannot emit a shared memory for
+/// wasm32-wasip2 components, so the module is written here byte by byte:
+/// one memory of 1 page, max 1, flags 0x03 = has-max | shared).
+#[test]
+fn a_component_with_a_shared_memory_is_refused() {
+    let module: &[u8] = b"\0asm\x01\0\0\0\x05\x04\x01\x03\x01\x01";
+    let mut bytes = std::fs::read(artifacts::HOSTILE).unwrap();
+    bytes.push(0x01); // component section: core module
+    bytes.push(module.len() as u8);
+    bytes.extend_from_slice(module);
+    let runtime = runtime();
+    let err = load_bytes(&runtime, &bytes).unwrap_err();
+    assert!(matches!(err, LoadError::SharedMemory { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "plugin \"candidate\": declares a shared memory, which the memory cap cannot bound (rule: shared-memory)"
+    );
+    // The same component without the extra module loads.
+    let plain = std::fs::read(artifacts::HOSTILE).unwrap();
+    load_bytes(&runtime, &plain).expect("the hostile plugin itself loads");
+}

@@ -43,6 +43,9 @@ pub struct RunArgs {
     /// Memory cap of each instance ("64MiB").
     #[arg(long, value_parser = iar::limits::parse_bytes)]
     memory: Option<usize>,
+    /// Instance lifetime: `item` (fresh per call) or `backup` (per pass).
+    #[arg(long)]
+    isolation: Option<iar::Isolation>,
     /// Resources (globs over `resource.group`) plugins may read with cluster-get;
     /// default: all but secrets.
     #[arg(long = "allow-read", value_name = "RESOURCE")]
@@ -149,6 +152,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(m) = args.memory {
             settings.limits.memory_bytes = m;
+        }
+        if let Some(i) = args.isolation {
+            settings.limits.isolation = i;
         }
         let plugin = match Plugin::from_file(&runtime, path, settings) {
             Ok(p) => p,

@@ -29,6 +29,14 @@ pub enum Violation {
         "tried to grow its memory to {requested} bytes, over its cap of {limit} (rule: memory-cap)"
     )]
     MemoryCap { limit: usize, requested: usize },
+    #[error(
+        "made more than {limit} host calls in one call and was stopped (rule: host-call-limit)"
+    )]
+    HostCalls { limit: usize },
+    #[error(
+        "held more than {limit} WASI resources (streams, pollables) at once and was stopped (rule: resource-table)"
+    )]
+    ResourceTable { limit: usize },
     #[error("overflowed its wasm stack (rule: stack-limit)")]
     StackOverflow,
     #[error("trapped: {message} (rule: no-trap)")]
@@ -81,6 +89,10 @@ pub enum Violation {
     NegativeProgress { field: &'static str, value: i64 },
     #[error("reported {field} with {nanos} nanoseconds, not below 1e9 (rule: progress-sane)")]
     InvalidTimestamp { field: &'static str, nanos: u32 },
+    #[error(
+        "reported {field} = {seconds} s since 1970, outside 1970 through 9999 (rule: progress-sane)"
+    )]
+    TimestampOutOfRange { field: &'static str, seconds: i64 },
     #[error("returned an invalid applies-to selector: {0} (rule: valid-selector)")]
     InvalidSelector(String),
 }
@@ -92,6 +104,8 @@ impl Violation {
             Violation::Deadline(_) => "cpu-deadline",
             Violation::MemoryCap { .. } => "memory-cap",
             Violation::StackOverflow => "stack-limit",
+            Violation::HostCalls { .. } => "host-call-limit",
+            Violation::ResourceTable { .. } => "resource-table",
             Violation::Trap { .. } => "no-trap",
             Violation::Instantiate(_) => "instantiate",
             Violation::Action(_) => "plugin-error",
@@ -103,9 +117,9 @@ impl Violation {
             Violation::DuplicateOperationId(_) => "operation-id-unique",
             Violation::PostItemsWithoutOperation => "post-operation-items-need-operation",
             Violation::InvalidIdentifier { .. } => "valid-resource-identifier",
-            Violation::NegativeProgress { .. } | Violation::InvalidTimestamp { .. } => {
-                "progress-sane"
-            }
+            Violation::NegativeProgress { .. }
+            | Violation::InvalidTimestamp { .. }
+            | Violation::TimestampOutOfRange { .. } => "progress-sane",
             Violation::InvalidSelector(_) => "valid-selector",
         }
     }
@@ -200,6 +214,10 @@ pub enum LoadError {
         found: String,
         supported: String,
     },
+    #[error(
+        "plugin {plugin:?}: declares a shared memory, which the memory cap cannot bound (rule: shared-memory)"
+    )]
+    SharedMemory { plugin: String },
     #[error("plugin {plugin:?}: cannot be linked: {reason} (rule: imports-available)")]
     Link { plugin: String, reason: String },
     #[error("plugin {plugin:?}: compiling failed: {reason}")]

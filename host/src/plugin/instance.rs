@@ -9,10 +9,12 @@ use crate::cluster::ClusterReader;
 use crate::contract::v1;
 use crate::engine::deadline_ticks;
 use crate::item::{Item, ItemRef};
-use crate::sandbox::{GuestLog, MemoryCapExceeded, State};
+use crate::limits::{Isolation, Limits};
+use crate::sandbox::{GuestLog, HostCallLimit, MemoryCapExceeded, State};
 use crate::selector::ResourceSelector;
 use std::sync::Arc;
-use wasmtime::Store;
+use wasmtime::component::ResourceTableError;
+use wasmtime::{Store, UpdateDeadline};
 
 /// Bytes of guest stderr kept in an error (the end, where a panic message is).
 const STDERR_TAIL: usize = 2048;
@@ -20,17 +22,53 @@ const STDERR_TAIL: usize = 2048;
 struct Live {
     store: Store<State>,
     bindings: v1::Plugin,
+    /// The backup pass this instance has served; with `isolation: backup`
+    /// a call for another pass gets a fresh instance.
+    pass: Option<PassKey>,
+}
+
+/// One pass of one backup: a backup (namespace, name, uid) and its phase.
+#[derive(Clone, PartialEq, Eq)]
+struct PassKey(String, String, String, super::Phase);
+
+impl PassKey {
+    fn of(backup: &BackupRef) -> Self {
+        PassKey(
+            backup.namespace.clone(),
+            backup.name.clone(),
+            backup.uid.clone(),
+            backup.phase,
+        )
+    }
 }
 
 /// One worker's instance of a plugin. Calls are synchronous and may run for
 /// up to the plugin's deadline: async callers run them on a blocking thread
 /// (`tokio::task::spawn_blocking`), never on the runtime itself.
+///
+/// The wasm instance behind it lives as the plugin's
+/// [`Isolation`] says, enforced here so that no caller can get it wrong:
+/// `item` makes a fresh one for every call; `backup` keeps one while calls
+/// belong to the same backup pass (same backup, same phase) and makes a
+/// fresh one when a call for another pass arrives. Fresh instances come from
+/// the plugin's `InstancePre`, so they cost an instantiation, not a compile.
 pub struct PluginInstance {
     plugin: Plugin,
     cluster: Arc<dyn ClusterReader>,
     live: Option<Live>,
     logs: Vec<GuestLog>,
     instantiations: usize,
+    stdio: StdioCounts,
+}
+
+/// What the guest wrote to stdout and stderr during the last call: bytes
+/// kept (forwarded to the host log) and bytes dropped over the bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StdioCounts {
+    pub stdout_kept: usize,
+    pub stdout_dropped: usize,
+    pub stderr_kept: usize,
+    pub stderr_dropped: usize,
 }
 
 fn to_action_error(e: v1::types::ActionError, plugin: &Plugin) -> ActionError {
@@ -56,6 +94,7 @@ impl PluginInstance {
             live: None,
             logs: Vec::new(),
             instantiations: 0,
+            stdio: StdioCounts::default(),
         }
     }
 
@@ -67,6 +106,11 @@ impl PluginInstance {
     /// instance).
     pub fn instantiations(&self) -> usize {
         self.instantiations
+    }
+
+    /// What the guest wrote to stdout/stderr during the last call.
+    pub fn last_stdio(&self) -> StdioCounts {
+        self.stdio
     }
 
     /// Log lines the guest wrote since the last call to this method.
@@ -90,25 +134,58 @@ impl PluginInstance {
         }
     }
 
-    fn instantiate(&mut self) -> Result<(), Violation> {
+    fn instantiate(&mut self, pass: Option<PassKey>) -> Result<(), Violation> {
         let inner = &self.plugin.0;
+        let limits = &inner.settings.limits;
         let state = State::new(
-            &inner.settings.limits,
+            limits,
             inner.config.clone(),
             inner.grants.clone(),
             self.cluster.clone(),
         );
         let mut store = Store::new(inner.runtime.engine(), state);
         store.limiter(|s| &mut s.memory);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(deadline_ticks(inner.settings.limits.deadline));
+        // The epoch is wall-clock time. When it reaches the deadline, the
+        // guest is charged only for the time it ran itself: time spent in
+        // host calls (a slow cluster, a contended cache) extends the
+        // deadline by as much, so the host's slowness never times out an
+        // innocent plugin.
+        store.epoch_deadline_callback(|ctx| {
+            let state = ctx.data();
+            let used = state.guest_time();
+            Ok(match state.deadline().checked_sub(used) {
+                Some(left) if !left.is_zero() => UpdateDeadline::Continue(deadline_ticks(left)),
+                _ => UpdateDeadline::Interrupt,
+            })
+        });
+        store.data_mut().begin_call();
+        store.set_epoch_deadline(deadline_ticks(limits.deadline));
         self.instantiations += 1;
         match inner.pre.instantiate(&mut store) {
             Ok(bindings) => {
-                self.live = Some(Live { store, bindings });
+                self.live = Some(Live {
+                    store,
+                    bindings,
+                    pass,
+                });
                 Ok(())
             }
-            Err(e) => Err(classify(e, &inner.settings.limits.deadline)),
+            Err(e) => Err(classify(e, limits)),
+        }
+    }
+
+    /// Drops the live instance when the plugin's isolation says the next
+    /// call must not share it.
+    fn isolate(&mut self, backup: Option<&BackupRef>) {
+        let Some(live) = &self.live else { return };
+        let fresh = match self.plugin.limits().isolation {
+            Isolation::Item => true,
+            Isolation::Backup => {
+                backup.is_some_and(|b| live.pass.as_ref() != Some(&PassKey::of(b)))
+            }
+        };
+        if fresh {
+            self.live = None;
         }
     }
 
@@ -118,23 +195,26 @@ impl PluginInstance {
         &mut self,
         call: Call,
         target: &Target,
+        backup: Option<&BackupRef>,
         f: impl FnOnce(&v1::Plugin, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        self.isolate(backup);
         if self.live.is_none()
-            && let Err(violation) = self.instantiate()
+            && let Err(violation) = self.instantiate(backup.map(PassKey::of))
         {
             return Err(self.error(Call::Instantiate, target, violation, String::new()));
         }
-        let deadline = self.plugin.limits().deadline;
         let live = self.live.as_mut().expect("instantiated above");
-        live.store.set_epoch_deadline(deadline_ticks(deadline));
+        live.store.data_mut().begin_call();
+        live.store
+            .set_epoch_deadline(deadline_ticks(self.plugin.limits().deadline));
         let result = f(&live.bindings, &mut live.store);
         let stderr = self.drain_output();
         match result {
             Ok(r) => Ok(r),
             Err(e) => {
                 self.live = None;
-                let violation = classify(e, &deadline);
+                let violation = classify(e, self.plugin.limits());
                 let violation = match violation {
                     Violation::Trap { message } if !stderr.is_empty() => Violation::Trap {
                         message: format!("{message}; guest stderr: {}", stderr.trim_end()),
@@ -149,6 +229,7 @@ impl PluginInstance {
     /// Forwards the guest's log lines and stdio to the host log (tagged with
     /// the plugin) and returns the tail of its stderr.
     fn drain_output(&mut self) -> String {
+        self.stdio = StdioCounts::default();
         let Some(live) = self.live.as_mut() else {
             return String::new();
         };
@@ -175,6 +256,11 @@ impl PluginInstance {
         let mut tail = String::new();
         for (stream, output) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
             let (bytes, dropped) = output.take();
+            if stream == "stdout" {
+                (self.stdio.stdout_kept, self.stdio.stdout_dropped) = (bytes.len(), dropped);
+            } else {
+                (self.stdio.stderr_kept, self.stdio.stderr_dropped) = (bytes.len(), dropped);
+            }
             let text = String::from_utf8_lossy(&bytes);
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 tracing::info!(plugin, stream, "{line}");
@@ -201,7 +287,7 @@ impl PluginInstance {
     /// Asks what the plugin applies to.
     pub fn applies_to(&mut self) -> Result<ResourceSelector, CallError> {
         let target = Target::None;
-        let answer = self.call(Call::AppliesTo, &target, |b, s| {
+        let answer = self.call(Call::AppliesTo, &target, None, |b, s| {
             b.iar_plugin_item_action().call_applies_to(s)
         })?;
         match answer {
@@ -220,7 +306,9 @@ impl PluginInstance {
     }
 
     /// Runs the action on one item. `seen_operation` answers whether this
-    /// plugin already returned an operation id in this backup.
+    /// plugin already returned an operation id in this backup; it is asked
+    /// only once the rest of the output passed the boundary, so it may claim
+    /// the id as it answers.
     pub fn execute(
         &mut self,
         item: &Item,
@@ -230,7 +318,7 @@ impl PluginInstance {
         let target = Target::Item(item.id.clone());
         let json = item.value.to_string();
         let wit_backup = backup.to_wit();
-        let answer = self.call(Call::Execute, &target, |b, s| {
+        let answer = self.call(Call::Execute, &target, Some(backup), |b, s| {
             b.iar_plugin_item_action()
                 .call_execute(s, &json, &wit_backup)
         })?;
@@ -261,7 +349,7 @@ impl PluginInstance {
             item: item.clone(),
         };
         let wit_backup = backup.to_wit();
-        let answer = self.call(Call::Progress, &target, |b, s| {
+        let answer = self.call(Call::Progress, &target, Some(backup), |b, s| {
             b.iar_plugin_item_action()
                 .call_progress(s, operation_id, &wit_backup)
         })?;
@@ -285,7 +373,7 @@ impl PluginInstance {
             item: item.clone(),
         };
         let wit_backup = backup.to_wit();
-        let answer = self.call(Call::Cancel, &target, |b, s| {
+        let answer = self.call(Call::Cancel, &target, Some(backup), |b, s| {
             b.iar_plugin_item_action()
                 .call_cancel(s, operation_id, &wit_backup)
         })?;
@@ -297,15 +385,23 @@ impl PluginInstance {
 }
 
 /// Turns a wasmtime error into the rule it broke.
-fn classify(e: wasmtime::Error, deadline: &std::time::Duration) -> Violation {
+fn classify(e: wasmtime::Error, limits: &Limits) -> Violation {
     if let Some(cap) = e.downcast_ref::<MemoryCapExceeded>() {
         return Violation::MemoryCap {
             limit: cap.limit,
             requested: cap.requested,
         };
     }
+    if let Some(calls) = e.downcast_ref::<HostCallLimit>() {
+        return Violation::HostCalls { limit: calls.limit };
+    }
+    if let Some(ResourceTableError::Full) = e.downcast_ref::<ResourceTableError>() {
+        return Violation::ResourceTable {
+            limit: limits.max_resources,
+        };
+    }
     match e.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::Interrupt) => Violation::Deadline(*deadline),
+        Some(wasmtime::Trap::Interrupt) => Violation::Deadline(limits.deadline),
         Some(wasmtime::Trap::StackOverflow) => Violation::StackOverflow,
         Some(trap) => Violation::Trap {
             message: trap.to_string(),

@@ -6,7 +6,7 @@ mod instance;
 pub mod validate;
 
 pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
-pub use instance::PluginInstance;
+pub use instance::{PluginInstance, StdioCounts};
 pub use validate::{ExecuteResult, Phase, Progress};
 
 use crate::cluster::{NoCluster, ReadGrants};
@@ -124,10 +124,15 @@ impl Plugin {
             reason,
         };
         let shape = ComponentShape::read(bytes).map_err(&invalid)?;
+        if ComponentShape::declares_shared_memory(bytes).map_err(&invalid)? {
+            return Err(LoadError::SharedMemory {
+                plugin: plugin.clone(),
+            });
+        }
         let version = check_version(&plugin, &shape)?;
         // Validate before compiling: a precise error, and no compiler time
         // spent on garbage.
-        wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::default())
+        wasmparser::Validator::new_with_features(crate::engine::validator_features())
             .validate_all(bytes)
             .map_err(|e| invalid(format!("invalid component: {e}")))?;
         let digest = hex::encode(Sha256::digest(bytes));

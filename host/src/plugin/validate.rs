@@ -113,7 +113,8 @@ fn bounded(what: &'static str, size: usize, limit: usize) -> Result<(), Violatio
 
 /// Checks `execute`'s output against every rule of the boundary.
 /// `seen_operation` answers whether this plugin already returned an id in
-/// this backup.
+/// this backup; it is asked last, after every other rule passed, so a caller
+/// may claim the id in it without a refused output using the id up.
 pub fn execute_output(
     out: types::ExecuteOutput,
     input: &Value,
@@ -134,9 +135,6 @@ pub fn execute_output(
             id.len(),
             limits.max_operation_id_bytes,
         )?;
-        if seen_operation(id) {
-            return Err(Violation::DuplicateOperationId(id.clone()));
-        }
     } else if !out.post_operation_items.is_empty() {
         return Err(Violation::PostItemsWithoutOperation);
     }
@@ -158,13 +156,25 @@ pub fn execute_output(
             Some(value)
         }
     };
+    let additional_items = identifiers("additional-items", out.additional_items)?;
+    let post_operation_items = identifiers("post-operation-items", out.post_operation_items)?;
+    // Last, once everything else passed: `seen_operation` may claim the id,
+    // and an output the boundary refuses must not use it up.
+    if let Some(id) = &out.operation_id
+        && seen_operation(id)
+    {
+        return Err(Violation::DuplicateOperationId(id.clone()));
+    }
     Ok(ExecuteResult {
         item,
-        additional_items: identifiers("additional-items", out.additional_items)?,
+        additional_items,
         operation_id: out.operation_id,
-        post_operation_items: identifiers("post-operation-items", out.post_operation_items)?,
+        post_operation_items,
     })
 }
+
+/// 10000-01-01T00:00:00Z, the first second RFC 3339 cannot write.
+const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_800;
 
 fn timestamp(
     field: &'static str,
@@ -177,12 +187,18 @@ fn timestamp(
             nanos: t.nanoseconds,
         });
     }
-    let offset = Duration::new(t.seconds.unsigned_abs(), t.nanoseconds);
-    Ok(Some(if t.seconds >= 0 {
-        UNIX_EPOCH + offset
-    } else {
-        UNIX_EPOCH - offset
-    }))
+    // What the operations file can hold (RFC 3339, 1970 through 9999): a
+    // time outside it would fail the whole file's upload later, far from
+    // the plugin that sent it.
+    if !(0..MAX_TIMESTAMP_SECONDS).contains(&t.seconds) {
+        return Err(Violation::TimestampOutOfRange {
+            field,
+            seconds: t.seconds,
+        });
+    }
+    Ok(Some(
+        UNIX_EPOCH + Duration::new(t.seconds.unsigned_abs(), t.nanoseconds),
+    ))
 }
 
 /// Checks `progress`'s output.

@@ -31,6 +31,10 @@
 //! | `fail` | fails with `failed("refused on purpose")` |
 //! | `retryable` | fails with `retryable("try again")` |
 //! | `log` | logs `hello from hostile` once at each level, then returns the item unchanged |
+//! | `resources` | opens WASI stdout streams in a loop and never drops them |
+//! | `cluster-get` | calls `cluster-get` for the item itself `cluster-gets` times (config, default 100), then returns the item unchanged with annotation `hostile.iar.test/found` = how many were found; with `then` = `loop` it spins forever after the calls |
+//! | `remember` | returns the item with annotation `hostile.iar.test/previous` = the name of the item the previous call saw in this instance (`""` for the first), kept in a global |
+//! | `operation-fixed` | starts operation `op-fixed`; when the item's name ends in `-bad` it also returns the item `[1,2,3]` (which the boundary refuses) |
 //!
 //! Any other value fails the item with a message listing the known ones, so
 //! a typo in a test does not pass as `ok`.
@@ -38,8 +42,10 @@
 //! `progress` picks what `progress` does: `complete` (completed, 1/1),
 //! `fail` (`failed("progress failed on purpose")`), `retryable`
 //! (`retryable("not yet")`), `error` (completed with error
-//! `operation failed on purpose`), `loop` (spins forever), `panic`; anything
-//! else, or unset: not completed, started at 1 700 000 000 s.
+//! `operation failed on purpose`), `loop` (spins forever), `panic`,
+//! `negative-time` (started at -1 s), `year-10000` (updated at
+//! 253 402 300 800 s, 10000-01-01), `bad-nanos` (started with 1e9 ns);
+//! anything else, or unset: not completed, started at 1 700 000 000 s.
 //!
 //! `applies-to` picks what `applies-to` does: unset means every item;
 //! `fail` fails, `invalid-labels` returns the label selector `app in (`,
@@ -77,7 +83,44 @@ const BEHAVIORS: &[&str] = &[
     "fail",
     "retryable",
     "log",
+    "resources",
+    "cluster-get",
+    "remember",
+    "operation-fixed",
 ];
+
+/// The name of the item the previous `remember` call saw: state that lives
+/// as long as the instance.
+static PREVIOUS: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+// The WASI import that hands out a new stdout stream handle on every call.
+// Declared by hand (the same import Rust's std uses for `println!`), so the
+// guest can hold handles without dropping them.
+#[link(wasm_import_module = "wasi:cli/stdout@0.2.4")]
+unsafe extern "C" {
+    #[link_name = "get-stdout"]
+    fn wasi_get_stdout() -> i32;
+}
+
+/// Opens stdout streams forever, keeping every handle.
+fn open_forever() -> ! {
+    let mut handles = Vec::new();
+    loop {
+        // SAFETY: get-stdout takes no arguments and returns a handle.
+        handles.push(unsafe { wasi_get_stdout() });
+        black_box(&handles);
+    }
+}
+
+fn annotate(item: &str, key: &str, value: String) -> Result<ExecuteOutput, ActionError> {
+    let mut value_json = parse(item)?;
+    let metadata = &mut value_json["metadata"];
+    if !metadata["annotations"].is_object() {
+        metadata["annotations"] = Value::Object(Default::default());
+    }
+    metadata["annotations"][key] = Value::String(value);
+    Ok(output(Some(value_json.to_string())))
+}
 
 const MIB: usize = 1 << 20;
 
@@ -322,6 +365,42 @@ impl Guest for Hostile {
                 }
                 Ok(unchanged())
             }
+            "resources" => open_forever(),
+            "cluster-get" => {
+                let id = identity(&parse(&item)?);
+                let n: usize = config("cluster-gets")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(100);
+                let mut found = 0;
+                for _ in 0..n {
+                    match iar_sdk::bindings::iar::plugin::host::cluster_get(&id) {
+                        Ok(Some(_)) => found += 1,
+                        Ok(None) => {}
+                        Err(e) => return Err(failed(format!("cluster-get: {e}"))),
+                    }
+                }
+                if config("then").as_deref() == Some("loop") {
+                    spin();
+                }
+                annotate(&item, "hostile.iar.test/found", found.to_string())
+            }
+            "remember" => {
+                let name = str_at(&parse(&item)?, "/metadata/name").to_string();
+                let previous = {
+                    let mut slot = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+                    std::mem::replace(&mut *slot, name)
+                };
+                annotate(&item, "hostile.iar.test/previous", previous)
+            }
+            "operation-fixed" => {
+                let id = identity(&parse(&item)?);
+                let item = id.name.ends_with("-bad").then(|| "[1,2,3]".to_string());
+                Ok(ExecuteOutput {
+                    operation_id: Some("op-fixed".to_string()),
+                    post_operation_items: vec![id],
+                    ..output(item)
+                })
+            }
             other => Err(failed(format!(
                 "hostile: unknown behavior {other:?}; known: {}",
                 BEHAVIORS.join(", ")
@@ -356,6 +435,24 @@ impl Guest for Hostile {
             }
             Some("loop") => spin(),
             Some("panic") => panic!("hostile plugin panicked on purpose in progress"),
+            Some("negative-time") => {
+                progress.started = Some(Timestamp {
+                    seconds: -1,
+                    nanoseconds: 0,
+                })
+            }
+            Some("year-10000") => {
+                progress.updated = Some(Timestamp {
+                    seconds: 253_402_300_800,
+                    nanoseconds: 0,
+                })
+            }
+            Some("bad-nanos") => {
+                progress.started = Some(Timestamp {
+                    seconds: 1_700_000_000,
+                    nanoseconds: 1_000_000_000,
+                })
+            }
             _ => {}
         }
         Ok(progress)
