@@ -43,6 +43,7 @@ fn hammer(cluster: Arc<dyn ClusterReader>, deadline: Duration, calls: usize) -> 
         let workers: Vec<_> = (0..8)
             .map(|w| {
                 let mut instance = plugin.instance(cluster.clone());
+                let calls = calls.clone();
                 scope.spawn(move || {
                     (0..3)
                         .map(|i| {
