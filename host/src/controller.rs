@@ -334,11 +334,11 @@ impl Controller {
                 lost = keep => Err(ControllerError::Lease(lost)),
             }
         };
-        if !matches!(result, Err(ControllerError::Lease(_))) {
-            if let Err(e) = lease.release().await {
-                // It expires by itself; only a takeover waits for that.
-                tracing::warn!("releasing a backup lease failed: {e}");
-            }
+        // A lost lease is someone else's now; a failed release expires.
+        if !matches!(result, Err(ControllerError::Lease(_)))
+            && let Err(e) = lease.release().await
+        {
+            tracing::warn!("releasing a backup lease failed: {e}");
         }
         result
     }
