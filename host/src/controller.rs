@@ -15,6 +15,7 @@ use crate::item::{Item, ItemRef};
 use crate::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
 use crate::plugin::{BackupRef, Phase, Plugin, PluginInstance, Progress};
 use crate::resources::Catalog;
+use crate::store::lease::{Lease, LeaseError};
 use crate::store::tarball;
 use crate::store::{BackupFile, BackupStore, StoreError};
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +33,10 @@ pub struct Settings {
     pub operation_timeout: Duration,
     /// Worker threads running item actions.
     pub workers: usize,
+    /// How long this process's lease on a backup lasts unrenewed (renewed
+    /// every third of it): after a crash, another process may take the
+    /// backup over this long after the last renewal.
+    pub lease_duration: Duration,
 }
 
 impl Default for Settings {
@@ -40,6 +45,7 @@ impl Default for Settings {
             sync_period: Duration::from_secs(10),
             operation_timeout: Duration::from_secs(4 * 3600),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            lease_duration: Duration::from_secs(15),
         }
     }
 }
@@ -56,6 +62,55 @@ pub enum ControllerError {
     Invalid { name: String, reason: String },
     #[error("backup {name:?}: reading items: {reason}")]
     Items { name: String, reason: String },
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("backup {name:?}: {what} panicked: {reason}")]
+    Panicked {
+        name: String,
+        what: &'static str,
+        reason: String,
+    },
+    #[error("backup {name:?}: cannot resume: {reason}")]
+    Sources { name: String, reason: String },
+}
+
+/// The manifest files or directories a backup was started with, as recorded
+/// on its object, each still present. `resume` needs them as its cluster:
+/// run against missing ones, finalize would find nothing and the backup
+/// would end as if the cluster were empty, so their absence is an error.
+pub fn recorded_sources(object: &BackupObject) -> Result<Vec<PathBuf>, ControllerError> {
+    let name = &object.metadata.name;
+    let refuse = |reason: String| ControllerError::Sources {
+        name: name.clone(),
+        reason,
+    };
+    let recorded = object
+        .metadata
+        .annotations
+        .get(SOURCES_ANNOTATION)
+        .ok_or_else(|| refuse(format!("it has no {SOURCES_ANNOTATION} annotation")))?;
+    let sources: Vec<PathBuf> = serde_json::from_str(recorded).map_err(|e| {
+        refuse(format!(
+            "its {SOURCES_ANNOTATION} annotation is not a list of paths: {e}"
+        ))
+    })?;
+    if sources.is_empty() {
+        return Err(refuse(format!(
+            "its {SOURCES_ANNOTATION} annotation is empty"
+        )));
+    }
+    let missing: Vec<String> = sources
+        .iter()
+        .filter(|p| !p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(refuse(format!(
+            "the item sources it was started with are missing ({}); refusing to run it against an empty cluster",
+            missing.join(", ")
+        )));
+    }
+    Ok(sources)
 }
 
 /// What a caller wants to back up.
@@ -113,6 +168,17 @@ impl Journal {
     fn lines(&self, backup: &str) -> Vec<String> {
         let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         lines.get(backup).cloned().unwrap_or_default()
+    }
+
+    /// Drops a finished backup's lines; they are in its persisted log.
+    fn forget(&self, backup: &str) {
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.remove(backup);
+    }
+
+    fn backups(&self) -> Vec<String> {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.keys().cloned().collect()
     }
 }
 
@@ -223,7 +289,85 @@ impl Controller {
         self.persist(run).await
     }
 
+    /// The backups this controller holds anything for (operations, log
+    /// lines), sorted. Empty between backups: a long-running process
+    /// forgets each backup when it ends, whatever the outcome.
+    pub async fn tracked_backups(&self) -> Vec<String> {
+        let mut names = self.operations.backups();
+        names.extend(self.journal.backups());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    async fn forget(&self, name: &str) {
+        self.operations.remove(name).await;
+        self.journal.forget(name);
+    }
+
+    /// Runs `work` while holding `lease`, renewing it every third of its
+    /// duration, and releases it at the end. If the lease is lost (another
+    /// process took it over after it expired) `work` is dropped where it
+    /// stands and nothing more is written: the other process drives the
+    /// backup now.
+    async fn leased<T>(
+        &self,
+        mut lease: Lease,
+        work: impl Future<Output = Result<T, ControllerError>>,
+    ) -> Result<T, ControllerError> {
+        let result = {
+            let keep = async {
+                loop {
+                    tokio::time::sleep(lease.renew_every()).await;
+                    match lease.renew().await {
+                        Ok(()) => {}
+                        // Transient: retried until the lease expires.
+                        Err(LeaseError::Store(e)) => {
+                            tracing::warn!("renewing a backup lease failed, will retry: {e}");
+                        }
+                        Err(lost) => return lost,
+                    }
+                }
+            };
+            tokio::select! {
+                r = work => r,
+                lost = keep => Err(ControllerError::Lease(lost)),
+            }
+        };
+        // A lost lease is someone else's now; a failed release expires.
+        if !matches!(result, Err(ControllerError::Lease(_)))
+            && let Err(e) = lease.release().await
+        {
+            tracing::warn!("releasing a backup lease failed: {e}");
+        }
+        result
+    }
+
+    /// Ends a backup Failed with the error that stopped it, so that nothing
+    /// is left InProgress for `resume` to guess about; returns the error.
+    /// A lost lease is not a failure of the backup (another process drives
+    /// it) and writes nothing.
+    async fn fail(&self, run: &mut Run, error: ControllerError) -> ControllerError {
+        if matches!(error, ControllerError::Lease(_)) || run.object.status.phase.is_terminal() {
+            return error;
+        }
+        run.object.status.failure_reason = error.to_string();
+        self.journal
+            .line(run.name(), format!("backup failed: {error}"));
+        if let Err(e) = self.set_phase(run, BackupPhase::Failed).await {
+            tracing::error!(
+                backup = %run.name(),
+                "recording the failure failed too: {e}; the store still says {}",
+                run.object.status.phase
+            );
+        }
+        error
+    }
+
     /// Runs a whole backup: first pass, waiting for operations, finalize.
+    /// Another process creating or driving the same backup makes this fail
+    /// ([`ControllerError::Exists`], [`LeaseError::Held`]); any error once
+    /// the backup exists ends it Failed with the reason, and is returned.
     pub async fn run_backup(&self, req: BackupRequest) -> Result<BackupObject, ControllerError> {
         let invalid = |reason: String| ControllerError::Invalid {
             name: req.name.clone(),
@@ -231,19 +375,21 @@ impl Controller {
         };
         let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
         spec::operation_timeout(&req.spec).map_err(invalid)?;
-        // Velero refuses a second backup of the same name; so does iar,
-        // rather than overwrite one (or a half-done one that could resume).
-        if self
+        let lease = self
             .store
-            .get(&req.name, BackupFile::Metadata)
-            .await?
-            .is_some()
-        {
-            return Err(ControllerError::Exists {
-                name: req.name.clone(),
-                store: self.store.url().to_string(),
-            });
-        }
+            .acquire_lease(&req.name, self.settings.lease_duration)
+            .await?;
+        let name = req.name.clone();
+        let result = self.leased(lease, self.create_and_run(req, filter)).await;
+        self.forget(&name).await;
+        result
+    }
+
+    async fn create_and_run(
+        &self,
+        req: BackupRequest,
+        filter: BackupFilter,
+    ) -> Result<BackupObject, ControllerError> {
         let mut object = BackupObject::new(
             &req.name,
             &req.namespace,
@@ -265,6 +411,20 @@ impl Controller {
             serde_json::to_string(&sources).expect("strings serialize"),
         );
         object.metadata.annotations.extend(req.annotations.clone());
+        // Velero refuses a second backup of the same name; so does iar,
+        // rather than overwrite one (or a half-done one that could resume).
+        // A conditional create, so that of two processes that both found
+        // the name free exactly one creates it.
+        self.store
+            .create_json(&req.name, BackupFile::Metadata, &object)
+            .await
+            .map_err(|e| match e {
+                StoreError::Exists { .. } => ControllerError::Exists {
+                    name: req.name.clone(),
+                    store: self.store.url().to_string(),
+                },
+                e => e.into(),
+            })?;
         let mut run = Run {
             object,
             results: Results::default(),
@@ -272,7 +432,19 @@ impl Controller {
         self.set_phase(&mut run, BackupPhase::New).await?;
         run.object.status.start_timestamp = Some(rfc3339(SystemTime::now()));
         self.set_phase(&mut run, BackupPhase::InProgress).await?;
+        match self.first_pass(&mut run, &req, &filter).await {
+            Ok(()) => Ok(run.object),
+            Err(e) => Err(self.fail(&mut run, e).await),
+        }
+    }
 
+    /// From InProgress to the end.
+    async fn first_pass(
+        &self,
+        run: &mut Run,
+        req: &BackupRequest,
+        filter: &BackupFilter,
+    ) -> Result<(), ControllerError> {
         let items =
             crate::manifests::read_items(&req.sources, Catalog::builtin()).map_err(|e| {
                 ControllerError::Items {
@@ -280,14 +452,23 @@ impl Controller {
                     reason: e.to_string(),
                 }
             })?;
-        let items: Vec<Item> = items.into_iter().filter(|i| filter.matches(i)).collect();
+        // An identity Kubernetes would refuse never reaches a plugin or the
+        // tarball: the item is an error, named.
+        let mut selected = Vec::new();
+        for item in items.into_iter().filter(|i| filter.matches(i)) {
+            match tarball::item_path(&item.id) {
+                Ok(_) => selected.push(item),
+                Err(e) => run.results.errors.add(&item.id.namespace, e),
+            }
+        }
+        let items = selected;
         self.journal.line(
             run.name(),
             format!("{} items selected by the spec", items.len()),
         );
         let outcomes = self
-            .run_pass(items, run.backup_ref(Phase::Backup), true)
-            .await;
+            .run_pass(run.name(), items, run.backup_ref(Phase::Backup), true)
+            .await?;
 
         let mut entries: Vec<(String, Vec<u8>)> =
             vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
@@ -301,8 +482,13 @@ impl Controller {
                 outcome,
             );
             if let Some(value) = &outcome.stored {
-                entries.push((tarball::item_path(&outcome.id), item_bytes(value)));
-                run.object.status.progress.items_backed_up += 1;
+                match tarball::item_path(&outcome.id) {
+                    Ok(path) => {
+                        entries.push((path, item_bytes(value)));
+                        run.object.status.progress.items_backed_up += 1;
+                    }
+                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
+                }
             }
             for op in &outcome.operations {
                 attempted += 1;
@@ -345,33 +531,82 @@ impl Controller {
         } else {
             BackupPhase::waiting(run.partially_failed())
         };
-        self.set_phase(&mut run, next).await?;
+        self.set_phase(run, next).await?;
         self.drive(run).await
     }
 
-    /// Continues a backup a killed process left behind.
+    /// Continues a backup a killed process left behind. Refused while
+    /// another live process holds the backup's lease.
     pub async fn resume(&self, name: &str) -> Result<BackupObject, ControllerError> {
         let object: BackupObject = self
             .store
             .get_json(name, BackupFile::Metadata)
             .await?
             .ok_or_else(|| ControllerError::NotFound(name.into()))?;
-        let results: Results = self
+        if object.status.phase.is_terminal() {
+            return Ok(object);
+        }
+        let lease = self
             .store
-            .get_json(name, BackupFile::Results)
+            .acquire_lease(name, self.settings.lease_duration)
+            .await?;
+        let result = self.leased(lease, self.resume_leased(name)).await;
+        self.forget(name).await;
+        result
+    }
+
+    /// Reads a results or log file for resume; one that cannot be read is
+    /// set aside (so the rewrite does not replace it with a shorter one)
+    /// and the backup carries on with a fresh one, saying so.
+    async fn readable<T>(
+        &self,
+        name: &str,
+        file: BackupFile,
+        read: Result<Option<T>, StoreError>,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<T>, ControllerError> {
+        match read {
+            Ok(v) => Ok(v),
+            Err(StoreError::Corrupt { reason, .. }) => {
+                let aside = self.store.set_aside(name, file).await?;
+                notes.push(format!(
+                    "{} could not be read ({reason}); kept as {aside}, continuing with a new one",
+                    file.key(name)
+                ));
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn resume_leased(&self, name: &str) -> Result<BackupObject, ControllerError> {
+        // Read again under the lease: the previous holder may have moved on.
+        let object: BackupObject = self
+            .store
+            .get_json(name, BackupFile::Metadata)
+            .await?
+            .ok_or_else(|| ControllerError::NotFound(name.into()))?;
+        if object.status.phase.is_terminal() {
+            return Ok(object);
+        }
+        let mut notes = Vec::new();
+        let read = self.store.get_json(name, BackupFile::Results).await;
+        let results: Results = self
+            .readable(name, BackupFile::Results, read, &mut notes)
             .await?
             .unwrap_or_default();
-        if let Some(gz) = self.store.get(name, BackupFile::Logs).await? {
-            let mut text = String::new();
-            // A log that does not decode is not worth failing a resume for.
-            if std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut text)
-                .is_ok()
-            {
-                self.journal
-                    .preload(name, text.lines().map(String::from).collect());
-            }
+        let read = self.store.get_logs(name).await;
+        if let Some(previous) = self
+            .readable(name, BackupFile::Logs, read, &mut notes)
+            .await?
+        {
+            self.journal.preload(name, previous);
         }
         let mut run = Run { object, results };
+        for note in notes {
+            self.journal.line(name, note.clone());
+            run.results.warnings.add("", note);
+        }
         match run.object.status.phase {
             BackupPhase::New | BackupPhase::InProgress => {
                 // Its items were never all written: it cannot be continued.
@@ -382,48 +617,57 @@ impl Controller {
                 self.set_phase(&mut run, BackupPhase::Failed).await?;
                 Ok(run.object)
             }
-            phase if phase.is_terminal() => Ok(run.object),
             _ => {
-                let n = self.operations.load(name, &self.store).await?;
-                self.journal.line(
-                    name,
-                    format!(
-                        "resumed in phase {} with {n} operations",
-                        run.object.status.phase
-                    ),
-                );
-                self.drive(run).await
+                let loaded = self.operations.load(name, &self.store).await;
+                let outcome = match loaded {
+                    Ok(n) => {
+                        self.journal.line(
+                            name,
+                            format!(
+                                "resumed in phase {} with {n} operations",
+                                run.object.status.phase
+                            ),
+                        );
+                        self.drive(&mut run).await
+                    }
+                    Err(e) => Err(e.into()),
+                };
+                match outcome {
+                    Ok(()) => Ok(run.object),
+                    Err(e) => Err(self.fail(&mut run, e).await),
+                }
             }
         }
     }
 
     /// From waiting or finalizing to the end.
-    async fn drive(&self, mut run: Run) -> Result<BackupObject, ControllerError> {
+    async fn drive(&self, run: &mut Run) -> Result<(), ControllerError> {
         if matches!(
             run.object.status.phase,
             BackupPhase::WaitingForPluginOperations
                 | BackupPhase::WaitingForPluginOperationsPartiallyFailed
         ) {
-            self.wait_for_operations(&mut run).await?;
+            self.wait_for_operations(run).await?;
             let next = BackupPhase::finalizing(run.partially_failed());
-            self.set_phase(&mut run, next).await?;
+            self.set_phase(run, next).await?;
         }
-        self.finalize(&mut run).await?;
+        self.finalize(run).await?;
         let done = if run.partially_failed() {
             BackupPhase::PartiallyFailed
         } else {
             BackupPhase::Completed
         };
-        self.set_phase(&mut run, done).await?;
-        Ok(run.object)
+        self.set_phase(run, done).await?;
+        Ok(())
     }
 
     async fn run_pass(
         &self,
+        name: &str,
         items: Vec<Item>,
         backup: BackupRef,
         follow_additional: bool,
-    ) -> Vec<ItemOutcome> {
+    ) -> Result<Vec<ItemOutcome>, ControllerError> {
         let plugins = self.plugins.clone();
         let cluster = self.cluster.clone();
         let workers = self.settings.workers;
@@ -439,7 +683,11 @@ impl Controller {
             )
         })
         .await
-        .expect("the item pass does not panic")
+        .map_err(|e| ControllerError::Panicked {
+            name: name.to_string(),
+            what: "the item pass",
+            reason: e.to_string(),
+        })
     }
 
     fn timeout_for(&self, run: &Run) -> Duration {
@@ -493,7 +741,11 @@ impl Controller {
                 (updates, p)
             })
             .await
-            .expect("polling does not panic");
+            .map_err(|e| ControllerError::Panicked {
+                name: name.clone(),
+                what: "polling operation progress",
+                reason: e.to_string(),
+            })?;
             for line in std::mem::take(&mut p.logs) {
                 self.journal.record(&name, line);
             }
@@ -596,8 +848,8 @@ impl Controller {
             }
         }
         let outcomes = self
-            .run_pass(items, run.backup_ref(Phase::Finalize), false)
-            .await;
+            .run_pass(&name, items, run.backup_ref(Phase::Finalize), false)
+            .await?;
         let mut replace = BTreeMap::new();
         for outcome in &outcomes {
             record_messages(
@@ -607,7 +859,12 @@ impl Controller {
                 outcome,
             );
             if let Some(value) = &outcome.stored {
-                replace.insert(tarball::item_path(&outcome.id), item_bytes(value));
+                match tarball::item_path(&outcome.id) {
+                    Ok(path) => {
+                        replace.insert(path, item_bytes(value));
+                    }
+                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
+                }
             }
         }
         self.journal.line(

@@ -85,6 +85,38 @@ pub struct OperationStatus {
 }
 
 impl Operation {
+    /// Fails the operation, with the reason, when one of its timestamps
+    /// cannot be written (before 1970 or after 9999, from a plugin's
+    /// progress) and drops that timestamp. Returns whether it changed.
+    /// The boundary refuses such times; this keeps one bad value that got
+    /// past it from blocking the persistence of every other operation.
+    pub fn fail_unwritable_times(&mut self) -> bool {
+        let s = &mut self.status;
+        let mut bad = Vec::new();
+        for (field, t) in [
+            ("created", &mut s.created),
+            ("started", &mut s.started),
+            ("updated", &mut s.updated),
+        ] {
+            if t.is_some_and(|t| !rfc3339::in_range(t)) {
+                bad.push(field);
+                *t = None;
+            }
+        }
+        if bad.is_empty() {
+            return false;
+        }
+        s.phase = OperationPhase::Failed;
+        s.error = format!(
+            "plugin {:?}, operation {:?} on {}: rule timestamp-range: {} outside 1970..=9999, cannot be persisted",
+            self.spec.backup_item_action,
+            self.spec.operation_id,
+            self.spec.resource_identifier,
+            bad.join(", ")
+        );
+        true
+    }
+
     /// A just-started operation: phase New, created now, no progress yet.
     pub fn new(spec: OperationSpec, created: SystemTime) -> Self {
         Operation {
@@ -150,21 +182,33 @@ fn de_refs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ItemRef>, D::Error> {
 /// RFC 3339 in UTC (what Go's metav1.Time reads), with fractional seconds only
 /// when there are any, so a round trip is exact.
 mod rfc3339 {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _, ser::Error as _};
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
         let Some(t) = *t else {
             return s.serialize_none();
         };
-        // humantime panics before 1970 and fails from year 10000 on.
-        let in_range = t
-            .duration_since(UNIX_EPOCH)
-            .is_ok_and(|d| d < Duration::from_secs(253_402_300_800));
-        if !in_range {
-            return Err(S::Error::custom("timestamp outside 1970..=9999"));
+        // Total: `OperationsMap::sync` fails an operation whose times are out
+        // of range before writing, so this clamp is only a last resort that
+        // keeps one bad value from failing the whole file.
+        s.collect_str(&humantime::format_rfc3339(clamp(t)))
+    }
+
+    /// The last instant humantime formats (9999-12-31T23:59:59Z); it panics
+    /// before 1970 and fails from year 10000 on.
+    const MAX: Duration = Duration::from_secs(253_402_300_799);
+
+    pub fn in_range(t: SystemTime) -> bool {
+        t.duration_since(UNIX_EPOCH).is_ok_and(|d| d <= MAX)
+    }
+
+    fn clamp(t: SystemTime) -> SystemTime {
+        match t.duration_since(UNIX_EPOCH) {
+            Err(_) => UNIX_EPOCH,
+            Ok(d) if d > MAX => UNIX_EPOCH + MAX,
+            Ok(_) => t,
         }
-        s.collect_str(&humantime::format_rfc3339(t))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
@@ -274,6 +318,11 @@ impl OperationsMap {
         let mut entry = slot.lock().await;
         if !entry.dirty {
             return Ok(false);
+        }
+        // Every operation serializes: one with unwritable times is failed
+        // with the reason rather than failing the file for all the others.
+        for op in entry.ops.iter_mut() {
+            op.fail_unwritable_times();
         }
         store
             .put_json(backup, BackupFile::ItemOperations, &entry.ops)

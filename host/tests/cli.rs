@@ -250,6 +250,8 @@ fn a_killed_backup_resumes_after_a_real_restart() {
         store_dir,
         "--sync-period",
         "100ms",
+        "--lease-duration",
+        "1s",
         "--config",
         "iar_plugin_labels:labels=x=y",
     ])
@@ -281,8 +283,8 @@ fn a_killed_backup_resumes_after_a_real_restart() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    // Let it poll a few periods, then kill it for real (SIGKILL: no cleanup).
-    std::thread::sleep(std::time::Duration::from_millis(350));
+    // Kill it for real (SIGKILL: no cleanup) once it waits: its operations
+    // are persisted by then.
     child.kill().expect("killing iar backup");
     let status = child.wait().unwrap();
     assert!(!status.success(), "killed, not exited: {status}");
@@ -307,6 +309,7 @@ fn a_killed_backup_resumes_after_a_real_restart() {
     )
     .unwrap();
 
+    wait_for_lease_expiry(&backup_dir, "killme");
     let out = iar_command(&[
         "resume",
         "killme",
@@ -356,4 +359,287 @@ fn a_killed_backup_resumes_after_a_real_restart() {
             .any(|l| l.starts_with("killme") && l.contains("Completed")),
         "{listed}"
     );
+}
+
+/// The newest lease generation of a backup in a local store, parsed.
+fn lease(backup_dir: &Path, name: &str) -> Option<Value> {
+    let prefix = format!("{name}-lease-");
+    let mut leases: Vec<PathBuf> = std::fs::read_dir(backup_dir)
+        .ok()?
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let f = p.file_name().unwrap().to_string_lossy();
+            f.starts_with(&prefix) && f.ends_with(".json")
+        })
+        .collect();
+    leases.sort();
+    read_json(leases.last()?)
+}
+
+/// Waits, by reading the lease in the store, until it has expired or been
+/// released: no fixed sleep.
+fn wait_for_lease_expiry(backup_dir: &Path, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let free = lease(backup_dir, name).is_none_or(|l| {
+            l["released"] == true
+                || humantime::parse_rfc3339(l["expires"].as_str().unwrap()).unwrap()
+                    <= std::time::SystemTime::now()
+        });
+        if free {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease of {name} never expired: {:?}",
+            lease(backup_dir, name)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The example application without its VolumeSnapshot (so the snapshot
+/// operation waits until the test writes one) and the example plugins.
+fn waiting_backup_fixture() -> (tempfile::TempDir, tempfile::TempDir) {
+    let items = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(repo().join("examples/cluster")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "volumesnapshot.yaml" {
+            std::fs::copy(&path, items.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let plugins = tempfile::tempdir().unwrap();
+    for wasm in [
+        artifacts::LABELS,
+        artifacts::POD_VOLUMES,
+        artifacts::PVC_SNAPSHOT,
+    ] {
+        let wasm = Path::new(wasm);
+        std::fs::copy(wasm, plugins.path().join(wasm.file_name().unwrap())).unwrap();
+    }
+    (items, plugins)
+}
+
+fn ready_snapshot(items: &Path, backup: &str) {
+    std::fs::write(
+        items.join("volumesnapshot.yaml"),
+        format!("apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: data-web-0-{backup}\n  namespace: shop\n  creationTimestamp: \"2026-11-30T01:00:00Z\"\nspec:\n  source:\n    persistentVolumeClaimName: data-web-0\n  volumeSnapshotClassName: csi-snapclass\nstatus:\n  creationTime: \"2026-11-30T01:00:04Z\"\n  readyToUse: true\n  restoreSize: 1Gi\n"),
+    )
+    .unwrap();
+}
+
+/// The `winner` label every item in the backup's tarball carries.
+fn winner_labels(backup_dir: &Path, name: &str) -> Vec<String> {
+    let tar_gz = std::fs::read(backup_dir.join(format!("{name}.tar.gz"))).unwrap();
+    iar::store::tarball::read(&tar_gz)
+        .unwrap()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("resources/"))
+        .map(|(p, data)| {
+            let v: Value = serde_json::from_slice(&data).unwrap();
+            v["metadata"]["labels"]["winner"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{p} has no winner label: {v}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// Two real `iar backup` processes of the same name on one store: exactly
+/// one drives it, the other fails saying why, and the data is the winner's.
+/// `iar resume` is refused (naming the holder and its expiry) while the
+/// winner lives; after the winner is SIGKILLed and its lease expired, resume
+/// takes over and finishes. Before, both processes passed the existence
+/// check and wrote over each other, and resume ran alongside a live process.
+#[test]
+fn two_processes_never_drive_one_backup() {
+    let (items, plugins) = waiting_backup_fixture();
+    let store = tempfile::tempdir().unwrap();
+    let (items_dir, plugins_dir, store_dir) = (
+        items.path().to_str().unwrap(),
+        plugins.path().to_str().unwrap(),
+        store.path().to_str().unwrap(),
+    );
+    let backup_dir = store.path().join("backups/twin");
+    let object_file = backup_dir.join("velero-backup.json");
+    let phase = || read_json(&object_file).map(|o| o["status"]["phase"].clone());
+    let scratch = tempfile::tempdir().unwrap();
+    let spawn = |label: &str| {
+        let stderr = scratch.path().join(format!("{label}.stderr"));
+        let child = iar_command(&[
+            "backup",
+            "twin",
+            "--items",
+            items_dir,
+            "--plugins",
+            plugins_dir,
+            "--store",
+            store_dir,
+            "--sync-period",
+            "100ms",
+            "--lease-duration",
+            "2s",
+            "--config",
+            &format!("iar_plugin_labels:labels=winner={label}"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("spawning iar backup");
+        (label.to_string(), child, stderr)
+    };
+    let mut racers = vec![spawn("a"), spawn("b")];
+
+    // The loser exits; the winner waits for its snapshot, for ever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let loser = loop {
+        if let Some(i) = racers
+            .iter_mut()
+            .position(|(_, c, _)| c.try_wait().unwrap().is_some())
+        {
+            break racers.remove(i);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither process ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (winner_label, mut winner, winner_stderr) = racers.pop().unwrap();
+    let (_, mut loser_child, loser_stderr) = loser;
+    let status = loser_child.wait().unwrap();
+    let said = std::fs::read_to_string(&loser_stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("iar: backup \"twin\" already exists in")
+            || said.contains("iar: backup \"twin\" is being driven by another process (iar pid"),
+        "{said}"
+    );
+    loop {
+        if phase().is_some_and(|p| p == "WaitingForPluginOperations") {
+            break;
+        }
+        if let Some(status) = winner.try_wait().unwrap() {
+            panic!(
+                "the winner exited ({status}); stderr:\n{}",
+                std::fs::read_to_string(&winner_stderr).unwrap_or_default()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the winner never waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let labels = winner_labels(&backup_dir, "twin");
+    assert!(!labels.is_empty());
+    assert!(labels.iter().all(|l| *l == winner_label), "{labels:?}");
+    let object = read_json(&object_file).unwrap();
+    assert!(
+        object["metadata"]["annotations"]["iar.dev/plugin-config"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("winner={winner_label}")),
+        "{object}"
+    );
+
+    // A resume while the winner lives is refused, naming it and its expiry.
+    let resume = || {
+        iar_command(&[
+            "resume",
+            "twin",
+            "--plugins",
+            plugins_dir,
+            "--store",
+            store_dir,
+            "--sync-period",
+            "100ms",
+            "--lease-duration",
+            "2s",
+        ])
+        .output()
+        .expect("running iar resume")
+    };
+    let out = resume();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        said.contains(&format!(
+            "is being driven by another process (iar pid {} on",
+            winner.id()
+        )) && said.contains("whose lease expires at"),
+        "{said}"
+    );
+    assert_eq!(phase(), Some(Value::from("WaitingForPluginOperations")));
+    assert!(
+        winner.try_wait().unwrap().is_none(),
+        "the winner still runs"
+    );
+
+    // The winner dies without cleanup; once its lease expired, resume
+    // takes over and finishes with the winner's data.
+    winner.kill().expect("killing the winner");
+    winner.wait().unwrap();
+    wait_for_lease_expiry(&backup_dir, "twin");
+    ready_snapshot(items.path(), "twin");
+    let out = resume();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(phase(), Some(Value::from("Completed")));
+    let labels = winner_labels(&backup_dir, "twin");
+    assert!(labels.iter().all(|l| *l == winner_label), "{labels:?}");
+    let lease = lease(&backup_dir, "twin").unwrap();
+    assert_eq!(lease["released"], true, "released at the end: {lease}");
+}
+
+/// `iar resume` of a backup whose recorded item sources are gone (or were
+/// never recorded) is refused with the reason, and the store is left as it
+/// was. Before, it ran against an empty cluster: finalize found nothing
+/// and the backup ended Completed.
+#[test]
+fn resume_refuses_a_backup_whose_sources_are_missing() {
+    let (_items, plugins) = waiting_backup_fixture();
+    let store = tempfile::tempdir().unwrap();
+    let gone = tempfile::tempdir().unwrap().path().join("cluster");
+    let backup_dir = store.path().join("backups/orphan");
+    std::fs::create_dir_all(&backup_dir).unwrap();
+    let object_file = backup_dir.join("velero-backup.json");
+    let mut object =
+        iar::backup::BackupObject::new("orphan", "velero", "uid-1", serde_json::json!({}));
+    object.status.phase = iar::backup::BackupPhase::WaitingForPluginOperations;
+    for (annotation, want) in [
+        (Some(serde_json::json!([gone]).to_string()), "are missing"),
+        (Some("[]".to_string()), "annotation is empty"),
+        (None, "has no iar.dev/item-sources annotation"),
+    ] {
+        object.metadata.annotations.remove("iar.dev/item-sources");
+        if let Some(a) = annotation {
+            object
+                .metadata
+                .annotations
+                .insert("iar.dev/item-sources".into(), a);
+        }
+        let written = serde_json::to_vec_pretty(&object).unwrap();
+        std::fs::write(&object_file, &written).unwrap();
+        let out = iar_command(&[
+            "resume",
+            "orphan",
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+            "--store",
+            store.path().to_str().unwrap(),
+        ])
+        .output()
+        .expect("running iar resume");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            said.starts_with("iar: backup \"orphan\": cannot resume: ") && said.contains(want),
+            "{said}"
+        );
+        if want == "are missing" {
+            assert!(said.contains(&gone.display().to_string()), "{said}");
+        }
+        assert_eq!(std::fs::read(&object_file).unwrap(), written, "untouched");
+    }
 }

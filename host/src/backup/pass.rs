@@ -93,6 +93,63 @@ fn act_on_item(
     outcome
 }
 
+/// Acts on one item and, with `follow_additional`, reads the additional
+/// items it names that no one has claimed yet. Returns its outcome and the
+/// items found.
+fn backup_one(
+    instances: &mut [PluginInstance],
+    item: Item,
+    backup: &BackupRef,
+    claimed: &Mutex<HashSet<(String, String)>>,
+    queue: &Mutex<Queue>,
+    cluster: &Arc<dyn ClusterReader>,
+    follow_additional: bool,
+) -> (ItemOutcome, Vec<Item>) {
+    let mut additional = Vec::new();
+    let mut outcome = act_on_item(instances, item, backup, claimed, &mut additional);
+    let mut found = Vec::new();
+    if !follow_additional {
+        return (outcome, found);
+    }
+    // A name Kubernetes would refuse is not looked up, nor backed up.
+    additional.retain(|id| match crate::store::tarball::item_path(id) {
+        Ok(_) => true,
+        Err(e) => {
+            outcome
+                .errors
+                .push(format!("additional item named by {}: {e}", outcome.id));
+            false
+        }
+    });
+    let fresh: Vec<ItemRef> = {
+        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+        additional
+            .into_iter()
+            .filter(|id| q.seen.insert(id.clone()))
+            .collect()
+    };
+    // Cluster reads happen outside the queue lock.
+    for id in fresh {
+        match cluster.get_item(&id) {
+            Ok(Some(item)) => found.push(item),
+            Ok(None) => outcome.warnings.push(format!(
+                "additional item {id} named by {} was not found",
+                outcome.id
+            )),
+            Err(e) => outcome.errors.push(format!("additional item {id}: {e}")),
+        }
+    }
+    (outcome, found)
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 struct Queue {
     items: VecDeque<Item>,
     busy: usize,
@@ -145,30 +202,39 @@ pub fn run(
                         wake.notify_all();
                         return;
                     };
-                    let mut additional = Vec::new();
-                    let mut outcome =
-                        act_on_item(&mut instances, item, backup, &claimed, &mut additional);
-                    let mut found = Vec::new();
-                    if follow_additional {
-                        let fresh: Vec<ItemRef> = {
-                            let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-                            additional
-                                .into_iter()
-                                .filter(|id| q.seen.insert(id.clone()))
-                                .collect()
+                    let id = item.id.clone();
+                    // A panic in host code on this thread (a cluster reader,
+                    // a host call a plugin made) fails this item only. Left
+                    // to unwind, it would end the worker with the item
+                    // still counted busy, and the other workers would wait
+                    // for it for ever.
+                    let acted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        backup_one(
+                            &mut instances,
+                            item,
+                            backup,
+                            &claimed,
+                            &queue,
+                            cluster,
+                            follow_additional,
+                        )
+                    }));
+                    let (outcome, found) = acted.unwrap_or_else(|panic| {
+                        // The instances may have been mid-call: start afresh.
+                        instances = plugins
+                            .iter()
+                            .map(|p| p.instance(cluster.clone()))
+                            .collect();
+                        let outcome = ItemOutcome {
+                            errors: vec![format!(
+                                "item {id}: host code panicked while running the actions on it: {} (rule: host-panic)",
+                                panic_message(panic.as_ref())
+                            )],
+                            id,
+                            ..ItemOutcome::default()
                         };
-                        // Cluster reads happen outside the queue lock.
-                        for id in fresh {
-                            match cluster.get_item(&id) {
-                                Ok(Some(item)) => found.push(item),
-                                Ok(None) => outcome.warnings.push(format!(
-                                    "additional item {id} named by {} was not found",
-                                    outcome.id
-                                )),
-                                Err(e) => outcome.errors.push(format!("additional item {id}: {e}")),
-                            }
-                        }
-                    }
+                        (outcome, Vec::new())
+                    });
                     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                     q.items.extend(found);
                     q.busy -= 1;

@@ -14,57 +14,99 @@ pub struct BackupFilter {
     selector: CompiledSelector,
 }
 
-fn strings(spec: &Value, key: &str) -> Vec<String> {
-    spec.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+/// A list of strings, or absent/null for none. Anything else is an error
+/// naming the field: an entry dropped for its type would widen the backup
+/// (`includedNamespaces: [1]` must not mean every namespace).
+fn strings(spec: &Value, key: &str) -> Result<Vec<String>, String> {
+    match spec.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| format!("{key}[{i}] is {}, not a string", type_name(v)))
+            })
+            .collect(),
+        Some(v) => Err(format!("{key} is {}, not a list of strings", type_name(v))),
+    }
 }
 
-/// A metav1.LabelSelector object as selector syntax.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A metav1.LabelSelector object as selector syntax. Every part must have
+/// its type; a part ignored for its type would select more.
 fn label_selector(v: Option<&Value>) -> Result<String, String> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(String::new());
     };
+    let Value::Object(obj) = v else {
+        return Err(format!("labelSelector is {}, not an object", type_name(v)));
+    };
+    if let Some(other) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions"))
+    {
+        return Err(format!("labelSelector.{other} is not a selector field"));
+    }
     let mut parts = Vec::new();
-    if let Some(m) = v.get("matchLabels").and_then(Value::as_object) {
-        for (k, val) in m {
-            let val = val
-                .as_str()
-                .ok_or_else(|| format!("labelSelector.matchLabels.{k} is not a string"))?;
-            parts.push(format!("{k}={val}"));
+    match obj.get("matchLabels") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            for (k, val) in m {
+                let val = val.as_str().ok_or_else(|| {
+                    format!(
+                        "labelSelector.matchLabels.{k} is {}, not a string",
+                        type_name(val)
+                    )
+                })?;
+                parts.push(format!("{k}={val}"));
+            }
+        }
+        Some(m) => {
+            return Err(format!(
+                "labelSelector.matchLabels is {}, not an object",
+                type_name(m)
+            ));
         }
     }
-    for e in v
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    let expressions = match obj.get("matchExpressions") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(a)) => a.as_slice(),
+        Some(e) => {
+            return Err(format!(
+                "labelSelector.matchExpressions is {}, not a list",
+                type_name(e)
+            ));
+        }
+    };
+    for (i, e) in expressions.iter().enumerate() {
+        let field = format!("labelSelector.matchExpressions[{i}]");
+        if !e.is_object() {
+            return Err(format!("{field} is {}, not an object", type_name(e)));
+        }
         let key = e
             .get("key")
             .and_then(Value::as_str)
-            .ok_or("labelSelector.matchExpressions: missing key")?;
-        let values: Vec<&str> = e
-            .get("values")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+            .ok_or_else(|| format!("{field}.key is missing or not a string"))?;
+        let values = strings(e, "values").map_err(|r| format!("{field}.{r}"))?;
         parts.push(match e.get("operator").and_then(Value::as_str) {
             Some("In") => format!("{key} in ({})", values.join(",")),
             Some("NotIn") => format!("{key} notin ({})", values.join(",")),
             Some("Exists") => key.to_string(),
             Some("DoesNotExist") => format!("!{key}"),
             other => {
-                return Err(format!(
-                    "labelSelector.matchExpressions: unknown operator {other:?}"
-                ));
+                return Err(format!("{field}.operator: unknown operator {other:?}"));
             }
         });
     }
@@ -74,11 +116,29 @@ fn label_selector(v: Option<&Value>) -> Result<String, String> {
 impl BackupFilter {
     /// From a Backup `spec` (or an empty one: everything).
     pub fn from_spec(spec: &Value) -> Result<Self, String> {
+        if !(spec.is_object() || spec.is_null()) {
+            return Err(format!("backup spec is {}, not an object", type_name(spec)));
+        }
+        // Filters iar does not implement would be silently ignored, and the
+        // backup would be wider than asked: refuse them.
+        for unsupported in [
+            "orLabelSelectors",
+            "includedClusterScopedResources",
+            "excludedClusterScopedResources",
+            "includedNamespaceScopedResources",
+            "excludedNamespaceScopedResources",
+        ] {
+            if spec.get(unsupported).is_some_and(|v| !v.is_null()) {
+                return Err(format!(
+                    "backup spec: {unsupported} is not supported by iar"
+                ));
+            }
+        }
         let sel = ResourceSelector {
-            included_namespaces: strings(spec, "includedNamespaces"),
-            excluded_namespaces: strings(spec, "excludedNamespaces"),
-            included_resources: strings(spec, "includedResources"),
-            excluded_resources: strings(spec, "excludedResources"),
+            included_namespaces: strings(spec, "includedNamespaces")?,
+            excluded_namespaces: strings(spec, "excludedNamespaces")?,
+            included_resources: strings(spec, "includedResources")?,
+            excluded_resources: strings(spec, "excludedResources")?,
             label_selector: label_selector(spec.get("labelSelector"))?,
         };
         let selector = CompiledSelector::compile(&sel, Catalog::builtin())
@@ -131,11 +191,15 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
 
 /// The spec's `itemOperationTimeout`, if set.
 pub fn operation_timeout(spec: &Value) -> Result<Option<Duration>, String> {
-    match spec.get("itemOperationTimeout").and_then(Value::as_str) {
-        None => Ok(None),
-        Some(s) => parse_go_duration(s)
+    match spec.get("itemOperationTimeout") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_go_duration(s)
             .map(Some)
             .map_err(|e| format!("itemOperationTimeout: {e}")),
+        Some(v) => Err(format!(
+            "itemOperationTimeout is {}, not a duration string",
+            type_name(v)
+        )),
     }
 }
 
@@ -172,5 +236,80 @@ mod tests {
             ))
             .is_err()
         );
+    }
+
+    /// Entries of the wrong type are an error naming the field, never a
+    /// wider backup. Before, `strings` and `label_selector` dropped what was
+    /// not a string, so `includedNamespaces: [1]` selected every namespace.
+    #[test]
+    fn wrong_types_are_errors_naming_the_field() {
+        for (spec, field) in [
+            (json!({"includedNamespaces": [1]}), "includedNamespaces[0]"),
+            (json!({"includedNamespaces": "prod"}), "includedNamespaces"),
+            (
+                json!({"excludedNamespaces": [null]}),
+                "excludedNamespaces[0]",
+            ),
+            (
+                json!({"includedResources": {"pods": true}}),
+                "includedResources",
+            ),
+            (
+                json!({"excludedResources": ["pods", 2]}),
+                "excludedResources[1]",
+            ),
+            (json!({"labelSelector": 5}), "labelSelector"),
+            (json!({"labelSelector": "app=web"}), "labelSelector"),
+            (
+                json!({"labelSelector": {"matchLabels": {"app": 1}}}),
+                "labelSelector.matchLabels.app",
+            ),
+            (
+                json!({"labelSelector": {"matchLabels": ["app"]}}),
+                "labelSelector.matchLabels",
+            ),
+            (
+                json!({"labelSelector": {"matchExpressions": {}}}),
+                "labelSelector.matchExpressions",
+            ),
+            (
+                json!({"labelSelector": {"matchExpressions": [7]}}),
+                "labelSelector.matchExpressions[0]",
+            ),
+            (
+                json!({"labelSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]}}),
+                "labelSelector.matchExpressions[0].values[0]",
+            ),
+            (
+                json!({"labelSelector": {"matchExpressions": [{"key": 3, "operator": "Exists"}]}}),
+                "labelSelector.matchExpressions[0].key",
+            ),
+            (
+                json!({"labelSelector": {"matchLabel": {"app": "web"}}}),
+                "labelSelector.matchLabel",
+            ),
+            (
+                json!({"orLabelSelectors": [{"matchLabels": {"a": "b"}}]}),
+                "orLabelSelectors",
+            ),
+            (json!([]), "backup spec"),
+        ] {
+            let err = BackupFilter::from_spec(&spec).unwrap_err();
+            assert!(err.contains(field), "{spec}: {err}");
+        }
+        assert!(
+            operation_timeout(&json!({"itemOperationTimeout": 60}))
+                .unwrap_err()
+                .contains("itemOperationTimeout")
+        );
+        // What is well typed still works, nulls included.
+        for spec in [
+            json!({}),
+            json!(null),
+            json!({"includedNamespaces": null, "labelSelector": null}),
+            json!({"includedNamespaces": ["a"], "labelSelector": {"matchLabels": {"app": "web"}}}),
+        ] {
+            BackupFilter::from_spec(&spec).unwrap();
+        }
     }
 }

@@ -38,6 +38,11 @@ pub struct RunnerArgs {
     /// (added to the plugin's NAME.yaml settings).
     #[arg(long = "config", value_name = "KEY=VALUE")]
     config: Vec<String>,
+    /// How long this process's lease on the backup lasts without renewal
+    /// (renewed every third of it). Another process may take over a backup
+    /// whose holder died this long after its last renewal.
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
+    lease_duration: Duration,
 }
 
 #[derive(clap::Args)]
@@ -163,11 +168,11 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Contro
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     let plugins = load_plugins(&runtime, &args.plugins, &args.config)?;
     let store = BackupStore::open(&args.store.store)?;
-    let (sync_period, operation_timeout) = (args.sync_period, args.operation_timeout);
     let cluster = Arc::new(ManifestCluster::new(sources));
     let settings = Settings {
-        sync_period,
-        operation_timeout,
+        sync_period: args.sync_period,
+        operation_timeout: args.operation_timeout,
+        lease_duration: args.lease_duration,
         ..Settings::default()
     };
     Ok(Controller::new(plugins, store, cluster, settings)
@@ -214,12 +219,14 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
                 args.name, args.runner.store.store
             )
         })?;
-    let sources: Vec<PathBuf> = object
-        .metadata
-        .annotations
-        .get(iar::backup::object::SOURCES_ANNOTATION)
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
+    // Waiting and finalizing read the cluster: its recorded sources must
+    // still be there. New/InProgress only become Failed, and a terminal
+    // backup is only shown, so neither needs them.
+    let sources = match object.status.phase {
+        BackupPhase::New | BackupPhase::InProgress => Vec::new(),
+        phase if phase.is_terminal() => Vec::new(),
+        _ => iar::controller::recorded_sources(&object)?,
+    };
     // Finalize must run with the settings the backup started with.
     let mut runner = args.runner;
     if runner.config.is_empty()

@@ -148,10 +148,28 @@ async fn get_is_a_deep_copy_and_changes_mark_dirty() {
 
     map.add("b", op("b", 0)).await;
     assert!(map.is_dirty("b").await);
+    // Mutate the copy `get` returned, through every owned part, then read
+    // the map again: it must still hold the original.
     let mut copy = map.get("b").await.unwrap();
+    let again = map.get("b").await.unwrap();
     copy[0].status.phase = OperationPhase::Failed;
-    copy[0].spec.post_operation_items.clear();
+    copy[0].spec.operation_id.push_str("-mutated");
+    copy[0].spec.post_operation_items[0].name.clear();
+    copy.push(op("b", 9));
+    assert_ne!(copy, again, "the mutation happened");
     assert_eq!(map.get("b").await.unwrap(), vec![op("b", 0)]);
+    // Two reads own distinct buffers: a `get` handing out a shared
+    // reference (an `Arc`, a `Cow` of the map's list) would share them,
+    // and a mutation through interior mutability would then reach the map.
+    assert_ne!(copy.as_ptr(), again.as_ptr());
+    assert_ne!(
+        copy[0].spec.backup_item_action.as_ptr(),
+        again[0].spec.backup_item_action.as_ptr()
+    );
+    assert_ne!(
+        copy[0].spec.post_operation_items.as_ptr(),
+        again[0].spec.post_operation_items.as_ptr()
+    );
 
     map.insert_loaded("b", vec![op("b", 0)]).await;
     assert!(!map.is_dirty("b").await);
@@ -224,6 +242,47 @@ async fn failed_upload_keeps_state_dirty_and_previous_file() {
     assert!(map.sync("b", &store).await.unwrap());
     assert!(!map.is_dirty("b").await);
     assert_eq!(persisted(&store, "b").await.unwrap(), latest);
+}
+
+/// One operation whose plugin-supplied times cannot be written (before the
+/// epoch, after year 9999) does not block the sync of the others: the file is
+/// written with all of them, that one Failed with the reason and without the
+/// bad time. Before, the whole `sync` failed on every period, for ever.
+#[tokio::test]
+async fn an_unwritable_timestamp_fails_its_operation_not_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(&dir);
+    let map = OperationsMap::new();
+    for i in 0..4 {
+        map.add("b", op("b", i)).await;
+    }
+    map.update("b", |ops| {
+        ops[1].status.started = Some(UNIX_EPOCH - Duration::from_secs(1));
+        ops[2].status.updated = Some(UNIX_EPOCH + Duration::from_secs(253_402_300_800));
+        true
+    })
+    .await;
+    assert!(map.sync("b", &store).await.unwrap(), "the file is written");
+    assert!(!map.is_dirty("b").await);
+    let written = persisted(&store, "b").await.unwrap();
+    assert_eq!(written.len(), 4);
+    assert_eq!(written, map.get("b").await.unwrap(), "map and file agree");
+    for i in [0, 3] {
+        assert_eq!(written[i], op("b", i), "a good operation is untouched");
+    }
+    for (i, field) in [(1, "started"), (2, "updated")] {
+        let s = &written[i].status;
+        assert_eq!(s.phase, OperationPhase::Failed, "{i}");
+        assert!(
+            s.error.contains("example.io/snapshot")
+                && s.error.contains(&format!("op-{i}"))
+                && s.error.contains(field)
+                && s.error.contains("1970..=9999"),
+            "{}",
+            s.error
+        );
+        assert_eq!((s.started, s.updated), (None, None));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -24,6 +24,8 @@ pub struct FaultyStore {
     /// Puts left before they start failing; `usize::MAX` means no limit.
     budget: AtomicUsize,
     pauses: Mutex<Vec<Arc<Pause>>>,
+    /// Puts to keys ending in one of these fail.
+    failing: Mutex<Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -72,6 +74,7 @@ impl FaultyStore {
             fail: AtomicBool::new(false),
             budget: AtomicUsize::new(usize::MAX),
             pauses: Mutex::new(Vec::new()),
+            failing: Mutex::new(Vec::new()),
         }
     }
 
@@ -84,6 +87,12 @@ impl FaultyStore {
     /// later one fails.
     pub fn fail_after(&self, n: usize) {
         self.budget.store(n, Ordering::SeqCst);
+    }
+
+    /// From now on, every put to a key ending in `key_suffix` fails (the
+    /// others go through).
+    pub fn fail_puts_to(&self, key_suffix: &str) {
+        self.failing.lock().unwrap().push(key_suffix.to_string());
     }
 
     /// Blocks every put to a key ending in `key_suffix`, before it writes
@@ -122,7 +131,13 @@ impl FaultyStore {
                     b => Some(b - 1),
                 })
                 == Ok(0);
-        if self.fail.load(Ordering::SeqCst) || over_budget {
+        let targeted = self
+            .failing
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|suffix| location.as_ref().ends_with(suffix.as_str()));
+        if self.fail.load(Ordering::SeqCst) || over_budget || targeted {
             return Err(object_store::Error::Generic {
                 store: "FaultyStore",
                 source: format!("injected failure: put {location}").into(),

@@ -3,6 +3,8 @@
 //! URL. Every write is a single atomic PUT of a whole file.
 
 pub mod faulty;
+pub mod lease;
+pub mod names;
 pub mod tarball;
 
 use bytes::Bytes;
@@ -12,7 +14,7 @@ use flate2::write::GzEncoder;
 use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme};
+use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::{Read, Write};
@@ -35,6 +37,8 @@ pub enum StoreError {
         key: String,
         reason: String,
     },
+    #[error("backup store {url}: {key} already exists")]
+    Exists { url: String, key: String },
     #[error("invalid backup name {name:?}: {reason}")]
     Name { name: String, reason: String },
 }
@@ -274,6 +278,54 @@ impl BackupStore {
             .map_err(|e| self.corrupt(key(), format!("bad JSON: {e}")))
     }
 
+    /// Like [`BackupStore::put_json`], but only if the object does not exist
+    /// yet (`PutMode::Create`: a hard link on a local directory,
+    /// `If-None-Match` on S3/GCS/Azure), so of two writers exactly one
+    /// creates it; the other gets [`StoreError::Exists`].
+    pub async fn create_json<T: Serialize + ?Sized>(
+        &self,
+        backup: &str,
+        file: BackupFile,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        let json = serde_json::to_vec_pretty(value)
+            .map_err(|e| self.corrupt(key.clone(), format!("cannot encode: {e}")))?;
+        let bytes = if file.gzipped() { gzip(&json) } else { json };
+        match self
+            .store
+            .put_opts(&path, bytes.into(), PutOptions::from(PutMode::Create))
+            .await
+        {
+            Ok(_) => {
+                self.puts.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => Err(StoreError::Exists {
+                url: self.url.clone(),
+                key,
+            }),
+            Err(e) => Err(self.io(key, e)),
+        }
+    }
+
+    /// Moves a file that cannot be read to `<key>.corrupt-<unix seconds>`
+    /// beside it, so it is kept for a person to look at and never
+    /// overwritten by a shorter rewrite. Returns the new key.
+    pub async fn set_aside(&self, backup: &str, file: BackupFile) -> Result<String, StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let aside = format!("{key}.corrupt-{secs}");
+        self.store
+            .rename(&path, &Path::from(aside.as_str()))
+            .await
+            .map_err(|e| self.io(key, e))?;
+        Ok(aside)
+    }
+
     /// The backup log, one line per entry, gzip'd.
     pub async fn put_logs(&self, backup: &str, lines: &[String]) -> Result<(), StoreError> {
         let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
@@ -283,6 +335,23 @@ impl BackupStore {
         }
         self.put(backup, BackupFile::Logs, gzip(text.as_bytes()).into())
             .await
+    }
+
+    /// The backup log's lines; `None` if there is none. A log that is not
+    /// gzip'd UTF-8 is [`StoreError::Corrupt`].
+    pub async fn get_logs(&self, backup: &str) -> Result<Option<Vec<String>>, StoreError> {
+        let Some(gz) = self.get(backup, BackupFile::Logs).await? else {
+            return Ok(None);
+        };
+        let text = gunzip(&gz)
+            .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+            .map_err(|e| {
+                self.corrupt(
+                    BackupFile::Logs.key(backup),
+                    format!("not gzip'd text: {e}"),
+                )
+            })?;
+        Ok(Some(text.lines().map(String::from).collect()))
     }
 
     /// Names of the backups under `backups/`, sorted.

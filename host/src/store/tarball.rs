@@ -1,6 +1,7 @@
 //! The contents tarball: a gzip'd tar of one JSON file per item, laid out as
 //! Velero lays it out, so Velero's tooling can read an iar backup.
 
+use super::names;
 use crate::item::ItemRef;
 use flate2::Compression;
 use flate2::read::GzDecoder;
@@ -19,16 +20,31 @@ const TRAILER: usize = 1024;
 
 /// Where an item's JSON lives in the tarball. The group part follows
 /// Velero's `GroupResource.String()`: omitted for the core group.
-pub fn item_path(id: &ItemRef) -> String {
+///
+/// Every part of the identity is checked against the Kubernetes name rules
+/// first, so no item becomes a path with `..`, `/`, NUL, or an absolute path;
+/// the error names the item and the rule.
+pub fn item_path(id: &ItemRef) -> Result<String, String> {
+    let bad = |part: &str, value: &str, why: String| {
+        format!("item {id}: invalid {part} {value:?}: {why} (rule kubernetes-name)")
+    };
+    if !id.group.is_empty() {
+        names::dns_subdomain(&id.group).map_err(|e| bad("API group", &id.group, e))?;
+    }
+    names::dns_label(&id.resource).map_err(|e| bad("resource", &id.resource, e))?;
+    if !id.namespace.is_empty() {
+        names::dns_label(&id.namespace).map_err(|e| bad("namespace", &id.namespace, e))?;
+    }
+    names::object_name(&id.group, &id.resource, &id.name).map_err(|e| bad("name", &id.name, e))?;
     let gr = id.group_resource();
-    if id.namespace.is_empty() {
+    Ok(if id.namespace.is_empty() {
         format!("resources/{gr}/cluster/{}.json", id.name)
     } else {
         format!(
             "resources/{gr}/namespaces/{}/{}.json",
             id.namespace, id.name
         )
-    }
+    })
 }
 
 /// One entry (long-name header included when needed), without the trailer.
@@ -161,7 +177,60 @@ mod tests {
             ),
         ];
         for (id, want) in cases {
-            assert_eq!(item_path(&id), want);
+            assert_eq!(item_path(&id).unwrap(), want);
+        }
+    }
+
+    /// Identities the API server would refuse never become tarball paths:
+    /// each is refused naming the item, the part and the rule. Before, a
+    /// name like `../../etc/passwd` became
+    /// `resources/pods/namespaces/ns/../../etc/passwd.json`.
+    #[test]
+    fn invalid_names_never_become_paths() {
+        let long = "x".repeat(254);
+        let cases = [
+            (id("", "pods", "ns", "../../../etc/passwd"), "name"),
+            (id("", "pods", "ns", ".."), "name"),
+            (id("", "pods", "ns", "a/b"), "name"),
+            (id("", "pods", "ns", "nul\0byte"), "name"),
+            (id("", "pods", "ns", "/abs"), "name"),
+            (id("", "pods", "ns", ""), "name"),
+            (id("", "pods", "ns", "Upper"), "name"),
+            (id("", "pods", "ns", &long), "name"),
+            (id("example.io", "widgets", "ns", ".."), "name"),
+            (id("example.io", "widgets", "ns", "a%2fb"), "name"),
+            (id("example.io", "widgets", "", &long), "name"),
+            (id("", "namespaces", "", "a.b"), "name"),
+            (id("", "pods", "..", "p"), "namespace"),
+            (id("", "pods", "a/b", "p"), "namespace"),
+            (id("", "pods", "/etc", "p"), "namespace"),
+            (id("", "pods", "NS", "p"), "namespace"),
+            (id("", "../x", "ns", "p"), "resource"),
+            (id("", "", "ns", "p"), "resource"),
+            (id("../..", "pods", "ns", "p"), "API group"),
+        ];
+        for (id, part) in cases {
+            let err = item_path(&id).unwrap_err();
+            assert!(
+                err.contains(&format!("item {id}"))
+                    && err.contains(&format!("invalid {part}"))
+                    && err.contains("kubernetes-name"),
+                "{id:?}: {err}"
+            );
+        }
+        // What Kubernetes accepts is kept: RBAC names with ':', custom
+        // resource names with capitals, 253-character subdomains.
+        for ok in [
+            id(
+                "rbac.authorization.k8s.io",
+                "clusterroles",
+                "",
+                "system:controller:x",
+            ),
+            id("example.io", "widgets", "ns", "Mixed_Case"),
+            id("", "configmaps", "ns", &"a".repeat(253)),
+        ] {
+            item_path(&ok).unwrap();
         }
     }
 

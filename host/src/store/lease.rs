@@ -1,0 +1,342 @@
+//! A lease on one backup, kept in the store beside it, so two processes never
+//! drive the same backup: `iar backup` of a name another process is creating
+//! fails, and `iar resume` refuses a backup another live process drives.
+//!
+//! The lease is a chain of generations, `backups/<name>/<name>-lease-<gen>.json`,
+//! each holding the holder's id and an expiry. A process takes the lease by
+//! creating the next generation with a conditional create
+//! (`PutMode::Create`), which exactly one contender wins on every backend
+//! (object_store's LocalFileSystem publishes it with a hard link; S3, GCS and
+//! Azure with `If-None-Match`). It may do so only when there is no lease or
+//! the newest one has expired or was released. A conditional *update*
+//! (`PutMode::Update`) would need one key only, but LocalFileSystem does not
+//! implement it (object_store 0.14), and the local directory is iar's default.
+//!
+//! The holder renews by rewriting its own generation before it expires, and
+//! counts the lease lost when a newer generation exists or when it could not
+//! renew before its own expiry (a taker may act from then on). This assumes
+//! clocks that agree to well under the lease duration, as Kubernetes Leases do.
+
+use super::{BACKUPS, BackupStore, StoreError};
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(
+        "backup {backup:?} is being driven by another process ({holder}) whose lease expires at {expires}; refused (wait for it to end, or for the lease to expire if it was killed)"
+    )]
+    Held {
+        backup: String,
+        holder: String,
+        expires: String,
+    },
+    #[error("backup {backup:?}: lost its lease: {reason}")]
+    Lost { backup: String, reason: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What one generation of the lease holds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub generation: u64,
+    /// RFC 3339; the lease is free from then on.
+    pub expires: String,
+    /// Set when the holder ended normally: free at once.
+    #[serde(default)]
+    pub released: bool,
+}
+
+impl LeaseRecord {
+    fn expires_at(&self) -> SystemTime {
+        humantime::parse_rfc3339(&self.expires).unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+
+    fn free(&self, now: SystemTime) -> bool {
+        self.released || self.expires_at() <= now
+    }
+}
+
+/// A lease this process holds. Dropping it without [`Lease::release`]
+/// leaves it to expire.
+#[derive(Debug)]
+pub struct Lease {
+    store: BackupStore,
+    backup: String,
+    record: LeaseRecord,
+    duration: Duration,
+}
+
+/// This process, as a lease holder: host, pid, and a per-process nonce so a
+/// reused pid is a different holder.
+pub fn holder_id() -> String {
+    use std::sync::OnceLock;
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown-host".into());
+        let nonce = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        format!("iar pid {} on {host} ({nonce:08x})", std::process::id())
+    })
+    .clone()
+}
+
+/// Milliseconds: a lease of a few seconds must not lose one to rounding.
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn key(backup: &str, generation: u64) -> String {
+    format!("{BACKUPS}/{backup}/{backup}-lease-{generation:020}.json")
+}
+
+impl BackupStore {
+    /// The newest lease generation of a backup, if any.
+    pub async fn current_lease(&self, backup: &str) -> Result<Option<LeaseRecord>, StoreError> {
+        self.path(backup, super::BackupFile::Metadata)?;
+        let prefix = format!("{BACKUPS}/{backup}/{backup}-lease-");
+        let listing = match self
+            .store
+            .list_with_delimiter(Some(&Path::from(format!("{BACKUPS}/{backup}"))))
+            .await
+        {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.io(format!("{BACKUPS}/{backup}/"), e)),
+        };
+        let newest = listing
+            .objects
+            .iter()
+            .filter_map(|o| {
+                o.location
+                    .as_ref()
+                    .strip_prefix(&prefix)?
+                    .strip_suffix(".json")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max();
+        let Some(generation) = newest else {
+            return Ok(None);
+        };
+        let k = key(backup, generation);
+        let bytes = match self.store.get(&Path::from(k.as_str())).await {
+            Ok(r) => r.bytes().await.map_err(|e| self.io(k.clone(), e))?,
+            // Removed since the listing: a newer one exists or none does.
+            Err(object_store::Error::NotFound { .. }) => {
+                return Box::pin(self.current_lease(backup)).await;
+            }
+            Err(e) => return Err(self.io(k, e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| self.corrupt(k, format!("bad lease JSON: {e}")))
+    }
+
+    /// Takes the lease on `backup` for `duration`, or says who holds it.
+    pub async fn acquire_lease(
+        &self,
+        backup: &str,
+        duration: Duration,
+    ) -> Result<Lease, LeaseError> {
+        let holder = holder_id();
+        // A contender that loses the create race reads the winner's lease
+        // next time round, so a few rounds always settle it.
+        for _ in 0..8 {
+            let now = SystemTime::now();
+            let generation = match self.current_lease(backup).await? {
+                Some(current) if !current.free(now) => {
+                    return Err(LeaseError::Held {
+                        backup: backup.into(),
+                        holder: current.holder,
+                        expires: current.expires,
+                    });
+                }
+                Some(current) => current.generation + 1,
+                None => 1,
+            };
+            let record = LeaseRecord {
+                holder: holder.clone(),
+                generation,
+                expires: rfc3339(now + duration),
+                released: false,
+            };
+            let k = key(backup, generation);
+            let bytes = Bytes::from(serde_json::to_vec_pretty(&record).expect("serializes"));
+            match self
+                .store
+                .put_opts(
+                    &Path::from(k.as_str()),
+                    bytes.into(),
+                    PutOptions::from(PutMode::Create),
+                )
+                .await
+            {
+                Ok(_) => {
+                    // Older generations are history now; keeping them would
+                    // only slow the listing. Best effort.
+                    for old in generation.saturating_sub(2).max(1)..generation {
+                        let _ = self.store.delete(&Path::from(key(backup, old))).await;
+                    }
+                    return Ok(Lease {
+                        store: self.clone(),
+                        backup: backup.into(),
+                        record,
+                        duration,
+                    });
+                }
+                Err(object_store::Error::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(self.io(k, e).into()),
+            }
+        }
+        Err(LeaseError::Lost {
+            backup: backup.into(),
+            reason: "the lease kept changing hands while taking it".into(),
+        })
+    }
+}
+
+impl Lease {
+    pub fn holder(&self) -> &str {
+        &self.record.holder
+    }
+
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+
+    /// When a renewal should happen: a third of the duration, so two can
+    /// fail before the lease expires.
+    pub fn renew_every(&self) -> Duration {
+        self.duration / 3
+    }
+
+    /// Extends the lease. A store error is returned as such (the caller
+    /// retries until the expiry); `Lost` once a newer generation exists or
+    /// the expiry passed unrenewed.
+    pub async fn renew(&mut self) -> Result<(), LeaseError> {
+        let lost = |reason: String| LeaseError::Lost {
+            backup: self.backup.clone(),
+            reason,
+        };
+        let now = SystemTime::now();
+        if self.record.expires_at() <= now {
+            return Err(lost(format!(
+                "it expired at {} before it could be renewed",
+                self.record.expires
+            )));
+        }
+        if let Some(current) = self.store.current_lease(&self.backup).await?
+            && current.generation != self.record.generation
+        {
+            return Err(lost(format!("{} took it over", current.holder)));
+        }
+        let mut next = self.record.clone();
+        next.expires = rfc3339(now + self.duration);
+        self.write(&next).await?;
+        self.record = next;
+        Ok(())
+    }
+
+    async fn write(&self, record: &LeaseRecord) -> Result<(), StoreError> {
+        let k = key(&self.backup, record.generation);
+        let bytes = Bytes::from(serde_json::to_vec_pretty(record).expect("serializes"));
+        self.store
+            .store
+            .put(&Path::from(k.as_str()), bytes.into())
+            .await
+            .map_err(|e| self.store.io(k, e))?;
+        Ok(())
+    }
+
+    /// Marks the lease free at once, unless someone else holds it by now.
+    pub async fn release(self) -> Result<(), StoreError> {
+        match self.store.current_lease(&self.backup).await? {
+            Some(current) if current.generation == self.record.generation => {}
+            _ => return Ok(()),
+        }
+        let mut done = self.record.clone();
+        done.released = true;
+        done.expires = rfc3339(SystemTime::now());
+        self.write(&done).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, BackupStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+        (dir, store)
+    }
+
+    /// Of many contenders at once for a free lease, exactly one gets it and
+    /// every other is told who holds it. A plain put (no conditional create)
+    /// would let several believe they hold it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn exactly_one_contender_takes_a_free_lease() {
+        let (_dir, store) = store();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.acquire_lease("b", Duration::from_secs(60)).await })
+            })
+            .collect();
+        let mut won = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(lease) => won.push(lease),
+                Err(LeaseError::Held { holder, .. }) => assert_eq!(holder, holder_id()),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(won.len(), 1);
+        let current = store.current_lease("b").await.unwrap().unwrap();
+        assert_eq!(current.generation, won[0].record.generation);
+    }
+
+    /// An expired lease is taken over by the next generation, and its old
+    /// holder finds out at its next renewal; a released one is free at once.
+    #[tokio::test]
+    async fn expiry_takeover_loss_and_release() {
+        let (_dir, store) = store();
+        let mut first = store.acquire_lease("b", Duration::ZERO).await.unwrap();
+        let second = store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(second.record.generation, first.record.generation + 1);
+        let err = first.renew().await.unwrap_err();
+        assert!(matches!(err, LeaseError::Lost { .. }), "{err}");
+        let err = store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, LeaseError::Held { .. }) && msg.contains(&holder_id()),
+            "{msg}"
+        );
+        second.release().await.unwrap();
+        let third = store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(third.record.generation, 3);
+    }
+}

@@ -1,0 +1,113 @@
+//! Kubernetes name rules, applied before an item's identity becomes a path
+//! in the contents tarball. A name from a manifest or a plugin that the API
+//! server would never accept (`..`, `/`, NUL, empty, too long) must not turn
+//! into a tar entry that escapes `resources/` when Velero or `tar` extracts it.
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63: RFC 1123 label
+/// (namespaces, resource plurals, a namespace's own name).
+pub fn dns_label(s: &str) -> Result<(), String> {
+    if s.len() > 63 {
+        return Err(format!("longer than 63 characters ({})", s.len()));
+    }
+    label_chars(s)
+}
+
+fn label_chars(s: &str) -> Result<(), String> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err("empty".into());
+    }
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+        return Err("must start and end with a lower-case letter or digit".into());
+    }
+    if let Some(c) = b.iter().find(|&&c| !(alnum(c) || c == b'-')) {
+        return Err(format!("contains {:?}", *c as char));
+    }
+    Ok(())
+}
+
+/// Labels joined by dots, at most 253: RFC 1123 subdomain (API groups and
+/// the names of most built-in resources).
+pub fn dns_subdomain(s: &str) -> Result<(), String> {
+    if s.len() > 253 {
+        return Err(format!("longer than 253 characters ({})", s.len()));
+    }
+    if s.is_empty() {
+        return Err("empty".into());
+    }
+    s.split('.').try_for_each(label_chars)
+}
+
+/// What the API server requires of every object name, whatever its kind
+/// (`path.IsValidPathSegmentName` plus the 253 limit): not `.` or `..`, no
+/// `/` or `%`. iar also refuses control characters (NUL among them), which no
+/// resource's stricter rule allows either.
+pub fn path_segment(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("empty".into());
+    }
+    if s.len() > 253 {
+        return Err(format!("longer than 253 characters ({})", s.len()));
+    }
+    if s == "." || s == ".." {
+        return Err(format!("{s:?} is not a name"));
+    }
+    if let Some(c) = s.chars().find(|&c| c == '/' || c == '%' || c.is_control()) {
+        return Err(format!("contains {c:?}"));
+    }
+    Ok(())
+}
+
+/// The rule Kubernetes applies to the name of an object of `resource` in the
+/// core or `group` API: the stricter DNS rules for the built-ins that have
+/// them, the path-segment rule for every other (RBAC names may hold `:`,
+/// custom resources are checked only for that).
+pub fn object_name(group: &str, resource: &str, name: &str) -> Result<(), String> {
+    match (group, resource) {
+        ("", "namespaces" | "services") => dns_label(name),
+        (
+            "",
+            "pods"
+            | "configmaps"
+            | "secrets"
+            | "serviceaccounts"
+            | "persistentvolumes"
+            | "persistentvolumeclaims"
+            | "nodes"
+            | "endpoints"
+            | "replicationcontrollers",
+        )
+        | ("apps", _)
+        | ("batch", _)
+        | ("snapshot.storage.k8s.io", _)
+        | ("storage.k8s.io", _) => dns_subdomain(name),
+        _ => path_segment(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_subdomains() {
+        for ok in ["a", "a-b", "0", &"x".repeat(63)] {
+            dns_label(ok).unwrap();
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"x".repeat(64)] {
+            assert!(dns_label(bad).is_err(), "{bad:?}");
+        }
+        let longest = "a.".repeat(127);
+        for ok in [
+            "a.b",
+            "snapshot.storage.k8s.io",
+            longest.trim_end_matches('.'),
+        ] {
+            dns_subdomain(ok).unwrap();
+        }
+        for bad in ["", "a..b", ".a", "a.", "a/b", &"x".repeat(254)] {
+            assert!(dns_subdomain(bad).is_err(), "{bad:?}");
+        }
+    }
+}
