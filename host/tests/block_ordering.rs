@@ -152,7 +152,8 @@ async fn run_block(
         let mut handles = Vec::new();
         if !blocked {
             // (The item actions for every item of the block run here.)
-            for d in decide_pod_volumes(pod, &claim, None, false) {
+            let decisions = decide_pod_volumes(pod, &claim, None, false);
+            for d in decisions {
                 if d.action == VolumeAction::FsBackup {
                     handles.push(
                         backupper

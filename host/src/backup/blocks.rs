@@ -495,7 +495,7 @@ mod tests {
                 }
             },
         };
-        let got = form_blocks(items.clone(), &cluster(&items), &[&pairs]);
+        let got = form_blocks(items.clone(), &cluster(&items), &[&pairs as &dyn Relation]);
         assert_eq!(
             names(&got),
             vec![
@@ -532,8 +532,14 @@ mod tests {
         let unique: HashSet<&ItemRef> = all.iter().collect();
         assert_eq!(all.len(), unique.len(), "an item in two blocks");
         assert_eq!(all.len(), items.len(), "an item lost");
-        // The service account joins every pod into one block.
-        assert_eq!(a.blocks.len(), 1);
+        // One block per claim and the pods mounting it; the shared service
+        // account lands in the first block and does not join the others
+        // (there is no ServiceAccount → Pod relation, as in Velero).
+        assert_eq!(a.blocks.len(), 7);
+        assert_eq!(
+            all.iter().filter(|i| i.resource == "serviceaccounts").count(),
+            1
+        );
     }
 
     fn id(n: usize) -> ItemRef {

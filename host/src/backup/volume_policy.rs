@@ -668,6 +668,14 @@ volumePolicies:
             ..pvc_facts("share", "slow", 5.0, None)
         };
         let p = Some(&policy);
+        let fs_host_path = ResourcePolicies::parse(
+            "version: v1\nvolumePolicies:\n- conditions: {volumeTypes: [hostPath]}\n  action: {type: fs-backup}\n",
+        )
+        .unwrap();
+        let snapshot_empty_dir = ResourcePolicies::parse(
+            "version: v1\nvolumePolicies:\n- conditions: {volumeTypes: [emptydir]}\n  action: {type: snapshot}\n",
+        )
+        .unwrap();
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         #[rustfmt::skip]
         let cases: Vec<(&str, VolumeFacts, Option<&ResourcePolicies>, Vec<String>, Vec<String>, bool, VolumeAction, Rule)> = vec![
@@ -708,11 +716,11 @@ volumePolicies:
             ("default token", plain("default-token-abcde", "secret"), None, s(&[]), s(&[]), true, Skip, Rule::UnsupportedType),
             ("policy fs-backup on a hostPath still skips",
                 plain("node", "hostPath"),
-                Some(&ResourcePolicies::parse("version: v1\nvolumePolicies:\n- conditions: {volumeTypes: [hostPath]}\n  action: {type: fs-backup}\n").unwrap()),
+                Some(&fs_host_path),
                 s(&[]), s(&[]), true, Skip, Rule::Policy(0)),
             ("policy snapshot on an emptyDir skips (nothing to snapshot)",
                 plain("scratch", "emptyDir"),
-                Some(&ResourcePolicies::parse("version: v1\nvolumePolicies:\n- conditions: {volumeTypes: [emptydir]}\n  action: {type: snapshot}\n").unwrap()),
+                Some(&snapshot_empty_dir),
                 s(&["scratch"]), s(&[]), false, Skip, Rule::Policy(0)),
         ];
         for (name, facts, policy, opt_in, opt_out, default, action, rule) in cases {

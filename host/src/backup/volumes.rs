@@ -194,8 +194,12 @@ impl VolumeHandle {
     /// Waits until the backup is Completed, Failed or Canceled.
     pub async fn finished(&self) -> VolumeBackup {
         let mut rx = self.progress.clone();
-        match rx.wait_for(|v| v.phase.is_terminal()).await {
-            Ok(v) => v.clone(),
+        let ended = rx
+            .wait_for(|v| v.phase.is_terminal())
+            .await
+            .map(|v| v.clone());
+        match ended {
+            Ok(v) => v,
             // The worker is gone without a terminal state (it panicked).
             Err(_) => {
                 let mut v = rx.borrow().clone();
@@ -510,6 +514,7 @@ async fn back_up(
         request.pvc.as_deref(),
     );
     let listing = {
+        let shown = dir.display().to_string();
         let dir = dir.clone();
         tokio::task::spawn_blocking(move || {
             if !dir.is_dir() {
@@ -521,7 +526,7 @@ async fn back_up(
             walk(&dir).map_err(|e| format!("listing {}: {e}", dir.display()))
         })
         .await
-        .map_err(|e| Stop::Failed(format!("listing {}: {e}", dir.display())))?
+        .map_err(|e| Stop::Failed(format!("listing {shown}: {e}")))?
         .map_err(Stop::Failed)?
     };
     let total = listing.iter().map(|(_, e)| e.size).sum();
