@@ -537,7 +537,9 @@ mod tests {
         // (there is no ServiceAccount → Pod relation, as in Velero).
         assert_eq!(a.blocks.len(), 7);
         assert_eq!(
-            all.iter().filter(|i| i.resource == "serviceaccounts").count(),
+            all.iter()
+                .filter(|i| i.resource == "serviceaccounts")
+                .count(),
             1
         );
     }

@@ -978,7 +978,7 @@ mod tests {
             OnError::Continue,
         );
         assert!(post_hooks_allowed(&[]));
-        assert!(post_hooks_allowed(&[ok.clone()]));
+        assert!(post_hooks_allowed(std::slice::from_ref(&ok)));
         assert!(!post_hooks_allowed(&[ok.clone(), failed]));
         assert!(!post_hooks_allowed(&[record(
             HookStatus::TimedOut,

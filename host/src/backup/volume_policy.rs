@@ -657,6 +657,19 @@ volumePolicies:
         }
     }
 
+    /// name, volume, policy, opt-in list, opt-out list, default, then the
+    /// expected action and rule.
+    type Case<'a> = (
+        &'a str,
+        VolumeFacts,
+        Option<&'a ResourcePolicies>,
+        Vec<String>,
+        Vec<String>,
+        bool,
+        VolumeAction,
+        Rule,
+    );
+
     /// The per-volume decision table: each named case gives the volume, the
     /// policy (or none), the annotations and the default, and the action and
     /// rule that must decide it.
@@ -678,7 +691,7 @@ volumePolicies:
         .unwrap();
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         #[rustfmt::skip]
-        let cases: Vec<(&str, VolumeFacts, Option<&ResourcePolicies>, Vec<String>, Vec<String>, bool, VolumeAction, Rule)> = vec![
+        let cases: Vec<Case> = vec![
             ("policy fs-backup beats default off and no opt-in",
                 pvc_facts("data", "fast", 5.0, None), p, s(&[]), s(&[]), false, FsBackup, Rule::Policy(0)),
             ("policy fs-backup beats opt-out",
