@@ -1,9 +1,13 @@
 //! Backups: the Velero objects iar persists, the spec's filters, and the
 //! pass of item actions over a set of items.
 
+pub mod blocks;
+pub mod hooks;
 pub mod object;
 pub mod pass;
 pub mod spec;
+pub mod volume_policy;
+pub mod volumes;
 
 pub use object::{BackupObject, BackupPhase, Results};
 pub use spec::BackupFilter;
