@@ -560,7 +560,7 @@ mod tests {
     #[test]
     #[ignore = "long: run with --ignored"]
     fn claims_from_many_threads_are_exactly_once_long() {
-        claim_stress(32, 20_000, 200);
+        claim_stress(32, 10_000, 20);
     }
 
     fn claim_stress(threads: usize, items: usize, rounds: usize) {
