@@ -80,7 +80,10 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }
     // The tests are read to check that every guest is used.
-    println!("cargo:rerun-if-changed={}", manifest_dir.join(TESTS).display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join(TESTS).display()
+    );
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
 
     let guests = discover(&workspace);
@@ -145,8 +148,8 @@ fn check_every_guest_is_used(tests_dir: &Path, guests: &[Guest]) {
     let mut files = vec![tests_dir.to_path_buf()];
     while let Some(path) = files.pop() {
         if path.is_dir() {
-            let entries = fs::read_dir(&path)
-                .unwrap_or_else(|e| panic!("listing {}: {e}", path.display()));
+            let entries =
+                fs::read_dir(&path).unwrap_or_else(|e| panic!("listing {}: {e}", path.display()));
             files.extend(entries.map(|e| e.expect("reading a directory entry").path()));
             continue;
         }
@@ -155,8 +158,8 @@ fn check_every_guest_is_used(tests_dir: &Path, guests: &[Guest]) {
         {
             continue;
         }
-        let text = fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         for line in text.lines() {
             // Drop `//` comments (doc comments included). A `//` inside a
             // string ends the line early too, which can only miss a use.
@@ -358,9 +361,7 @@ fn generate(guests: &[Guest], artifacts: &BTreeMap<String, PathBuf>) -> String {
         writeln!(out, "    ({:?}, {}),", guest.package, guest.constant).unwrap();
     }
     out.push_str("];\n\n");
-    out.push_str(
-        "/// Every guest, as (package name, absolute path of its source directory).\n",
-    );
+    out.push_str("/// Every guest, as (package name, absolute path of its source directory).\n");
     out.push_str("pub const SOURCES: &[(&str, &str)] = &[\n");
     for guest in guests {
         let dir = guest.manifest.parent().expect("a manifest's directory");

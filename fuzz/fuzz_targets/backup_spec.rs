@@ -10,9 +10,9 @@
 
 #![no_main]
 
+use iar::Item;
 use iar::backup::spec::{BackupFilter, operation_timeout};
 use iar::resources::Catalog;
-use iar::Item;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 

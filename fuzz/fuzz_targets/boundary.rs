@@ -160,7 +160,10 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
     if let Some(id) = &result.operation_id {
         assert!(!finalize, "an operation id in finalize was accepted");
         assert!(!id.is_empty(), "an empty operation id was accepted");
-        assert!(id.len() <= limits.max_operation_id_bytes, "{id:?} is over the limit");
+        assert!(
+            id.len() <= limits.max_operation_id_bytes,
+            "{id:?} is over the limit"
+        );
         assert!(!is_seen(id), "a duplicate operation id {id:?} was accepted");
     } else {
         assert!(
@@ -168,9 +171,19 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
             "post-operation items without an operation"
         );
     }
-    assert!(related <= limits.max_related_items, "{related} related items accepted");
-    for id in result.additional_items.iter().chain(&result.post_operation_items) {
-        assert!(!id.resource.is_empty() && !id.name.is_empty(), "{id:?} accepted");
+    assert!(
+        related <= limits.max_related_items,
+        "{related} related items accepted"
+    );
+    for id in result
+        .additional_items
+        .iter()
+        .chain(&result.post_operation_items)
+    {
+        assert!(
+            !id.resource.is_empty() && !id.name.is_empty(),
+            "{id:?} accepted"
+        );
     }
     let Some(item) = &result.item else { return };
     assert!(item.is_object(), "a non-object item was accepted: {item}");
@@ -180,8 +193,18 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
         .unwrap_or_else(|e| panic!("accepted an item that is not one ({e}): {item}"));
     let before = Item::from_value(input.clone(), Catalog::builtin()).expect("the input is an item");
     assert_eq!(
-        (group_of(read.api_version()), read.kind(), &read.id.namespace, &read.id.name),
-        (group_of(before.api_version()), before.kind(), &before.id.namespace, &before.id.name),
+        (
+            group_of(read.api_version()),
+            read.kind(),
+            &read.id.namespace,
+            &read.id.name
+        ),
+        (
+            group_of(before.api_version()),
+            before.kind(),
+            &before.id.namespace,
+            &before.id.name
+        ),
         "the item's identity changed: {input} became {item}"
     );
     assert_eq!(str_at(item, "/kind"), str_at(input, "/kind"));
@@ -201,8 +224,8 @@ fn unstamp(t: SystemTime) -> (i64, u32) {
         Err(e) => {
             let d = e.duration();
             let whole = if d.subsec_nanos() == 0 { 0 } else { 1 };
-            let nanos = (Duration::from_secs(whole) - Duration::new(0, d.subsec_nanos()))
-                .subsec_nanos();
+            let nanos =
+                (Duration::from_secs(whole) - Duration::new(0, d.subsec_nanos())).subsec_nanos();
             (-(d.as_secs() as i64) - whole as i64, nanos)
         }
     }
@@ -231,9 +254,15 @@ fn check_progress(p: ProgressIn) {
             return;
         }
     };
-    assert!(checked.n_completed >= 0 && checked.n_total >= 0, "{checked:?}");
+    assert!(
+        checked.n_completed >= 0 && checked.n_total >= 0,
+        "{checked:?}"
+    );
     let message = checked.description.len() + checked.error.as_ref().map_or(0, String::len);
-    assert!(message <= limits.max_message_bytes, "{message} bytes of message");
+    assert!(
+        message <= limits.max_message_bytes,
+        "{message} bytes of message"
+    );
     assert!(checked.operation_units.len() <= limits.max_message_bytes);
     assert_eq!(
         (checked.started.map(unstamp), checked.updated.map(unstamp)),
@@ -265,8 +294,16 @@ fn check_progress(p: ProgressIn) {
 }
 
 fuzz_target!(|input: Input| {
-    let kind = if input.kind.is_empty() { "Pod".into() } else { input.kind };
-    let name = if input.name.is_empty() { "n".into() } else { input.name };
+    let kind = if input.kind.is_empty() {
+        "Pod".into()
+    } else {
+        input.kind
+    };
+    let name = if input.name.is_empty() {
+        "n".into()
+    } else {
+        input.name
+    };
     let api_version = if input.api_version.is_empty() {
         "v1".into()
     } else {

@@ -53,8 +53,8 @@ fuzz_target!(|data: &[u8]| {
     };
     check_objects(&docs, "x.json");
     let whole: Value = serde_json::from_str(text).expect("parse_documents accepted it");
-    let is_list = whole["kind"].as_str().is_some_and(|k| k.ends_with("List"))
-        && whole["items"].is_array();
+    let is_list =
+        whole["kind"].as_str().is_some_and(|k| k.ends_with("List")) && whole["items"].is_array();
     if is_list {
         assert_eq!(Some(&docs), whole["items"].as_array(), "a List's items");
     } else {
@@ -74,7 +74,10 @@ fuzz_target!(|data: &[u8]| {
             Err(e) => {
                 // Duplicate keys are an error in YAML and allowed in JSON.
                 let shown = e.to_string();
-                assert!(shown.contains("duplicate"), "YAML refused JSON {text:?}: {shown}");
+                assert!(
+                    shown.contains("duplicate"),
+                    "YAML refused JSON {text:?}: {shown}"
+                );
             }
         }
     }

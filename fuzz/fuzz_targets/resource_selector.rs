@@ -93,9 +93,8 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
-    let labels = labels.unwrap_or_else(|e| {
-        panic!("compiled although its label selector does not parse: {e}")
-    });
+    let labels = labels
+        .unwrap_or_else(|e| panic!("compiled although its label selector does not parse: {e}"));
 
     let trimmed = |v: &[String]| v.iter().map(|e| e.trim().to_string()).collect::<Vec<_>>();
     let inc_ns = trimmed(&sel.included_namespaces);
@@ -125,7 +124,10 @@ fuzz_target!(|data: &[u8]| {
         if !m {
             continue;
         }
-        assert!(labels.matches(&it.labels), "matched {what} but not its labels");
+        assert!(
+            labels.matches(&it.labels),
+            "matched {what} but not its labels"
+        );
         if it.namespace.is_empty() {
             assert!(
                 exc_ns.is_empty() && (inc_ns.is_empty() || inc_ns.iter().any(|e| e == "*")),
@@ -138,7 +140,9 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         assert!(
-            !exc_res.iter().any(|e| !is_glob(e) && resolved(e) == group_resource),
+            !exc_res
+                .iter()
+                .any(|e| !is_glob(e) && resolved(e) == group_resource),
             "matched {what}, an excluded resource"
         );
         let exact_includes = !inc_res.is_empty() && !inc_res.iter().any(|e| is_glob(e));

@@ -119,7 +119,10 @@ fn every_guest_is_a_valid_component_with_the_exports_its_source_declares() {
                 "{package}: a command must export only {COMMAND_EXPORT}*, exports {actual:?}"
             );
         } else {
-            assert_eq!(actual, expected, "{package}: exports differ from its WIT world");
+            assert_eq!(
+                actual, expected,
+                "{package}: exports differ from its WIT world"
+            );
         }
     }
 }
@@ -141,7 +144,9 @@ fn expected_exports_tell_the_guests_apart() {
     };
     let plugin = of("iar-plugin-labels");
     assert!(
-        plugin.iter().any(|e| e.starts_with("iar:plugin/item-action@1.")),
+        plugin
+            .iter()
+            .any(|e| e.starts_with("iar:plugin/item-action@1.")),
         "{plugin:?}"
     );
     assert_ne!(of("iar-guest-future-version"), plugin);
