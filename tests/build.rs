@@ -8,8 +8,11 @@
 //! `cargo build --target wasm32-wasip2 --profile guest -p ...` into
 //! `<target>/guests`, a target directory of their own (the outer cargo holds
 //! the lock on `<target>`). The paths of the built components are written to
-//! `$OUT_DIR/artifacts.rs` as `pub const <NAME>: &str` plus `ALL`, included
-//! by `src/lib.rs`.
+//! `$OUT_DIR/artifacts.rs` as `pub const <NAME>: &str` plus `ALL` and
+//! `SOURCES`, included by `src/lib.rs`.
+//!
+//! A guest that no test uses fails the build: every guest's constant must
+//! be named in a file under `tests/tests/` (see [`check_every_guest_is_used`]).
 
 use std::collections::BTreeMap;
 use std::env;
@@ -34,6 +37,15 @@ const HOST_ONLY_ENV: &[&str] = &[
     "RUSTC_WRAPPER",
     "CARGO_TARGET_DIR",
 ];
+
+/// The integration tests (relative to `tests/`), whose sources must name
+/// every guest.
+const TESTS: &str = "tests";
+
+/// Test files that do not count as using a guest: `artifacts.rs` checks
+/// every guest through `ALL`, which says nothing about whether a test
+/// exercises it.
+const NOT_USES: &[&str] = &["artifacts.rs"];
 
 const TARGET: &str = "wasm32-wasip2";
 const PROFILE: &str = "guest";
@@ -67,9 +79,15 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }
+    // The tests are read to check that every guest is used.
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join(TESTS).display()
+    );
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
 
     let guests = discover(&workspace);
+    check_every_guest_is_used(&manifest_dir.join(TESTS), &guests);
     let target_dir = guest_target_dir(&workspace);
     let artifacts = build(&workspace, &target_dir, &guests);
 
@@ -118,6 +136,53 @@ fn discover(workspace: &Path) -> Vec<Guest> {
         }
     }
     guests
+}
+
+/// Panics, failing the build, when a guest's constant is named by no test
+/// under `tests_dir` (outside [`NOT_USES`]): a guest nobody runs is dead
+/// weight that still costs build time, or a test someone forgot to write.
+/// A test uses a guest by naming its constant, as `artifacts::HOSTILE` or
+/// in `use iar_tests::artifacts::{HOSTILE, ...}`; comments do not count.
+fn check_every_guest_is_used(tests_dir: &Path, guests: &[Guest]) {
+    let mut words = std::collections::BTreeSet::new();
+    let mut files = vec![tests_dir.to_path_buf()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            let entries =
+                fs::read_dir(&path).unwrap_or_else(|e| panic!("listing {}: {e}", path.display()));
+            files.extend(entries.map(|e| e.expect("reading a directory entry").path()));
+            continue;
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.ends_with(".rs") || (path.parent() == Some(tests_dir) && NOT_USES.contains(&name))
+        {
+            continue;
+        }
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        for line in text.lines() {
+            // Drop `//` comments (doc comments included). A `//` inside a
+            // string ends the line early too, which can only miss a use.
+            let code = line.split("//").next().unwrap_or("");
+            words.extend(
+                code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    let unused: Vec<String> = guests
+        .iter()
+        .filter(|g| !words.contains(&g.constant))
+        .map(|g| format!("{} ({}, artifacts::{})", g.package, g.dir, g.constant))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "no test under tests/tests/ uses these guests: {}. Every guest built for the \
+         tests must be run by one: name its constant in a test (not only in a comment, \
+         and not only in artifacts.rs), or delete the crate.",
+        unused.join(", ")
+    );
 }
 
 /// `name` in the `[package]` table of a `Cargo.toml`. A line scan is enough
@@ -294,6 +359,16 @@ fn generate(guests: &[Guest], artifacts: &BTreeMap<String, PathBuf>) -> String {
     out.push_str("pub const ALL: &[(&str, &str)] = &[\n");
     for guest in guests {
         writeln!(out, "    ({:?}, {}),", guest.package, guest.constant).unwrap();
+    }
+    out.push_str("];\n\n");
+    out.push_str("/// Every guest, as (package name, absolute path of its source directory).\n");
+    out.push_str("pub const SOURCES: &[(&str, &str)] = &[\n");
+    for guest in guests {
+        let dir = guest.manifest.parent().expect("a manifest's directory");
+        let dir = dir.to_str().unwrap_or_else(|| {
+            panic!("the directory of {} is not UTF-8", guest.package);
+        });
+        writeln!(out, "    ({:?}, {dir:?}),", guest.package).unwrap();
     }
     out.push_str("];\n");
     out

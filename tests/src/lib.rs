@@ -5,7 +5,8 @@
 //! `plugins/` and the test fixtures under `tests/guests/`. Each constant is
 //! the absolute path of one `.wasm` component, named after its package
 //! without the `iar-plugin-`/`iar-guest-` prefix (`LABELS`, `HOSTILE`, ...);
-//! [`artifacts::ALL`] lists them all with their package names.
+//! [`artifacts::ALL`] lists them all with their package names and
+//! [`artifacts::SOURCES`] with their source directories.
 
 /// Paths of the guest components built by `build.rs`.
 pub mod artifacts {

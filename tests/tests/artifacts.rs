@@ -1,15 +1,97 @@
-//! Every guest built by `build.rs` exists and is a component, not a core
-//! module.
+//! Every guest that `build.rs` built is a valid component that exports what
+//! its source says it exports.
+//!
+//! The old checks compared `ALL` with the constants the same generator
+//! wrote, so they could not fail. These read the built files: a stale path,
+//! a core module, an invalid binary or a guest built against the wrong WIT
+//! world fails here.
+
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use iar_tests::artifacts;
+use wasmparser::{Parser, Payload, Validator, WasmFeatures};
 
-/// `\0asm`, then the component-model version (0x0d) and layer (1).
-const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+/// The exports of a command (`fn main`) built for wasm32-wasip2: only
+/// `wasi:cli/run`, at whatever 0.2 patch version std links.
+const COMMAND_EXPORT: &str = "wasi:cli/run@0.2.";
+
+/// The top-level export names of a component, read with wasmparser.
+fn exports(bytes: &[u8]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.expect("validated already") {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) if depth > 0 => depth -= 1,
+            Payload::ComponentExportSection(section) if depth == 0 => {
+                for export in section {
+                    names.insert(export.expect("validated already").name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// `key: "value"` inside a `wit_bindgen::generate!({ ... })` call.
+fn macro_field<'a>(source: &'a str, key: &str) -> Option<&'a str> {
+    let call = &source[source.find("wit_bindgen::generate!")?..];
+    let call = &call[..call.find("});")?];
+    let rest = &call[call.find(&format!("{key}:"))? + key.len() + 1..];
+    let start = rest.find('"')? + 1;
+    let end = start + rest[start..].find('"')?;
+    Some(&rest[start..end])
+}
+
+/// The exports of the world a `generate!` call in `crate_dir/src/lib.rs`
+/// names, resolved from its WIT with wit-parser.
+fn world_exports(crate_dir: &Path) -> Option<BTreeSet<String>> {
+    let source = std::fs::read_to_string(crate_dir.join("src/lib.rs")).ok()?;
+    let wit = crate_dir.join(macro_field(&source, "path")?);
+    let world = macro_field(&source, "world")?;
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve
+        .push_dir(&wit)
+        .unwrap_or_else(|e| panic!("{}: {e:?}", wit.display()));
+    let world = resolve
+        .select_world(&[package], Some(world))
+        .unwrap_or_else(|e| panic!("{world} in {}: {e:?}", wit.display()));
+    Some(
+        resolve.worlds[world]
+            .exports
+            .keys()
+            .map(|key| resolve.name_world_key(key))
+            .collect(),
+    )
+}
+
+/// What a guest's source says its component exports: the world of its own
+/// `generate!`, or of the SDK's when it exports through the SDK's macro, or `wasi:cli/run` for a command. None when the source does not say.
+fn expected_exports(crate_dir: &Path) -> Option<BTreeSet<String>> {
+    if let Some(own) = world_exports(crate_dir) {
+        return Some(own);
+    }
+    let lib = std::fs::read_to_string(crate_dir.join("src/lib.rs")).unwrap_or_default();
+    // `iar_sdk::export!`, or the SDK's generated macro used directly (the
+    // hostile guest does, to skip the SDK's checks).
+    if lib.contains("iar_sdk::export!(") || lib.contains("__export_iar_plugin!(") {
+        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+        return Some(world_exports(&sdk).expect("the SDK calls generate! with a path and world"));
+    }
+    if crate_dir.join("src/main.rs").is_file() && lib.is_empty() {
+        return Some(BTreeSet::from([format!("{COMMAND_EXPORT}*")]));
+    }
+    None
+}
 
 #[test]
-fn every_artifact_is_a_component() {
+fn every_guest_is_a_valid_component_with_the_exports_its_source_declares() {
     assert!(!artifacts::ALL.is_empty(), "no guests were built");
-    for (package, path) in artifacts::ALL {
+    assert_eq!(artifacts::ALL.len(), artifacts::SOURCES.len());
+    for ((package, path), (source_package, dir)) in artifacts::ALL.iter().zip(artifacts::SOURCES) {
+        assert_eq!(package, source_package);
         let bytes = std::fs::read(path).unwrap_or_else(|e| {
             panic!(
                 "{package}: cannot read {path}: {e} \
@@ -17,28 +99,56 @@ fn every_artifact_is_a_component() {
             )
         });
         assert!(
-            bytes.starts_with(&COMPONENT_HEADER),
-            "{package}: {path} does not start with the component header: {:02x?}",
-            &bytes[..bytes.len().min(8)]
+            Parser::is_component(&bytes),
+            "{package}: {path} is not a component"
         );
+        Validator::new_with_features(WasmFeatures::all())
+            .validate_all(&bytes)
+            .unwrap_or_else(|e| panic!("{package}: {path} is not a valid component: {e}"));
+
+        let actual = exports(&bytes);
+        let expected = expected_exports(Path::new(dir)).unwrap_or_else(|| {
+            panic!(
+                "{package} ({dir}): cannot tell from its source what it should export; \
+                 teach expected_exports in tests/tests/artifacts.rs"
+            )
+        });
+        if expected.iter().any(|e| e.starts_with(COMMAND_EXPORT)) {
+            assert!(
+                actual.len() == 1 && actual.iter().all(|a| a.starts_with(COMMAND_EXPORT)),
+                "{package}: a command must export only {COMMAND_EXPORT}*, exports {actual:?}"
+            );
+        } else {
+            assert_eq!(
+                actual, expected,
+                "{package}: exports differ from its WIT world"
+            );
+        }
     }
 }
 
+/// The expectations are not vacuous: the plugins and the fixtures built
+/// against another world or version expect different exports.
 #[test]
-fn the_expected_guests_are_listed() {
-    let listed: Vec<&str> = artifacts::ALL.iter().map(|(_, path)| *path).collect();
-    for path in [
-        artifacts::LABELS,
-        artifacts::POD_VOLUMES,
-        artifacts::PVC_SNAPSHOT,
-        artifacts::HOSTILE,
-        artifacts::WRONG_WORLD,
-        artifacts::FUTURE_VERSION,
-    ] {
-        assert!(listed.contains(&path), "{path} is missing from ALL");
-        assert!(
-            std::path::Path::new(path).is_absolute(),
-            "{path} is not absolute"
-        );
-    }
+fn expected_exports_tell_the_guests_apart() {
+    let expected: Vec<(String, BTreeSet<String>)> = artifacts::SOURCES
+        .iter()
+        .filter_map(|(package, dir)| Some((package.to_string(), expected_exports(Path::new(dir))?)))
+        .collect();
+    let of = |package: &str| {
+        expected
+            .iter()
+            .find(|(p, _)| p == package)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_else(|| panic!("{package} has no expectation"))
+    };
+    let plugin = of("iar-plugin-labels");
+    assert!(
+        plugin
+            .iter()
+            .any(|e| e.starts_with("iar:plugin/item-action@1.")),
+        "{plugin:?}"
+    );
+    assert_ne!(of("iar-guest-future-version"), plugin);
+    assert_ne!(of("iar-guest-wrong-world"), plugin);
 }
