@@ -133,6 +133,16 @@ fn renaming_the_item_is_refused() {
             after: "Secret".into()
         }
     );
+    // A core-group item whose apiVersion became a number still reads as the
+    // core group; it must be refused all the same (found by fuzzing).
+    assert_eq!(
+        violation_of("drop-api-version", Limits::default()),
+        Violation::IdentityChanged {
+            field: "apiVersion",
+            before: "v1".into(),
+            after: "1".into()
+        }
+    );
 }
 
 #[test]

@@ -183,7 +183,13 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "ns" => 0.000_000_001,
             u => return Err(format!("{s:?}: unknown unit {u:?}")),
         };
-        total += Duration::from_secs_f64(n * secs);
+        // Checked: a fuzzer found that a huge count panicked in
+        // `from_secs_f64` and a long sum overflowed the addition.
+        let part =
+            Duration::try_from_secs_f64(n * secs).map_err(|_| format!("{s:?} is out of range"))?;
+        total = total
+            .checked_add(part)
+            .ok_or_else(|| format!("{s:?} is out of range"))?;
         rest = &rest[unit_len..];
     }
     Ok(total)
@@ -218,6 +224,9 @@ mod tests {
         assert_eq!(parse_go_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_go_duration("4 hours").is_err());
         assert!(parse_go_duration("10").is_err());
+        // Found by fuzzing: both panicked instead of being refused.
+        assert!(parse_go_duration("9999999999999999999999h").is_err());
+        assert!(parse_go_duration("5000000000000000h5000000000000000h").is_err());
     }
 
     #[test]

@@ -92,6 +92,19 @@ fn same_identity(input: &Value, output: &Value) -> Result<(), Violation> {
             str_at(output, "/metadata/name").into(),
         ),
     ];
+    // Group alone is not enough: "v1" and a missing, null or numeric
+    // apiVersion all read as the core group, and such an item could not be
+    // stored (a fuzzer found it).
+    if str_at(output, "/apiVersion").is_empty() {
+        return Err(Violation::IdentityChanged {
+            field: "apiVersion",
+            before: str_at(input, "/apiVersion").into(),
+            after: output
+                .get("apiVersion")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        });
+    }
     for (field, before, after) in checks {
         if before != after {
             return Err(Violation::IdentityChanged {

@@ -73,6 +73,7 @@ const BEHAVIORS: &[&str] = &[
     "not-json",
     "rename",
     "change-kind",
+    "drop-api-version",
     "operation",
     "empty-operation-id",
     "post-items-without-operation",
@@ -303,6 +304,11 @@ impl Guest for Hostile {
             "change-kind" => {
                 let mut value = parse(&item)?;
                 value["kind"] = Value::String("Secret".to_string());
+                Ok(output(Some(value.to_string())))
+            }
+            "drop-api-version" => {
+                let mut value = parse(&item)?;
+                value["apiVersion"] = Value::from(1);
                 Ok(output(Some(value.to_string())))
             }
             "operation" => {
