@@ -225,7 +225,7 @@ async fn custom_resource_from_rust_type() {
             })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !established(&crds.get(&Probe::crd_name()).await.expect("read the CRD")) {
+    while !established(&crds.get(Probe::crd_name()).await.expect("read the CRD")) {
         assert!(
             Instant::now() < deadline,
             "the CRD never became Established"
