@@ -1,0 +1,90 @@
+//! Where the etcd and kube-apiserver programs come from.
+
+use std::env;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::StartError;
+
+/// Names a kube-apiserver binary to use instead of building one.
+pub const ENV_KUBE_APISERVER: &str = "IAR_KUBE_APISERVER";
+
+/// The script that builds kube-apiserver once per machine and prints its path.
+pub fn build_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kube-apiserver/build.sh")
+}
+
+/// The etcd binary shipped by the `etcd-bin-vendored` crate.
+pub(crate) fn etcd() -> Result<PathBuf, StartError> {
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        etcd_bin_vendored::etcd_bin_path()
+            .map(Path::to_path_buf)
+            .map_err(|e| StartError::NoEtcd(e.to_string()))
+    }
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    {
+        Err(StartError::NoEtcd(format!(
+            "{}-{} is not wired up in tests/apiserver/Cargo.toml",
+            env::consts::OS,
+            env::consts::ARCH
+        )))
+    }
+}
+
+/// The kube-apiserver binary: `$IAR_KUBE_APISERVER` if set, else the one
+/// `tools/kube-apiserver/build.sh` builds (or finds in its cache). `None`
+/// only when the variable is unset and there is no Go to build with.
+pub(crate) fn kube_apiserver() -> Result<Option<PathBuf>, StartError> {
+    if let Some(path) = env::var_os(ENV_KUBE_APISERVER) {
+        let path = PathBuf::from(path);
+        return if is_executable(&path) {
+            Ok(Some(path))
+        } else {
+            Err(StartError::BadBinaryPath { path })
+        };
+    }
+    if find_in_path("go").is_none() {
+        return Ok(None);
+    }
+    let script = build_script();
+    // The build's progress goes straight to our stderr: a first build takes
+    // minutes, and whoever waits should see why.
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(StartError::io(format!("run {script:?}")))?;
+    if !output.status.success() {
+        return Err(StartError::BuildFailed {
+            script,
+            status: output.status,
+        });
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    if is_executable(&path) {
+        Ok(Some(path))
+    } else {
+        Err(StartError::BadBinaryPath { path })
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    env::split_paths(&env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
+}

@@ -1,0 +1,151 @@
+//! Files the API server and its clients need, generated per server: bearer
+//! tokens, the service-account signing key, the kubeconfig.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::StartError;
+
+/// Who a client authenticates as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum User {
+    /// User `admin` in group `system:masters`: every request is allowed.
+    Admin,
+    /// User `restricted`, in no group but `system:authenticated`: allowed
+    /// only what a test's Role grants it.
+    Restricted,
+}
+
+impl User {
+    /// The user name (and kubeconfig context name) RBAC bindings refer to.
+    pub fn name(self) -> &'static str {
+        match self {
+            User::Admin => "admin",
+            User::Restricted => "restricted",
+        }
+    }
+}
+
+pub(crate) struct Tokens {
+    pub(crate) admin: String,
+    pub(crate) restricted: String,
+}
+
+impl Tokens {
+    pub(crate) fn generate() -> Result<Tokens, StartError> {
+        Ok(Tokens {
+            admin: random_hex()?,
+            restricted: random_hex()?,
+        })
+    }
+
+    pub(crate) fn get(&self, user: User) -> &str {
+        match user {
+            User::Admin => &self.admin,
+            User::Restricted => &self.restricted,
+        }
+    }
+
+    /// kube-apiserver's `--token-auth-file`: `token,user,uid,"groups"`.
+    pub(crate) fn write_auth_file(&self, path: &Path) -> Result<(), StartError> {
+        let csv = format!(
+            "{},admin,admin,\"system:masters\"\n{},restricted,restricted\n",
+            self.admin, self.restricted
+        );
+        fs::write(path, csv).map_err(StartError::io(format!("write {path:?}")))
+    }
+}
+
+/// 128 random bits from the kernel, as hex. The server listens on loopback
+/// only; unguessable tokens still keep other local users out of it.
+fn random_hex() -> Result<String, StartError> {
+    let mut bytes = [0u8; 16];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(StartError::io("read /dev/urandom"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Generates the service-account signing key pair (P-256) with the
+/// `openssl` CLI, returning (private, public) paths. The API server refuses
+/// to start without one; nothing in the tests checks its tokens, so the CLI
+/// (present wherever git and curl are) spares compiling a crypto crate.
+pub(crate) fn service_account_key(dir: &Path) -> Result<(PathBuf, PathBuf), StartError> {
+    let private = dir.join("sa.key");
+    let public = dir.join("sa.pub");
+    run_openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        path_str(&private)?,
+    ])?;
+    run_openssl(&[
+        "pkey",
+        "-in",
+        path_str(&private)?,
+        "-pubout",
+        "-out",
+        path_str(&public)?,
+    ])?;
+    Ok((private, public))
+}
+
+fn run_openssl(args: &[&str]) -> Result<(), StartError> {
+    let output = Command::new("openssl")
+        .args(args)
+        .output()
+        .map_err(StartError::io(
+            "run openssl (needed for the service-account key)",
+        ))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(StartError::Io {
+            what: format!("openssl {}", args.join(" ")),
+            source: std::io::Error::other(String::from_utf8_lossy(&output.stderr).into_owned()),
+        })
+    }
+}
+
+fn path_str(path: &Path) -> Result<&str, StartError> {
+    path.to_str().ok_or_else(|| StartError::Io {
+        what: format!("path {path:?}"),
+        source: std::io::Error::other("not UTF-8"),
+    })
+}
+
+/// A kubeconfig with one cluster and a context per [`User`] (named after
+/// it); `admin` is the current context. JSON is valid YAML, so kubectl and
+/// kube-rs read it as is.
+pub(crate) fn write_kubeconfig(
+    path: &Path,
+    url: &str,
+    ca: &Path,
+    tokens: &Tokens,
+) -> Result<(), StartError> {
+    let users = [User::Admin, User::Restricted];
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "iar-test",
+            "cluster": { "server": url, "certificate-authority": ca },
+        }],
+        "users": users.map(|u| serde_json::json!({
+            "name": u.name(),
+            "user": { "token": tokens.get(u) },
+        })),
+        "contexts": users.map(|u| serde_json::json!({
+            "name": u.name(),
+            "context": { "cluster": "iar-test", "user": u.name() },
+        })),
+        "current-context": User::Admin.name(),
+    });
+    let text = serde_json::to_string_pretty(&config).expect("a JSON value serializes");
+    fs::write(path, text).map_err(StartError::io(format!("write {path:?}")))
+}

@@ -1,0 +1,416 @@
+//! A real Kubernetes API server for tests: etcd (from the `etcd-bin-vendored`
+//! crate) and kube-apiserver (built from `k8s.io/kubernetes` by
+//! `tools/kube-apiserver/build.sh`, or named by `IAR_KUBE_APISERVER`) on
+//! free loopback ports, with RBAC on and two users ([`User`]).
+//!
+//! ```no_run
+//! # async fn t() {
+//! use iar_apiserver::User;
+//! let Some(server) = iar_apiserver::shared().await else { return }; // skipped, loudly
+//! let client = server.client(User::Admin).await.unwrap();
+//! # }
+//! ```
+//!
+//! [`shared`] starts one server per test binary, on first use, and stops it
+//! when the binary exits; [`ApiServer::start`] starts one the caller owns,
+//! stopped on drop. Either way both programs run in process groups of their
+//! own that are killed as a whole, and the kernel kills them too if the test
+//! binary dies without cleaning up (`PR_SET_PDEATHSIG`).
+
+mod binaries;
+mod credentials;
+mod error;
+mod process;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use binaries::{ENV_KUBE_APISERVER, build_script};
+pub use credentials::User;
+pub use error::StartError;
+
+use credentials::Tokens;
+use process::{ServerProcess, free_port, log_tail};
+
+/// How long each program may take to become ready. Generous: the machines
+/// that run these tests are often busy compiling.
+const ETCD_READY: Duration = Duration::from_secs(60);
+const APISERVER_READY: Duration = Duration::from_secs(180);
+const POLL: Duration = Duration::from_millis(100);
+
+/// A running etcd + kube-apiserver pair and the files that describe it.
+pub struct ApiServer {
+    url: String,
+    kubeconfig: PathBuf,
+    tokens: Tokens,
+    /// kube-apiserver first: it is stopped before the etcd it writes to.
+    processes: Mutex<Vec<ServerProcess>>,
+    startup: Duration,
+    /// etcd's data, certificates, keys, logs, the kubeconfig.
+    dir: tempfile::TempDir,
+}
+
+impl ApiServer {
+    /// Starts a server owned by the caller (stopped when dropped). `Ok(None)`
+    /// when there is no kube-apiserver to run: `IAR_KUBE_APISERVER` is unset
+    /// and Go is absent.
+    pub async fn start() -> Result<Option<ApiServer>, StartError> {
+        tokio::task::spawn_blocking(|| {
+            let Some(binary) = binaries::kube_apiserver()? else {
+                return Ok(None);
+            };
+            ApiServer::start_with(&binary).map(Some)
+        })
+        .await
+        .expect("the startup thread does not panic")
+    }
+
+    /// Starts a server running `kube_apiserver`. Blocks for the whole
+    /// startup (seconds); async callers use [`ApiServer::start`].
+    pub fn start_with(kube_apiserver: &Path) -> Result<ApiServer, StartError> {
+        let begun = Instant::now();
+        let mut attempt = 1;
+        loop {
+            match ApiServer::launch(kube_apiserver, begun) {
+                Err(e) if e.is_port_race() && attempt < 3 => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    /// The API server's URL, `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A kubeconfig with a context per [`User`], named after it; the
+    /// current context is `admin`.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The bearer token `user` authenticates with.
+    pub fn token(&self, user: User) -> &str {
+        self.tokens.get(user)
+    }
+
+    /// How long startup took, from spawning etcd to `/readyz` answering ok.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// The process ids of the servers still running (each leads its group).
+    pub fn pids(&self) -> Vec<u32> {
+        lock(&self.processes)
+            .iter()
+            .map(ServerProcess::pid)
+            .collect()
+    }
+
+    /// The directory holding etcd's data, the keys, logs and kubeconfig;
+    /// removed by [`ApiServer::shutdown`].
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client authenticated as `user`, for the caller's runtime (a kube
+    /// client's connections belong to the runtime that made it).
+    pub async fn client(&self, user: User) -> Result<kube::Client, StartError> {
+        client_for(&self.kubeconfig, user).await
+    }
+
+    /// Kills both process groups and removes the directory. Idempotent;
+    /// also run by `Drop` and, for [`shared`], at process exit.
+    pub fn shutdown(&self) {
+        for mut process in lock(&self.processes).drain(..) {
+            process.kill();
+        }
+        let _ = std::fs::remove_dir_all(self.dir.path());
+    }
+
+    fn launch(kube_apiserver: &Path, begun: Instant) -> Result<ApiServer, StartError> {
+        let dir = tempfile::Builder::new()
+            .prefix("iar-apiserver-")
+            .tempdir()
+            .map_err(StartError::io("create the server directory"))?;
+        let tokens = Tokens::generate()?;
+        let port = free_port()?;
+        let mut server = ApiServer {
+            url: format!("https://127.0.0.1:{port}"),
+            kubeconfig: dir.path().join("kubeconfig"),
+            tokens,
+            processes: Mutex::new(Vec::new()),
+            startup: Duration::ZERO,
+            dir,
+        };
+        let etcd_url = server.start_etcd()?;
+        server.start_kube_apiserver(kube_apiserver, port, &etcd_url)?;
+        server.startup = begun.elapsed();
+        Ok(server)
+    }
+
+    /// Starts etcd and waits for its `/health`; returns its client URL.
+    fn start_etcd(&self) -> Result<String, StartError> {
+        let (client, peer) = (free_port()?, free_port()?);
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut command = Command::new(binaries::etcd()?);
+        command
+            .arg("--name=iar-test")
+            .arg(format!("--data-dir={}", self.dir().join("etcd").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=iar-test={peer_url}"))
+            // Throwaway data: fsync would only slow every write on a shared disk.
+            .arg("--unsafe-no-fsync");
+        let etcd = ServerProcess::spawn("etcd", command, self.dir().join("etcd.log"))?;
+        lock(&self.processes).push(etcd);
+
+        let deadline = Instant::now() + ETCD_READY;
+        let mut last: String;
+        loop {
+            self.check_running()?;
+            match etcd_health(client) {
+                Ok(true) => return Ok(client_url),
+                Ok(false) => last = String::from("/health is not true"),
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() > deadline {
+                return Err(self.not_ready("etcd", ETCD_READY, last));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Starts kube-apiserver, writes the kubeconfig once its self-signed
+    /// certificate exists, and waits for `/readyz`.
+    fn start_kube_apiserver(
+        &self,
+        binary: &Path,
+        port: u16,
+        etcd_url: &str,
+    ) -> Result<(), StartError> {
+        let dir = self.dir();
+        let (signing_key, public_key) = credentials::service_account_key(dir)?;
+        let token_file = dir.join("tokens.csv");
+        self.tokens.write_auth_file(&token_file)?;
+        let cert_dir = dir.join("certs");
+        let mut command = Command::new(binary);
+        command
+            .arg(format!("--etcd-servers={etcd_url}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            // It generates a self-signed CA and serving certificate here.
+            .arg(format!("--cert-dir={}", cert_dir.display()))
+            .arg(format!("--token-auth-file={}", token_file.display()))
+            .arg("--authorization-mode=RBAC")
+            // No controller-manager runs to create default service accounts,
+            // so this plugin would reject every pod.
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!(
+                "--service-account-key-file={}",
+                public_key.display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                signing_key.display()
+            ))
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            // A loopback address is not a valid endpoint for the `kubernetes`
+            // Service; without this the server logs an error every 10 s.
+            .arg("--endpoint-reconciler-type=none");
+        let apiserver =
+            ServerProcess::spawn("kube-apiserver", command, dir.join("kube-apiserver.log"))?;
+        // Stopped first: it goes before etcd.
+        lock(&self.processes).insert(0, apiserver);
+
+        let deadline = Instant::now() + APISERVER_READY;
+        let ca = cert_dir.join("apiserver.crt");
+        while !ca.exists() {
+            self.check_running()?;
+            if Instant::now() > deadline {
+                return Err(self.not_ready(
+                    "kube-apiserver",
+                    APISERVER_READY,
+                    format!("no {ca:?}"),
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+        // The certificate file may still be being written; a client that
+        // cannot read it yet is retried below.
+        credentials::write_kubeconfig(&self.kubeconfig, &self.url, &ca, &self.tokens)?;
+        self.wait_ready(deadline)
+    }
+
+    /// Polls `/readyz` as the admin until it answers `ok`. The client runs
+    /// on a runtime of its own, on a thread of its own, so this works from
+    /// any caller (a runtime cannot be started inside another).
+    fn wait_ready(&self, deadline: Instant) -> Result<(), StartError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(StartError::io("start a runtime"))?;
+                    runtime.block_on(self.poll_ready(deadline))
+                })
+                .join()
+                .expect("the readiness thread does not panic")
+        })
+    }
+
+    async fn poll_ready(&self, deadline: Instant) -> Result<(), StartError> {
+        let mut last: String;
+        loop {
+            self.check_running()?;
+            match readyz(&self.kubeconfig).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) => last = body,
+                Err(e) => last = e,
+            }
+            if Instant::now() > deadline {
+                return Err(self.not_ready("kube-apiserver", APISERVER_READY, last));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `Err` naming the first server that has exited.
+    fn check_running(&self) -> Result<(), StartError> {
+        lock(&self.processes)
+            .iter_mut()
+            .try_for_each(ServerProcess::check_running)
+    }
+
+    fn not_ready(&self, program: &'static str, waited: Duration, last: String) -> StartError {
+        let log = self.dir().join(format!("{program}.log"));
+        StartError::NotReady {
+            program,
+            waited,
+            last,
+            tail: log_tail(&log),
+            log,
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn client_for(kubeconfig: &Path, user: User) -> Result<kube::Client, StartError> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    // Both rustls providers are compiled in (see Cargo.toml); an `Err` means
+    // one is installed already, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let context = user.name();
+    let boxed =
+        |e: Box<dyn std::error::Error + Send + Sync>| StartError::Client { context, source: e };
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).map_err(|e| boxed(e.into()))?;
+    let options = KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..KubeConfigOptions::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| boxed(e.into()))?;
+    kube::Client::try_from(config).map_err(|e| boxed(e.into()))
+}
+
+/// The body of `/readyz`, or why there was none.
+async fn readyz(kubeconfig: &Path) -> Result<String, String> {
+    let client = client_for(kubeconfig, User::Admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("a static request is valid");
+    client
+        .request_text(request)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One plain-HTTP `GET /health` against etcd's client port.
+fn etcd_health(port: u16) -> std::io::Result<bool> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response.contains(r#""health":"true""#))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Killing processes is still right after a panic elsewhere.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The server of this test binary: started on first use (building
+/// kube-apiserver first if needed), stopped when the binary exits. `None`
+/// when tests must skip because `IAR_KUBE_APISERVER` is unset and Go is
+/// absent; that is written to stderr past the test harness's capture, so a
+/// skip is never silent. Panics if the server cannot start.
+pub async fn shared() -> Option<&'static ApiServer> {
+    static SHARED: OnceLock<Result<Option<ApiServer>, String>> = OnceLock::new();
+
+    extern "C" fn stop_shared() {
+        if let Some(Ok(Some(server))) = SHARED.get() {
+            server.shutdown();
+        }
+    }
+
+    let shared = tokio::task::spawn_blocking(|| {
+        SHARED.get_or_init(|| {
+            let server = binaries::kube_apiserver()
+                .and_then(|binary| binary.map(|b| ApiServer::start_with(&b)).transpose())
+                .map_err(|e| e.to_string())?;
+            if let Some(server) = &server {
+                // SAFETY: registers a function with no arguments that
+                // touches only the static above. Statics are never dropped,
+                // so this is what stops the shared server at exit.
+                unsafe { libc::atexit(stop_shared) };
+                loud(&format!(
+                    "iar-apiserver: started etcd + kube-apiserver at {} in {:.1?}",
+                    server.url(),
+                    server.startup_time()
+                ));
+            }
+            Ok(server)
+        })
+    })
+    .await
+    .expect("the startup thread does not panic");
+    match shared {
+        Ok(Some(server)) => Some(server),
+        Ok(None) => {
+            loud(&format!(
+                "\n!!! SKIPPED a real-API-server test: {ENV_KUBE_APISERVER} is unset and `go` \
+                 is not on PATH, so there is no kube-apiserver to run. Install Go or set \
+                 {ENV_KUBE_APISERVER} to a kube-apiserver binary. !!!\n"
+            ));
+            None
+        }
+        Err(e) => panic!("the shared API server did not start: {e}"),
+    }
+}
+
+/// Writes to the real stderr: `eprintln!` is captured by the test harness
+/// and shown only for failing tests.
+fn loud(message: &str) {
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
