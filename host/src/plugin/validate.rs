@@ -2,7 +2,7 @@
 //! on its own; `instance` applies them to every call.
 
 use super::error::Violation;
-use crate::contract::v1::types;
+use crate::contract::latest::types;
 use crate::item::{ItemRef, group_of};
 use crate::limits::Limits;
 use crate::manifests::json_type;
@@ -184,6 +184,17 @@ pub fn execute_output(
         operation_id: out.operation_id,
         post_operation_items,
     })
+}
+
+/// Checks what `get-related-items` returned: at most
+/// `limits.max_related_items` identifiers (checked first, before any is
+/// read), each naming a resource and an object.
+pub fn related_items(
+    ids: Vec<types::ResourceIdentifier>,
+    limits: &Limits,
+) -> Result<Vec<ItemRef>, Violation> {
+    bounded("related items", ids.len(), limits.max_related_items)?;
+    identifiers("get-related-items", ids)
 }
 
 /// 10000-01-01T00:00:00Z, the first second RFC 3339 cannot write.
