@@ -15,7 +15,6 @@ pub struct Exported<T>(PhantomData<T>);
 /// [`crate::export_both!`].
 pub struct ExportedBlock<T>(PhantomData<T>);
 
-
 /// The item-action functions, the same for every version's `Guest` trait.
 macro_rules! item_action {
     ($guest:path, $exported:ident) => {
@@ -76,7 +75,10 @@ macro_rules! item_block_action {
     };
 }
 
-item_action!(crate::bindings::exports::iar::plugin::item_action::Guest, Exported);
+item_action!(
+    crate::bindings::exports::iar::plugin::item_action::Guest,
+    Exported
+);
 item_action!(
     crate::bindings_v1_1::exports::iar::plugin::item_action::Guest,
     Exported

@@ -211,15 +211,27 @@ mod tests {
     fn contract_is_read_from_the_exports() {
         use Interface::*;
         let cases: [(&[&str], Result<Option<(&str, Vec<Interface>)>, ()>); 5] = [
-            (&["iar:plugin/item-action@1.0.0"], Ok(Some(("1.0.0", vec![ItemAction])))),
-            (&["iar:plugin/item-block-action@1.1.0"], Ok(Some(("1.1.0", vec![ItemBlockAction])))),
             (
-                &["iar:plugin/item-action@1.1.0", "iar:plugin/item-block-action@1.1.0"],
+                &["iar:plugin/item-action@1.0.0"],
+                Ok(Some(("1.0.0", vec![ItemAction]))),
+            ),
+            (
+                &["iar:plugin/item-block-action@1.1.0"],
+                Ok(Some(("1.1.0", vec![ItemBlockAction]))),
+            ),
+            (
+                &[
+                    "iar:plugin/item-action@1.1.0",
+                    "iar:plugin/item-block-action@1.1.0",
+                ],
                 Ok(Some(("1.1.0", vec![ItemAction, ItemBlockAction]))),
             ),
             (&["wasi:cli/run@0.2.0"], Ok(None)),
             (
-                &["iar:plugin/item-action@1.0.0", "iar:plugin/item-block-action@1.1.0"],
+                &[
+                    "iar:plugin/item-action@1.0.0",
+                    "iar:plugin/item-block-action@1.1.0",
+                ],
                 Err(()),
             ),
         ];

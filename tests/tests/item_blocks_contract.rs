@@ -95,7 +95,10 @@ fn block_plugins_load_beside_a_1_0_plugin_and_report_their_interfaces() {
     assert_eq!(out.item.unwrap()["metadata"]["labels"]["team"], "a");
 
     // Block-only: its selectors, and its relations.
-    assert!(!block.applies(&pod), "no item action, so execute never applies");
+    assert!(
+        !block.applies(&pod),
+        "no item action, so execute never applies"
+    );
     assert!(block.block_applies(&pod));
     assert!(!block.block_applies(&configmap("settings")));
     assert_eq!(
@@ -294,8 +297,7 @@ fn a_block_plugin_changes_the_blocks() {
         vec![vec!["configmaps shop/unrelated"], vec!["pods shop/web"]]
     );
 
-    let relation =
-        PluginRelation::new(plugin, Arc::new(NoCluster), backup(Phase::Backup)).unwrap();
+    let relation = PluginRelation::new(plugin, Arc::new(NoCluster), backup(Phase::Backup)).unwrap();
     let with = form_blocks(items, &cluster, &[&relation as &dyn Relation]);
     assert_eq!(
         names(&with),
@@ -329,7 +331,11 @@ fn relation_errors_name_the_plugin_and_the_rule() {
     let labels = load(&runtime, artifacts::LABELS, &[]);
     assert!(PluginRelation::new(labels, Arc::new(NoCluster), backup(Phase::Backup)).is_none());
 
-    let hostile = load(&runtime, artifacts::BLOCK_HOSTILE, &[("related", "empty-name")]);
+    let hostile = load(
+        &runtime,
+        artifacts::BLOCK_HOSTILE,
+        &[("related", "empty-name")],
+    );
     let relation =
         PluginRelation::new(hostile, Arc::new(NoCluster), backup(Phase::Backup)).unwrap();
     let blocks = form_blocks(
@@ -337,7 +343,12 @@ fn relation_errors_name_the_plugin_and_the_rule() {
         &NoCluster,
         &[&relation as &dyn Relation],
     );
-    assert_eq!(blocks.blocks.len(), 2, "nothing joined: {:?}", names(&blocks));
+    assert_eq!(
+        blocks.blocks.len(),
+        2,
+        "nothing joined: {:?}",
+        names(&blocks)
+    );
     assert_eq!(blocks.errors.len(), 1, "{:?}", blocks.errors);
     let e = &blocks.errors[0];
     for part in [
@@ -356,8 +367,7 @@ fn relation_errors_name_the_plugin_and_the_rule() {
 fn one_relation_serves_parallel_workers() {
     let runtime = runtime();
     let plugin = load(&runtime, artifacts::CONFIG_BLOCK, &[]);
-    let relation =
-        PluginRelation::new(plugin, Arc::new(NoCluster), backup(Phase::Backup)).unwrap();
+    let relation = PluginRelation::new(plugin, Arc::new(NoCluster), backup(Phase::Backup)).unwrap();
     let pod = web_pod();
     std::thread::scope(|s| {
         for _ in 0..8 {

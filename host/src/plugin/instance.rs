@@ -429,7 +429,10 @@ impl PluginInstance {
 
 /// The item action of an instance; `call` checked that the plugin exports it.
 fn action(guest: &Guest) -> &Action {
-    guest.action.as_ref().expect("checked by call: item-action exported")
+    guest
+        .action
+        .as_ref()
+        .expect("checked by call: item-action exported")
 }
 
 /// The item-block action of an instance; `call` checked that it is exported.

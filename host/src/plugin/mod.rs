@@ -7,19 +7,19 @@ mod instance;
 mod relations;
 pub mod validate;
 
-pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
 pub use crate::contract::Interface;
+pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
 pub use instance::{PluginInstance, StdioCounts};
 pub use relations::PluginRelation;
 pub use validate::{ExecuteResult, Phase, Progress};
 
 use crate::cluster::{NoCluster, ReadGrants};
 use crate::contract::{self, ComponentShape, v1};
-use exports::Exports;
 use crate::engine::Runtime;
 use crate::limits::Limits;
 use crate::resources::Catalog;
 use crate::selector::{CompiledSelector, ResourceSelector};
+use exports::Exports;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -277,11 +277,11 @@ impl Plugin {
     pub fn applies(&self, item: &crate::item::Item) -> bool {
         self.exports(Interface::ItemAction)
             && self.0.selector.matches(
-            &item.id.group,
-            &item.id.resource,
-            &item.id.namespace,
-            &item.labels(),
-        )
+                &item.id.group,
+                &item.id.resource,
+                &item.id.namespace,
+                &item.labels(),
+            )
     }
 
     /// A new instance for one worker. The wasm instance itself is created on

@@ -32,9 +32,7 @@ impl ItemBlockAction for ConfigBlock {
         let mut names: Vec<String> = Vec::new();
         names.extend(names_at(pod, "/spec/volumes", "/configMap/name").map(String::from));
         for container in names_at_values(pod, "/spec/containers") {
-            names.extend(
-                names_at(container, "/envFrom", "/configMapRef/name").map(String::from),
-            );
+            names.extend(names_at(container, "/envFrom", "/configMapRef/name").map(String::from));
         }
         let annotation = config("annotation").unwrap_or_else(|| ANNOTATION.to_string());
         if let Some(list) = item.annotation(&annotation) {
@@ -54,7 +52,10 @@ impl ItemBlockAction for ConfigBlock {
 }
 
 fn names_at_values<'a>(v: &'a Value, list: &str) -> impl Iterator<Item = &'a Value> {
-    v.pointer(list).and_then(Value::as_array).into_iter().flatten()
+    v.pointer(list)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
 }
 
 iar_sdk::export_block_action!(ConfigBlock);
