@@ -210,7 +210,12 @@ mod tests {
     #[test]
     fn contract_is_read_from_the_exports() {
         use Interface::*;
-        let cases: [(&[&str], Result<Option<(&str, Vec<Interface>)>, ()>); 5] = [
+        /// Exports, and the version and interfaces read (Err: refused).
+        type Case = (
+            &'static [&'static str],
+            Result<Option<(&'static str, Vec<Interface>)>, ()>,
+        );
+        let cases: [Case; 5] = [
             (
                 &["iar:plugin/item-action@1.0.0"],
                 Ok(Some(("1.0.0", vec![ItemAction]))),

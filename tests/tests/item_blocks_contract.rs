@@ -201,7 +201,13 @@ fn hostile_related_items_are_refused_with_the_rule() {
         deadline: Duration::from_millis(300),
         ..Limits::default()
     };
-    let cases: [(&[(&str, &str)], &str, &str); 6] = [
+    /// Config, the rule broken, a part of the message.
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static str,
+        &'static str,
+    );
+    let cases: [Case; 6] = [
         (
             &[("related", "empty-name")],
             "valid-resource-identifier",
