@@ -24,6 +24,33 @@
 //!
 //! `progress` and `cancel` have defaults that answer "this plugin starts no
 //! operations", so a plugin that only mutates items implements two functions.
+//!
+//! # Item blocks (contract 1.1.0)
+//!
+//! A plugin may also (or only) say which items must be backed up in the same
+//! item block as another, Velero's ItemBlockAction: implement
+//! [`ItemBlockAction`] and export it with [`export_block_action!`] (block
+//! relations only) or [`export_both!`] (an item action and block relations,
+//! on one type). [`export!`] alone builds a 1.0.0 plugin, as before.
+//!
+//! ```ignore
+//! use iar_sdk::{Backup, Item, ItemBlockAction, ResourceId, Result, Selector};
+//!
+//! struct SettingsOfPods;
+//!
+//! impl ItemBlockAction for SettingsOfPods {
+//!     fn applies_to() -> Result<Selector> {
+//!         Ok(Selector::resources(["pods"]))
+//!     }
+//!     fn get_related_items(item: Item, _backup: &Backup) -> Result<Vec<ResourceId>> {
+//!         Ok(item.annotation("example.com/settings").into_iter()
+//!             .map(|name| ResourceId::namespaced("", "configmaps", item.namespace(), name))
+//!             .collect())
+//!     }
+//! }
+//!
+//! iar_sdk::export_block_action!(SettingsOfPods);
+//! ```
 
 mod export;
 mod host;
@@ -36,7 +63,7 @@ pub use output::{Error, Output, Progress, Result, Selector, Timestamp};
 pub use serde_json::{self, Value, json};
 
 #[doc(hidden)]
-pub use export::Exported;
+pub use export::{Exported, ExportedBlock};
 
 /// Generated bindings for the `iar:plugin@1.0.0` world. Plugin authors do
 /// not need them; they are public only for [`export!`].
@@ -48,6 +75,47 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "__export_iar_plugin",
         default_bindings_module: "::iar_sdk::bindings",
+    });
+}
+
+/// Generated bindings for the `iar:plugin@1.1.0` world `block-plugin`
+/// (item-block-action only). Its `types` and `host` are the 1.0.0 ones
+/// (unchanged in 1.1.0), so every SDK type serves both versions. Public
+/// only for [`export_block_action!`].
+#[doc(hidden)]
+pub mod bindings_block {
+    wit_bindgen::generate!({
+        path: "../wit/v1.1",
+        world: "iar:plugin/block-plugin",
+        with: {
+            "iar:plugin/types@1.1.0": crate::bindings::iar::plugin::types,
+            "iar:plugin/host@1.1.0": crate::bindings::iar::plugin::host,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_iar_block_plugin",
+        default_bindings_module: "::iar_sdk::bindings_block",
+    });
+}
+
+/// Generated bindings for the `iar:plugin@1.1.0` world `action-plugin`
+/// (item-action at 1.1.0). [`export_both!`] exports through this and
+/// [`bindings_block`]; wit-component unites the two into the `full-plugin`
+/// world. (Generating `full-plugin` here would define the item-block-action
+/// export macro a second time: wit-bindgen names it after the interface;
+/// and world macros are named after the world, hence `action-plugin`, not
+/// `plugin`, which 1.0.0's bindings above already use.)
+#[doc(hidden)]
+pub mod bindings_v1_1 {
+    wit_bindgen::generate!({
+        path: "../wit/v1.1",
+        world: "iar:plugin/action-plugin",
+        with: {
+            "iar:plugin/types@1.1.0": crate::bindings::iar::plugin::types,
+            "iar:plugin/host@1.1.0": crate::bindings::iar::plugin::host,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_iar_plugin_v1_1",
+        default_bindings_module: "::iar_sdk::bindings_v1_1",
     });
 }
 
@@ -81,14 +149,55 @@ pub trait ItemAction {
     }
 }
 
-/// Exports a type implementing [`ItemAction`] as the plugin's item action.
-/// Call it once per plugin crate.
+/// Item-block relations (contract 1.1.0, Velero's ItemBlockAction): which
+/// items must be backed up in the same item block as a given one.
+pub trait ItemBlockAction {
+    /// Which items `get_related_items` is called for. Called once when the
+    /// plugin is loaded.
+    fn applies_to() -> Result<Selector>;
+
+    /// The items that must be in the same block as `item`. The host skips
+    /// (with a warning) an item that does not exist, and refuses the whole
+    /// answer when an identifier has an empty resource or name or when the
+    /// list is over its limit on related items.
+    fn get_related_items(item: Item, backup: &Backup) -> Result<Vec<ResourceId>>;
+}
+
+/// Exports a type implementing [`ItemAction`] as the plugin's item action
+/// (contract 1.0.0). Call it once per plugin crate, and only one of
+/// `export!`, [`export_block_action!`] and [`export_both!`].
 #[macro_export]
 macro_rules! export {
     ($action:ty) => {
         const _: () = {
             type __IarPluginExport = $crate::Exported<$action>;
             $crate::bindings::__export_iar_plugin!(__IarPluginExport with_types_in $crate::bindings);
+        };
+    };
+}
+
+/// Exports a type implementing [`ItemBlockAction`] as the plugin's only
+/// interface (contract 1.1.0, world `block-plugin`).
+#[macro_export]
+macro_rules! export_block_action {
+    ($action:ty) => {
+        const _: () = {
+            type __IarBlockExport = $crate::ExportedBlock<$action>;
+            $crate::bindings_block::__export_iar_block_plugin!(__IarBlockExport with_types_in $crate::bindings_block);
+        };
+    };
+}
+
+/// Exports a type implementing both [`ItemAction`] and [`ItemBlockAction`]
+/// (contract 1.1.0, world `full-plugin`).
+#[macro_export]
+macro_rules! export_both {
+    ($action:ty) => {
+        const _: () = {
+            type __IarActionExport = $crate::Exported<$action>;
+            $crate::bindings_v1_1::__export_iar_plugin_v1_1!(__IarActionExport with_types_in $crate::bindings_v1_1);
+            type __IarBlockExport = $crate::ExportedBlock<$action>;
+            $crate::bindings_block::__export_iar_block_plugin!(__IarBlockExport with_types_in $crate::bindings_block);
         };
     };
 }

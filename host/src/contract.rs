@@ -1,14 +1,18 @@
 //! The plugin contract as the host sees it: generated bindings per released
 //! WIT version, and reading which version a component was built against.
 //!
-//! Zed's pattern: one `bindgen!` module per released version. When 1.1 or 2.0
-//! ships, `v1` stays and gains `From` conversions into the newest types, so a
-//! plugin built today keeps loading.
+//! Zed's pattern: one `bindgen!` module per released version (`since_v1_0`,
+//! `since_v1_1`) and a `latest` alias that the code above the boundary
+//! names. 1.1.0 only added an interface, so its `types` and `host` are the
+//! 1.0.0 ones (mapped with `with`, no conversions needed): a host call from
+//! a 1.1.0 plugin lands in the same `Host` impl, and wasmtime's linker
+//! resolves an import of `host@1.1.0` to the `host@1.0.0` it defines
+//! (semver-compatible names).
 
 use wasmparser::{Parser, Payload};
 
-/// Bindings for `iar:plugin@1.0.0`.
-pub mod v1 {
+/// Bindings for `iar:plugin@1.0.0` (`wit/plugin.wit`).
+pub mod since_v1_0 {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "iar:plugin/plugin",
@@ -21,12 +25,64 @@ pub mod v1 {
     pub use self::iar::plugin::types;
 }
 
+/// Bindings for `iar:plugin@1.1.0` (`wit/v1.1/plugin.wit`). The world with
+/// both exports is generated; each export is looked up on its own
+/// (`GuestIndices`), so a component exporting only one of them loads too.
+pub mod since_v1_1 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v1.1",
+        world: "iar:plugin/full-plugin",
+        with: {
+            "iar:plugin/types": super::since_v1_0::types,
+            "iar:plugin/host": super::since_v1_0::host,
+        },
+    });
+
+    pub use self::exports::iar::plugin::item_action as action;
+    pub use self::exports::iar::plugin::item_block_action as block_action;
+}
+
+/// The newest contract: what code above the boundary names.
+pub mod latest {
+    pub use super::since_v1_0::{host, types};
+    pub use super::since_v1_1::{action, block_action};
+}
+
+/// The 1.0.0 bindings under their old name (the sandbox implements
+/// `v1::host::Host`).
+pub use since_v1_0 as v1;
+
 /// The WIT package every plugin exports from.
 pub const PACKAGE: &str = "iar:plugin";
-/// The interface a plugin must export.
+/// The item-action interface (every 1.0.0 plugin exports it).
 pub const EXPORT: &str = "item-action";
-/// Contract versions this host can run.
-pub const SUPPORTED: &[&str] = &["1.0.0"];
+/// The item-block-action interface (1.1.0 and later, optional).
+pub const BLOCK_EXPORT: &str = "item-block-action";
+/// Contract versions this host can run, oldest first.
+pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0"];
+
+/// The contract interfaces a component exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Interface {
+    ItemAction,
+    ItemBlockAction,
+}
+
+impl Interface {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interface::ItemAction => EXPORT,
+            Interface::ItemBlockAction => BLOCK_EXPORT,
+        }
+    }
+}
+
+impl std::fmt::Display for Interface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// What a component says about itself before it is compiled.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -104,7 +160,90 @@ impl ComponentShape {
 
     /// The contract version of the `item-action` export, if there is one.
     pub fn contract_version(&self) -> Option<&str> {
-        let prefix = format!("{PACKAGE}/{EXPORT}@");
+        self.interface_version(Interface::ItemAction)
+    }
+
+    /// The version of one contract interface this component exports.
+    pub fn interface_version(&self, interface: Interface) -> Option<&str> {
+        let prefix = format!("{PACKAGE}/{}@", interface.name());
         self.exports.iter().find_map(|e| e.strip_prefix(&prefix))
+    }
+
+    /// The contract interfaces exported and the one version they share.
+    /// Err names what is wrong: none exported (`Ok(None)` is never
+    /// returned with an empty list), or two at different versions.
+    pub fn contract(&self) -> Result<Option<(String, Vec<Interface>)>, String> {
+        let mut version: Option<&str> = None;
+        let mut found = Vec::new();
+        for interface in [Interface::ItemAction, Interface::ItemBlockAction] {
+            let Some(v) = self.interface_version(interface) else {
+                continue;
+            };
+            if let Some(seen) = version
+                && seen != v
+            {
+                return Err(format!(
+                    "it exports contract interfaces at two versions ({seen} and {v})"
+                ));
+            }
+            version = Some(v);
+            found.push(interface);
+        }
+        Ok(version.map(|v| (v.to_string(), found)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(exports: &[&str]) -> ComponentShape {
+        ComponentShape {
+            imports: Vec::new(),
+            exports: exports.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    /// Which interfaces and version the host reads from a component's
+    /// exports: either interface alone, both, none, and a mix of versions
+    /// (refused: one component is built against one contract version).
+    #[test]
+    fn contract_is_read_from_the_exports() {
+        use Interface::*;
+        /// Exports, and the version and interfaces read (Err: refused).
+        type Case = (
+            &'static [&'static str],
+            Result<Option<(&'static str, Vec<Interface>)>, ()>,
+        );
+        let cases: [Case; 5] = [
+            (
+                &["iar:plugin/item-action@1.0.0"],
+                Ok(Some(("1.0.0", vec![ItemAction]))),
+            ),
+            (
+                &["iar:plugin/item-block-action@1.1.0"],
+                Ok(Some(("1.1.0", vec![ItemBlockAction]))),
+            ),
+            (
+                &[
+                    "iar:plugin/item-action@1.1.0",
+                    "iar:plugin/item-block-action@1.1.0",
+                ],
+                Ok(Some(("1.1.0", vec![ItemAction, ItemBlockAction]))),
+            ),
+            (&["wasi:cli/run@0.2.0"], Ok(None)),
+            (
+                &[
+                    "iar:plugin/item-action@1.0.0",
+                    "iar:plugin/item-block-action@1.1.0",
+                ],
+                Err(()),
+            ),
+        ];
+        for (exports, want) in cases {
+            let got = shape(exports).contract().map_err(|_| ());
+            let want = want.map(|o| o.map(|(v, i)| (v.to_string(), i)));
+            assert_eq!(got, want, "{exports:?}");
+        }
     }
 }

@@ -51,20 +51,23 @@ fn world_exports(crate_dir: &Path) -> Option<BTreeSet<String>> {
     let source = std::fs::read_to_string(crate_dir.join("src/lib.rs")).ok()?;
     let wit = crate_dir.join(macro_field(&source, "path")?);
     let world = macro_field(&source, "world")?;
+    Some(exports_of_world(&wit, world))
+}
+
+/// The exports of `world` in the WIT package at `wit`.
+fn exports_of_world(wit: &Path, world: &str) -> BTreeSet<String> {
     let mut resolve = wit_parser::Resolve::default();
     let (package, _) = resolve
-        .push_dir(&wit)
+        .push_dir(wit)
         .unwrap_or_else(|e| panic!("{}: {e:?}", wit.display()));
     let world = resolve
         .select_world(&[package], Some(world))
         .unwrap_or_else(|e| panic!("{world} in {}: {e:?}", wit.display()));
-    Some(
-        resolve.worlds[world]
-            .exports
-            .keys()
-            .map(|key| resolve.name_world_key(key))
-            .collect(),
-    )
+    resolve.worlds[world]
+        .exports
+        .keys()
+        .map(|key| resolve.name_world_key(key))
+        .collect()
 }
 
 /// What a guest's source says its component exports: the world of its own
@@ -79,6 +82,14 @@ fn expected_exports(crate_dir: &Path) -> Option<BTreeSet<String>> {
     if lib.contains("iar_sdk::export!(") || lib.contains("__export_iar_plugin!(") {
         let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
         return Some(world_exports(&sdk).expect("the SDK calls generate! with a path and world"));
+    }
+    // The SDK's 1.1.0 macros: block relations only, or both interfaces.
+    let v1_1 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/v1.1");
+    if lib.contains("iar_sdk::export_block_action!(") {
+        return Some(exports_of_world(&v1_1, "iar:plugin/block-plugin"));
+    }
+    if lib.contains("iar_sdk::export_both!(") {
+        return Some(exports_of_world(&v1_1, "iar:plugin/full-plugin"));
     }
     if crate_dir.join("src/main.rs").is_file() && lib.is_empty() {
         return Some(BTreeSet::from([format!("{COMMAND_EXPORT}*")]));

@@ -1,4 +1,6 @@
 use anyhow::Context;
+use iar::plugin::Interface;
+use iar::selector::ResourceSelector;
 use iar::{Plugin, PluginSettings, Runtime, RuntimeConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,22 +14,28 @@ pub struct InspectArgs {
 pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     let plugin = Plugin::from_file(&runtime, &args.plugin, PluginSettings::default())?;
-    let sel = plugin.applies_to();
     let out = serde_json::json!({
         "name": plugin.name(),
         "contract": format!("{}@{}", iar::contract::PACKAGE, plugin.version()),
+        "interfaces": plugin.interfaces(),
         "imports": plugin.shape().imports,
         "exports": plugin.shape().exports,
-        "appliesTo": {
-            "includedNamespaces": sel.included_namespaces,
-            "excludedNamespaces": sel.excluded_namespaces,
-            "includedResources": sel.included_resources,
-            "excludedResources": sel.excluded_resources,
-            "labelSelector": sel.label_selector,
-        },
+        // Each interface's own applies-to; null when it is not exported.
+        "appliesTo": plugin.exports(Interface::ItemAction).then(|| selector(plugin.applies_to())),
+        "blockAppliesTo": plugin.block_applies_to().map(selector),
         "size": plugin.size(),
         "digest": format!("sha256:{}", plugin.digest()),
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)
+}
+
+fn selector(sel: &ResourceSelector) -> serde_json::Value {
+    serde_json::json!({
+        "includedNamespaces": sel.included_namespaces,
+        "excludedNamespaces": sel.excluded_namespaces,
+        "includedResources": sel.included_resources,
+        "excludedResources": sel.excluded_resources,
+        "labelSelector": sel.label_selector,
+    })
 }

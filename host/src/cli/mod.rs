@@ -21,9 +21,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run plugins on one item, without a cluster, and print what they return.
+    /// Run plugins on one item, without a cluster, and print what they return
+    /// (execute, or progress, or get-related-items with --related).
     Run(run::RunArgs),
-    /// Show what a plugin is: name, contract version, imports, exports, applies-to, size, digest.
+    /// Show what a plugin is: name, contract version, interfaces, imports, exports, applies-to, size, digest.
     Inspect(inspect::InspectArgs),
     /// Back up manifests through every plugin in a directory, wait for their
     /// operations, finalize; exits 0 only when the backup Completed.

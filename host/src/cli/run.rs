@@ -37,6 +37,10 @@ pub struct RunArgs {
     /// Call progress for this operation id instead of execute.
     #[arg(long, value_name = "OPERATION_ID")]
     progress: Option<String>,
+    /// Call get-related-items (contract 1.1.0 item-block-action) instead of
+    /// execute, and print the related items' identifiers.
+    #[arg(long, conflicts_with = "progress")]
+    related: bool,
     /// CPU deadline of each call.
     #[arg(long, value_parser = humantime::parse_duration)]
     deadline: Option<Duration>,
@@ -164,12 +168,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        if !plugin.applies(&item) {
+        if args.related && !plugin.exports(iar::plugin::Interface::ItemBlockAction) {
+            results.push(json!({ "plugin": name, "applies": false,
+                "reason": "does not export item-block-action" }));
+            continue;
+        }
+        let applies = match args.related {
+            true => plugin.block_applies(&item),
+            false => plugin.applies(&item),
+        };
+        if !applies {
             results.push(json!({ "plugin": name, "applies": false }));
             continue;
         }
         let mut instance = plugin.instance(cluster.clone());
         let outcome = match &args.progress {
+            _ if args.related => instance
+                .get_related_items(&item, &backup)
+                .map(|ids| json!({ "related": ids })),
             Some(op) => instance
                 .progress(op, &item.id, &backup)
                 .map(|p| json!({ "progress": p })),

@@ -95,6 +95,8 @@ pub enum Violation {
     TimestampOutOfRange { field: &'static str, seconds: i64 },
     #[error("returned an invalid applies-to selector: {0} (rule: valid-selector)")]
     InvalidSelector(String),
+    #[error("was asked for {0}, which it does not export (rule: plugin-world)")]
+    NotExported(crate::contract::Interface),
 }
 
 impl Violation {
@@ -121,6 +123,7 @@ impl Violation {
             | Violation::InvalidTimestamp { .. }
             | Violation::TimestampOutOfRange { .. } => "progress-sane",
             Violation::InvalidSelector(_) => "valid-selector",
+            Violation::NotExported(_) => "plugin-world",
         }
     }
 }
@@ -133,6 +136,9 @@ pub enum Call {
     Execute,
     Progress,
     Cancel,
+    /// item-block-action's applies-to.
+    BlockAppliesTo,
+    GetRelatedItems,
 }
 
 impl fmt::Display for Call {
@@ -143,6 +149,8 @@ impl fmt::Display for Call {
             Call::Execute => "execute",
             Call::Progress => "progress",
             Call::Cancel => "cancel",
+            Call::BlockAppliesTo => "item-block-action applies-to",
+            Call::GetRelatedItems => "get-related-items",
         })
     }
 }

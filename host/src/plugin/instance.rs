@@ -3,10 +3,11 @@
 //! validated, its logs are forwarded, and a trapped instance is discarded.
 
 use super::error::{ActionError, Call, CallError, Target, Violation};
+use super::exports::{Action, Guest};
 use super::validate::{self, ExecuteResult, Progress};
-use super::{BackupRef, Plugin};
+use super::{BackupRef, Interface, Plugin};
 use crate::cluster::ClusterReader;
-use crate::contract::v1;
+use crate::contract::latest;
 use crate::engine::deadline_ticks;
 use crate::item::{Item, ItemRef};
 use crate::limits::{Isolation, Limits};
@@ -21,7 +22,7 @@ const STDERR_TAIL: usize = 2048;
 
 struct Live {
     store: Store<State>,
-    bindings: v1::Plugin,
+    guest: Guest,
     /// The backup pass this instance has served; with `isolation: backup`
     /// a call for another pass gets a fresh instance.
     pass: Option<PassKey>,
@@ -71,16 +72,16 @@ pub struct StdioCounts {
     pub stderr_dropped: usize,
 }
 
-fn to_action_error(e: v1::types::ActionError, plugin: &Plugin) -> ActionError {
+fn to_action_error(e: latest::types::ActionError, plugin: &Plugin) -> ActionError {
     let limits = plugin.limits();
     match e {
-        v1::types::ActionError::Failed(m) => {
+        latest::types::ActionError::Failed(m) => {
             ActionError::Failed(validate::action_message(m, limits))
         }
-        v1::types::ActionError::Retryable(m) => {
+        latest::types::ActionError::Retryable(m) => {
             ActionError::Retryable(validate::action_message(m, limits))
         }
-        v1::types::ActionError::UnknownOperation(m) => {
+        latest::types::ActionError::UnknownOperation(m) => {
             ActionError::UnknownOperation(validate::action_message(m, limits))
         }
     }
@@ -161,13 +162,9 @@ impl PluginInstance {
         store.data_mut().begin_call();
         store.set_epoch_deadline(deadline_ticks(limits.deadline));
         self.instantiations += 1;
-        match inner.pre.instantiate(&mut store) {
-            Ok(bindings) => {
-                self.live = Some(Live {
-                    store,
-                    bindings,
-                    pass,
-                });
+        match inner.exports.instantiate(&mut store) {
+            Ok(guest) => {
+                self.live = Some(Live { store, guest, pass });
                 Ok(())
             }
             Err(e) => Err(classify(e, limits)),
@@ -196,8 +193,16 @@ impl PluginInstance {
         call: Call,
         target: &Target,
         backup: Option<&BackupRef>,
-        f: impl FnOnce(&v1::Plugin, &mut Store<State>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        let interface = match call {
+            Call::BlockAppliesTo | Call::GetRelatedItems => Interface::ItemBlockAction,
+            _ => Interface::ItemAction,
+        };
+        if !self.plugin.exports(interface) {
+            let violation = Violation::NotExported(interface);
+            return Err(self.error(call, target, violation, String::new()));
+        }
         self.isolate(backup);
         if self.live.is_none()
             && let Err(violation) = self.instantiate(backup.map(PassKey::of))
@@ -208,7 +213,7 @@ impl PluginInstance {
         live.store.data_mut().begin_call();
         live.store
             .set_epoch_deadline(deadline_ticks(self.plugin.limits().deadline));
-        let result = f(&live.bindings, &mut live.store);
+        let result = f(&live.guest, &mut live.store);
         let stderr = self.drain_output();
         match result {
             Ok(r) => Ok(r),
@@ -288,8 +293,25 @@ impl PluginInstance {
     pub fn applies_to(&mut self) -> Result<ResourceSelector, CallError> {
         let target = Target::None;
         let answer = self.call(Call::AppliesTo, &target, None, |b, s| {
-            b.iar_plugin_item_action().call_applies_to(s)
+            action(b).applies_to(s)
         })?;
+        self.selector(Call::AppliesTo, answer)
+    }
+
+    /// Asks what the plugin's item-block action applies to (which items
+    /// `get-related-items` is called for).
+    pub fn block_applies_to(&mut self) -> Result<ResourceSelector, CallError> {
+        let answer = self.call(Call::BlockAppliesTo, &Target::None, None, |b, s| {
+            block(b).call_applies_to(s)
+        })?;
+        self.selector(Call::BlockAppliesTo, answer)
+    }
+
+    fn selector(
+        &self,
+        call: Call,
+        answer: Result<latest::types::ResourceSelector, latest::types::ActionError>,
+    ) -> Result<ResourceSelector, CallError> {
         match answer {
             Ok(sel) => Ok(ResourceSelector {
                 included_namespaces: sel.included_namespaces,
@@ -300,9 +322,33 @@ impl PluginInstance {
             }),
             Err(e) => {
                 let v = Violation::Action(to_action_error(e, &self.plugin));
-                Err(self.error(Call::AppliesTo, &target, v, String::new()))
+                Err(self.error(call, &Target::None, v, String::new()))
             }
         }
+    }
+
+    /// Asks the plugin's item-block action which items must be backed up in
+    /// the same block as `item`. Every identifier is checked (rule
+    /// valid-resource-identifier) and their number bounded by the plugin's
+    /// `max_related_items` (rule output-size). Callers ask only for items
+    /// [`Plugin::block_applies`] matches.
+    pub fn get_related_items(
+        &mut self,
+        item: &Item,
+        backup: &BackupRef,
+    ) -> Result<Vec<ItemRef>, CallError> {
+        let target = Target::Item(item.id.clone());
+        let json = item.value.to_string();
+        let wit_backup = backup.to_wit();
+        let answer = self.call(Call::GetRelatedItems, &target, Some(backup), |b, s| {
+            block(b).call_get_related_items(s, &json, &wit_backup)
+        })?;
+        let ids = answer.map_err(|e| {
+            let v = Violation::Action(to_action_error(e, &self.plugin));
+            self.error(Call::GetRelatedItems, &target, v, String::new())
+        })?;
+        validate::related_items(ids, self.plugin.limits())
+            .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))
     }
 
     /// Runs the action on one item. `seen_operation` answers whether this
@@ -319,8 +365,7 @@ impl PluginInstance {
         let json = item.value.to_string();
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Execute, &target, Some(backup), |b, s| {
-            b.iar_plugin_item_action()
-                .call_execute(s, &json, &wit_backup)
+            action(b).execute(s, &json, &wit_backup)
         })?;
         let out = answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
@@ -350,8 +395,7 @@ impl PluginInstance {
         };
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Progress, &target, Some(backup), |b, s| {
-            b.iar_plugin_item_action()
-                .call_progress(s, operation_id, &wit_backup)
+            action(b).progress(s, operation_id, &wit_backup)
         })?;
         let p = answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
@@ -374,14 +418,29 @@ impl PluginInstance {
         };
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Cancel, &target, Some(backup), |b, s| {
-            b.iar_plugin_item_action()
-                .call_cancel(s, operation_id, &wit_backup)
+            action(b).cancel(s, operation_id, &wit_backup)
         })?;
         answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::Cancel, &target, v, String::new())
         })
     }
+}
+
+/// The item action of an instance; `call` checked that the plugin exports it.
+fn action(guest: &Guest) -> &Action {
+    guest
+        .action
+        .as_ref()
+        .expect("checked by call: item-action exported")
+}
+
+/// The item-block action of an instance; `call` checked that it is exported.
+fn block(guest: &Guest) -> &latest::block_action::Guest {
+    guest
+        .block
+        .as_ref()
+        .expect("checked by call: item-block-action exported")
 }
 
 /// Turns a wasmtime error into the rule it broke.

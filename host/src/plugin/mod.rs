@@ -2,11 +2,15 @@
 //! calls into a guest, and [`validate`] checks everything that comes back.
 
 mod error;
+mod exports;
 mod instance;
+mod relations;
 pub mod validate;
 
+pub use crate::contract::Interface;
 pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
 pub use instance::{PluginInstance, StdioCounts};
+pub use relations::PluginRelation;
 pub use validate::{ExecuteResult, Phase, Progress};
 
 use crate::cluster::{NoCluster, ReadGrants};
@@ -14,8 +18,8 @@ use crate::contract::{self, ComponentShape, v1};
 use crate::engine::Runtime;
 use crate::limits::Limits;
 use crate::resources::Catalog;
-use crate::sandbox::State;
 use crate::selector::{CompiledSelector, ResourceSelector};
+use exports::Exports;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -62,13 +66,15 @@ pub(crate) struct Inner {
     pub(crate) version: String,
     pub(crate) shape: ComponentShape,
     pub(crate) size: usize,
-    pub(crate) pre: v1::PluginPre<State>,
+    pub(crate) exports: Exports,
     pub(crate) settings: PluginSettings,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) grants: Arc<ReadGrants>,
     pub(crate) runtime: Runtime,
     pub(crate) applies_to: ResourceSelector,
     pub(crate) selector: CompiledSelector,
+    /// The item-block-action's applies-to, when the plugin exports it.
+    pub(crate) block: Option<(ResourceSelector, CompiledSelector)>,
 }
 
 /// A loaded, linked plugin whose applies-to selector is known. Cheap to
@@ -129,7 +135,7 @@ impl Plugin {
                 plugin: plugin.clone(),
             });
         }
-        let version = check_version(&plugin, &shape)?;
+        let (version, interfaces) = check_version(&plugin, &shape)?;
         // Validate before compiling: a precise error, and no compiler time
         // spent on garbage.
         wasmparser::Validator::new_with_features(crate::engine::validator_features())
@@ -149,7 +155,7 @@ impl Plugin {
                 plugin: plugin.clone(),
                 reason: format!("{e:#}"),
             })?;
-        let pre = v1::PluginPre::new(pre).map_err(|e| LoadError::Link {
+        let exports = Exports::new(pre, &version, &interfaces).map_err(|e| LoadError::Link {
             plugin: plugin.clone(),
             reason: format!("{e:#}"),
         })?;
@@ -161,7 +167,7 @@ impl Plugin {
             version,
             shape,
             size: bytes.len(),
-            pre,
+            exports,
             settings,
             config,
             grants,
@@ -169,21 +175,39 @@ impl Plugin {
             applies_to: ResourceSelector::default(),
             selector: CompiledSelector::compile(&ResourceSelector::default(), Catalog::builtin())
                 .expect("the empty selector compiles"),
+            block: None,
         };
-        // applies-to is asked once per load, on a throwaway instance with no
-        // cluster, under the plugin's own limits.
+        // applies-to is asked once per load (of each exported interface), on
+        // a throwaway instance with no cluster, under the plugin's own limits.
         let partial = Plugin(Arc::new(inner));
-        let applies_to = partial.instance(Arc::new(NoCluster)).applies_to()?;
+        let mut instance = partial.instance(Arc::new(NoCluster));
+        let action = match partial.exports(Interface::ItemAction) {
+            true => Some(instance.applies_to()?),
+            false => None,
+        };
+        let block = match partial.exports(Interface::ItemBlockAction) {
+            true => Some(instance.block_applies_to()?),
+            false => None,
+        };
+        drop(instance);
         inner = Arc::into_inner(partial.0).expect("no other reference to a plugin being loaded");
-        inner.selector =
-            CompiledSelector::compile(&applies_to, Catalog::builtin()).map_err(|e| CallError {
+        let compile = |sel: &ResourceSelector, call: Call| {
+            CompiledSelector::compile(sel, Catalog::builtin()).map_err(|e| CallError {
                 plugin: plugin.clone(),
-                call: Call::AppliesTo,
+                call,
                 target: Target::None,
                 violation: Violation::InvalidSelector(e.to_string()),
                 stderr: String::new(),
-            })?;
-        inner.applies_to = applies_to;
+            })
+        };
+        if let Some(applies_to) = action {
+            inner.selector = compile(&applies_to, Call::AppliesTo)?;
+            inner.applies_to = applies_to;
+        }
+        if let Some(sel) = block {
+            let compiled = compile(&sel, Call::BlockAppliesTo)?;
+            inner.block = Some((sel, compiled));
+        }
         Ok(Plugin(Arc::new(inner)))
     }
 
@@ -194,6 +218,16 @@ impl Plugin {
     /// The contract version the component was built against.
     pub fn version(&self) -> &str {
         &self.0.version
+    }
+
+    /// The contract interfaces the component exports, in contract order.
+    pub fn interfaces(&self) -> Vec<Interface> {
+        self.0.exports.interfaces()
+    }
+
+    /// Whether the component exports a contract interface.
+    pub fn exports(&self, interface: Interface) -> bool {
+        self.0.exports.has(interface)
     }
 
     /// sha256 of the component bytes.
@@ -213,19 +247,41 @@ impl Plugin {
         &self.0.settings.limits
     }
 
-    /// What the plugin said it applies to.
+    /// What the plugin's item action said it applies to (the empty
+    /// selector for a plugin that exports no item action; [`Plugin::applies`]
+    /// is false for every item then).
     pub fn applies_to(&self) -> &ResourceSelector {
         &self.0.applies_to
     }
 
-    /// Whether the plugin applies to an item.
+    /// What the plugin's item-block action said it applies to, when it
+    /// exports one.
+    pub fn block_applies_to(&self) -> Option<&ResourceSelector> {
+        self.0.block.as_ref().map(|(sel, _)| sel)
+    }
+
+    /// Whether `get-related-items` is to be called for an item.
+    pub fn block_applies(&self, item: &crate::item::Item) -> bool {
+        self.0.block.as_ref().is_some_and(|(_, compiled)| {
+            compiled.matches(
+                &item.id.group,
+                &item.id.resource,
+                &item.id.namespace,
+                &item.labels(),
+            )
+        })
+    }
+
+    /// Whether the plugin's item action applies to an item (`execute` is to
+    /// be called for it). False for every item when it exports none.
     pub fn applies(&self, item: &crate::item::Item) -> bool {
-        self.0.selector.matches(
-            &item.id.group,
-            &item.id.resource,
-            &item.id.namespace,
-            &item.labels(),
-        )
+        self.exports(Interface::ItemAction)
+            && self.0.selector.matches(
+                &item.id.group,
+                &item.id.resource,
+                &item.id.namespace,
+                &item.labels(),
+            )
     }
 
     /// A new instance for one worker. The wasm instance itself is created on
@@ -235,26 +291,47 @@ impl Plugin {
     }
 }
 
-fn check_version(plugin: &str, shape: &ComponentShape) -> Result<String, LoadError> {
+fn check_version(
+    plugin: &str,
+    shape: &ComponentShape,
+) -> Result<(String, Vec<Interface>), LoadError> {
     let supported = contract::SUPPORTED
         .iter()
         .map(|v| format!("{}@{v}", contract::PACKAGE))
         .collect::<Vec<_>>()
         .join(", ");
-    match shape.contract_version() {
-        Some(v) if contract::SUPPORTED.contains(&v) => Ok(v.to_string()),
-        Some(v) => Err(LoadError::UnsupportedVersion {
+    let invalid = |reason: String| LoadError::Invalid {
+        plugin: plugin.to_string(),
+        reason,
+    };
+    match shape.contract().map_err(invalid)? {
+        Some((v, interfaces)) if contract::SUPPORTED.contains(&v.as_str()) => {
+            // item-block-action exists from 1.1.0 on; a 1.0.0 export of it
+            // is not a contract this host knows.
+            if v == "1.0.0" && interfaces.contains(&Interface::ItemBlockAction) {
+                return Err(LoadError::UnsupportedVersion {
+                    plugin: plugin.to_string(),
+                    found: format!("{v} with item-block-action (added in 1.1.0)"),
+                    supported,
+                });
+            }
+            Ok((v, interfaces))
+        }
+        Some((v, _)) => Err(LoadError::UnsupportedVersion {
             plugin: plugin.to_string(),
-            found: v.to_string(),
+            found: v,
             supported,
         }),
         None => Err(LoadError::WrongWorld {
             plugin: plugin.to_string(),
             expected: format!(
-                "{}/{}@{}",
+                "{}/{}@{} or {}/{}@{}",
                 contract::PACKAGE,
                 contract::EXPORT,
-                contract::SUPPORTED.join(" or @")
+                contract::SUPPORTED.join(" or @"),
+                contract::PACKAGE,
+                contract::BLOCK_EXPORT,
+                contract::SUPPORTED[1..].join(" or @"),
             ),
             found: shape.exports.join(", "),
         }),

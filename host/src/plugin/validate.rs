@@ -2,7 +2,7 @@
 //! on its own; `instance` applies them to every call.
 
 use super::error::Violation;
-use crate::contract::v1::types;
+use crate::contract::latest::types;
 use crate::item::{ItemRef, group_of};
 use crate::limits::Limits;
 use crate::manifests::json_type;
@@ -186,6 +186,17 @@ pub fn execute_output(
     })
 }
 
+/// Checks what `get-related-items` returned: at most
+/// `limits.max_related_items` identifiers (checked first, before any is
+/// read), each naming a resource and an object.
+pub fn related_items(
+    ids: Vec<types::ResourceIdentifier>,
+    limits: &Limits,
+) -> Result<Vec<ItemRef>, Violation> {
+    bounded("related items", ids.len(), limits.max_related_items)?;
+    identifiers("get-related-items", ids)
+}
+
 /// 10000-01-01T00:00:00Z, the first second RFC 3339 cannot write.
 const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_800;
 
@@ -256,4 +267,62 @@ pub fn action_message(mut message: String, limits: &Limits) -> String {
         message.push_str("… (truncated)");
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(resource: &str, name: &str) -> types::ResourceIdentifier {
+        types::ResourceIdentifier {
+            group: String::new(),
+            resource: resource.into(),
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    /// get-related-items answers: valid ones pass in order; the count is
+    /// checked before any identifier (an over-long list is refused as
+    /// output-size even when it also holds an invalid identifier); an empty
+    /// resource or name is refused with its index.
+    #[test]
+    fn related_items_are_bounded_then_each_checked() {
+        let limits = Limits {
+            max_related_items: 2,
+            ..Limits::default()
+        };
+        let ok = related_items(vec![id("configmaps", "a"), id("secrets", "b")], &limits);
+        assert_eq!(
+            ok.unwrap()
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let cases = [
+            (
+                vec![id("configmaps", "a"), id("", "b"), id("configmaps", "c")],
+                "output-size",
+            ),
+            (
+                vec![id("configmaps", "a"), id("configmaps", "")],
+                "valid-resource-identifier",
+            ),
+            (vec![id("", "a")], "valid-resource-identifier"),
+        ];
+        for (ids, rule) in cases {
+            let err = related_items(ids.clone(), &limits).unwrap_err();
+            assert_eq!(err.rule(), rule, "{ids:?}: {err}");
+        }
+        let err = related_items(vec![id("configmaps", "a"), id("configmaps", "")], &limits);
+        assert_eq!(
+            err.unwrap_err(),
+            Violation::InvalidIdentifier {
+                list: "get-related-items",
+                index: 1,
+                field: "name"
+            }
+        );
+    }
 }
