@@ -786,8 +786,16 @@ impl Controller {
             run.results.warnings.add(&ns, w);
         }
         for v in &report.volumes {
-            self.journal
-                .line(&name, format!("volume backup: {}", v.describe()));
+            self.journal.line(
+                &name,
+                format!(
+                    "volume backup: {}: {:?}, {}/{} bytes",
+                    v.describe(),
+                    v.phase,
+                    v.bytes_done,
+                    v.bytes_total
+                ),
+            );
             if v.phase != VolumePhase::Completed {
                 run.results.errors.add(
                     &v.pod_namespace,

@@ -195,7 +195,6 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Contro
         volume_data: args.volume_data.clone(),
         volume_concurrency: args.volume_concurrency.into(),
         exec_hooks_locally: args.exec_hooks_locally,
-        ..defaults
     };
     Ok(Controller::new(plugins, store, cluster, settings)
         .with_observer(super::progress::observer()))
