@@ -7,7 +7,7 @@
 //! waiting or finalizing continues from its persisted operations, with each
 //! operation's timeout still counted from its original creation.
 
-use crate::backup::block_work::BlockWork;
+use crate::backup::block_work::{BlockWork, LedgerEntry};
 use crate::backup::blocks::Relation;
 use crate::backup::hooks::{
     BackupHooks, HookRunner, LocalProcessRunner, SkippingRunner, Verdict, verdict,
@@ -16,7 +16,7 @@ use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATI
 use crate::backup::pass::{self, ItemOutcome, PassOutput};
 use crate::backup::spec::{self, BackupFilter};
 use crate::backup::volume_policy::default_volumes_to_fs_backup;
-use crate::backup::volumes::{LocalDirBackupper, VolumeBackupper, VolumePhase};
+use crate::backup::volumes::{LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumePhase};
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use crate::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
@@ -648,6 +648,8 @@ impl Controller {
         match run.object.status.phase {
             BackupPhase::New | BackupPhase::InProgress => {
                 // Its items were never all written: it cannot be continued.
+                // What its blocks left unfinished is failed and said.
+                self.interrupted_blocks(&mut run).await?;
                 run.object.status.failure_reason = format!(
                     "found in phase {} after a restart: the process running it ended before its items were written",
                     run.object.status.phase
@@ -729,18 +731,21 @@ impl Controller {
                 self.settings.volume_concurrency,
             )) as Arc<dyn VolumeBackupper>
         });
-        Arc::new(BlockWork::new(
-            run.object.metadata.name.clone(),
-            hooks,
-            runner,
-            backupper,
-            self.settings.volume_data.clone(),
-            // The backup's resource policy (a ConfigMap in Velero) has no
-            // source here yet: annotations and the default decide.
-            None,
-            default_volumes_to_fs_backup(spec),
-            tokio::runtime::Handle::current(),
-        ))
+        Arc::new(
+            BlockWork::new(
+                run.object.metadata.name.clone(),
+                hooks,
+                runner,
+                backupper,
+                self.settings.volume_data.clone(),
+                // The backup's resource policy (a ConfigMap in Velero) has no
+                // source here yet: annotations and the default decide.
+                None,
+                default_volumes_to_fs_backup(spec),
+                tokio::runtime::Handle::current(),
+            )
+            .with_ledger(self.store.clone()),
+        )
     }
 
     /// Waits for every block's volume backups and post hooks, persisting
@@ -812,6 +817,34 @@ impl Controller {
             self.store
                 .put_json(&name, BackupFile::VolumeBackups, &report.volumes)
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// Fails the volume backups a killed process left unfinished and
+    /// reports the post hooks it interrupted or never reached, from the
+    /// hook ledger; runs none of them.
+    async fn interrupted_blocks(&self, run: &mut Run) -> Result<(), ControllerError> {
+        let name = run.name().to_string();
+        let ledger: Vec<LedgerEntry> = self
+            .store
+            .get_json(&name, BackupFile::HookLedger)
+            .await?
+            .unwrap_or_default();
+        let mut volumes: Vec<VolumeBackup> = self
+            .store
+            .get_json(&name, BackupFile::VolumeBackups)
+            .await?
+            .unwrap_or_default();
+        let messages = crate::backup::block_work::interrupted(&ledger, &mut volumes);
+        if !volumes.is_empty() {
+            self.store
+                .put_json(&name, BackupFile::VolumeBackups, &volumes)
+                .await?;
+        }
+        for (ns, m) in messages {
+            self.journal.line(&name, format!("error: {m}"));
+            run.results.errors.add(&ns, m);
         }
         Ok(())
     }

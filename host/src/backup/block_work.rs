@@ -11,7 +11,9 @@ use crate::backup::hooks::{
 };
 use crate::backup::volume_policy::{Claim, ResourcePolicies, VolumeAction, decide_pod_volumes};
 use crate::backup::volumes::{VolumeBackup, VolumeBackupper, VolumeRequest};
-use crate::item::Item;
+use crate::item::{Item, ItemRef};
+use crate::store::{BackupFile, BackupStore};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -28,7 +30,48 @@ pub struct BlockWork {
     pub policies: Option<ResourcePolicies>,
     pub default_volumes_to_fs_backup: bool,
     pub runtime: tokio::runtime::Handle,
+    /// Where the hook ledger is written; `None` keeps no ledger (tests).
+    pub ledger_store: Option<BackupStore>,
     state: Mutex<State>,
+    /// The hook ledger as last written. An async lock held across its PUT:
+    /// each write must carry every entry before it, so writes are serial.
+    ledger: tokio::sync::Mutex<Vec<LedgerEntry>>,
+}
+
+/// One pod's hooks of one phase in the hook ledger
+/// (`backups/<b>/<b>-hooks.json.gz`). A post entry is written `started`
+/// before its hooks run and again when they end, so a resumed backup knows
+/// a post hook that may have run (and never runs it again) from one that
+/// never started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntry {
+    pub pod: ItemRef,
+    /// `pre` or `post`.
+    pub phase: String,
+    /// `started`, `succeeded`, `failed` or `skipped`.
+    pub state: String,
+}
+
+impl LedgerEntry {
+    fn of(pod: &ItemRef, phase: &str, records: &[HookRecord]) -> LedgerEntry {
+        use crate::backup::hooks::HookStatus;
+        let state = if records.iter().all(|r| r.status == HookStatus::Succeeded) {
+            "succeeded"
+        } else if records
+            .iter()
+            .any(|r| matches!(r.status, HookStatus::Skipped { .. }))
+        {
+            "skipped"
+        } else {
+            "failed"
+        };
+        LedgerEntry {
+            pod: pod.clone(),
+            phase: phase.into(),
+            state: state.into(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -85,7 +128,40 @@ impl BlockWork {
             policies,
             default_volumes_to_fs_backup,
             runtime,
+            ledger_store: None,
             state: Mutex::new(State::default()),
+            ledger: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps the hook ledger in `store`.
+    pub fn with_ledger(mut self, store: BackupStore) -> Self {
+        self.ledger_store = Some(store);
+        self
+    }
+
+    /// Sets `entry` (replacing the pod's entry of the same phase) and
+    /// writes the whole ledger. A failed write is a warning: the hooks
+    /// themselves went as recorded.
+    async fn ledger(&self, entry: LedgerEntry) {
+        let Some(store) = &self.ledger_store else {
+            return;
+        };
+        let mut ledger = self.ledger.lock().await;
+        match ledger
+            .iter_mut()
+            .find(|e| e.pod == entry.pod && e.phase == entry.phase)
+        {
+            Some(e) => *e = entry,
+            None => ledger.push(entry),
+        }
+        if let Err(e) = store
+            .put_json(&self.backup, BackupFile::HookLedger, &*ledger)
+            .await
+        {
+            self.state()
+                .warnings
+                .push((String::new(), format!("hook ledger: {e}")));
         }
     }
 
@@ -116,9 +192,13 @@ impl BlockWork {
         for pod in items.iter().filter(|i| is_pod(i)) {
             let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
             let hooks = self.hooks_for(pod, HookPhase::Pre);
-            let pre = self
-                .runtime
-                .block_on(run_hooks(self.runner.as_ref(), &target, &hooks));
+            let pre = self.runtime.block_on(async {
+                let pre = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                if !pre.is_empty() {
+                    self.ledger(LedgerEntry::of(&pod.id, "pre", &pre)).await;
+                }
+                pre
+            });
             out.failed
                 .extend(pre.iter().filter_map(|r| match verdict(r) {
                     Verdict::BlockFailed(m) => Some(m),
@@ -184,7 +264,17 @@ impl BlockWork {
                 }
                 if post_hooks_allowed(&p.pre) {
                     let hooks = work.hooks_for(&p.pod, HookPhase::Post);
+                    if hooks.is_empty() {
+                        continue;
+                    }
+                    let started = LedgerEntry {
+                        pod: p.pod.id.clone(),
+                        phase: "post".into(),
+                        state: "started".into(),
+                    };
+                    work.ledger(started).await;
                     let post = run_hooks(work.runner.as_ref(), &p.target, &hooks).await;
+                    work.ledger(LedgerEntry::of(&p.pod.id, "post", &post)).await;
                     work.state().records.extend(post);
                 }
             }
@@ -243,5 +333,137 @@ fn claim_in(items: &[Item], namespace: &str, name: &str) -> Claim {
     Claim {
         pvc: pvc.map(|i| i.value.clone()),
         pv: pv.map(|i| i.value.clone()),
+    }
+}
+
+/// What a restart found of a backup's blocks: the messages that say which
+/// volume backups and post hooks it interrupted, and the volume records
+/// with every unfinished one failed "interrupted by restart". Nothing is
+/// run again: a post hook that started may have run, and one that never
+/// started belongs to a backup that is now failed.
+pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<(String, String)> {
+    use crate::backup::volumes::VolumePhase;
+    let mut out = Vec::new();
+    for v in volumes.iter_mut().filter(|v| !v.phase.is_terminal()) {
+        v.phase = VolumePhase::Failed;
+        v.error = Some("interrupted by restart".into());
+        v.completed = Some(std::time::SystemTime::now());
+        out.push((
+            v.pod_namespace.clone(),
+            format!("volume backup {}: interrupted by restart", v.describe()),
+        ));
+    }
+    for pre in ledger
+        .iter()
+        .filter(|e| e.phase == "pre" && e.state == "succeeded")
+    {
+        let post = ledger
+            .iter()
+            .find(|e| e.phase == "post" && e.pod == pre.pod);
+        let message = match post.map(|e| e.state.as_str()) {
+            Some("started") => format!(
+                "post hooks of pod {}: interrupted by restart while running; not run again",
+                pre.pod
+            ),
+            Some(_) => continue,
+            None => format!(
+                "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks succeeded",
+                pre.pod
+            ),
+        };
+        out.push((pre.pod.namespace.clone(), message));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::volumes::VolumePhase;
+
+    fn pod(name: &str) -> ItemRef {
+        ItemRef {
+            group: String::new(),
+            resource: "pods".into(),
+            namespace: "shop".into(),
+            name: name.into(),
+        }
+    }
+
+    fn entry(name: &str, phase: &str, state: &str) -> LedgerEntry {
+        LedgerEntry {
+            pod: pod(name),
+            phase: phase.into(),
+            state: state.into(),
+        }
+    }
+
+    fn volume(name: &str, phase: VolumePhase) -> VolumeBackup {
+        VolumeBackup {
+            backup: "b".into(),
+            pod_namespace: "shop".into(),
+            pod_name: name.into(),
+            volume: "data".into(),
+            pvc: None,
+            phase,
+            bytes_done: 0,
+            bytes_total: 0,
+            created: None,
+            started: None,
+            completed: None,
+            error: None,
+            manifest_key: None,
+        }
+    }
+
+    /// From the ledger alone: a post hook that started and never ended is
+    /// "interrupted ... not run again"; one never started after succeeded
+    /// pre hooks is "not run"; a finished post hook, a failed or skipped
+    /// pre hook say nothing. Unfinished volume backups (and only those) are
+    /// failed "interrupted by restart".
+    #[test]
+    fn a_restart_reports_each_pod_by_its_ledger() {
+        let ledger = vec![
+            entry("started", "pre", "succeeded"),
+            entry("started", "post", "started"),
+            entry("never", "pre", "succeeded"),
+            entry("done", "pre", "succeeded"),
+            entry("done", "post", "succeeded"),
+            entry("prefailed", "pre", "failed"),
+            entry("skipped", "pre", "skipped"),
+        ];
+        let mut volumes = vec![
+            volume("a", VolumePhase::InProgress),
+            volume("b", VolumePhase::New),
+            volume("c", VolumePhase::Completed),
+        ];
+        let messages: Vec<String> = interrupted(&ledger, &mut volumes)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(messages.len(), 4, "{messages:#?}");
+        assert!(messages.iter().any(|m| m.contains("shop/started")
+            && m.contains("interrupted by restart while running; not run again")));
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("shop/never") && m.contains("not run:"))
+        );
+        assert!(
+            !messages
+                .iter()
+                .any(|m| m.contains("done") || m.contains("prefailed") || m.contains("skipped"))
+        );
+        let phases: Vec<_> = volumes.iter().map(|v| v.phase).collect();
+        assert_eq!(
+            phases,
+            [
+                VolumePhase::Failed,
+                VolumePhase::Failed,
+                VolumePhase::Completed
+            ]
+        );
+        assert_eq!(volumes[0].error.as_deref(), Some("interrupted by restart"));
+        assert_eq!(volumes[2].error, None);
     }
 }
