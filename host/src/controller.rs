@@ -485,16 +485,27 @@ impl Controller {
             format!("{} items selected by the spec", items.len()),
         );
         let work = self.block_work(run);
-        let pass = self
-            .run_pass(
-                run.name(),
+        let name = run.name().to_string();
+        let pass = {
+            let pass = self.run_pass(
+                &name,
                 items,
                 run.backup_ref(Phase::Backup),
                 true,
                 Some(work.clone()),
                 Some(filter.clone()),
-            )
-            .await?;
+            );
+            tokio::pin!(pass);
+            // Volume backups start while the pass still runs: their
+            // progress is persisted from then on, once per sync period.
+            let mut tick = tokio::time::interval(self.settings.sync_period);
+            loop {
+                tokio::select! {
+                    pass = &mut pass => break pass?,
+                    _ = tick.tick() => self.persist_volume_progress(&name, &work).await?,
+                }
+            }
+        };
         self.journal
             .line(run.name(), format!("{} item blocks formed", pass.blocks));
         for w in pass.warnings {
@@ -748,6 +759,22 @@ impl Controller {
         )
     }
 
+    /// Writes the latest state of every volume backup started so far (none
+    /// started: nothing written).
+    async fn persist_volume_progress(
+        &self,
+        name: &str,
+        work: &BlockWork,
+    ) -> Result<(), ControllerError> {
+        let progress = work.progress();
+        if !progress.is_empty() {
+            self.store
+                .put_json(name, BackupFile::VolumeBackups, &progress)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Waits for every block's volume backups and post hooks, persisting
     /// the volume backups' progress once per sync period and at the end;
     /// records every hook run and every volume backup that did not complete
@@ -761,14 +788,7 @@ impl Controller {
             loop {
                 tokio::select! {
                     report = &mut finished => break report,
-                    _ = tick.tick() => {
-                        let progress = work.progress();
-                        if !progress.is_empty() {
-                            self.store
-                                .put_json(&name, BackupFile::VolumeBackups, &progress)
-                                .await?;
-                        }
-                    }
+                    _ = tick.tick() => self.persist_volume_progress(&name, &work).await?,
                 }
             }
         };

@@ -225,18 +225,16 @@ async fn hooks_are_skipped_with_a_warning_unless_asked_for() {
     );
 }
 
-/// Two workers, ten blocks, each with a volume: every volume backup
-/// started before any of them ended would be too strong a claim on a
-/// loaded machine; what must hold is that workers are not held by
-/// waiting blocks: all ten volumes and all ten post hooks are done, each
-/// post hook after its own volume. (A timing test of the overlap with a
-/// slow backupper is `block_ordering.rs`.)
+/// Two workers, ten blocks, each with a volume: waiting blocks hold no
+/// worker, so more than two volume backups are in flight at once (from
+/// the persisted start and end times), and each post hook starts after
+/// its own volume ended. Before, no volume was backed up at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_blocks_on_two_workers_each_post_hook_after_its_own_volume() {
     let e = env();
     for i in 0..10 {
         write_pod(&e.items, &format!("app-{i}"), &format!("data-{i}"), false);
-        write_volume(&e.data, &format!("data-{i}"), 200_000 * (i + 1));
+        write_volume(&e.data, &format!("data-{i}"), 2 << 20);
     }
     let object = backup(&e, "ten", true, 2).await;
     assert_eq!(object.status.phase, BackupPhase::Completed);
@@ -247,4 +245,18 @@ async fn ten_blocks_on_two_workers_each_post_hook_after_its_own_volume() {
         let post = stamp(&e.data, &format!("{}.post", v.pod_name));
         assert!(post >= v.completed.unwrap(), "{}", v.pod_name);
     }
+    let in_flight_at = |t: SystemTime| {
+        vols.iter()
+            .filter(|v| v.started.unwrap() <= t && t < v.completed.unwrap())
+            .count()
+    };
+    let most = vols
+        .iter()
+        .map(|v| in_flight_at(v.started.unwrap()))
+        .max()
+        .unwrap();
+    assert!(
+        most > 2,
+        "at most {most} volume backups in flight with 2 workers"
+    );
 }
