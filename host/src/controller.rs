@@ -788,7 +788,7 @@ impl Controller {
             loop {
                 tokio::select! {
                     report = &mut finished => break report,
-                    _ = tick.tick() => self.persist_volume_progress(&name, &work).await?,
+                    _ = tick.tick() => self.persist_volume_progress(&name, work).await?,
                 }
             }
         };
