@@ -201,11 +201,18 @@ fn backup_ref() -> BackupRef {
 
 /// A fresh controller (fresh operations map and manifest cache) on a fresh
 /// store; the store's directory goes when the returned guard is dropped.
-fn fresh_controller(plugins: &[Plugin], cluster: &Path) -> (tempfile::TempDir, Controller) {
+fn fresh_controller(
+    plugins: &[Plugin],
+    cluster: &Path,
+    workers: usize,
+    volume_data: Option<&Path>,
+) -> (tempfile::TempDir, Controller) {
     let dir = tempfile::tempdir().unwrap();
     let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
     let settings = Settings {
         sync_period: Duration::from_millis(10),
+        workers,
+        volume_data: volume_data.map(Path::to_path_buf),
         ..Settings::default()
     };
     let cluster = Arc::new(ManifestCluster::new(vec![cluster.to_path_buf()]));
@@ -247,16 +254,20 @@ fn backup_10k_items(c: &mut Criterion, rt: &Tokio) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(30))
         .throughput(Throughput::Elements(ITEMS as u64));
-    for (name, plugins, operations) in [
-        ("no-plugins", &[][..], 0),
-        ("three-plugins", &plugins[..], PER_KIND as u64),
+    // Item-block workers: the scaling the README reports.
+    for (name, plugins, operations, workers) in [
+        ("no-plugins", &[][..], 0, 4),
+        ("three-plugins/1-worker", &plugins[..], PER_KIND as u64, 1),
+        ("three-plugins/2-workers", &plugins[..], PER_KIND as u64, 2),
+        ("three-plugins/4-workers", &plugins[..], PER_KIND as u64, 4),
     ] {
         let mut reported = false;
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let (store_dir, controller) = fresh_controller(plugins, cluster.path());
+                    let (store_dir, controller) =
+                        fresh_controller(plugins, cluster.path(), workers, None);
                     let start = Instant::now();
                     let object = rt
                         .block_on(controller.run_backup(request.clone()))
@@ -431,9 +442,97 @@ fn progress_sync_10k_ops(c: &mut Criterion, rt: &Tokio) {
     group.finish();
 }
 
+const VOLUME_FILES: usize = 8;
+const VOLUME_FILE_BYTES: usize = 8 << 20;
+
+/// Log-like text: compresses about as real application data does.
+fn volume_file(seed: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(VOLUME_FILE_BYTES);
+    let mut x = (seed as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut line = 0u64;
+    while out.len() < VOLUME_FILE_BYTES {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        line += 1;
+        out.extend_from_slice(
+            format!(
+                "{line} GET /api/items/{} 200 {}us session={x:016x}\n",
+                x % 9973,
+                x % 100_000
+            )
+            .as_bytes(),
+        );
+    }
+    out.truncate(VOLUME_FILE_BYTES);
+    out
+}
+
+/// One pod's 64 MB volume through `--volume-data` (read, chunked, hashed,
+/// compressed, written to the store), next to `tar | gzip` of the same
+/// directory in the same run: the README's volume throughput.
+fn backup_volume(c: &mut Criterion, rt: &Tokio) {
+    let cluster = tempfile::tempdir().unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop",
+                     "annotations": {"backup.velero.io/backup-volumes": "data"}},
+        "spec": {"containers": [{"name": "db", "image": "db"}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}});
+    let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-db-0", "namespace": "shop"}, "spec": {}});
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [pod, pvc]});
+    std::fs::write(cluster.path().join("db.json"), list.to_string()).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let volume = data.path().join("shop/data-db-0");
+    std::fs::create_dir_all(&volume).unwrap();
+    for i in 0..VOLUME_FILES {
+        std::fs::write(volume.join(format!("log-{i}")), volume_file(i)).unwrap();
+    }
+    let bytes = (VOLUME_FILES * VOLUME_FILE_BYTES) as u64;
+    let request = BackupRequest {
+        name: BACKUP.into(),
+        namespace: "velero".into(),
+        spec: json!({}),
+        sources: vec![cluster.path().to_path_buf()],
+        annotations: Default::default(),
+    };
+    let mut group = c.benchmark_group("backup-volume-64mb");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .throughput(Throughput::Bytes(bytes));
+    group.bench_function("iar-volume-data", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let (_store, controller) =
+                    fresh_controller(&[], cluster.path(), 2, Some(data.path()));
+                let start = Instant::now();
+                let object = rt.block_on(controller.run_backup(request.clone())).unwrap();
+                total += start.elapsed();
+                assert_eq!(object.status.phase, BackupPhase::Completed);
+            }
+            total
+        })
+    });
+    group.bench_function("tar-gzip", |b| {
+        b.iter(|| {
+            let status = std::process::Command::new("sh")
+                .arg("-c")
+                .arg("tar -cf - -C \"$0\" . | gzip -c > /dev/null")
+                .arg(&volume)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        })
+    });
+    group.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let rt = Tokio::new().unwrap();
     backup_10k_items(c, &rt);
+    backup_volume(c, &rt);
     progress_sync_10k_ops(c, &rt);
 }
 

@@ -7,9 +7,16 @@
 //! waiting or finalizing continues from its persisted operations, with each
 //! operation's timeout still counted from its original creation.
 
+use crate::backup::block_work::{BlockWork, LedgerEntry};
+use crate::backup::blocks::Relation;
+use crate::backup::hooks::{
+    BackupHooks, HookRunner, LocalProcessRunner, SkippingRunner, Verdict, verdict,
+};
 use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
-use crate::backup::pass::{self, ItemOutcome};
+use crate::backup::pass::{self, ItemOutcome, PassOutput};
 use crate::backup::spec::{self, BackupFilter};
+use crate::backup::volume_policy::default_volumes_to_fs_backup;
+use crate::backup::volumes::{LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumePhase};
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use crate::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
@@ -37,6 +44,14 @@ pub struct Settings {
     /// every third of it): after a crash, another process may take the
     /// backup over this long after the last renewal.
     pub lease_duration: Duration,
+    /// `--volume-data`: one directory per `namespace/pvc` that pod volume
+    /// backups read; without it no volume is backed up (a warning says so).
+    pub volume_data: Option<std::path::PathBuf>,
+    /// How many volume backups run at once.
+    pub volume_concurrency: usize,
+    /// `--exec-hooks-locally`: run backup hooks as local processes;
+    /// otherwise they are recorded as skipped, with a warning.
+    pub exec_hooks_locally: bool,
 }
 
 impl Default for Settings {
@@ -46,6 +61,9 @@ impl Default for Settings {
             operation_timeout: Duration::from_secs(4 * 3600),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             lease_duration: Duration::from_secs(15),
+            volume_data: None,
+            volume_concurrency: 4,
+            exec_hooks_locally: false,
         }
     }
 }
@@ -466,9 +484,40 @@ impl Controller {
             run.name(),
             format!("{} items selected by the spec", items.len()),
         );
-        let outcomes = self
-            .run_pass(run.name(), items, run.backup_ref(Phase::Backup), true)
-            .await?;
+        let work = self.block_work(run);
+        let name = run.name().to_string();
+        let pass = {
+            let pass = self.run_pass(
+                &name,
+                items,
+                run.backup_ref(Phase::Backup),
+                true,
+                Some(work.clone()),
+                Some(filter.clone()),
+            );
+            tokio::pin!(pass);
+            // Volume backups start while the pass still runs: their
+            // progress is persisted from then on, once per sync period.
+            let mut tick = tokio::time::interval(self.settings.sync_period);
+            loop {
+                tokio::select! {
+                    pass = &mut pass => break pass?,
+                    _ = tick.tick() => self.persist_volume_progress(&name, &work).await?,
+                }
+            }
+        };
+        self.journal
+            .line(run.name(), format!("{} item blocks formed", pass.blocks));
+        for w in pass.warnings {
+            self.journal.line(run.name(), format!("warning: {w}"));
+            run.results.warnings.add("", w);
+        }
+        for e in pass.errors {
+            self.journal.line(run.name(), format!("error: {e}"));
+            run.results.errors.add("", e);
+        }
+        let outcomes = pass.outcomes;
+        self.finish_blocks(run, &work).await?;
 
         let mut entries: Vec<(String, Vec<u8>)> =
             vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
@@ -610,6 +659,8 @@ impl Controller {
         match run.object.status.phase {
             BackupPhase::New | BackupPhase::InProgress => {
                 // Its items were never all written: it cannot be continued.
+                // What its blocks left unfinished is failed and said.
+                self.interrupted_blocks(&mut run).await?;
                 run.object.status.failure_reason = format!(
                     "found in phase {} after a restart: the process running it ended before its items were written",
                     run.object.status.phase
@@ -661,18 +712,181 @@ impl Controller {
         Ok(())
     }
 
+    /// The hooks and volume backups of this backup's blocks, from its spec
+    /// and the settings. A hooks section that does not parse is an error
+    /// in the results; the backup goes on without spec hooks.
+    fn block_work(&self, run: &mut Run) -> Arc<BlockWork> {
+        let spec = &run.object.spec;
+        let hooks = BackupHooks::from_spec(spec).unwrap_or_else(|e| {
+            run.results.errors.add(
+                "",
+                format!("backup {}: spec hooks: {e}", run.object.metadata.name),
+            );
+            BackupHooks::default()
+        });
+        let runner: Arc<dyn HookRunner> = if self.settings.exec_hooks_locally {
+            Arc::new(LocalProcessRunner {
+                volume_data: self
+                    .settings
+                    .volume_data
+                    .clone()
+                    .unwrap_or_else(|| ".".into()),
+            })
+        } else {
+            Arc::new(SkippingRunner)
+        };
+        let backupper = self.settings.volume_data.as_ref().map(|dir| {
+            Arc::new(LocalDirBackupper::new(
+                dir.clone(),
+                self.store.clone(),
+                self.settings.volume_concurrency,
+            )) as Arc<dyn VolumeBackupper>
+        });
+        Arc::new(
+            BlockWork::new(
+                run.object.metadata.name.clone(),
+                hooks,
+                runner,
+                backupper,
+                self.settings.volume_data.clone(),
+                // The backup's resource policy (a ConfigMap in Velero) has no
+                // source here yet: annotations and the default decide.
+                None,
+                default_volumes_to_fs_backup(spec),
+                tokio::runtime::Handle::current(),
+            )
+            .with_ledger(self.store.clone()),
+        )
+    }
+
+    /// Writes the latest state of every volume backup started so far (none
+    /// started: nothing written).
+    async fn persist_volume_progress(
+        &self,
+        name: &str,
+        work: &BlockWork,
+    ) -> Result<(), ControllerError> {
+        let progress = work.progress();
+        if !progress.is_empty() {
+            self.store
+                .put_json(name, BackupFile::VolumeBackups, &progress)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every block's volume backups and post hooks, persisting
+    /// the volume backups' progress once per sync period and at the end;
+    /// records every hook run and every volume backup that did not complete
+    /// in the results and the log.
+    async fn finish_blocks(&self, run: &mut Run, work: &BlockWork) -> Result<(), ControllerError> {
+        let name = run.name().to_string();
+        let report = {
+            let finished = work.finish();
+            tokio::pin!(finished);
+            let mut tick = tokio::time::interval(self.settings.sync_period);
+            loop {
+                tokio::select! {
+                    report = &mut finished => break report,
+                    _ = tick.tick() => self.persist_volume_progress(&name, work).await?,
+                }
+            }
+        };
+        for record in &report.hooks {
+            let ns = record.pod.namespace.as_str();
+            match verdict(record) {
+                Verdict::Ok => self.journal.line(&name, format!("hook: {record}")),
+                Verdict::Warning(m) => {
+                    self.journal.line(&name, format!("warning: hook: {m}"));
+                    run.results.warnings.add(ns, m);
+                }
+                Verdict::BlockFailed(m) => {
+                    self.journal.line(&name, format!("error: hook: {m}"));
+                    run.results.errors.add(ns, m);
+                }
+            }
+        }
+        for (ns, w) in report.warnings {
+            self.journal.line(&name, format!("warning: {w}"));
+            run.results.warnings.add(&ns, w);
+        }
+        for v in &report.volumes {
+            self.journal.line(
+                &name,
+                format!(
+                    "volume backup: {}: {:?}, {}/{} bytes",
+                    v.describe(),
+                    v.phase,
+                    v.bytes_done,
+                    v.bytes_total
+                ),
+            );
+            if v.phase != VolumePhase::Completed {
+                run.results.errors.add(
+                    &v.pod_namespace,
+                    format!(
+                        "volume backup {}: {:?}: {}",
+                        v.describe(),
+                        v.phase,
+                        v.error.as_deref().unwrap_or("no reason given")
+                    ),
+                );
+            }
+        }
+        if !report.volumes.is_empty() {
+            self.store
+                .put_json(&name, BackupFile::VolumeBackups, &report.volumes)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Fails the volume backups a killed process left unfinished and
+    /// reports the post hooks it interrupted or never reached, from the
+    /// hook ledger; runs none of them.
+    async fn interrupted_blocks(&self, run: &mut Run) -> Result<(), ControllerError> {
+        let name = run.name().to_string();
+        let ledger: Vec<LedgerEntry> = self
+            .store
+            .get_json(&name, BackupFile::HookLedger)
+            .await?
+            .unwrap_or_default();
+        let mut volumes: Vec<VolumeBackup> = self
+            .store
+            .get_json(&name, BackupFile::VolumeBackups)
+            .await?
+            .unwrap_or_default();
+        let messages = crate::backup::block_work::interrupted(&ledger, &mut volumes);
+        if !volumes.is_empty() {
+            self.store
+                .put_json(&name, BackupFile::VolumeBackups, &volumes)
+                .await?;
+        }
+        for (ns, m) in messages {
+            self.journal.line(&name, format!("error: {m}"));
+            run.results.errors.add(&ns, m);
+        }
+        Ok(())
+    }
+
     async fn run_pass(
         &self,
         name: &str,
         items: Vec<Item>,
         backup: BackupRef,
         follow_additional: bool,
-    ) -> Result<Vec<ItemOutcome>, ControllerError> {
+        work: Option<Arc<BlockWork>>,
+        filter: Option<BackupFilter>,
+    ) -> Result<PassOutput, ControllerError> {
         let plugins = self.plugins.clone();
         let cluster = self.cluster.clone();
         let workers = self.settings.workers;
         // wasm calls block: the pass runs on a blocking thread.
         tokio::task::spawn_blocking(move || {
+            // PLUGIN RELATIONS: the 1.1.0 `item-block-action` adapter (one
+            // `Relation` per plugin exporting it) is passed here; none yet.
+            let relations: Vec<Box<dyn Relation>> = Vec::new();
+            let relations: Vec<&dyn Relation> = relations.iter().map(|r| r.as_ref()).collect();
             pass::run(
                 &plugins,
                 items,
@@ -680,6 +894,9 @@ impl Controller {
                 &cluster,
                 workers,
                 follow_additional,
+                &relations,
+                work.as_ref(),
+                filter.as_ref(),
             )
         })
         .await
@@ -848,8 +1065,16 @@ impl Controller {
             }
         }
         let outcomes = self
-            .run_pass(&name, items, run.backup_ref(Phase::Finalize), false)
-            .await?;
+            .run_pass(
+                &name,
+                items,
+                run.backup_ref(Phase::Finalize),
+                false,
+                None,
+                None,
+            )
+            .await?
+            .outcomes;
         let mut replace = BTreeMap::new();
         for outcome in &outcomes {
             record_messages(

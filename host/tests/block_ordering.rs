@@ -13,10 +13,10 @@ use iar::backup::hooks::{
 };
 use iar::backup::volume_policy::{Claim, VolumeAction, decide_pod_volumes};
 use iar::backup::volumes::{
-    LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumePhase, VolumeRequest, VolumeStore,
-    restore_volume,
+    LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumePhase, VolumeRequest, restore_volume,
 };
 use iar::resources::Catalog;
+use iar::store::BackupStore;
 use iar::{Item, NoCluster};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ const BACKUP: &str = "ordered";
 struct Env {
     _dirs: (tempfile::TempDir, tempfile::TempDir),
     data: PathBuf,
-    store: VolumeStore,
+    store: BackupStore,
 }
 
 fn env() -> Env {
@@ -37,7 +37,7 @@ fn env() -> Env {
     let store_dir = tempfile::tempdir().unwrap();
     Env {
         data: data.path().to_path_buf(),
-        store: VolumeStore::local(store_dir.path()).unwrap(),
+        store: BackupStore::open(store_dir.path().to_str().unwrap()).unwrap(),
         _dirs: (data, store_dir),
     }
 }

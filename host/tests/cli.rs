@@ -643,3 +643,201 @@ fn resume_refuses_a_backup_whose_sources_are_missing() {
         assert_eq!(std::fs::read(&object_file).unwrap(), written, "untouched");
     }
 }
+
+/// `iar backup` with `--workers 2 --volume-data DIR --exec-hooks-locally`:
+/// a pod that opts its emptyDir volume in and carries pre and post hook
+/// annotations gets both hooks run as real processes (each stamps a file
+/// into the volume data directory), its volume backed up (the pre hook's
+/// marker in it), and `iar describe` lists the volume backup Completed with
+/// its bytes. Before, the flags did not exist and no hook or volume ran.
+#[test]
+fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
+    let (items, plugins) = waiting_backup_fixture();
+    ready_snapshot(items.path(), "vols");
+    let hook = |phase: &str| {
+        serde_json::to_string(&[
+            "sh",
+            "-c",
+            &format!("date +%s%N > \"$IAR_VOLUME_DIR_SCRATCH/{phase}-marker\""),
+        ])
+        .unwrap()
+    };
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop", "annotations": {
+            "backup.velero.io/backup-volumes": "scratch",
+            "pre.hook.backup.velero.io/command": hook("pre"),
+            "post.hook.backup.velero.io/command": hook("post"),
+        }},
+        "spec": {"containers": [{"name": "db", "image": "db"}],
+                 "volumes": [{"name": "scratch", "emptyDir": {}}]}
+    });
+    std::fs::write(items.path().join("db.json"), pod.to_string()).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    // The example web pod opts its PVC in too.
+    std::fs::create_dir_all(data.path().join("shop/data-web-0")).unwrap();
+    let volume = data.path().join("shop/.pods/db-0/scratch");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::write(volume.join("table"), vec![7u8; 100_000]).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let out = iar(&[
+        "backup",
+        "vols",
+        "--items",
+        items.path().to_str().unwrap(),
+        "--plugins",
+        plugins.path().to_str().unwrap(),
+        "--store",
+        store_dir,
+        "--sync-period",
+        "100ms",
+        "--workers",
+        "2",
+        "--volume-data",
+        data.path().to_str().unwrap(),
+        "--exec-hooks-locally",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(volume.join("pre-marker").exists(), "{}", text(&out));
+    assert!(volume.join("post-marker").exists(), "{}", text(&out));
+    let described = iar(&["describe", "vols", "--store", store_dir]);
+    let shown = String::from_utf8_lossy(&described.stdout);
+    assert!(shown.contains("VOLUME BACKUP"), "{shown}");
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("shop/db-0/scratch"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(line.contains("Completed"), "{line}");
+    let size = (100_000 + std::fs::metadata(volume.join("pre-marker")).unwrap().len()).to_string();
+    assert!(line.contains(&format!("{size}/{size}")), "{line}");
+}
+
+/// A real `iar backup` killed (SIGKILL) while a block waits for its slow
+/// volume backup, after the pod's pre hook ran, then `iar resume`: the
+/// backup ends Failed (its items were never written), the volume backup
+/// left InProgress is failed "interrupted by restart" in the store, the
+/// pod's post hook is reported not run, and no post hook process of that
+/// pod ever runs (the hook appends to a file that must not exist). Before,
+/// there was no hook ledger and resume said nothing of volumes or hooks.
+#[test]
+fn a_backup_killed_while_blocks_wait_for_volumes_never_runs_a_post_hook_twice() {
+    let (items, plugins) = waiting_backup_fixture();
+    let post = "echo ran >> \"$IAR_VOLUME_DATA/db-0.post-runs\"";
+    let pre = "date +%s%N > \"$IAR_VOLUME_DATA/db-0.pre\"";
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop", "annotations": {
+            "backup.velero.io/backup-volumes": "scratch",
+            "pre.hook.backup.velero.io/command": serde_json::to_string(&["sh", "-c", pre]).unwrap(),
+            "post.hook.backup.velero.io/command": serde_json::to_string(&["sh", "-c", post]).unwrap(),
+        }},
+        "spec": {"containers": [{"name": "db", "image": "db"}],
+                 "volumes": [{"name": "scratch", "emptyDir": {}}]}
+    });
+    std::fs::write(items.path().join("db.json"), pod.to_string()).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("shop/data-web-0")).unwrap();
+    let volume = data.path().join("shop/.pods/db-0/scratch");
+    std::fs::create_dir_all(&volume).unwrap();
+    // Incompressible and large: seconds of reading, hashing and gzip in a
+    // debug build, the window in which the process is killed.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..(96usize << 20))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(volume.join("big"), noise).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let backup_dir = store.path().join("backups/killvol");
+    let volumes_file = backup_dir.join("killvol-volumebackups.json.gz");
+    let common = [
+        "--plugins",
+        plugins.path().to_str().unwrap(),
+        "--store",
+        store_dir,
+        "--sync-period",
+        "100ms",
+        "--lease-duration",
+        "1s",
+        "--volume-data",
+        data.path().to_str().unwrap(),
+        "--volume-concurrency",
+        "1",
+        "--exec-hooks-locally",
+    ];
+    let mut args = vec![
+        "backup",
+        "killvol",
+        "--items",
+        items.path().to_str().unwrap(),
+    ];
+    args.extend(common);
+    let mut child = iar_command(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawning iar backup");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let db_in_progress = || {
+        volumes_file.exists()
+            && read_gz_json(&volumes_file)
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["podName"] == "db-0" && v["phase"] == "InProgress")
+    };
+    while !db_in_progress() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "iar backup ended before db-0's volume backup was seen in progress"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no volume backup in progress in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().expect("killing iar backup");
+    child.wait().unwrap();
+    assert!(data.path().join("db-0.pre").exists(), "the pre hook ran");
+    assert!(
+        !data.path().join("db-0.post-runs").exists(),
+        "the volume ended before the kill: make it bigger"
+    );
+
+    wait_for_lease_expiry(&backup_dir, "killvol");
+    let mut args = vec!["resume", "killvol"];
+    args.extend(common);
+    let out = iar(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        !data.path().join("db-0.post-runs").exists(),
+        "a post hook ran after the restart"
+    );
+    let vols = read_gz_json(&volumes_file);
+    let db = vols
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["podName"] == "db-0")
+        .unwrap();
+    assert_eq!(db["phase"], "Failed", "{vols}");
+    assert_eq!(db["error"], "interrupted by restart", "{vols}");
+    let described = iar(&["describe", "killvol", "--store", store_dir]);
+    let shown = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        shown.contains("post hooks of pod pods shop/db-0: not run"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("volume backup volume scratch of pod shop/db-0: interrupted by restart"),
+        "{shown}"
+    );
+}

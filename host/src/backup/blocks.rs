@@ -180,7 +180,22 @@ pub fn form_blocks(
                     queue.push_back(found);
                     continue;
                 }
-                match cluster.get_item(&id) {
+                // A panic in a cluster reader (host code) is an error for
+                // this related item, not the end of the backup.
+                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    cluster.get_item(&id)
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "host code panicked: {} (rule: host-panic)",
+                        panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_default()
+                    ))
+                });
+                match read {
                     Ok(Some(found)) => queue.push_back(found),
                     Ok(None) => out.warnings.push(format!(
                         "item block of {}: related item {id} (named by {}) was not found; skipped",

@@ -1,6 +1,7 @@
 //! Backups: the Velero objects iar persists, the spec's filters, and the
 //! pass of item actions over a set of items.
 
+pub mod block_work;
 pub mod blocks;
 pub mod hooks;
 pub mod object;

@@ -1,8 +1,18 @@
 //! One pass of item actions over a set of items, on a pool of worker
 //! threads. Each worker owns one instance per plugin, reused across the
-//! items of this backup. Used by the first pass (phase backup, additional
-//! items followed) and by finalize (phase finalize, post-operation items).
+//! items of this backup. Used by the first pass (phase backup: items grouped
+//! into item blocks, additional items followed) and by finalize (phase
+//! finalize, post-operation items, one at a time).
+//!
+//! A worker takes a whole block and acts on its items in order. Every item
+//! of every block is claimed in the pass's `seen` [`ClaimSet`] before any
+//! worker starts, and an additional item is claimed before it is read, so
+//! an item named by several blocks and by plugins' additional items is
+//! backed up exactly once.
 
+use crate::backup::block_work::BlockWork;
+use crate::backup::blocks::{ClaimSet, Relation, form_blocks};
+use crate::backup::spec::BackupFilter;
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use crate::plugin::{BackupRef, Plugin, PluginInstance};
@@ -31,7 +41,24 @@ pub struct ItemOutcome {
     pub operations: Vec<StartedOperation>,
     /// What the plugins logged while acting on it, as `plugin: message`.
     pub logs: Vec<String>,
+    /// The index of the item block it was backed up in (blocks are numbered
+    /// in the order they were formed; additional items follow, one each).
+    pub block: usize,
 }
+
+/// What a pass did: one outcome per item, and what forming the item blocks
+/// reported (related items not found, relations that failed).
+#[derive(Debug, Default)]
+pub struct PassOutput {
+    pub outcomes: Vec<ItemOutcome>,
+    pub blocks: usize,
+    pub warnings: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+/// Claims of `(plugin, operation id)`: a plugin's host call asks whether an
+/// id is already taken in this backup.
+type OperationClaims = ClaimSet<(String, String)>;
 
 /// Runs every applicable action on one item, in plugin order; each sees the
 /// item as the previous one left it. An action error fails the item (it is
@@ -40,7 +67,7 @@ fn act_on_item(
     instances: &mut [PluginInstance],
     item: Item,
     backup: &BackupRef,
-    claimed: &Mutex<HashSet<(String, String)>>,
+    claimed: &OperationClaims,
     additional: &mut Vec<ItemRef>,
 ) -> ItemOutcome {
     let mut outcome = ItemOutcome {
@@ -54,12 +81,7 @@ fn act_on_item(
         }
         let plugin = instance.plugin().name().to_string();
         // Claims the id as it is checked, so two workers cannot both get it.
-        let claim = |id: &str| {
-            !claimed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((plugin.clone(), id.to_string()))
-        };
+        let claim = |id: &str| !claimed.claim(&(plugin.clone(), id.to_string()));
         let result = instance.execute(&current, backup, &claim);
         outcome.logs.extend(
             instance
@@ -100,8 +122,8 @@ fn backup_one(
     instances: &mut [PluginInstance],
     item: Item,
     backup: &BackupRef,
-    claimed: &Mutex<HashSet<(String, String)>>,
-    queue: &Mutex<Queue>,
+    claimed: &OperationClaims,
+    seen: &ClaimSet<ItemRef>,
     cluster: &Arc<dyn ClusterReader>,
     follow_additional: bool,
 ) -> (ItemOutcome, Vec<Item>) {
@@ -121,15 +143,9 @@ fn backup_one(
             false
         }
     });
-    let fresh: Vec<ItemRef> = {
-        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-        additional
-            .into_iter()
-            .filter(|id| q.seen.insert(id.clone()))
-            .collect()
-    };
-    // Cluster reads happen outside the queue lock.
-    for id in fresh {
+    // Claimed before it is read: of the workers (and blocks) naming it, one
+    // reads and backs it up.
+    for id in additional.into_iter().filter(|id| seen.claim(id)) {
         match cluster.get_item(&id) {
             Ok(Some(item)) => found.push(item),
             Ok(None) => outcome.warnings.push(format!(
@@ -151,15 +167,32 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 struct Queue {
-    items: VecDeque<Item>,
+    /// Blocks not yet taken, each with its index.
+    blocks: VecDeque<(usize, Vec<Item>)>,
+    next_index: usize,
     busy: usize,
-    seen: HashSet<ItemRef>,
     outcomes: Vec<ItemOutcome>,
 }
 
+fn fresh_instances(plugins: &[Plugin], cluster: &Arc<dyn ClusterReader>) -> Vec<PluginInstance> {
+    plugins
+        .iter()
+        .map(|p| p.instance(cluster.clone()))
+        .collect()
+}
+
 /// Runs the actions over `items` with `workers` threads. With
-/// `follow_additional`, additional items are read from `cluster` and backed
-/// up too, each at most once. Blocking: call from a blocking thread.
+/// `follow_additional` (the backup phase), items are grouped into item
+/// blocks first (built-in relations plus `relations`, the plugins'
+/// `item-block-action`s), and additional items are read from `cluster` and
+/// backed up too, each exactly once. Without it (finalize), each item is
+/// acted on alone. With `work`, each block runs its pods' pre hooks first
+/// (an `onError: Fail` fails every item of the block, unacted on) and starts
+/// its volume backups after its items; the wait for them and the post hooks
+/// are left to `work`'s runtime, so the worker goes on to the next block.
+/// `filter` keeps related items the spec does not select out of blocks.
+/// Blocking: call from a blocking thread.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     plugins: &[Plugin],
     items: Vec<Item>,
@@ -167,30 +200,63 @@ pub fn run(
     cluster: &Arc<dyn ClusterReader>,
     workers: usize,
     follow_additional: bool,
-) -> Vec<ItemOutcome> {
-    let seen = items.iter().map(|i| i.id.clone()).collect();
+    relations: &[&dyn Relation],
+    work: Option<&Arc<BlockWork>>,
+    filter: Option<&BackupFilter>,
+) -> PassOutput {
+    let mut output = PassOutput::default();
+    let blocks: Vec<Vec<Item>> = if follow_additional {
+        let collected: HashSet<ItemRef> = items.iter().map(|i| i.id.clone()).collect();
+        let formed = form_blocks(items, cluster.as_ref(), relations);
+        output.warnings = formed.warnings;
+        output.errors = formed.errors;
+        // A related item read from the cluster joins its block only if the
+        // spec's filters select it (as in Velero, a block holds only items
+        // of the backup); plugins' additional items are followed as before.
+        formed
+            .blocks
+            .into_iter()
+            .map(|b| {
+                b.items
+                    .into_iter()
+                    .filter(|i| collected.contains(&i.id) || filter.is_none_or(|f| f.matches(i)))
+                    .collect()
+            })
+            .collect()
+    } else {
+        items.into_iter().map(|i| vec![i]).collect()
+    };
+    output.blocks = blocks.len();
+    let seen = ClaimSet::new();
+    let blocks: VecDeque<(usize, Vec<Item>)> = blocks
+        .into_iter()
+        .map(|b| {
+            b.into_iter()
+                .filter(|i| seen.claim(&i.id))
+                .collect::<Vec<_>>()
+        })
+        .filter(|b| !b.is_empty())
+        .enumerate()
+        .collect();
     let queue = Mutex::new(Queue {
-        items: items.into(),
+        next_index: blocks.len(),
+        blocks,
         busy: 0,
-        seen,
         outcomes: Vec::new(),
     });
     let wake = Condvar::new();
-    let claimed = Mutex::new(HashSet::new());
+    let claimed = OperationClaims::new();
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
             scope.spawn(|| {
-                let mut instances: Vec<PluginInstance> = plugins
-                    .iter()
-                    .map(|p| p.instance(cluster.clone()))
-                    .collect();
+                let mut instances = fresh_instances(plugins, cluster);
                 loop {
-                    let item = {
+                    let block = {
                         let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                         loop {
-                            if let Some(item) = q.items.pop_front() {
+                            if let Some(block) = q.blocks.pop_front() {
                                 q.busy += 1;
-                                break Some(item);
+                                break Some(block);
                             }
                             if q.busy == 0 {
                                 break None;
@@ -198,47 +264,84 @@ pub fn run(
                             q = wake.wait(q).unwrap_or_else(|p| p.into_inner());
                         }
                     };
-                    let Some(item) = item else {
+                    let Some((index, mut items)) = block else {
                         wake.notify_all();
                         return;
                     };
-                    let id = item.id.clone();
-                    // A panic in host code on this thread (a cluster reader,
-                    // a host call a plugin made) fails this item only. Left
-                    // to unwind, it would end the worker with the item
-                    // still counted busy, and the other workers would wait
-                    // for it for ever.
-                    let acted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        backup_one(
-                            &mut instances,
-                            item,
-                            backup,
-                            &claimed,
-                            &queue,
-                            cluster,
-                            follow_additional,
-                        )
-                    }));
-                    let (outcome, found) = acted.unwrap_or_else(|panic| {
-                        // The instances may have been mid-call: start afresh.
-                        instances = plugins
-                            .iter()
-                            .map(|p| p.instance(cluster.clone()))
-                            .collect();
-                        let outcome = ItemOutcome {
-                            errors: vec![format!(
-                                "item {id}: host code panicked while running the actions on it: {} (rule: host-panic)",
-                                panic_message(panic.as_ref())
-                            )],
-                            id,
-                            ..ItemOutcome::default()
-                        };
-                        (outcome, Vec::new())
-                    });
+                    let mut outcomes = Vec::with_capacity(items.len());
+                    let mut found_all = Vec::new();
+                    let pre = work.map(|w| w.pre(&items));
+                    let failed = pre.as_ref().map_or(&[][..], |p| &p.failed[..]);
+                    let to_act = if failed.is_empty() {
+                        // The block's items are needed again after the
+                        // actions only to decide its volumes.
+                        if work.is_some() {
+                            items.clone()
+                        } else {
+                            std::mem::take(&mut items)
+                        }
+                    } else {
+                        for item in &items {
+                            outcomes.push(ItemOutcome {
+                                id: item.id.clone(),
+                                errors: vec![format!(
+                                    "item {}: not backed up: a pre hook of its block failed it (rule: hook onError Fail): {}",
+                                    item.id,
+                                    failed.join("; ")
+                                )],
+                                block: index,
+                                ..ItemOutcome::default()
+                            });
+                        }
+                        Vec::new()
+                    };
+                    for item in to_act {
+                        let id = item.id.clone();
+                        // A panic in host code on this thread (a cluster
+                        // reader, a host call a plugin made) fails this item
+                        // only. Left to unwind, it would end the worker with
+                        // the block still counted busy, and the other
+                        // workers would wait for it for ever.
+                        let acted =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                backup_one(
+                                    &mut instances,
+                                    item,
+                                    backup,
+                                    &claimed,
+                                    &seen,
+                                    cluster,
+                                    follow_additional,
+                                )
+                            }));
+                        let (mut outcome, found) = acted.unwrap_or_else(|panic| {
+                            // The instances may have been mid-call: start afresh.
+                            instances = fresh_instances(plugins, cluster);
+                            let outcome = ItemOutcome {
+                                errors: vec![format!(
+                                    "item {id}: host code panicked while running the actions on it: {} (rule: host-panic)",
+                                    panic_message(panic.as_ref())
+                                )],
+                                id,
+                                ..ItemOutcome::default()
+                            };
+                            (outcome, Vec::new())
+                        });
+                        outcome.block = index;
+                        outcomes.push(outcome);
+                        found_all.extend(found);
+                    }
+                    if let (Some(w), Some(pre)) = (work, pre) {
+                        w.start_volumes(pre, &items);
+                    }
                     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-                    q.items.extend(found);
+                    for item in found_all {
+                        let i = q.next_index;
+                        q.next_index += 1;
+                        q.blocks.push_back((i, vec![item]));
+                    }
                     q.busy -= 1;
-                    q.outcomes.push(outcome);
+                    q.outcomes.extend(outcomes);
                     drop(q);
                     wake.notify_all();
                 }
@@ -250,5 +353,6 @@ pub fn run(
         .unwrap_or_else(|p| p.into_inner())
         .outcomes;
     outcomes.sort_by(|a, b| a.id.cmp(&b.id));
-    outcomes
+    output.outcomes = outcomes;
+    output
 }

@@ -20,10 +20,8 @@
 //! that GC and is left for later.
 
 use crate::item::ItemRef;
-use bytes::Bytes;
+use crate::store::BackupStore;
 use flate2::Compression;
-use object_store::path::Path as StorePath;
-use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -50,7 +48,7 @@ pub fn volume_dir(
 }
 
 pub fn volume_backups_key(backup: &str) -> String {
-    format!("backups/{backup}/{backup}-volumebackups.json.gz")
+    crate::store::BackupFile::VolumeBackups.key(backup)
 }
 
 pub fn data_key(backup: &str, sha: &str) -> String {
@@ -219,58 +217,6 @@ pub trait VolumeBackupper: Send + Sync {
     async fn start(&self, request: VolumeRequest) -> VolumeHandle;
 }
 
-/// The store a volume backupper writes into, by object key. A stand-in for
-/// a by-key put/get on `iar::store::BackupStore`, which has none yet.
-#[derive(Clone, Debug)]
-pub struct VolumeStore {
-    store: Arc<dyn ObjectStore>,
-}
-
-impl VolumeStore {
-    pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        VolumeStore { store }
-    }
-
-    /// A local directory, for tests and the embedded default.
-    pub fn local(dir: &Path) -> Result<Self, String> {
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
-            .map_err(|e| e.to_string())?;
-        Ok(Self::new(Arc::new(fs)))
-    }
-
-    pub fn inner(&self) -> &Arc<dyn ObjectStore> {
-        &self.store
-    }
-
-    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), String> {
-        self.store
-            .put(&StorePath::from(key), bytes.into())
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("store: {key}: {e}"))
-    }
-
-    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, String> {
-        match self.store.get(&StorePath::from(key)).await {
-            Ok(r) => r
-                .bytes()
-                .await
-                .map(Some)
-                .map_err(|e| format!("store: {key}: {e}")),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(format!("store: {key}: {e}")),
-        }
-    }
-
-    pub async fn exists(&self, key: &str) -> Result<bool, String> {
-        match self.store.head(&StorePath::from(key)).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(format!("store: {key}: {e}")),
-        }
-    }
-}
-
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), Compression::fast());
     enc.write_all(bytes).expect("writing to memory");
@@ -284,19 +230,22 @@ fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 async fn put_json_gz<T: Serialize + ?Sized>(
-    store: &VolumeStore,
+    store: &BackupStore,
     key: &str,
     v: &T,
 ) -> Result<(), String> {
     let json = serde_json::to_vec(v).map_err(|e| format!("{key}: cannot encode: {e}"))?;
-    store.put(key, gzip(&json).into()).await
+    store
+        .put_key(key, gzip(&json).into())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn get_json_gz<T: serde::de::DeserializeOwned>(
-    store: &VolumeStore,
+    store: &BackupStore,
     key: &str,
 ) -> Result<Option<T>, String> {
-    let Some(bytes) = store.get(key).await? else {
+    let Some(bytes) = store.get_key(key).await.map_err(|e| e.to_string())? else {
         return Ok(None);
     };
     let json = gunzip(&bytes).map_err(|e| format!("{key} is corrupt: not gzip: {e}"))?;
@@ -307,7 +256,7 @@ async fn get_json_gz<T: serde::de::DeserializeOwned>(
 
 /// Persists a backup's volume backup records (one atomic PUT).
 pub async fn put_volume_backups(
-    store: &VolumeStore,
+    store: &BackupStore,
     backup: &str,
     records: &[VolumeBackup],
 ) -> Result<(), String> {
@@ -316,7 +265,7 @@ pub async fn put_volume_backups(
 
 /// The records persisted for `backup`; `None` if there are none.
 pub async fn get_volume_backups(
-    store: &VolumeStore,
+    store: &BackupStore,
     backup: &str,
 ) -> Result<Option<Vec<VolumeBackup>>, String> {
     get_json_gz(store, &volume_backups_key(backup)).await
@@ -419,12 +368,12 @@ fn walk(root: &Path) -> std::io::Result<Vec<(PathBuf, ManifestEntry)>> {
 /// `concurrency` at once.
 pub struct LocalDirBackupper {
     root: PathBuf,
-    store: VolumeStore,
+    store: BackupStore,
     permits: Arc<Semaphore>,
 }
 
 impl LocalDirBackupper {
-    pub fn new(root: PathBuf, store: VolumeStore, concurrency: usize) -> Self {
+    pub fn new(root: PathBuf, store: BackupStore, concurrency: usize) -> Self {
         LocalDirBackupper {
             root,
             store,
@@ -500,7 +449,7 @@ enum Stop {
 /// The work of one volume backup, reporting through `progress`.
 async fn back_up(
     root: PathBuf,
-    store: VolumeStore,
+    store: BackupStore,
     request: VolumeRequest,
     progress: &watch::Sender<VolumeBackup>,
     cancel: &watch::Receiver<bool>,
@@ -548,8 +497,9 @@ async fn back_up(
                         let key = data_key(&request.backup, &sha);
                         // Content-addressed: a chunk already stored is not
                         // written again.
-                        if !store.exists(&key).await.map_err(Stop::Failed)? {
-                            store.put(&key, gz.into()).await.map_err(Stop::Failed)?;
+                        let failed = |e: crate::store::StoreError| Stop::Failed(e.to_string());
+                        if !store.exists_key(&key).await.map_err(failed)? {
+                            store.put_key(&key, gz.into()).await.map_err(failed)?;
                         }
                         entry.chunks.push(sha);
                         read += len;
@@ -650,7 +600,7 @@ impl VolumeBackupper for LocalDirBackupper {
 /// Writes a volume back from its manifest into `dest` (which must exist),
 /// checking every chunk's digest. The inverse of [`LocalDirBackupper`].
 pub async fn restore_volume(
-    store: &VolumeStore,
+    store: &BackupStore,
     backup: &str,
     manifest_key: &str,
     dest: &Path,
@@ -669,8 +619,9 @@ pub async fn restore_volume(
             for sha in &e.chunks {
                 let key = data_key(backup, sha);
                 let gz = store
-                    .get(&key)
-                    .await?
+                    .get_key(&key)
+                    .await
+                    .map_err(|e| e.to_string())?
                     .ok_or_else(|| format!("{key}: missing"))?;
                 let chunk = gunzip(&gz).map_err(|err| format!("{key} is corrupt: {err}"))?;
                 if hex::encode(Sha256::digest(&chunk)) != *sha {
@@ -705,7 +656,6 @@ pub async fn restore_volume(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
     use std::os::unix::fs::PermissionsExt;
 
     fn request(
@@ -744,13 +694,13 @@ mod tests {
     struct Setup {
         _dirs: (tempfile::TempDir, tempfile::TempDir),
         data: PathBuf,
-        store: VolumeStore,
+        store: BackupStore,
     }
 
     fn setup() -> Setup {
         let data = tempfile::tempdir().unwrap();
         let store_dir = tempfile::tempdir().unwrap();
-        let store = VolumeStore::local(store_dir.path()).unwrap();
+        let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
         Setup {
             data: data.path().to_path_buf(),
             _dirs: (data, store_dir),
@@ -758,9 +708,11 @@ mod tests {
         }
     }
 
-    async fn data_objects(store: &VolumeStore, backup: &str) -> usize {
-        let prefix = StorePath::from(format!("backups/{backup}/volumes/data"));
-        store.inner().list(Some(&prefix)).count().await
+    async fn data_objects(store: &BackupStore, backup: &str) -> usize {
+        store
+            .count_under(&format!("backups/{backup}/volumes/data"))
+            .await
+            .unwrap()
     }
 
     /// A volume with nested directories, a multi-chunk file, a symlink, an
@@ -989,7 +941,7 @@ mod tests {
         assert_eq!(back, vec![r]);
         let raw = s
             .store
-            .get("backups/b7/b7-volumebackups.json.gz")
+            .get_key("backups/b7/b7-volumebackups.json.gz")
             .await
             .unwrap()
             .unwrap();

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use iar::backup::object::{BackupObject, BackupPhase, Results};
+use iar::backup::volumes::VolumeBackup;
 use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::Operation;
 use iar::store::{BackupFile, BackupStore};
@@ -43,6 +44,22 @@ pub struct RunnerArgs {
     /// whose holder died this long after its last renewal.
     #[arg(long, env = "IAR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
     lease_duration: Duration,
+    /// Item-block workers: how many blocks have their actions run at once
+    /// (default: the number of cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
+    /// Pod volume data: one directory per `namespace/pvc` (and
+    /// `namespace/.pods/POD/VOLUME` for other volumes). Volumes chosen for a
+    /// file-system backup are read from here into the store.
+    #[arg(long, value_name = "DIR")]
+    volume_data: Option<PathBuf>,
+    /// How many volume backups run at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    volume_concurrency: u16,
+    /// Run backup hooks as local processes (argv as given, in DIR of
+    /// --volume-data); without it hooks are recorded as skipped, with a warning.
+    #[arg(long)]
+    exec_hooks_locally: bool,
 }
 
 #[derive(clap::Args)]
@@ -169,11 +186,15 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Contro
     let plugins = load_plugins(&runtime, &args.plugins, &args.config)?;
     let store = BackupStore::open(&args.store.store)?;
     let cluster = Arc::new(ManifestCluster::new(sources));
+    let defaults = Settings::default();
     let settings = Settings {
         sync_period: args.sync_period,
         operation_timeout: args.operation_timeout,
         lease_duration: args.lease_duration,
-        ..Settings::default()
+        workers: args.workers.map_or(defaults.workers, usize::from),
+        volume_data: args.volume_data.clone(),
+        volume_concurrency: args.volume_concurrency.into(),
+        exec_hooks_locally: args.exec_hooks_locally,
     };
     Ok(Controller::new(plugins, store, cluster, settings)
         .with_observer(super::progress::observer()))
@@ -257,11 +278,18 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
     let store = BackupStore::open(&args.store.store)?;
     let name = &args.name;
-    let (object, results, ops) = rt.block_on(async {
+    let (object, results, ops, volumes) = rt.block_on(async {
         let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
         let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
         let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
-        anyhow::Ok((object, results.unwrap_or_default(), ops.unwrap_or_default()))
+        let volumes: Option<Vec<VolumeBackup>> =
+            store.get_json(name, BackupFile::VolumeBackups).await?;
+        anyhow::Ok((
+            object,
+            results.unwrap_or_default(),
+            ops.unwrap_or_default(),
+            volumes.unwrap_or_default(),
+        ))
     })?;
     let object =
         object.with_context(|| format!("backup {name:?} not found in {}", args.store.store))?;
@@ -321,6 +349,21 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
                 format!("{:?}", op.status.phase),
                 progress,
                 detail
+            );
+        }
+    }
+    if !volumes.is_empty() {
+        println!(
+            "\n{:<48} {:<11} {:>21}  ERROR",
+            "VOLUME BACKUP", "PHASE", "BYTES"
+        );
+        for v in &volumes {
+            println!(
+                "{:<48} {:<11} {:>21}  {}",
+                format!("{}/{}/{}", v.pod_namespace, v.pod_name, v.volume),
+                format!("{:?}", v.phase),
+                format!("{}/{}", v.bytes_done, v.bytes_total),
+                v.error.as_deref().unwrap_or("")
             );
         }
     }

@@ -51,6 +51,11 @@ pub enum BackupFile {
     ItemOperations,
     Results,
     Logs,
+    /// The pod volume backups' records (progress and terminal state).
+    VolumeBackups,
+    /// One hook record per pod and phase, written before a post hook starts
+    /// and again when it ends, so a resumed backup never runs one twice.
+    HookLedger,
 }
 
 impl BackupFile {
@@ -62,6 +67,8 @@ impl BackupFile {
             BackupFile::ItemOperations => format!("{backup}-itemoperations.json.gz"),
             BackupFile::Results => format!("{backup}-results.gz"),
             BackupFile::Logs => format!("{backup}-logs.gz"),
+            BackupFile::VolumeBackups => format!("{backup}-volumebackups.json.gz"),
+            BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
         };
         format!("{BACKUPS}/{backup}/{file}")
     }
@@ -193,6 +200,80 @@ impl BackupStore {
         PathPart::parse(backup).map_err(|e| bad(e.to_string()))?;
         let key = file.key(backup);
         Ok((Path::from(key.as_str()), key))
+    }
+
+    /// Validates a free-form key: it must lie under `backups/<valid name>/`,
+    /// with no empty, `.` or `..` segment, so that a volume backupper can
+    /// write only inside the backup it works for.
+    fn checked_key(&self, key: &str) -> Result<Path, StoreError> {
+        let bad = |reason: &str| StoreError::Name {
+            name: key.to_string(),
+            reason: format!("{reason} (rule: keys stay under {BACKUPS}/<backup name>/)"),
+        };
+        let mut parts = key.split('/');
+        if parts.next() != Some(BACKUPS) {
+            return Err(bad("not under backups/"));
+        }
+        let rest: Vec<&str> = parts.collect();
+        if rest.len() < 2 {
+            return Err(bad("no backup name and file"));
+        }
+        for part in &rest {
+            if part.is_empty() || *part == "." || *part == ".." {
+                return Err(bad("empty, . or .. segment"));
+            }
+            PathPart::parse(part).map_err(|e| bad(&e.to_string()))?;
+        }
+        Ok(Path::from(key))
+    }
+
+    /// Writes one object by key (see [`BackupStore::checked_key`]); atomic
+    /// like [`BackupStore::put`].
+    pub async fn put_key(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
+        let path = self.checked_key(key)?;
+        self.store
+            .put(&path, bytes.into())
+            .await
+            .map_err(|e| self.io(key.to_string(), e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads one object by key; `None` if it does not exist.
+    pub async fn get_key(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        let path = self.checked_key(key)?;
+        let result = match self.store.get(&path).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.io(key.to_string(), e)),
+        };
+        result
+            .bytes()
+            .await
+            .map(Some)
+            .map_err(|e| self.io(key.to_string(), e))
+    }
+
+    pub async fn exists_key(&self, key: &str) -> Result<bool, StoreError> {
+        let path = self.checked_key(key)?;
+        match self.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.io(key.to_string(), e)),
+        }
+    }
+
+    /// Number of objects under a key prefix (checked like a key).
+    pub async fn count_under(&self, prefix: &str) -> Result<usize, StoreError> {
+        use futures::TryStreamExt;
+        let path = self.checked_key(prefix)?;
+        let listed: Vec<_> = self
+            .store
+            .list(Some(&path))
+            .try_collect()
+            .await
+            .map_err(|e| self.io(prefix.to_string(), e))?;
+        Ok(listed.len())
     }
 
     fn io(&self, key: String, source: object_store::Error) -> StoreError {
@@ -398,6 +479,40 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
         (dir, store)
+    }
+
+    /// Free-form keys cannot leave `backups/<name>/`: a volume backupper
+    /// holding the store cannot overwrite another top-level object.
+    #[tokio::test]
+    async fn free_keys_stay_under_a_backup() {
+        let (_dir, store) = temp_store();
+        for bad in [
+            "other/x",
+            "backups/x",
+            "backups//x",
+            "backups/../x/y",
+            "backups/a/../../x",
+            "backups/a/./x",
+            "/backups/a/x",
+        ] {
+            let err = store.put_key(bad, Bytes::from_static(b"1")).await;
+            assert!(
+                matches!(err, Err(StoreError::Name { .. })),
+                "{bad}: {err:?}"
+            );
+            assert!(store.get_key(bad).await.is_err(), "{bad}");
+        }
+        let key = "backups/a/volumes/data/abc";
+        assert!(!store.exists_key(key).await.unwrap());
+        store.put_key(key, Bytes::from_static(b"1")).await.unwrap();
+        assert!(store.exists_key(key).await.unwrap());
+        assert_eq!(store.get_key(key).await.unwrap().unwrap(), &b"1"[..]);
+        assert_eq!(store.count_under("backups/a/volumes").await.unwrap(), 1);
+        assert_eq!(
+            BackupFile::VolumeBackups.key("a"),
+            "backups/a/a-volumebackups.json.gz"
+        );
+        assert_eq!(BackupFile::HookLedger.key("a"), "backups/a/a-hooks.json.gz");
     }
 
     #[test]

@@ -1,0 +1,469 @@
+//! What a block does around its item actions: pre hooks for each pod
+//! before, then the pod volume backups it decided, and, once *this block's*
+//! volume backups have ended, post hooks. The pass calls [`BlockWork::pre`]
+//! and [`BlockWork::start_volumes`] on its worker thread; the wait for the
+//! volumes and the post hooks run as a task on the async runtime, so a
+//! block that waits for its volumes holds no worker.
+
+use crate::backup::hooks::{
+    BackupHooks, HookPhase, HookRecord, HookRunner, HookTarget, Verdict, post_hooks_allowed,
+    run_hooks, verdict,
+};
+use crate::backup::volume_policy::{Claim, ResourcePolicies, VolumeAction, decide_pod_volumes};
+use crate::backup::volumes::{VolumeBackup, VolumeBackupper, VolumeRequest};
+use crate::item::{Item, ItemRef};
+use crate::store::{BackupFile, BackupStore};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// The hooks and volume backups of one backup's blocks.
+pub struct BlockWork {
+    pub backup: String,
+    pub hooks: BackupHooks,
+    pub runner: Arc<dyn HookRunner>,
+    /// `None` without `--volume-data`: volumes chosen for a file-system
+    /// backup are reported, not backed up.
+    pub backupper: Option<Arc<dyn VolumeBackupper>>,
+    pub volume_data: Option<PathBuf>,
+    pub policies: Option<ResourcePolicies>,
+    pub default_volumes_to_fs_backup: bool,
+    pub runtime: tokio::runtime::Handle,
+    /// Where the hook ledger is written; `None` keeps no ledger (tests).
+    pub ledger_store: Option<BackupStore>,
+    state: Mutex<State>,
+    /// The hook ledger as last written. An async lock held across its PUT:
+    /// each write must carry every entry before it, so writes are serial.
+    ledger: tokio::sync::Mutex<Vec<LedgerEntry>>,
+}
+
+/// One pod's hooks of one phase in the hook ledger
+/// (`backups/<b>/<b>-hooks.json.gz`). A post entry is written `started`
+/// before its hooks run and again when they end, so a resumed backup knows
+/// a post hook that may have run (and never runs it again) from one that
+/// never started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntry {
+    pub pod: ItemRef,
+    /// `pre` or `post`.
+    pub phase: String,
+    /// `started`, `succeeded`, `failed` or `skipped`.
+    pub state: String,
+}
+
+impl LedgerEntry {
+    fn of(pod: &ItemRef, phase: &str, records: &[HookRecord]) -> LedgerEntry {
+        use crate::backup::hooks::HookStatus;
+        let state = if records.iter().all(|r| r.status == HookStatus::Succeeded) {
+            "succeeded"
+        } else if records
+            .iter()
+            .any(|r| matches!(r.status, HookStatus::Skipped { .. }))
+        {
+            "skipped"
+        } else {
+            "failed"
+        };
+        LedgerEntry {
+            pod: pod.clone(),
+            phase: phase.into(),
+            state: state.into(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    records: Vec<HookRecord>,
+    /// Problems that are not a hook run: hook definitions that do not parse,
+    /// volumes chosen for a backup that cannot be done here.
+    warnings: Vec<(String, String)>,
+    tails: Vec<tokio::task::JoinHandle<Vec<VolumeBackup>>>,
+    watchers: Vec<watch::Receiver<VolumeBackup>>,
+}
+
+/// A pod of a block, after its pre hooks.
+pub struct PodPre {
+    pod: Item,
+    target: HookTarget,
+    pre: Vec<HookRecord>,
+}
+
+/// A block after its pre hooks: `failed` holds the `onError: Fail`
+/// outcomes that fail the whole block.
+pub struct BlockPre {
+    pods: Vec<PodPre>,
+    pub failed: Vec<String>,
+}
+
+/// Everything the blocks did, once every block has ended.
+#[derive(Debug, Default)]
+pub struct BlockReport {
+    pub hooks: Vec<HookRecord>,
+    pub volumes: Vec<VolumeBackup>,
+    /// `(namespace, message)`.
+    pub warnings: Vec<(String, String)>,
+}
+
+impl BlockWork {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backup: String,
+        hooks: BackupHooks,
+        runner: Arc<dyn HookRunner>,
+        backupper: Option<Arc<dyn VolumeBackupper>>,
+        volume_data: Option<PathBuf>,
+        policies: Option<ResourcePolicies>,
+        default_volumes_to_fs_backup: bool,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        BlockWork {
+            backup,
+            hooks,
+            runner,
+            backupper,
+            volume_data,
+            policies,
+            default_volumes_to_fs_backup,
+            runtime,
+            ledger_store: None,
+            state: Mutex::new(State::default()),
+            ledger: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps the hook ledger in `store`.
+    pub fn with_ledger(mut self, store: BackupStore) -> Self {
+        self.ledger_store = Some(store);
+        self
+    }
+
+    /// Sets `entry` (replacing the pod's entry of the same phase) and
+    /// writes the whole ledger. A failed write is a warning: the hooks
+    /// themselves went as recorded.
+    async fn ledger(&self, entry: LedgerEntry) {
+        let Some(store) = &self.ledger_store else {
+            return;
+        };
+        let mut ledger = self.ledger.lock().await;
+        match ledger
+            .iter_mut()
+            .find(|e| e.pod == entry.pod && e.phase == entry.phase)
+        {
+            Some(e) => *e = entry,
+            None => ledger.push(entry),
+        }
+        if let Err(e) = store
+            .put_json(&self.backup, BackupFile::HookLedger, &*ledger)
+            .await
+        {
+            self.state()
+                .warnings
+                .push((String::new(), format!("hook ledger: {e}")));
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hooks_for(&self, pod: &Item, phase: HookPhase) -> Vec<crate::backup::hooks::ResolvedHook> {
+        match self.hooks.for_pod(pod, phase) {
+            Ok(h) => h,
+            Err(e) => {
+                self.state().warnings.push((
+                    pod.id.namespace.clone(),
+                    format!("{phase:?} hooks of pod {}: not run: {e}", pod.id),
+                ));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Runs the pre hooks of every pod of the block, in order. Called on a
+    /// worker thread (not a runtime thread): waits for the hook processes.
+    pub fn pre(&self, items: &[Item]) -> BlockPre {
+        let mut out = BlockPre {
+            pods: Vec::new(),
+            failed: Vec::new(),
+        };
+        for pod in items.iter().filter(|i| is_pod(i)) {
+            let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
+            let hooks = self.hooks_for(pod, HookPhase::Pre);
+            let pre = self.runtime.block_on(async {
+                let pre = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                if !pre.is_empty() {
+                    self.ledger(LedgerEntry::of(&pod.id, "pre", &pre)).await;
+                }
+                pre
+            });
+            out.failed
+                .extend(pre.iter().filter_map(|r| match verdict(r) {
+                    Verdict::BlockFailed(m) => Some(m),
+                    _ => None,
+                }));
+            self.state().records.extend(pre.iter().cloned());
+            out.pods.push(PodPre {
+                pod: pod.clone(),
+                target,
+                pre,
+            });
+        }
+        out
+    }
+
+    /// After the block's items: decides each pod's volumes, starts the
+    /// file-system backups (unless the block failed), and leaves a task on
+    /// the runtime that waits for them and then runs the post hooks of the
+    /// pods whose pre hooks all succeeded. Returns at once.
+    pub fn start_volumes(self: &Arc<Self>, block: BlockPre, items: &[Item]) {
+        let mut pods = Vec::new();
+        for p in block.pods {
+            let mut handles = Vec::new();
+            if block.failed.is_empty() {
+                let claim = |name: &str| claim_in(items, &p.pod.id.namespace, name);
+                for d in decide_pod_volumes(
+                    &p.pod,
+                    &claim,
+                    self.policies.as_ref(),
+                    self.default_volumes_to_fs_backup,
+                ) {
+                    if d.action != VolumeAction::FsBackup {
+                        continue;
+                    }
+                    let Some(backupper) = &self.backupper else {
+                        self.state().warnings.push((
+                            p.pod.id.namespace.clone(),
+                            format!(
+                                "volume {} of pod {}: chosen for a file-system backup ({}) but no --volume-data was given; not backed up",
+                                d.volume, p.pod.id, d.reason
+                            ),
+                        ));
+                        continue;
+                    };
+                    let handle = self.runtime.block_on(backupper.start(VolumeRequest {
+                        backup: self.backup.clone(),
+                        pod: p.pod.id.clone(),
+                        volume: d.volume,
+                        pvc: d.pvc,
+                    }));
+                    self.state().watchers.push(handle.watch());
+                    handles.push(handle);
+                }
+            }
+            pods.push((p, handles));
+        }
+        let work = self.clone();
+        let tail = self.runtime.spawn(async move {
+            let mut volumes = Vec::new();
+            for (p, handles) in pods {
+                for h in &handles {
+                    volumes.push(h.finished().await);
+                }
+                if post_hooks_allowed(&p.pre) {
+                    let hooks = work.hooks_for(&p.pod, HookPhase::Post);
+                    if hooks.is_empty() {
+                        continue;
+                    }
+                    let started = LedgerEntry {
+                        pod: p.pod.id.clone(),
+                        phase: "post".into(),
+                        state: "started".into(),
+                    };
+                    work.ledger(started).await;
+                    let post = run_hooks(work.runner.as_ref(), &p.target, &hooks).await;
+                    work.ledger(LedgerEntry::of(&p.pod.id, "post", &post)).await;
+                    work.state().records.extend(post);
+                }
+            }
+            volumes
+        });
+        self.state().tails.push(tail);
+    }
+
+    /// The latest state of every volume backup started so far.
+    pub fn progress(&self) -> Vec<VolumeBackup> {
+        self.state()
+            .watchers
+            .iter()
+            .map(|w| w.borrow().clone())
+            .collect()
+    }
+
+    /// Waits for every block's volumes and post hooks (call after the pass).
+    pub async fn finish(&self) -> BlockReport {
+        let tails = std::mem::take(&mut self.state().tails);
+        let mut report = BlockReport::default();
+        for t in tails {
+            match t.await {
+                Ok(v) => report.volumes.extend(v),
+                Err(e) => report.warnings.push((
+                    String::new(),
+                    format!("a block's volume wait or post hooks panicked: {e}"),
+                )),
+            }
+        }
+        let mut state = self.state();
+        report.hooks = std::mem::take(&mut state.records);
+        report.warnings.append(&mut state.warnings);
+        report
+    }
+}
+
+fn is_pod(i: &Item) -> bool {
+    i.id.group.is_empty() && i.id.resource == "pods"
+}
+
+/// A PVC volume's claim and bound PV, from the block's items.
+fn claim_in(items: &[Item], namespace: &str, name: &str) -> Claim {
+    let pvc = items.iter().find(|i| {
+        i.id.group.is_empty()
+            && i.id.resource == "persistentvolumeclaims"
+            && i.id.namespace == namespace
+            && i.id.name == name
+    });
+    let pv_name = pvc.and_then(|c| c.value.pointer("/spec/volumeName")?.as_str());
+    let pv = pv_name.and_then(|pv| {
+        items.iter().find(|i| {
+            i.id.group.is_empty() && i.id.resource == "persistentvolumes" && i.id.name == pv
+        })
+    });
+    Claim {
+        pvc: pvc.map(|i| i.value.clone()),
+        pv: pv.map(|i| i.value.clone()),
+    }
+}
+
+/// What a restart found of a backup's blocks: the messages that say which
+/// volume backups and post hooks it interrupted, and the volume records
+/// with every unfinished one failed "interrupted by restart". Nothing is
+/// run again: a post hook that started may have run, and one that never
+/// started belongs to a backup that is now failed.
+pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<(String, String)> {
+    use crate::backup::volumes::VolumePhase;
+    let mut out = Vec::new();
+    for v in volumes.iter_mut().filter(|v| !v.phase.is_terminal()) {
+        v.phase = VolumePhase::Failed;
+        v.error = Some("interrupted by restart".into());
+        v.completed = Some(std::time::SystemTime::now());
+        out.push((
+            v.pod_namespace.clone(),
+            format!("volume backup {}: interrupted by restart", v.describe()),
+        ));
+    }
+    for pre in ledger
+        .iter()
+        .filter(|e| e.phase == "pre" && e.state == "succeeded")
+    {
+        let post = ledger
+            .iter()
+            .find(|e| e.phase == "post" && e.pod == pre.pod);
+        let message = match post.map(|e| e.state.as_str()) {
+            Some("started") => format!(
+                "post hooks of pod {}: interrupted by restart while running; not run again",
+                pre.pod
+            ),
+            Some(_) => continue,
+            None => format!(
+                "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks succeeded",
+                pre.pod
+            ),
+        };
+        out.push((pre.pod.namespace.clone(), message));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::volumes::VolumePhase;
+
+    fn pod(name: &str) -> ItemRef {
+        ItemRef {
+            group: String::new(),
+            resource: "pods".into(),
+            namespace: "shop".into(),
+            name: name.into(),
+        }
+    }
+
+    fn entry(name: &str, phase: &str, state: &str) -> LedgerEntry {
+        LedgerEntry {
+            pod: pod(name),
+            phase: phase.into(),
+            state: state.into(),
+        }
+    }
+
+    fn volume(name: &str, phase: VolumePhase) -> VolumeBackup {
+        VolumeBackup {
+            backup: "b".into(),
+            pod_namespace: "shop".into(),
+            pod_name: name.into(),
+            volume: "data".into(),
+            pvc: None,
+            phase,
+            bytes_done: 0,
+            bytes_total: 0,
+            created: None,
+            started: None,
+            completed: None,
+            error: None,
+            manifest_key: None,
+        }
+    }
+
+    /// From the ledger alone: a post hook that started and never ended is
+    /// "interrupted ... not run again"; one never started after succeeded
+    /// pre hooks is "not run"; a finished post hook, a failed or skipped
+    /// pre hook say nothing. Unfinished volume backups (and only those) are
+    /// failed "interrupted by restart".
+    #[test]
+    fn a_restart_reports_each_pod_by_its_ledger() {
+        let ledger = vec![
+            entry("started", "pre", "succeeded"),
+            entry("started", "post", "started"),
+            entry("never", "pre", "succeeded"),
+            entry("done", "pre", "succeeded"),
+            entry("done", "post", "succeeded"),
+            entry("prefailed", "pre", "failed"),
+            entry("skipped", "pre", "skipped"),
+        ];
+        let mut volumes = vec![
+            volume("a", VolumePhase::InProgress),
+            volume("b", VolumePhase::New),
+            volume("c", VolumePhase::Completed),
+        ];
+        let messages: Vec<String> = interrupted(&ledger, &mut volumes)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(messages.len(), 4, "{messages:#?}");
+        assert!(messages.iter().any(|m| m.contains("shop/started")
+            && m.contains("interrupted by restart while running; not run again")));
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("shop/never") && m.contains("not run:"))
+        );
+        assert!(
+            !messages
+                .iter()
+                .any(|m| m.contains("done") || m.contains("prefailed") || m.contains("skipped"))
+        );
+        let phases: Vec<_> = volumes.iter().map(|v| v.phase).collect();
+        assert_eq!(
+            phases,
+            [
+                VolumePhase::Failed,
+                VolumePhase::Failed,
+                VolumePhase::Completed
+            ]
+        );
+        assert_eq!(volumes[0].error.as_deref(), Some("interrupted by restart"));
+        assert_eq!(volumes[2].error, None);
+    }
+}
