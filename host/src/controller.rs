@@ -883,9 +883,16 @@ impl Controller {
         let workers = self.settings.workers;
         // wasm calls block: the pass runs on a blocking thread.
         tokio::task::spawn_blocking(move || {
-            // PLUGIN RELATIONS: the 1.1.0 `item-block-action` adapter (one
-            // `Relation` per plugin exporting it) is passed here; none yet.
-            let relations: Vec<Box<dyn Relation>> = Vec::new();
+            // Plugin relations: one adapter per plugin exporting the 1.1.0
+            // `item-block-action`, for this pass only (its instances follow
+            // the plugin's isolation like the actions' do).
+            let relations: Vec<Box<dyn Relation>> = plugins
+                .iter()
+                .filter_map(|p| {
+                    crate::plugin::PluginRelation::new(p.clone(), cluster.clone(), backup.clone())
+                })
+                .map(|r| Box::new(r) as Box<dyn Relation>)
+                .collect();
             let relations: Vec<&dyn Relation> = relations.iter().map(|r| r.as_ref()).collect();
             pass::run(
                 &plugins,
