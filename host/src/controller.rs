@@ -484,7 +484,7 @@ impl Controller {
             run.name(),
             format!("{} items selected by the spec", items.len()),
         );
-        let work = self.block_work(run);
+        let work = self.block_work(run)?;
         let name = run.name().to_string();
         let pass = {
             let pass = self.run_pass(
@@ -715,7 +715,20 @@ impl Controller {
     /// The hooks and volume backups of this backup's blocks, from its spec
     /// and the settings. A hooks section that does not parse is an error
     /// in the results; the backup goes on without spec hooks.
-    fn block_work(&self, run: &mut Run) -> Arc<BlockWork> {
+    ///
+    /// The volume policy (`spec.resourcePolicy`) is different: one that is
+    /// missing or does not parse fails the backup, because going on
+    /// without it could back up volumes the policy skips.
+    fn block_work(&self, run: &mut Run) -> Result<Arc<BlockWork>, ControllerError> {
+        let policies = resource_policies(
+            &run.object.spec,
+            &run.object.metadata.namespace,
+            self.cluster.as_ref(),
+        )
+        .map_err(|reason| ControllerError::Invalid {
+            name: run.object.metadata.name.clone(),
+            reason,
+        })?;
         let spec = &run.object.spec;
         let hooks = BackupHooks::from_spec(spec).unwrap_or_else(|e| {
             run.results.errors.add(
@@ -742,21 +755,19 @@ impl Controller {
                 self.settings.volume_concurrency,
             )) as Arc<dyn VolumeBackupper>
         });
-        Arc::new(
+        Ok(Arc::new(
             BlockWork::new(
                 run.object.metadata.name.clone(),
                 hooks,
                 runner,
                 backupper,
                 self.settings.volume_data.clone(),
-                // The backup's resource policy (a ConfigMap in Velero) has no
-                // source here yet: annotations and the default decide.
-                None,
+                policies,
                 default_volumes_to_fs_backup(spec),
                 tokio::runtime::Handle::current(),
             )
             .with_ledger(self.store.clone()),
-        )
+        ))
     }
 
     /// Writes the latest state of every volume backup started so far (none
@@ -1245,4 +1256,56 @@ fn apply(op: &mut Operation, update: &Update, now: SystemTime) -> bool {
         }
     }
     *op != before
+}
+
+/// The backup's volume policy: Velero's `spec.resourcePolicy` names a
+/// ConfigMap (`kind: configmap`) in the backup's namespace whose one data
+/// value is the policy document. `Ok(None)` when the spec names none.
+pub fn resource_policies(
+    spec: &serde_json::Value,
+    backup_namespace: &str,
+    cluster: &dyn ClusterReader,
+) -> Result<Option<crate::backup::volume_policy::ResourcePolicies>, String> {
+    let Some(reference) = spec.get("resourcePolicy").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let field = |f: &str| {
+        reference
+            .get(f)
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| format!("resourcePolicy.{f} must be a string"))
+    };
+    let kind = field("kind")?;
+    if !kind.eq_ignore_ascii_case("configmap") {
+        return Err(format!(
+            "resourcePolicy.kind is {kind:?}; only a configmap is supported"
+        ));
+    }
+    let name = field("name")?;
+    let id = crate::item::ItemRef {
+        group: String::new(),
+        resource: "configmaps".into(),
+        namespace: backup_namespace.into(),
+        name: name.into(),
+    };
+    let config_map = cluster
+        .get(&id)
+        .map_err(|e| format!("resourcePolicy: reading configmap {backup_namespace}/{name}: {e}"))?
+        .ok_or_else(|| {
+            format!("resourcePolicy: configmap {backup_namespace}/{name} does not exist")
+        })?;
+    let data = config_map
+        .get("data")
+        .and_then(|d| d.as_object())
+        .filter(|d| d.len() == 1)
+        .ok_or_else(|| {
+            format!("resourcePolicy: configmap {backup_namespace}/{name} must hold exactly one data key, the policy")
+        })?;
+    let (key, document) = data.iter().next().expect("one key, checked above");
+    let document = document.as_str().ok_or_else(|| {
+        format!("resourcePolicy: configmap {backup_namespace}/{name}: data.{key} is not a string")
+    })?;
+    crate::backup::volume_policy::ResourcePolicies::parse(document)
+        .map(Some)
+        .map_err(|e| format!("configmap {backup_namespace}/{name}, data.{key}: {e}"))
 }

@@ -260,3 +260,110 @@ async fn ten_blocks_on_two_workers_each_post_hook_after_its_own_volume() {
         "at most {most} volume backups in flight with 2 workers"
     );
 }
+
+async fn backup_with_spec(
+    e: &Env,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<BackupObject, iar::controller::ControllerError> {
+    let settings = Settings {
+        sync_period: Duration::from_millis(50),
+        volume_data: Some(e.data.clone()),
+        ..Settings::default()
+    };
+    let c = Controller::new(
+        Vec::new(),
+        e.store.clone(),
+        Arc::new(ManifestCluster::new(vec![e.items.clone()])),
+        settings,
+    );
+    c.run_backup(BackupRequest {
+        name: name.into(),
+        namespace: "velero".into(),
+        spec,
+        sources: vec![e.items.clone()],
+        annotations: Default::default(),
+    })
+    .await
+}
+
+/// The failure a backup returned, and its persisted object.
+async fn failed(e: &Env, name: &str, spec: serde_json::Value) -> (String, BackupObject) {
+    let err = backup_with_spec(e, name, spec)
+        .await
+        .expect_err("the backup must fail");
+    let object: BackupObject = e
+        .store
+        .get_json(name, BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    (err.to_string(), object)
+}
+
+/// The backup's `resourcePolicy` ConfigMap decides before the pod's opt-in
+/// annotation: a policy that skips the `slow` storage class leaves the
+/// opted-in `slow` volume without a volume backup, while the `fast` one is
+/// backed up. A policy that is named but missing, or does not parse, fails
+/// the backup with the reason (never a backup that ignores it). Before,
+/// `spec.resourcePolicy` was not read at all, so both volumes were backed up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resource_policy_decides_before_the_opt_in() {
+    let e = env();
+    for (pod, pvc, class) in [("a-0", "data-a-0", "slow"), ("b-0", "data-b-0", "fast")] {
+        let docs = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": pod, "namespace": "shop",
+                          "annotations": {"backup.velero.io/backup-volumes": "data"}},
+             "spec": {"containers": [{"name": "app", "image": "app"}],
+                      "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}]}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": pvc, "namespace": "shop"},
+             "spec": {"storageClassName": class}}
+        ]});
+        std::fs::write(e.items.join(format!("{pod}.json")), docs.to_string()).unwrap();
+        write_volume(&e.data, pvc, 4096);
+    }
+    let policy = "version: v1\nvolumePolicies:\n- conditions:\n    storageClass: [slow]\n  action:\n    type: skip\n";
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "volume-policy", "namespace": "velero"},
+        "data": {"policy.yaml": policy}});
+    std::fs::write(e.items.join("policy.json"), config_map.to_string()).unwrap();
+
+    let spec = json!({"includedNamespaces": ["shop"],
+        "resourcePolicy": {"kind": "configmap", "name": "volume-policy"}});
+    let object = backup_with_spec(&e, "policed", spec).await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    let backed_up: Vec<String> = volumes(&e.store, "policed")
+        .await
+        .iter()
+        .map(|v| format!("{}/{:?}", v.pod_name, v.phase))
+        .collect();
+    assert_eq!(backed_up, ["b-0/Completed"]);
+
+    let missing = json!({"includedNamespaces": ["shop"],
+        "resourcePolicy": {"kind": "configmap", "name": "no-such-policy"}});
+    let (err, object) = failed(&e, "missing-policy", missing).await;
+    assert_eq!(object.status.phase, BackupPhase::Failed);
+    for reason in [&err, &object.status.failure_reason] {
+        assert!(
+            reason.contains("configmap velero/no-such-policy does not exist"),
+            "{reason}"
+        );
+    }
+
+    let garbage = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "garbage", "namespace": "velero"},
+        "data": {"policy.yaml": "version: v2\n"}});
+    std::fs::write(e.items.join("garbage.json"), garbage.to_string()).unwrap();
+    let bad = json!({"includedNamespaces": ["shop"],
+        "resourcePolicy": {"kind": "configmap", "name": "garbage"}});
+    let (err, object) = failed(&e, "bad-policy", bad).await;
+    assert_eq!(object.status.phase, BackupPhase::Failed);
+    for reason in [&err, &object.status.failure_reason] {
+        assert!(
+            reason.contains("configmap velero/garbage, data.policy.yaml: resource policy: version"),
+            "{reason}"
+        );
+    }
+}
