@@ -155,6 +155,21 @@ pub fn form_blocks(
         }
     }
     let mut out = Blocks::default();
+    // Plugin relations of every collected item, asked once up front, and
+    // their reverse: an item named by a plugin joins its namer's block even
+    // when it sorts first and would otherwise start a block of its own.
+    let mut plugin_edges: HashMap<ItemRef, Vec<ItemRef>> = HashMap::new();
+    let mut named_by: HashMap<ItemRef, Vec<ItemRef>> = HashMap::new();
+    for i in collected.values() {
+        let more = relate(i, relations, &mut out.errors);
+        for target in &more {
+            named_by
+                .entry(target.clone())
+                .or_default()
+                .push(i.id.clone());
+        }
+        plugin_edges.insert(i.id.clone(), more);
+    }
     let mut placed: HashSet<ItemRef> = HashSet::new();
     while let Some((_, first)) = collected.pop_first() {
         placed.insert(first.id.clone());
@@ -162,15 +177,13 @@ pub fn form_blocks(
         let mut queue = VecDeque::from([first]);
         while let Some(item) = queue.pop_front() {
             let mut related = builtin_related(&item, &by_claim);
-            for r in relations {
-                match r.related(&item) {
-                    Ok(more) => related.extend(more),
-                    Err(e) => out.errors.push(format!(
-                        "item block relation {}: related items of {}: {e}",
-                        r.name(),
-                        item.id
-                    )),
-                }
+            match plugin_edges.remove(&item.id) {
+                Some(more) => related.extend(more),
+                // Read from the cluster, not collected: asked now.
+                None => related.extend(relate(&item, relations, &mut out.errors)),
+            }
+            if let Some(namers) = named_by.get(&item.id) {
+                related.extend(namers.iter().cloned());
             }
             for id in related {
                 if !placed.insert(id.clone()) {
@@ -218,6 +231,23 @@ pub fn form_blocks(
         out.blocks.push(ItemBlock { items: block });
     }
     out
+}
+
+/// What the plugin relations name for one item; a relation's error is
+/// recorded and the others still count.
+fn relate(item: &Item, relations: &[&dyn Relation], errors: &mut Vec<String>) -> Vec<ItemRef> {
+    let mut related = Vec::new();
+    for r in relations {
+        match r.related(item) {
+            Ok(more) => related.extend(more),
+            Err(e) => errors.push(format!(
+                "item block relation {}: related items of {}: {e}",
+                r.name(),
+                item.id
+            )),
+        }
+    }
+    related
 }
 
 fn block_root<'a>(block: &'a [Item], current: &'a Item) -> &'a ItemRef {
@@ -522,6 +552,37 @@ mod tests {
             got.errors,
             vec!["item block relation pair-plugin: related items of configmaps ns/b: boom"]
         );
+    }
+
+    /// A plugin relation from an item to one that sorts before it (a Pod
+    /// naming a ConfigMap) still joins them: before, the ConfigMap formed
+    /// its own block first and the Pod's relation to it was skipped.
+    #[test]
+    fn a_plugin_relation_to_an_earlier_item_joins_its_block() {
+        let items = vec![
+            other("ConfigMap", "ns", "settings"),
+            other("ConfigMap", "ns", "unrelated"),
+            pod("ns", "app", &[], None),
+        ];
+        let uses = FnRelation {
+            name: "uses-config".into(),
+            f: |i: &Item| -> Result<Vec<ItemRef>, String> {
+                Ok(if i.id.resource == "pods" {
+                    vec![core("configmaps", "ns", "settings")]
+                } else {
+                    vec![]
+                })
+            },
+        };
+        let got = form_blocks(items.clone(), &cluster(&items), &[&uses as &dyn Relation]);
+        assert_eq!(
+            names(&got),
+            vec![
+                vec!["configmaps/settings".to_string(), "pods/app".to_string()],
+                vec!["configmaps/unrelated".to_string()]
+            ]
+        );
+        assert!(got.errors.is_empty() && got.warnings.is_empty());
     }
 
     /// Forming blocks twice, from the items in two different orders, gives
