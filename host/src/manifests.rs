@@ -82,6 +82,19 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
                     && map.get("items").is_some_and(Value::is_array) =>
             {
                 if let Some(Value::Array(items)) = map.get("items") {
+                    // A List's items must be objects too (a fuzzer found a
+                    // string item passed through as a "document").
+                    for (j, item) in items.iter().enumerate() {
+                        if !item.is_object() {
+                            return Err(parse_err(
+                                i + 1,
+                                format!(
+                                    "items[{j}]: expected an object, found {}",
+                                    json_type(item)
+                                ),
+                            ));
+                        }
+                    }
                     out.extend(items.iter().cloned());
                 }
             }
@@ -148,6 +161,20 @@ mod tests {
         let docs = parse_documents(Path::new("x.yaml"), text).unwrap();
         let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["Pod", "ConfigMap", "Secret"]);
+    }
+
+    /// Found by fuzzing: a List item that is not an object was returned
+    /// as a document.
+    #[test]
+    fn list_items_must_be_objects() {
+        let text = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: b}}\n- 0G{apiVer}}\n";
+        let err = parse_documents(Path::new("x.yaml"), text)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "x.yaml: document 1: items[1]: expected an object, found a string"
+        );
     }
 
     #[test]
