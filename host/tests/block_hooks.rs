@@ -92,6 +92,16 @@ async fn backup(e: &Env, name: &str, exec_hooks: bool, workers: usize) -> Backup
         exec_hooks_locally: exec_hooks,
         ..Settings::default()
     };
+    run(e, name, settings, json!({})).await.unwrap()
+}
+
+/// One `Controller::run_backup` of the env's items into its store.
+async fn run(
+    e: &Env,
+    name: &str,
+    settings: Settings,
+    spec: serde_json::Value,
+) -> Result<BackupObject, iar::controller::ControllerError> {
     let c = Controller::new(
         Vec::new(),
         e.store.clone(),
@@ -101,12 +111,11 @@ async fn backup(e: &Env, name: &str, exec_hooks: bool, workers: usize) -> Backup
     c.run_backup(BackupRequest {
         name: name.into(),
         namespace: "velero".into(),
-        spec: json!({}),
+        spec,
         sources: vec![e.items.clone()],
         annotations: Default::default(),
     })
     .await
-    .unwrap()
 }
 
 async fn volumes(store: &BackupStore, name: &str) -> Vec<VolumeBackup> {
@@ -271,20 +280,7 @@ async fn backup_with_spec(
         volume_data: Some(e.data.clone()),
         ..Settings::default()
     };
-    let c = Controller::new(
-        Vec::new(),
-        e.store.clone(),
-        Arc::new(ManifestCluster::new(vec![e.items.clone()])),
-        settings,
-    );
-    c.run_backup(BackupRequest {
-        name: name.into(),
-        namespace: "velero".into(),
-        spec,
-        sources: vec![e.items.clone()],
-        annotations: Default::default(),
-    })
-    .await
+    run(e, name, settings, spec).await
 }
 
 /// The failure a backup returned, and its persisted object.
