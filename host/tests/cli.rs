@@ -6,34 +6,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn iar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iar"))
-        .args(args)
-        .current_dir(repo())
-        .env(
-            "IAR_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache"),
-        )
-        .output()
-        .expect("running iar")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
+mod common;
+use common::{iar, repo, stdout_json};
 
 #[test]
 fn run_chains_plugins_on_the_shipped_example_item() {

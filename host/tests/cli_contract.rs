@@ -3,38 +3,11 @@
 //! get-related-items from the command line.
 
 use iar_tests::artifacts;
-use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use serde_json::json;
+use std::path::Path;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn iar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iar"))
-        .args(args)
-        .current_dir(repo())
-        .env(
-            "IAR_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache"),
-        )
-        .output()
-        .expect("running iar")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
+mod common;
+use common::{iar, stdout_json};
 
 /// A Pod that mounts ConfigMap `settings` and names `extra` in the
 /// config-block plugin's annotation, written to a temporary file.
