@@ -5,6 +5,7 @@ mod error;
 mod exports;
 mod instance;
 mod relations;
+pub mod settings;
 pub mod validate;
 
 pub use crate::contract::Interface;

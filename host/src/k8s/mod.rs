@@ -1,0 +1,17 @@
+//! iar in Kubernetes: the Backup resource, live items, plugins from
+//! ConfigMaps, the controller that reconciles Backups.
+
+/// A client from the environment (in-cluster service account, or
+/// `KUBECONFIG` / `~/.kube/config`).
+pub async fn client() -> Result<kube::Client, kube::Error> {
+    install_crypto();
+    kube::Client::try_default().await
+}
+
+/// rustls refuses to pick a crypto provider when more than one is built in
+/// (kube brings ring, object_store aws-lc-rs); ring is chosen once per
+/// process. Safe to call any number of times.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+pub mod crd;

@@ -1,0 +1,182 @@
+//! Prometheus metrics of this process, served by `iar controller` on
+//! `/metrics`. One registry per process: the boundary, the loaders and the
+//! controller all count into it without being handed it, as a scrape sees
+//! the process as a whole.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub plugin: String,
+    pub call: String,
+    /// `ok`, or the rule the call broke (`cpu-deadline`, `plugin-error`, …).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    pub plugin: String,
+    pub call: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub plugin: String,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    latency: Family<LatencyLabels, Histogram>,
+    violations: Family<RuleLabels, Counter>,
+    load_failures: Family<ReasonLabels, Counter>,
+    operations: Family<PhaseLabels, Gauge>,
+    backups: Family<PhaseLabels, Gauge>,
+}
+
+/// 50 µs to ~26 s: a plugin call is typically 0.1–1 ms, a deadline 10 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_05, 2.0, 20,
+    ))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("iar");
+        let calls = Family::<CallLabels, Counter>::default();
+        let latency = Family::<LatencyLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let violations = Family::<RuleLabels, Counter>::default();
+        let load_failures = Family::<ReasonLabels, Counter>::default();
+        let operations = Family::<PhaseLabels, Gauge>::default();
+        let backups = Family::<PhaseLabels, Gauge>::default();
+        registry.register(
+            "plugin_calls",
+            "Plugin calls by plugin, call and outcome (ok or the rule broken)",
+            calls.clone(),
+        );
+        registry.register(
+            "plugin_call_duration_seconds",
+            "Wall time of plugin calls, boundary checks included",
+            latency.clone(),
+        );
+        registry.register(
+            "sandbox_violations",
+            "Calls refused or stopped by a boundary rule, by plugin and rule",
+            violations.clone(),
+        );
+        registry.register(
+            "plugin_load_failures",
+            "Plugins that could not be loaded, by reason",
+            load_failures.clone(),
+        );
+        registry.register(
+            "operations",
+            "Asynchronous plugin operations tracked by this process, by phase",
+            operations.clone(),
+        );
+        registry.register(
+            "backups",
+            "Backups this process has seen, by phase",
+            backups.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            latency,
+            violations,
+            load_failures,
+            operations,
+            backups,
+        }
+    }
+
+    pub fn plugin_call(&self, plugin: &str, call: &str, outcome: &str, took: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                plugin: plugin.into(),
+                call: call.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&LatencyLabels {
+                plugin: plugin.into(),
+                call: call.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn violation(&self, plugin: &str, rule: &str) {
+        self.violations
+            .get_or_create(&RuleLabels {
+                plugin: plugin.into(),
+                rule: rule.into(),
+            })
+            .inc();
+    }
+
+    pub fn load_failure(&self, reason: &str) {
+        self.load_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Sets the gauge of each phase to its count; phases not in `counts`
+    /// that were set before drop to zero (so a scrape never shows a backup
+    /// in two phases).
+    fn set_phases(family: &Family<PhaseLabels, Gauge>, counts: &[(String, i64)]) {
+        family.clear();
+        for (phase, n) in counts {
+            family
+                .get_or_create(&PhaseLabels {
+                    phase: phase.clone(),
+                })
+                .set(*n);
+        }
+    }
+
+    pub fn set_operations(&self, counts: &[(String, i64)]) {
+        Self::set_phases(&self.operations, counts);
+    }
+
+    pub fn set_backups(&self, counts: &[(String, i64)]) {
+        Self::set_phases(&self.backups, counts);
+    }
+
+    /// The Prometheus text exposition (OpenMetrics) of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
