@@ -1,6 +1,7 @@
 //! Read-only cluster lookups offered to plugins (`cluster-get`), and which
 //! resources an operator lets a plugin read.
 
+use crate::backup::spec::BackupFilter;
 use crate::item::{Item, ItemRef};
 use crate::manifests;
 use crate::resources::{Catalog, GroupResource};
@@ -10,11 +11,27 @@ use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 use std::time::SystemTime;
 
-/// Answers `cluster-get`. Implementations must be cheap to call from a
-/// blocking worker thread.
+/// The cluster a backup reads: `cluster-get` for plugins, the items to back
+/// up, and post-operation items when finalizing. A directory of manifests
+/// ([`ManifestCluster`]) or a live API server (`k8s::live::LiveCluster`).
+#[async_trait::async_trait]
 pub trait ClusterReader: Send + Sync {
-    /// `Ok(None)` when the object does not exist.
+    /// `Ok(None)` when the object does not exist. Called from blocking
+    /// threads (plugin calls); async code calls [`ClusterReader::get_async`].
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String>;
+
+    /// [`ClusterReader::get`] for async callers: a cluster that answers
+    /// over the network overrides it, so that no runtime thread blocks.
+    async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+        self.get(id)
+    }
+
+    /// Every object the backup's filter selects. A cluster that cannot
+    /// list says so.
+    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
+        let _ = filter;
+        Err("this cluster cannot list its objects".into())
+    }
 
     /// The object as an [`Item`], for backing it up; an object without the
     /// identity an item needs is an error.
@@ -31,9 +48,14 @@ pub trait ClusterReader: Send + Sync {
 /// No cluster at all: every lookup finds nothing.
 pub struct NoCluster;
 
+#[async_trait::async_trait]
 impl ClusterReader for NoCluster {
     fn get(&self, _id: &ItemRef) -> Result<Option<Value>, String> {
         Ok(None)
+    }
+
+    async fn list(&self, _filter: &BackupFilter) -> Result<Vec<Item>, String> {
+        Ok(Vec::new())
     }
 }
 
@@ -294,7 +316,13 @@ impl ManifestCluster {
     }
 }
 
+#[async_trait::async_trait]
 impl ClusterReader for ManifestCluster {
+    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
+        let items = manifests::read_items(&self.paths, self.catalog).map_err(|e| e.to_string())?;
+        Ok(items.into_iter().filter(|i| filter.matches(i)).collect())
+    }
+
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
         if let Some(found) = self.get_unchanged(id) {
             return Ok(Some(found));

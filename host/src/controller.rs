@@ -183,6 +183,11 @@ impl Journal {
         current.extend(new);
     }
 
+    fn has(&self, backup: &str) -> bool {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.contains_key(backup)
+    }
+
     fn lines(&self, backup: &str) -> Vec<String> {
         let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         lines.get(backup).cloned().unwrap_or_default()
@@ -200,14 +205,38 @@ impl Journal {
     }
 }
 
+/// Where a backup's plugins come from: a fixed list (the CLI), or the
+/// current set of a registry that reloads them (the cluster). Each backup
+/// pins the set it started with until it ends.
+pub type PluginSource = Arc<dyn Fn() -> Vec<Plugin> + Send + Sync>;
+
+/// Told of every phase change once it is persisted (the controller in a
+/// cluster copies it into the Backup resource's status). Must not block.
+pub type StatusSink = Arc<dyn Fn(&BackupObject) + Send + Sync>;
+
+/// What one [`Controller::step`] leaves to do.
+#[derive(Debug)]
+pub enum Step {
+    /// Call `step` again after this long (operations still running).
+    Requeue(Duration),
+    /// The backup is in a terminal phase.
+    Done(BackupObject),
+}
+
 /// Runs backups through their phases.
 pub struct Controller {
-    pub plugins: Vec<Plugin>,
+    plugins: PluginSource,
     pub store: BackupStore,
     pub operations: Arc<OperationsMap>,
     pub cluster: Arc<dyn ClusterReader>,
     pub settings: Settings,
     journal: Journal,
+    /// The plugin set each running backup started with.
+    pinned: Mutex<HashMap<String, Vec<Plugin>>>,
+    /// Each waiting backup's poller, kept between steps so that its
+    /// instances live for the backup (isolation `backup`).
+    pollers: Mutex<HashMap<String, Poller>>,
+    status_sink: Option<StatusSink>,
 }
 
 /// Where a backup stands while the controller drives it.
@@ -268,13 +297,38 @@ impl Controller {
         settings: Settings,
     ) -> Self {
         Controller {
-            plugins,
+            plugins: Arc::new(move || plugins.clone()),
             store,
             operations: Arc::new(OperationsMap::new()),
             cluster,
             settings,
             journal: Journal::default(),
+            pinned: Mutex::new(HashMap::new()),
+            pollers: Mutex::new(HashMap::new()),
+            status_sink: None,
         }
+    }
+
+    /// Plugins from `source`, asked when a backup starts (or is taken over
+    /// after a restart) and pinned for it.
+    pub fn with_plugin_source(mut self, source: PluginSource) -> Self {
+        self.plugins = source;
+        self
+    }
+
+    pub fn with_status_sink(mut self, sink: StatusSink) -> Self {
+        self.status_sink = Some(sink);
+        self
+    }
+
+    /// The plugins of a backup: the set it was pinned to, or the source's
+    /// current set, pinned from now on.
+    fn plugins_for(&self, backup: &str) -> Vec<Plugin> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        pinned
+            .entry(backup.to_string())
+            .or_insert_with(|| (self.plugins)())
+            .clone()
     }
 
     /// Calls `observer(backup, line)` for every log line of every backup.
@@ -304,7 +358,11 @@ impl Controller {
             run.object.status.completion_timestamp = Some(rfc3339(SystemTime::now()));
         }
         self.journal.line(run.name(), format!("phase {phase}"));
-        self.persist(run).await
+        self.persist(run).await?;
+        if let Some(sink) = &self.status_sink {
+            sink(&run.object);
+        }
+        Ok(())
     }
 
     /// The backups this controller holds anything for (operations, log
@@ -313,6 +371,13 @@ impl Controller {
     pub async fn tracked_backups(&self) -> Vec<String> {
         let mut names = self.operations.backups();
         names.extend(self.journal.backups());
+        names.extend(
+            self.pinned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned(),
+        );
         names.sort();
         names.dedup();
         names
@@ -321,6 +386,20 @@ impl Controller {
     async fn forget(&self, name: &str) {
         self.operations.remove(name).await;
         self.journal.forget(name);
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        self.pollers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    /// Drops what this process holds for a backup it no longer drives (it
+    /// ended, or another process took it over).
+    pub async fn release(&self, name: &str) {
+        self.forget(name).await;
     }
 
     /// Runs `work` while holding `lease`, renewing it every third of its
@@ -398,9 +477,37 @@ impl Controller {
             .acquire_lease(&req.name, self.settings.lease_duration)
             .await?;
         let name = req.name.clone();
-        let result = self.leased(lease, self.create_and_run(req, filter)).await;
+        let result = self
+            .leased(lease, async {
+                self.create_and_run(req, filter).await?;
+                self.steps(&name).await
+            })
+            .await;
         self.forget(&name).await;
         result
+    }
+
+    /// Starts a backup that does not exist yet: creates it and runs its
+    /// first pass, which ends with the backup waiting for its operations or
+    /// finalizing (or Failed, returned as the error). The caller holds the
+    /// backup's lease; [`Controller::step`] takes it from there.
+    pub async fn start(&self, req: BackupRequest) -> Result<BackupObject, ControllerError> {
+        let filter =
+            BackupFilter::from_spec(&req.spec).map_err(|reason| ControllerError::Invalid {
+                name: req.name.clone(),
+                reason,
+            })?;
+        self.create_and_run(req, filter).await
+    }
+
+    /// Steps a backup until it ends, sleeping between polls.
+    async fn steps(&self, name: &str) -> Result<BackupObject, ControllerError> {
+        loop {
+            match self.step(name).await? {
+                Step::Requeue(after) => tokio::time::sleep(after).await,
+                Step::Done(object) => return Ok(object),
+            }
+        }
     }
 
     async fn create_and_run(
@@ -450,6 +557,7 @@ impl Controller {
         self.set_phase(&mut run, BackupPhase::New).await?;
         run.object.status.start_timestamp = Some(rfc3339(SystemTime::now()));
         self.set_phase(&mut run, BackupPhase::InProgress).await?;
+        self.plugins_for(&req.name);
         match self.first_pass(&mut run, &req, &filter).await {
             Ok(()) => Ok(run.object),
             Err(e) => Err(self.fail(&mut run, e).await),
@@ -463,13 +571,17 @@ impl Controller {
         req: &BackupRequest,
         filter: &BackupFilter,
     ) -> Result<(), ControllerError> {
-        let items =
-            crate::manifests::read_items(&req.sources, Catalog::builtin()).map_err(|e| {
-                ControllerError::Items {
-                    name: req.name.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
+        let items_error = |reason: String| ControllerError::Items {
+            name: req.name.clone(),
+            reason,
+        };
+        // Manifests named by the request, or the cluster's own objects.
+        let items = if req.sources.is_empty() {
+            self.cluster.list(filter).await.map_err(items_error)?
+        } else {
+            crate::manifests::read_items(&req.sources, Catalog::builtin())
+                .map_err(|e| items_error(e.to_string()))?
+        };
         // An identity Kubernetes would refuse never reaches a plugin or the
         // tarball: the item is an error, named.
         let mut selected = Vec::new();
@@ -484,7 +596,7 @@ impl Controller {
             run.name(),
             format!("{} items selected by the spec", items.len()),
         );
-        let work = self.block_work(run)?;
+        let work = self.block_work(run).await?;
         let name = run.name().to_string();
         let pass = {
             let pass = self.run_pass(
@@ -580,8 +692,9 @@ impl Controller {
         } else {
             BackupPhase::waiting(run.partially_failed())
         };
-        self.set_phase(run, next).await?;
-        self.drive(run).await
+        self.set_phase(run, next)
+            .await
+            .map_err(ControllerError::from)
     }
 
     /// Continues a backup a killed process left behind. Refused while
@@ -599,9 +712,24 @@ impl Controller {
             .store
             .acquire_lease(name, self.settings.lease_duration)
             .await?;
-        let result = self.leased(lease, self.resume_leased(name)).await;
+        let result = self.leased(lease, self.steps(name)).await;
         self.forget(name).await;
         result
+    }
+
+    /// Runs `work` on a backup under its lease (taken here, renewed while
+    /// `work` runs, released after): what the cluster controller wraps
+    /// each reconcile in, so that two processes never drive one backup.
+    pub async fn with_lease<T>(
+        &self,
+        name: &str,
+        work: impl Future<Output = Result<T, ControllerError>>,
+    ) -> Result<T, ControllerError> {
+        let lease = self
+            .store
+            .acquire_lease(name, self.settings.lease_duration)
+            .await?;
+        self.leased(lease, work).await
     }
 
     /// Reads a results or log file for resume; one that cannot be read is
@@ -628,87 +756,119 @@ impl Controller {
         }
     }
 
-    async fn resume_leased(&self, name: &str) -> Result<BackupObject, ControllerError> {
-        // Read again under the lease: the previous holder may have moved on.
+    /// One step of the phase machine, decided by the phase the store holds
+    /// (not by anything this process remembers), so that any process may
+    /// take the next step after a restart or a change of leader:
+    ///
+    /// - New / InProgress: the first pass never finished (it runs inside
+    ///   [`Controller::start`]); the backup is failed, with the reason.
+    /// - waiting: every pending operation is polled once; when none is
+    ///   left the backup moves to finalizing and the step asks to be run
+    ///   again at once, otherwise after the rest of the sync period.
+    /// - finalizing: the finalize pass, then the terminal phase.
+    ///
+    /// The caller holds the backup's lease. An error once the backup
+    /// exists ends it Failed (a lost lease excepted) and is returned.
+    pub async fn step(&self, name: &str) -> Result<Step, ControllerError> {
         let object: BackupObject = self
             .store
             .get_json(name, BackupFile::Metadata)
             .await?
             .ok_or_else(|| ControllerError::NotFound(name.into()))?;
         if object.status.phase.is_terminal() {
-            return Ok(object);
+            return Ok(Step::Done(object));
         }
+        let mut run = self.load_run(name, object).await?;
+        match self.advance(&mut run).await {
+            Ok(step) => Ok(step),
+            Err(e) => Err(self.fail(&mut run, e).await),
+        }
+    }
+
+    /// The persisted state of a backup, with its log continued from the
+    /// store when this process has none of it yet (a resume).
+    async fn load_run(&self, name: &str, object: BackupObject) -> Result<Run, ControllerError> {
         let mut notes = Vec::new();
         let read = self.store.get_json(name, BackupFile::Results).await;
         let results: Results = self
             .readable(name, BackupFile::Results, read, &mut notes)
             .await?
             .unwrap_or_default();
-        let read = self.store.get_logs(name).await;
-        if let Some(previous) = self
-            .readable(name, BackupFile::Logs, read, &mut notes)
-            .await?
-        {
-            self.journal.preload(name, previous);
+        if !self.journal.has(name) {
+            let read = self.store.get_logs(name).await;
+            if let Some(previous) = self
+                .readable(name, BackupFile::Logs, read, &mut notes)
+                .await?
+            {
+                self.journal.preload(name, previous);
+            }
         }
         let mut run = Run { object, results };
         for note in notes {
             self.journal.line(name, note.clone());
             run.results.warnings.add("", note);
         }
-        match run.object.status.phase {
-            BackupPhase::New | BackupPhase::InProgress => {
+        Ok(run)
+    }
+
+    async fn advance(&self, run: &mut Run) -> Result<Step, ControllerError> {
+        match plan(run.object.status.phase) {
+            Plan::FailInterrupted => {
                 // Its items were never all written: it cannot be continued.
                 // What its blocks left unfinished is failed and said.
-                self.interrupted_blocks(&mut run).await?;
+                self.interrupted_blocks(run).await?;
                 run.object.status.failure_reason = format!(
                     "found in phase {} after a restart: the process running it ended before its items were written",
                     run.object.status.phase
                 );
-                self.set_phase(&mut run, BackupPhase::Failed).await?;
-                Ok(run.object)
+                self.set_phase(run, BackupPhase::Failed).await?;
+                Ok(Step::Done(run.object.clone()))
             }
-            _ => {
-                let loaded = self.operations.load(name, &self.store).await;
-                let outcome = match loaded {
-                    Ok(n) => {
-                        self.journal.line(
-                            name,
-                            format!(
-                                "resumed in phase {} with {n} operations",
-                                run.object.status.phase
-                            ),
-                        );
-                        self.drive(&mut run).await
-                    }
-                    Err(e) => Err(e.into()),
-                };
-                match outcome {
-                    Ok(()) => Ok(run.object),
-                    Err(e) => Err(self.fail(&mut run, e).await),
+            Plan::Poll => {
+                self.ensure_operations(run).await?;
+                let round = std::time::Instant::now();
+                if self.poll_round(run).await? {
+                    self.finish_waiting(run).await?;
+                    let next = BackupPhase::finalizing(run.partially_failed());
+                    self.set_phase(run, next).await?;
+                    Ok(Step::Requeue(Duration::ZERO))
+                } else {
+                    // A period is from the start of one poll to the start
+                    // of the next.
+                    Ok(Step::Requeue(
+                        self.settings.sync_period.saturating_sub(round.elapsed()),
+                    ))
                 }
             }
+            Plan::Finalize => {
+                self.ensure_operations(run).await?;
+                self.finalize(run).await?;
+                let done = if run.partially_failed() {
+                    BackupPhase::PartiallyFailed
+                } else {
+                    BackupPhase::Completed
+                };
+                self.set_phase(run, done).await?;
+                Ok(Step::Done(run.object.clone()))
+            }
+            Plan::Nothing => Ok(Step::Done(run.object.clone())),
         }
     }
 
-    /// From waiting or finalizing to the end.
-    async fn drive(&self, run: &mut Run) -> Result<(), ControllerError> {
-        if matches!(
-            run.object.status.phase,
-            BackupPhase::WaitingForPluginOperations
-                | BackupPhase::WaitingForPluginOperationsPartiallyFailed
-        ) {
-            self.wait_for_operations(run).await?;
-            let next = BackupPhase::finalizing(run.partially_failed());
-            self.set_phase(run, next).await?;
+    /// Loads a backup's operations from the store when this process does
+    /// not hold them (it resumed the backup or took it over).
+    async fn ensure_operations(&self, run: &Run) -> Result<(), ControllerError> {
+        let name = run.name();
+        if self.operations.get(name).await.is_none() {
+            let n = self.operations.load(name, &self.store).await?;
+            self.journal.line(
+                name,
+                format!(
+                    "resumed in phase {} with {n} operations",
+                    run.object.status.phase
+                ),
+            );
         }
-        self.finalize(run).await?;
-        let done = if run.partially_failed() {
-            BackupPhase::PartiallyFailed
-        } else {
-            BackupPhase::Completed
-        };
-        self.set_phase(run, done).await?;
         Ok(())
     }
 
@@ -719,12 +879,13 @@ impl Controller {
     /// The volume policy (`spec.resourcePolicy`) is different: one that is
     /// missing or does not parse fails the backup, because going on
     /// without it could back up volumes the policy skips.
-    fn block_work(&self, run: &mut Run) -> Result<Arc<BlockWork>, ControllerError> {
+    async fn block_work(&self, run: &mut Run) -> Result<Arc<BlockWork>, ControllerError> {
         let policies = resource_policies(
             &run.object.spec,
             &run.object.metadata.namespace,
             self.cluster.as_ref(),
         )
+        .await
         .map_err(|reason| ControllerError::Invalid {
             name: run.object.metadata.name.clone(),
             reason,
@@ -889,7 +1050,7 @@ impl Controller {
         work: Option<Arc<BlockWork>>,
         filter: Option<BackupFilter>,
     ) -> Result<PassOutput, ControllerError> {
-        let plugins = self.plugins.clone();
+        let plugins = self.plugins_for(name);
         let cluster = self.cluster.clone();
         let workers = self.settings.workers;
         // wasm calls block: the pass runs on a blocking thread.
@@ -932,99 +1093,106 @@ impl Controller {
             .unwrap_or(self.settings.operation_timeout)
     }
 
-    /// Polls every non-terminal operation once per sync period until all are
-    /// terminal; persists changes once per period.
-    async fn wait_for_operations(&self, run: &mut Run) -> Result<(), ControllerError> {
+    /// Polls every pending operation once and persists what changed;
+    /// true when none is left pending.
+    async fn poll_round(&self, run: &Run) -> Result<bool, ControllerError> {
         let name = run.name().to_string();
-        let timeout = self.timeout_for(run);
-        let backup = run.backup_ref(Phase::Backup);
-        let mut poller = Some(Poller {
-            plugins: self.plugins.clone(),
+        let ops = self.operations.get(&name).await.unwrap_or_default();
+        let pending: Vec<Operation> = ops
+            .into_iter()
+            .filter(|o| !o.status.phase.is_terminal())
+            .collect();
+        if pending.is_empty() {
+            return Ok(true);
+        }
+        let p = self
+            .pollers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        let p = p.unwrap_or_else(|| Poller {
+            plugins: self.plugins_for(&name),
             instances: HashMap::new(),
             cluster: self.cluster.clone(),
-            backup,
-            timeout,
+            backup: run.backup_ref(Phase::Backup),
+            timeout: self.timeout_for(run),
             logs: Vec::new(),
         });
-        loop {
-            let ops = self.operations.get(&name).await.unwrap_or_default();
-            let pending: Vec<Operation> = ops
-                .into_iter()
-                .filter(|o| !o.status.phase.is_terminal())
-                .collect();
-            if pending.is_empty() {
-                break;
-            }
-            let round = std::time::Instant::now();
-            let mut p = poller
-                .take()
-                .expect("the poller is back after every period");
-            // wasm calls block: polling runs on a blocking thread.
-            let (updates, mut p) = tokio::task::spawn_blocking(move || {
-                let now = SystemTime::now();
-                // Keyed by plugin and id: ids are unique per plugin only.
-                let updates: Vec<((String, String), Update)> = pending
-                    .iter()
-                    .map(|op| {
-                        let key = (
-                            op.spec.backup_item_action.clone(),
-                            op.spec.operation_id.clone(),
-                        );
-                        (key, p.poll(op, now))
-                    })
-                    .collect();
-                (updates, p)
-            })
-            .await
-            .map_err(|e| ControllerError::Panicked {
-                name: name.clone(),
-                what: "polling operation progress",
-                reason: e.to_string(),
-            })?;
-            for line in std::mem::take(&mut p.logs) {
-                self.journal.record(&name, line);
-            }
-            poller = Some(p);
-            for ((_, id), update) in &updates {
-                if let Update::Failed(reason) | Update::TimedOut(reason) = update {
-                    self.journal
-                        .line(&name, format!("operation {id:?} failed: {reason}"));
-                }
-            }
+        // wasm calls block: polling runs on a blocking thread.
+        let (updates, mut p) = tokio::task::spawn_blocking(move || {
+            let mut p = p;
             let now = SystemTime::now();
-            let by_key: HashMap<(&str, &str), &Update> = updates
+            // Keyed by plugin and id: ids are unique per plugin only.
+            let updates: Vec<((String, String), Update)> = pending
                 .iter()
-                .map(|((plugin, id), u)| ((plugin.as_str(), id.as_str()), u))
-                .collect();
-            let mut all_done = true;
-            // One pass over the list: apply this period's answers and learn
-            // whether anything is still pending, without a second copy.
-            self.operations
-                .update(&name, |ops| {
-                    let mut changed = false;
-                    for op in ops.iter_mut().filter(|o| !o.status.phase.is_terminal()) {
-                        let key = (
-                            op.spec.backup_item_action.as_str(),
-                            op.spec.operation_id.as_str(),
-                        );
-                        if let Some(update) = by_key.get(&key) {
-                            changed |= apply(op, update, now);
-                        }
-                        all_done &= op.status.phase.is_terminal();
-                    }
-                    changed
+                .map(|op| {
+                    let key = (
+                        op.spec.backup_item_action.clone(),
+                        op.spec.operation_id.clone(),
+                    );
+                    (key, p.poll(op, now))
                 })
-                .await;
-            if let Err(e) = self.operations.sync(&name, &self.store).await {
-                // Kept dirty in the map; the next period retries.
-                tracing::error!(backup = %name, "persisting operation progress failed, will retry: {e}");
-            }
-            if all_done {
-                break;
-            }
-            // A period is from the start of one poll to the start of the next.
-            tokio::time::sleep(self.settings.sync_period.saturating_sub(round.elapsed())).await;
+                .collect();
+            (updates, p)
+        })
+        .await
+        .map_err(|e| ControllerError::Panicked {
+            name: name.clone(),
+            what: "polling operation progress",
+            reason: e.to_string(),
+        })?;
+        for line in std::mem::take(&mut p.logs) {
+            self.journal.record(&name, line);
         }
+        self.pollers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), p);
+        for ((_, id), update) in &updates {
+            if let Update::Failed(reason) | Update::TimedOut(reason) = update {
+                self.journal
+                    .line(&name, format!("operation {id:?} failed: {reason}"));
+            }
+        }
+        let now = SystemTime::now();
+        let by_key: HashMap<(&str, &str), &Update> = updates
+            .iter()
+            .map(|((plugin, id), u)| ((plugin.as_str(), id.as_str()), u))
+            .collect();
+        let mut all_done = true;
+        // One pass over the list: apply this period's answers and learn
+        // whether anything is still pending, without a second copy.
+        self.operations
+            .update(&name, |ops| {
+                let mut changed = false;
+                for op in ops.iter_mut().filter(|o| !o.status.phase.is_terminal()) {
+                    let key = (
+                        op.spec.backup_item_action.as_str(),
+                        op.spec.operation_id.as_str(),
+                    );
+                    if let Some(update) = by_key.get(&key) {
+                        changed |= apply(op, update, now);
+                    }
+                    all_done &= op.status.phase.is_terminal();
+                }
+                changed
+            })
+            .await;
+        if let Err(e) = self.operations.sync(&name, &self.store).await {
+            // Kept dirty in the map; the next period retries.
+            tracing::error!(backup = %name, "persisting operation progress failed, will retry: {e}");
+        }
+        Ok(all_done)
+    }
+
+    /// Once every operation is terminal: persists them, counts them on the
+    /// backup, and records each one that did not complete as an error.
+    async fn finish_waiting(&self, run: &mut Run) -> Result<(), ControllerError> {
+        let name = run.name().to_string();
+        self.pollers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
         self.operations.sync(&name, &self.store).await?;
         let ops = self.operations.get(&name).await.unwrap_or_default();
         run.object.status.backup_item_operations_attempted = ops.len() as u64;
@@ -1070,7 +1238,19 @@ impl Controller {
         wanted.dedup();
         let mut items = Vec::new();
         for id in &wanted {
-            match self.cluster.get_item(id) {
+            let read = self.cluster.get_async(id).await.and_then(|found| {
+                found
+                    .map(|value| {
+                        // The operation named the object; its identity is
+                        // the one it was backed up under.
+                        let mut item = Item::from_value(value, Catalog::builtin())
+                            .map_err(|e| e.to_string())?;
+                        item.id = id.clone();
+                        Ok(item)
+                    })
+                    .transpose()
+            });
+            match read {
                 Ok(Some(item)) => items.push(item),
                 Ok(None) => run.results.warnings.add(
                     &id.namespace,
@@ -1133,6 +1313,29 @@ impl Controller {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// What a step does in a phase: the decision of [`Controller::step`],
+/// kept apart from the doing so that it can be tested alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// New or InProgress found by a step: the first pass was interrupted.
+    FailInterrupted,
+    Poll,
+    Finalize,
+    Nothing,
+}
+
+pub fn plan(phase: BackupPhase) -> Plan {
+    match phase {
+        BackupPhase::New | BackupPhase::InProgress => Plan::FailInterrupted,
+        BackupPhase::WaitingForPluginOperations
+        | BackupPhase::WaitingForPluginOperationsPartiallyFailed => Plan::Poll,
+        BackupPhase::Finalizing | BackupPhase::FinalizingPartiallyFailed => Plan::Finalize,
+        BackupPhase::Completed | BackupPhase::PartiallyFailed | BackupPhase::Failed => {
+            Plan::Nothing
+        }
     }
 }
 
@@ -1261,7 +1464,7 @@ fn apply(op: &mut Operation, update: &Update, now: SystemTime) -> bool {
 /// The backup's volume policy: Velero's `spec.resourcePolicy` names a
 /// ConfigMap (`kind: configmap`) in the backup's namespace whose one data
 /// value is the policy document. `Ok(None)` when the spec names none.
-pub fn resource_policies(
+pub async fn resource_policies(
     spec: &serde_json::Value,
     backup_namespace: &str,
     cluster: &dyn ClusterReader,
@@ -1289,7 +1492,8 @@ pub fn resource_policies(
         name: name.into(),
     };
     let config_map = cluster
-        .get(&id)
+        .get_async(&id)
+        .await
         .map_err(|e| format!("resourcePolicy: reading configmap {backup_namespace}/{name}: {e}"))?
         .ok_or_else(|| {
             format!("resourcePolicy: configmap {backup_namespace}/{name} does not exist")
