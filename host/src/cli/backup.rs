@@ -6,8 +6,8 @@ use iar::backup::volumes::VolumeBackup;
 use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::Operation;
 use iar::store::{BackupFile, BackupStore};
-use iar::{ManifestCluster, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
-use serde::Deserialize;
+use iar::settings_file::SettingsFile;
+use iar::{ManifestCluster, Plugin, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -98,15 +98,6 @@ pub struct GetArgs {
     store: StoreArg,
 }
 
-/// A plugin's sidecar settings file.
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct SettingsFile {
-    config: std::collections::BTreeMap<String, String>,
-    limits: iar::Limits,
-    allow_read: Option<Vec<String>>,
-}
-
 /// Loads every plugin in a directory, in name order. One that fails to load
 /// is an error naming it: a backup must not silently run without an action.
 pub fn load_plugins(
@@ -123,27 +114,10 @@ pub fn load_plugins(
     let mut plugins = Vec::new();
     for path in paths {
         let sidecar = path.with_extension("yaml");
-        let file: SettingsFile = if sidecar.exists() {
-            let text = std::fs::read_to_string(&sidecar)?;
-            serde_yaml::from_str(&text)
-                .with_context(|| format!("plugin settings {}", sidecar.display()))?
-        } else {
-            SettingsFile::default()
-        };
-        let grants = match &file.allow_read {
-            Some(list) => ReadGrants::only(list).map_err(anyhow::Error::msg)?,
-            None => ReadGrants::default(),
-        };
-        let mut plugin_config = file.config;
-        plugin_config.extend(super::run::plugin_config(
-            config,
-            &iar::plugin::name_from_path(&path),
-        )?);
-        let settings = PluginSettings {
-            limits: file.limits,
-            config: plugin_config,
-            grants,
-        };
+        let extra = super::run::plugin_config(config, &iar::plugin::name_from_path(&path))?;
+        let settings = SettingsFile::read_or_default(&sidecar)?
+            .into_settings(extra)
+            .map_err(anyhow::Error::msg)?;
         plugins.push(Plugin::from_file(runtime, &path, settings)?);
     }
     if plugins.is_empty() {

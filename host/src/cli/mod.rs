@@ -4,6 +4,7 @@ mod backup;
 mod inspect;
 mod progress;
 mod run;
+mod test;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ enum Command {
     Describe(backup::DescribeArgs),
     /// List the backups in a store, one line each.
     Get(backup::GetArgs),
+    /// Run a plugin's declarative test files (`*.iar-test.yaml`).
+    Test(test::TestArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => backup::resume(args),
         Command::Describe(args) => backup::describe(args),
         Command::Get(args) => backup::get(args),
+        Command::Test(args) => test::test(args),
     };
     match result {
         Ok(code) => code,

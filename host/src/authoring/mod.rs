@@ -1,0 +1,9 @@
+//! Tools for plugin authors: declarative tests of a plugin (`iar test`),
+//! generic conformance checks (`iar conformance`), and the clusters they
+//! run against. Everything runs through the real engine and boundary.
+
+pub mod diff;
+pub mod report;
+pub mod runner;
+pub mod stubs;
+pub mod testfile;
