@@ -176,9 +176,10 @@ pub struct ExpectError {
     pub message: Option<String>,
 }
 
-/// One step of an operation's life.
+/// One step of an operation's life, written as a one-key map
+/// (`- poll: {completed: true}`).
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(try_from = "StepSpec")]
 pub enum Step {
     /// Adds or replaces a cluster object.
     Set(Value),
@@ -191,6 +192,36 @@ pub enum Step {
     /// Runs the finalize pass on the post-operation items, read from the
     /// fixtures as they are now.
     Finalize(Expect),
+}
+
+/// A step as written: exactly one of its fields is set. (serde_yaml reads
+/// enums from `!tag`s only; a one-key map is what people write.)
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StepSpec {
+    set: Option<Value>,
+    remove: Option<ObjectRef>,
+    poll: Option<ExpectProgress>,
+    cancel: Option<ExpectCancel>,
+    finalize: Option<Expect>,
+}
+
+impl TryFrom<StepSpec> for Step {
+    type Error = String;
+    fn try_from(s: StepSpec) -> Result<Step, String> {
+        let mut steps = Vec::new();
+        steps.extend(s.set.map(Step::Set));
+        steps.extend(s.remove.map(Step::Remove));
+        steps.extend(s.poll.map(Step::Poll));
+        steps.extend(s.cancel.map(Step::Cancel));
+        steps.extend(s.finalize.map(Step::Finalize));
+        match steps.len() {
+            1 => Ok(steps.remove(0)),
+            n => Err(format!(
+                "a step is one of set, remove, poll, cancel, finalize; this one has {n}"
+            )),
+        }
+    }
 }
 
 /// What a progress call must answer; unnamed fields are not checked.
