@@ -34,12 +34,13 @@ pub fn line_diff(a: &str, b: &str) -> String {
             ops.push((' ', a[i]));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(('+', b[j]));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            // Removals first, so a changed line reads "- old" then "+ new".
             ops.push(('-', a[i]));
             i += 1;
+        } else {
+            ops.push(('+', b[j]));
+            j += 1;
         }
     }
     let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
