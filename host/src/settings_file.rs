@@ -32,10 +32,7 @@ impl SettingsFile {
     }
 
     /// The settings a plugin is loaded with; `extra` config wins over the file's.
-    pub fn into_settings(
-        self,
-        extra: BTreeMap<String, String>,
-    ) -> Result<PluginSettings, String> {
+    pub fn into_settings(self, extra: BTreeMap<String, String>) -> Result<PluginSettings, String> {
         let grants = match &self.allow_read {
             Some(list) => ReadGrants::only(list)?,
             None => ReadGrants::default(),

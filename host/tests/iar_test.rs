@@ -129,7 +129,10 @@ fn budgets_exceeded_fail_naming_the_budget() {
     assert!(s.contains(
         "     - budget maxMemory of 16777216 bytes exceeded: execute failed: plugin \"iar_guest_hostile\": execute of configmaps shop/settings: tried to grow its memory to "
     ), "{s}");
-    assert!(s.contains("over its cap of 16777216 (rule: memory-cap)\n"), "{s}");
+    assert!(
+        s.contains("over its cap of 16777216 (rule: memory-cap)\n"),
+        "{s}"
+    );
     assert!(s.contains("3 cases: 1 passed, 2 failed"), "{s}");
 }
 
@@ -151,7 +154,10 @@ fn filter_json_and_junit() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = stdout_json(&out);
-    assert_eq!((report["passed"].as_u64(), report["failed"].as_u64()), (Some(0), Some(2)));
+    assert_eq!(
+        (report["passed"].as_u64(), report["failed"].as_u64()),
+        (Some(0), Some(2))
+    );
     let cases = &report["files"][0]["cases"];
     assert_eq!(cases.as_array().unwrap().len(), 2, "the filter kept two");
     assert_eq!(cases[1]["name"], "expects the wrong pointer value");
@@ -168,9 +174,11 @@ fn filter_json_and_junit() {
         match reader.read_event().expect("valid XML") {
             quick_xml::events::Event::Start(e) | quick_xml::events::Event::Empty(e) => {
                 let attr = |name: &str| {
-                    e.try_get_attribute(name)
-                        .unwrap()
-                        .map(|a| a.normalized_value(quick_xml::XmlVersion::Implicit1_0).unwrap().into_owned())
+                    e.try_get_attribute(name).unwrap().map(|a| {
+                        a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                            .unwrap()
+                            .into_owned()
+                    })
                 };
                 match e.name().as_ref() {
                     b"testsuites" => assert_eq!(attr("failures").as_deref(), Some("2")),
@@ -213,9 +221,16 @@ fn bad_input_exits_2_naming_the_file_and_case() {
     let out = iar(&["test", "--plugin", artifacts::LABELS, bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.iar-test.yaml") && err.contains("unknown field `unchnaged`"), "{err}");
+    assert!(
+        err.contains("bad.iar-test.yaml") && err.contains("unknown field `unchnaged`"),
+        "{err}"
+    );
 
-    std::fs::write(&bad, "plugin: x.wasm\ncases:\n  - name: one\n    item: {kind: Pod}\n").unwrap();
+    std::fs::write(
+        &bad,
+        "plugin: x.wasm\ncases:\n  - name: one\n    item: {kind: Pod}\n",
+    )
+    .unwrap();
     let out = iar(&["test", "--plugin", artifacts::LABELS, bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -2,7 +2,9 @@
 //! generic conformance checks (`iar conformance`), and the clusters they
 //! run against. Everything runs through the real engine and boundary.
 
+pub mod conformance;
 pub mod diff;
+pub mod generate;
 pub mod report;
 pub mod runner;
 pub mod stubs;

@@ -17,7 +17,11 @@ pub fn text(files: &[FileReport]) -> String {
     let mut out = String::new();
     for f in files {
         for c in &f.cases {
-            let status = if c.failures.is_empty() { "ok  " } else { "FAIL" };
+            let status = if c.failures.is_empty() {
+                "ok  "
+            } else {
+                "FAIL"
+            };
             out += &format!("{status} {} › {}\n", f.file, c.name);
             for failure in &c.failures {
                 for (i, line) in failure.lines().enumerate() {

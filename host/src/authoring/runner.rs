@@ -8,12 +8,12 @@ use super::testfile::{
     BackupSpec, Case, Expect, ExpectError, ExpectProgress, Fixture, ObjectRef, Recording, Step,
     TestFile,
 };
+use crate::Runtime;
 use crate::item::{Item, ItemRef};
 use crate::plugin::{
     BackupRef, CallError, ExecuteResult, Interface, Phase, Plugin, PluginInstance, Progress,
 };
 use crate::resources::Catalog;
-use crate::Runtime;
 use anyhow::{Context, anyhow, bail};
 use serde_json::{Value, json};
 use std::cell::RefCell;
@@ -108,7 +108,10 @@ pub fn run_file(runtime: &Runtime, path: &Path, opts: &Options) -> anyhow::Resul
         plugin_paths = plugin_paths.iter().map(|p| dir.join(p)).collect();
     }
     if plugin_paths.is_empty() {
-        bail!("{}: names no plugin (`plugin:` or `plugins:`)", path.display());
+        bail!(
+            "{}: names no plugin (`plugin:` or `plugins:`)",
+            path.display()
+        );
     }
     let mut sources = Vec::new();
     for p in &plugin_paths {
@@ -156,7 +159,10 @@ pub fn run_file(runtime: &Runtime, path: &Path, opts: &Options) -> anyhow::Resul
     }
     Ok(FileReport {
         file: path.display().to_string(),
-        plugins: sources.iter().map(|s| s.path.display().to_string()).collect(),
+        plugins: sources
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect(),
         cases,
     })
 }
@@ -207,15 +213,21 @@ fn load_fixtures(
     for (i, f) in fixtures.iter().enumerate() {
         let mut ids = Vec::new();
         match (&f.object, &f.file, &f.absent) {
-            (Some(obj), None, None) => {
-                ids.push(cluster.set(obj.clone()).map_err(|e| anyhow!("fixture {i}: {e}"))?)
-            }
+            (Some(obj), None, None) => ids.push(
+                cluster
+                    .set(obj.clone())
+                    .map_err(|e| anyhow!("fixture {i}: {e}"))?,
+            ),
             (None, Some(file), None) => {
                 let p = dir.join(file);
                 let text = std::fs::read_to_string(&p)
                     .with_context(|| format!("fixture {i}: reading {}", p.display()))?;
                 for obj in crate::manifests::parse_documents(&p, &text)? {
-                    ids.push(cluster.set(obj).map_err(|e| anyhow!("{}: {e}", p.display()))?);
+                    ids.push(
+                        cluster
+                            .set(obj)
+                            .map_err(|e| anyhow!("{}: {e}", p.display()))?,
+                    );
                 }
             }
             (None, None, Some(r)) => {
@@ -326,7 +338,15 @@ fn run_case(
         }
     } else if applies {
         let out = instance.execute(&item, &backup, &seen);
-        let out = check_execute("execute", &item, out, &case.expect, &pattern, &budget, &mut failures);
+        let out = check_execute(
+            "execute",
+            &item,
+            out,
+            &case.expect,
+            &pattern,
+            &budget,
+            &mut failures,
+        );
         let mut life = Life {
             instance: &mut instance,
             cluster: &cluster,
@@ -427,7 +447,9 @@ fn check_error(
         && r != rule
     {
         failures.push(budget.explain(
-            &format!("expected {call} to fail with rule {r}, it failed with rule {rule}: {message}"),
+            &format!(
+                "expected {call} to fail with rule {r}, it failed with rule {rule}: {message}"
+            ),
             Some(rule),
         ));
     }
@@ -501,9 +523,9 @@ fn check_execute(
             "{call}: expected the item unchanged, the plugin changed it (- input, + output):\n{}",
             json_diff(&input.value, changed)
         )),
-        (Some(false), None) => {
-            failures.push(format!("{call}: expected a changed item, the plugin returned none"))
-        }
+        (Some(false), None) => failures.push(format!(
+            "{call}: expected a changed item, the plugin returned none"
+        )),
         _ => {}
     }
     if let Some(want) = &expect.additional_items {
@@ -550,7 +572,8 @@ fn check_execute(
 }
 
 fn show_id(id: Option<&str>) -> String {
-    id.map(|i| format!("{i:?}")).unwrap_or_else(|| "none".into())
+    id.map(|i| format!("{i:?}"))
+        .unwrap_or_else(|| "none".into())
 }
 
 /// The steps after execute: an operation's polls and cancels, fixture
@@ -593,7 +616,10 @@ impl Life<'_> {
                         return Ok(());
                     };
                     let call = format!("step {n} (cancel)");
-                    match (self.instance.cancel(op, &self.item.id, self.backup), &want.error) {
+                    match (
+                        self.instance.cancel(op, &self.item.id, self.backup),
+                        &want.error,
+                    ) {
                         (Ok(()), None) => {}
                         (Ok(()), Some(e)) => self.failures.push(format!(
                             "{call}: expected cancel to fail{}, it succeeded",
@@ -608,7 +634,12 @@ impl Life<'_> {
         Ok(())
     }
 
-    fn check_progress(&mut self, n: usize, got: Result<Progress, CallError>, want: &ExpectProgress) {
+    fn check_progress(
+        &mut self,
+        n: usize,
+        got: Result<Progress, CallError>,
+        want: &ExpectProgress,
+    ) {
         let call = format!("step {n} (poll)");
         let p = match (got, &want.error) {
             (Err(e), w) => return check_error(&call, &e, w, self.budget, self.failures),
@@ -628,8 +659,16 @@ impl Life<'_> {
                     .push(format!("{call}: expected {name} {w}, got {got}"));
             }
         };
-        field("completed", want.completed.map(Value::from), p.completed.into());
-        field("nCompleted", want.n_completed.map(Value::from), p.n_completed.into());
+        field(
+            "completed",
+            want.completed.map(Value::from),
+            p.completed.into(),
+        );
+        field(
+            "nCompleted",
+            want.n_completed.map(Value::from),
+            p.n_completed.into(),
+        );
         field("nTotal", want.n_total.map(Value::from), p.n_total.into());
         field(
             "operationUnits",
@@ -642,9 +681,9 @@ impl Life<'_> {
             p.description.clone().into(),
         );
         match (&want.failure, &p.error) {
-            (Some(w), None) if !w.is_empty() => self
-                .failures
-                .push(format!("{call}: expected the operation to fail with {w:?}, it reported no error")),
+            (Some(w), None) if !w.is_empty() => self.failures.push(format!(
+                "{call}: expected the operation to fail with {w:?}, it reported no error"
+            )),
             (Some(w), Some(e)) if w.is_empty() || !e.contains(w.as_str()) => self.failures.push(
                 format!("{call}: expected operation error {w:?}, it reported {e:?}"),
             ),
@@ -652,9 +691,16 @@ impl Life<'_> {
         }
     }
 
-    fn finalize(&mut self, n: usize, out: Option<&ExecuteResult>, expect: &Expect) -> anyhow::Result<()> {
+    fn finalize(
+        &mut self,
+        n: usize,
+        out: Option<&ExecuteResult>,
+        expect: &Expect,
+    ) -> anyhow::Result<()> {
         let call = format!("step {n} (finalize)");
-        let posts = out.map(|o| o.post_operation_items.clone()).unwrap_or_default();
+        let posts = out
+            .map(|o| o.post_operation_items.clone())
+            .unwrap_or_default();
         if posts.is_empty() {
             self.failures
                 .push(format!("{call}: execute named no post-operation items"));

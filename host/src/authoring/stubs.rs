@@ -35,7 +35,9 @@ impl StrictCluster {
     pub fn set(&self, object: Value) -> Result<ItemRef, String> {
         let item = Item::from_value(object, Catalog::builtin())
             .map_err(|e| format!("fixture is not a Kubernetes object: {e}"))?;
-        self.lock().objects.insert(item.id.clone(), Some(item.value));
+        self.lock()
+            .objects
+            .insert(item.id.clone(), Some(item.value));
         Ok(item.id)
     }
 

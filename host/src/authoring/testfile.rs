@@ -271,7 +271,9 @@ mod bytes_opt {
             Some(serde_yaml::Value::String(s)) => crate::limits::parse_bytes(&s)
                 .map(Some)
                 .map_err(serde::de::Error::custom),
-            Some(_) => Err(serde::de::Error::custom("maxMemory: use \"16MiB\" or bytes")),
+            Some(_) => Err(serde::de::Error::custom(
+                "maxMemory: use \"16MiB\" or bytes",
+            )),
         }
     }
 }

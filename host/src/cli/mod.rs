@@ -1,6 +1,7 @@
 //! Argument parsing and output only.
 
 mod backup;
+mod conformance;
 mod inspect;
 mod progress;
 mod run;
@@ -38,6 +39,8 @@ enum Command {
     Get(backup::GetArgs),
     /// Run a plugin's declarative test files (`*.iar-test.yaml`).
     Test(test::TestArgs),
+    /// Check any plugin against the generic rules of the contract.
+    Conformance(conformance::ConformanceArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -66,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Describe(args) => backup::describe(args),
         Command::Get(args) => backup::get(args),
         Command::Test(args) => test::test(args),
+        Command::Conformance(args) => conformance::conformance(args),
     };
     match result {
         Ok(code) => code,

@@ -140,10 +140,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
         None => Arc::new(NoCluster),
     };
-    let recorder = args
-        .record
-        .as_ref()
-        .map(|_| Arc::new(iar::authoring::stubs::RecordingCluster::new(cluster.clone())));
+    let recorder = args.record.as_ref().map(|_| {
+        Arc::new(iar::authoring::stubs::RecordingCluster::new(
+            cluster.clone(),
+        ))
+    });
     let cluster: Arc<dyn ClusterReader> = match &recorder {
         Some(r) => r.clone(),
         None => cluster,
