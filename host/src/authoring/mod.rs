@@ -7,5 +7,6 @@ pub mod diff;
 pub mod generate;
 pub mod report;
 pub mod runner;
+pub mod scaffold;
 pub mod stubs;
 pub mod testfile;

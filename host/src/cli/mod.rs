@@ -3,6 +3,7 @@
 mod backup;
 mod conformance;
 mod inspect;
+mod new;
 mod progress;
 mod run;
 mod test;
@@ -41,6 +42,8 @@ enum Command {
     Test(test::TestArgs),
     /// Check any plugin against the generic rules of the contract.
     Conformance(conformance::ConformanceArgs),
+    /// Create a new plugin crate (action, test file, README).
+    New(new::NewArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -70,6 +73,7 @@ pub fn main() -> ExitCode {
         Command::Get(args) => backup::get(args),
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
+        Command::New(args) => new::new(args),
     };
     match result {
         Ok(code) => code,
