@@ -1,6 +1,7 @@
 //! Argument parsing and output only.
 
 mod backup;
+mod bench;
 mod conformance;
 mod inspect;
 mod new;
@@ -44,6 +45,8 @@ enum Command {
     Conformance(conformance::ConformanceArgs),
     /// Create a new plugin crate (action, test file, README).
     New(new::NewArgs),
+    /// Measure a plugin's execute latency on one item, warm and fresh.
+    Bench(bench::BenchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -74,6 +77,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),
+        Command::Bench(args) => bench::bench(args),
     };
     match result {
         Ok(code) => code,
