@@ -296,3 +296,57 @@ cases:
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
+
+/// A file may test several plugins; each case names the one it calls, and
+/// `--plugin` refuses to guess which one to replace.
+#[test]
+fn a_file_with_several_plugins_names_one_per_case() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(artifacts::LABELS, dir.path().join("labels.wasm")).unwrap();
+    std::fs::copy(artifacts::POD_VOLUMES, dir.path().join("pod-volumes.wasm")).unwrap();
+    let pod = repo().join("examples/items/pod.yaml");
+    let test = dir.path().join("both.iar-test.yaml");
+    let cases = format!(
+        "plugins: [labels.wasm, pod-volumes.wasm]
+settings: {{config: {{labels: team=a}}}}
+cases:
+  - name: labels
+    plugin: labels
+    itemFile: {pod}
+    expect: {{pointers: {{/metadata/labels/team: a}}}}
+  - name: volumes
+    plugin: pod-volumes
+    itemFile: {pod}
+    expect: {{unchanged: true, additionalItems: [{{resource: persistentvolumeclaims, namespace: shop, name: data-web-0}}]}}
+",
+        pod = pod.display()
+    );
+    std::fs::write(&test, &cases).unwrap();
+    let out = iar(&["test", test.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stdout(&out).contains("2 cases: 2 passed, 0 failed"));
+
+    let out = iar(&[
+        "test",
+        "--plugin",
+        artifacts::LABELS,
+        test.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--plugin replaces the plugin of a single-plugin file; this one names 2"),
+        "{}",
+        text(&out)
+    );
+
+    std::fs::write(&test, cases.replace("    plugin: labels\n", "")).unwrap();
+    let out = iar(&["test", test.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("case \"labels\": names several plugins; say which with `plugin:`"),
+        "{}",
+        text(&out)
+    );
+}
