@@ -350,3 +350,56 @@ cases:
         text(&out)
     );
 }
+
+/// Expected errors at each stage of an operation's life: progress, cancel,
+/// and a finalize pass that breaks no-operation-in-finalize.
+#[test]
+fn expected_errors_across_an_operations_life_pass() {
+    let out = iar(&[
+        "test",
+        "--plugin",
+        artifacts::HOSTILE,
+        &file("hostile-life"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stdout(&out).contains("4 cases: 4 passed, 0 failed"));
+}
+
+#[test]
+fn each_unmet_expectation_has_its_message() {
+    let out = iar(&["test", "--plugin", artifacts::HOSTILE, &file("mismatches")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = stdout_json(&iar(&[
+        "test",
+        "--plugin",
+        artifacts::HOSTILE,
+        "--format",
+        "json",
+        &file("mismatches"),
+    ]));
+    let first_lines: Vec<String> = report["files"][0]["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let f = c["failures"].as_array().unwrap();
+            assert_eq!(f.len(), 1, "{c}");
+            f[0].as_str()
+                .unwrap()
+                .split(": plugin ")
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        first_lines,
+        [
+            "expected execute to fail with rule no-trap, it succeeded",
+            "execute: expected an operation id matching \"op-[0-9]+\", got \"op-settings\"",
+            "appliesTo: expected the plugin to skip configmaps shop/settings, it selected it",
+            "step 1 (poll): expected completed true, got false",
+            "expected execute to fail with rule plugin-error, it failed with rule no-trap",
+        ]
+    );
+}
