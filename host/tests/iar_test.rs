@@ -74,8 +74,12 @@ fn a_wrong_output_fails_with_a_diff_and_the_pointer() {
              }},
              \"name\": \"settings\",
          ...
+     plugin log:
+       debug: labelled ConfigMap settings
 FAIL {f} › expects the wrong pointer value
      - execute: output item at /metadata/labels/team: expected \"platform\", found \"payments\"
+     plugin log:
+       debug: labelled ConfigMap settings
 ok   {f} › passes
 
 3 cases: 1 passed, 2 failed
@@ -165,6 +169,7 @@ fn filter_json_and_junit() {
         cases[1]["failures"][0],
         "execute: output item at /metadata/labels/team: expected \"platform\", found \"payments\""
     );
+    assert_eq!(cases[1]["logs"][0], "debug: labelled ConfigMap settings");
 
     // The JUnit file is well-formed XML with one failing testcase per case.
     let xml = std::fs::read_to_string(&junit).unwrap();

@@ -29,6 +29,13 @@ pub fn text(files: &[FileReport]) -> String {
                     out += &format!("{lead}{line}\n");
                 }
             }
+            // The plugin's own account of a failed case, where it helps most.
+            if !c.failures.is_empty() && !c.logs.is_empty() {
+                out += "     plugin log:\n";
+                for line in &c.logs {
+                    out += &format!("       {line}\n");
+                }
+            }
         }
     }
     let (passed, failed) = counts(files);

@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 pub struct CaseReport {
     pub name: String,
     pub failures: Vec<String>,
+    /// What the plugin logged during the case (`level: message`).
+    pub logs: Vec<String>,
     #[serde(rename = "durationMs")]
     pub duration_ms: f64,
 }
@@ -150,10 +152,11 @@ pub fn run_file(runtime: &Runtime, path: &Path, opts: &Options) -> anyhow::Resul
                 .with_context(|| format!("{}: no plugin named {name:?} in this file", ctx()))?,
         };
         let started = Instant::now();
-        let failures = run_case(runtime, &file, dir, case, source).with_context(ctx)?;
+        let (failures, logs) = run_case(runtime, &file, dir, case, source).with_context(ctx)?;
         cases.push(CaseReport {
             name: case.name.clone(),
             failures,
+            logs,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         });
     }
@@ -265,14 +268,15 @@ fn load_replay(cluster: &StrictCluster, dir: &Path, files: &[PathBuf]) -> anyhow
     Ok(())
 }
 
-/// Failures of one case; `Err` is a case that cannot run (bad input).
+/// Failures of one case and the plugin's log lines; `Err` is a case that
+/// cannot run (bad input).
 fn run_case(
     runtime: &Runtime,
     file: &TestFile,
     dir: &Path,
     case: &Case,
     source: &PluginSource,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let mut settings = file
         .settings
         .clone()
@@ -303,7 +307,7 @@ fn run_case(
         Ok(p) => p,
         Err(e) => {
             failures.push(budget.explain(&format!("plugin did not load: {e}"), None));
-            return Ok(failures);
+            return Ok((failures, Vec::new()));
         }
     };
     let backup = backup_ref(file.backup.as_ref(), case.backup.as_ref(), case.phase);
@@ -370,7 +374,12 @@ fn run_case(
             ));
         }
     }
-    Ok(failures)
+    let logs = instance
+        .take_logs()
+        .into_iter()
+        .map(|l| format!("{}: {}", l.level, l.message))
+        .collect();
+    Ok((failures, logs))
 }
 
 fn compile_pattern(expect: &Expect) -> anyhow::Result<Option<regex::Regex>> {
