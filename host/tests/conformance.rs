@@ -144,3 +144,26 @@ fn text_output_names_the_check_and_prints_the_item() {
     assert!(s.contains("ok   applies-to-stable\n"), "{s}");
     assert!(s.ends_with("8 checks: 5 passed, 3 failed\n"), "{s}");
 }
+
+/// A plugin exporting both interfaces gets both sets of checks, and
+/// get-related-items is asked only for what its own selector (pods) takes.
+#[test]
+fn block_actions_are_checked_on_the_items_they_select() {
+    let (code, report) = conformance(artifacts::BLOCK_HOSTILE, &[]);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert!(
+        report["checks"].as_array().unwrap().len() == 10,
+        "{report:#}"
+    );
+    for (config, rule) in [
+        ("related=empty-name", "(rule: valid-resource-identifier)"),
+        ("related=trap", "(rule: no-trap)"),
+    ] {
+        let (code, report) = conformance(artifacts::BLOCK_HOSTILE, &[config]);
+        assert_eq!(code, Some(1), "{config}: {report:#}");
+        assert_eq!(failed(&report), ["related-items-accepted"], "{config}");
+        let c = check(&report, "related-items-accepted");
+        assert!(c["detail"].as_str().unwrap().contains(rule), "{c:#}");
+        assert_eq!(c["item"]["kind"], "Pod", "{c:#}");
+    }
+}

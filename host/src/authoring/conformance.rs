@@ -146,9 +146,14 @@ pub fn check(
             .extend(action_checks(&plugin, &cluster, &selected));
     }
     if plugin.exports(Interface::ItemBlockAction) {
+        // Its own selector, which may differ from the item action's.
+        let block_selected: Vec<&Item> = generated
+            .iter()
+            .filter(|i| plugin.block_applies(i))
+            .collect();
         report
             .checks
-            .extend(block_checks(&plugin, &cluster, &selected));
+            .extend(block_checks(&plugin, &cluster, &block_selected));
     }
     Ok(report)
 }
