@@ -4,9 +4,11 @@
 
 pub mod conformance;
 pub mod diff;
+mod expect;
 pub mod generate;
 pub mod report;
 pub mod runner;
 pub mod scaffold;
+mod steps;
 pub mod stubs;
 pub mod testfile;
