@@ -174,7 +174,7 @@ fn filter_json_and_junit() {
     // The JUnit file is well-formed XML with one failing testcase per case.
     let xml = std::fs::read_to_string(&junit).unwrap();
     let mut reader = quick_xml::Reader::from_str(&xml);
-    let (mut testcases, mut failures, mut suites) = (Vec::new(), Vec::new(), 0);
+    let (mut testcases, mut failures, mut suites, mut outs) = (Vec::new(), Vec::new(), 0, 0);
     loop {
         match reader.read_event().expect("valid XML") {
             quick_xml::events::Event::Start(e) | quick_xml::events::Event::Empty(e) => {
@@ -193,6 +193,16 @@ fn filter_json_and_junit() {
                     }
                     b"testcase" => testcases.push(attr("name").unwrap()),
                     b"failure" => failures.push(attr("message").unwrap()),
+                    b"system-out" => {
+                        let text = reader
+                            .read_text(e.name())
+                            .unwrap()
+                            .decode()
+                            .unwrap()
+                            .into_owned();
+                        assert_eq!(text, "debug: labelled ConfigMap settings");
+                        outs += 1;
+                    }
                     _ => {}
                 }
             }
@@ -200,7 +210,7 @@ fn filter_json_and_junit() {
             _ => {}
         }
     }
-    assert_eq!(suites, 1);
+    assert_eq!((suites, outs), (1, 2));
     assert_eq!(
         testcases,
         ["expects the wrong team", "expects the wrong pointer value"]

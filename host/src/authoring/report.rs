@@ -52,7 +52,8 @@ pub fn json(files: &[FileReport]) -> serde_json::Value {
 }
 
 /// JUnit XML: one `testsuite` per file, one `testcase` per case, a
-/// `failure` holding every message of a failed case.
+/// `failure` holding every message of a failed case and `system-out` the
+/// plugin's log lines.
 pub fn junit(files: &[FileReport]) -> anyhow::Result<String> {
     let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
     w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
@@ -88,6 +89,11 @@ pub fn junit(files: &[FileReport]) -> anyhow::Result<String> {
             w.write_event(Event::Start(failure))?;
             w.write_event(Event::Text(BytesText::new(&c.failures.join("\n"))))?;
             w.write_event(Event::End(BytesEnd::new("failure")))?;
+            if !c.logs.is_empty() {
+                w.write_event(Event::Start(BytesStart::new("system-out")))?;
+                w.write_event(Event::Text(BytesText::new(&c.logs.join("\n"))))?;
+                w.write_event(Event::End(BytesEnd::new("system-out")))?;
+            }
             w.write_event(Event::End(BytesEnd::new("testcase")))?;
         }
         w.write_event(Event::End(BytesEnd::new("testsuite")))?;
