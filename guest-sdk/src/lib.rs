@@ -70,7 +70,7 @@ pub use export::{Exported, ExportedBlock};
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "iar:plugin/plugin",
         pub_export_macro: true,
         export_macro_name: "__export_iar_plugin",
@@ -85,7 +85,7 @@ pub mod bindings {
 #[doc(hidden)]
 pub mod bindings_block {
     wit_bindgen::generate!({
-        path: "../wit/v1.1",
+        path: "wit/v1.1",
         world: "iar:plugin/block-plugin",
         with: {
             "iar:plugin/types@1.1.0": crate::bindings::iar::plugin::types,
@@ -107,7 +107,7 @@ pub mod bindings_block {
 #[doc(hidden)]
 pub mod bindings_v1_1 {
     wit_bindgen::generate!({
-        path: "../wit/v1.1",
+        path: "wit/v1.1",
         world: "iar:plugin/action-plugin",
         with: {
             "iar:plugin/types@1.1.0": crate::bindings::iar::plugin::types,

@@ -9,6 +9,7 @@
 // returned off the hot path, so their size is not worth boxing.
 #![allow(clippy::result_large_err)]
 
+pub mod authoring;
 pub mod backup;
 pub mod cluster;
 pub mod contract;
@@ -25,6 +26,7 @@ pub mod plugin;
 pub mod resources;
 pub mod sandbox;
 pub mod selector;
+pub mod settings_file;
 pub mod store;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};

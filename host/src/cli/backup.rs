@@ -5,7 +5,7 @@ use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::VolumeBackup;
 use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::Operation;
-use iar::plugin::settings::SettingsDoc;
+use iar::settings_file::SettingsFile;
 use iar::store::{BackupFile, BackupStore};
 use iar::{ManifestCluster, Plugin, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
@@ -114,19 +114,10 @@ pub fn load_plugins(
     let mut plugins = Vec::new();
     for path in paths {
         let sidecar = path.with_extension("yaml");
-        let doc = if sidecar.exists() {
-            let text = std::fs::read_to_string(&sidecar)?;
-            SettingsDoc::parse(&text)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| format!("plugin settings {}", sidecar.display()))?
-        } else {
-            SettingsDoc::default()
-        };
         let extra = super::run::plugin_config(config, &iar::plugin::name_from_path(&path))?;
-        let settings = doc
+        let settings = SettingsFile::read_or_default(&sidecar)?
             .into_settings(extra)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("plugin settings {}", sidecar.display()))?;
+            .map_err(anyhow::Error::msg)?;
         plugins.push(Plugin::from_file(runtime, &path, settings)?);
     }
     if plugins.is_empty() {

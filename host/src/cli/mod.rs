@@ -1,9 +1,13 @@
 //! Argument parsing and output only.
 
 mod backup;
+mod bench;
+mod conformance;
 mod inspect;
+mod new;
 mod progress;
 mod run;
+mod test;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +39,14 @@ enum Command {
     Describe(backup::DescribeArgs),
     /// List the backups in a store, one line each.
     Get(backup::GetArgs),
+    /// Run a plugin's declarative test files (`*.iar-test.yaml`).
+    Test(test::TestArgs),
+    /// Check any plugin against the generic rules of the contract.
+    Conformance(conformance::ConformanceArgs),
+    /// Create a new plugin crate (action, test file, README).
+    New(new::NewArgs),
+    /// Measure a plugin's execute latency on one item, warm and fresh.
+    Bench(bench::BenchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -62,6 +74,10 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => backup::resume(args),
         Command::Describe(args) => backup::describe(args),
         Command::Get(args) => backup::get(args),
+        Command::Test(args) => test::test(args),
+        Command::Conformance(args) => conformance::conformance(args),
+        Command::New(args) => new::new(args),
+        Command::Bench(args) => bench::bench(args),
     };
     match result {
         Ok(code) => code,

@@ -54,6 +54,10 @@ pub struct RunArgs {
     /// default: all but secrets.
     #[arg(long = "allow-read", value_name = "RESOURCE")]
     allow_read: Vec<String>,
+    /// Write every cluster-get and its answer to this YAML file, for an
+    /// `iar test` case to `replay:`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -136,6 +140,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
         None => Arc::new(NoCluster),
     };
+    let recorder = args.record.as_ref().map(|_| {
+        Arc::new(iar::authoring::stubs::RecordingCluster::new(
+            cluster.clone(),
+        ))
+    });
+    let cluster: Arc<dyn ClusterReader> = match &recorder {
+        Some(r) => r.clone(),
+        None => cluster,
+    };
     let grants = if args.allow_read.is_empty() {
         iar::ReadGrants::default()
     } else {
@@ -216,6 +229,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "finalItem": item.value,
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
+    if let (Some(path), Some(recorder)) = (&args.record, &recorder) {
+        let text = format!(
+            "# cluster-get answers recorded by `iar run`; replay them in an iar test case with `replay:`\n{}",
+            serde_yaml::to_string(&recorder.recording())?
+        );
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(first) = failed.first() {
         let more = if failed.len() > 1 {
             format!(" (and {} more)", failed.len() - 1)

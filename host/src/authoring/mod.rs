@@ -1,0 +1,14 @@
+//! Tools for plugin authors: declarative tests of a plugin (`iar test`),
+//! generic conformance checks (`iar conformance`), and the clusters they
+//! run against. Everything runs through the real engine and boundary.
+
+pub mod conformance;
+pub mod diff;
+mod expect;
+pub mod generate;
+pub mod report;
+pub mod runner;
+pub mod scaffold;
+mod steps;
+pub mod stubs;
+pub mod testfile;

@@ -1,0 +1,145 @@
+//! `iar new` makes a crate that builds outside this workspace and whose
+//! test file passes; the SDK it depends on is a self-contained package.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+use common::{iar, repo};
+
+/// Variables the outer cargo sets for this test that must not reach a
+/// nested build of another crate (as in tests/build.rs).
+const OUTER_ENV: &[&str] = &[
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTFLAGS",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTC_WRAPPER",
+    "CARGO_TARGET_DIR",
+    "CARGO_MANIFEST_DIR",
+    "CARGO_PKG_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+];
+
+fn cargo(dir: &Path, args: &[&str], target: &Path) -> std::process::Output {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target);
+    for v in OUTER_ENV.iter().filter(|v| **v != "CARGO_TARGET_DIR") {
+        cmd.env_remove(v);
+    }
+    cmd.output().expect("running cargo")
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Scaffold outside the workspace, build for wasm32-wasip2, `iar test`
+/// in the new crate: green. The target directory is under the workspace's
+/// so the dependencies are compiled once across runs.
+#[test]
+fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("team-label");
+    let out = iar(&["new", "team-label", "--path", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    for f in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "team-label.iar-test.yaml",
+        "README.md",
+    ] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("\n[workspace]\n"), "{manifest}");
+    assert!(manifest.contains("crate-type = [\"cdylib\"]"), "{manifest}");
+    let sdk = repo().join("guest-sdk").canonicalize().unwrap();
+    assert!(
+        manifest.contains(&format!(
+            "iar-sdk = {{ path = {:?} }}",
+            sdk.display().to_string()
+        )),
+        "{manifest}"
+    );
+
+    let target = repo().join("target/iar-new-test");
+    let out = cargo(
+        &dir,
+        &["build", "--target", "wasm32-wasip2", "--release"],
+        &target,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    // The test file names the plugin where a plain `cargo build` puts it.
+    let built: PathBuf = target.join("wasm32-wasip2/release/team_label.wasm");
+    let expected = dir.join("target/wasm32-wasip2/release/team_label.wasm");
+    std::fs::create_dir_all(expected.parent().unwrap()).unwrap();
+    std::fs::copy(&built, &expected).unwrap();
+
+    let out = iar(&["test", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("4 cases: 4 passed, 0 failed"),
+        "{}",
+        text(&out)
+    );
+    let out = iar(&["conformance", expected.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn new_refuses_a_bad_name_or_a_non_empty_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = iar(&[
+        "new",
+        "Bad Name",
+        "--path",
+        tmp.path().join("x").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a plugin name"));
+    std::fs::write(tmp.path().join("keep"), "").unwrap();
+    let out = iar(&["new", "ok", "--path", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists and is not empty"));
+}
+
+/// The SDK carries its own copy of the contract, identical to the
+/// repository's, so the package is complete on its own.
+#[test]
+fn the_sdk_wit_is_the_contract() {
+    for rel in ["plugin.wit", "v1.1/plugin.wit"] {
+        let contract = std::fs::read_to_string(repo().join("wit").join(rel)).unwrap();
+        let copy = std::fs::read_to_string(repo().join("guest-sdk/wit").join(rel)).unwrap();
+        assert!(
+            contract == copy,
+            "guest-sdk/wit/{rel} differs from wit/{rel}: copy it again (cp wit/{rel} guest-sdk/wit/{rel})"
+        );
+    }
+}
+
+#[test]
+fn the_sdk_packages_on_its_own() {
+    let target = repo().join("target/iar-new-test");
+    let out = cargo(
+        &repo(),
+        &["package", "-p", "iar-sdk", "--list", "--allow-dirty"],
+        &target,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let list = String::from_utf8_lossy(&out.stdout);
+    for f in [
+        "src/lib.rs",
+        "wit/plugin.wit",
+        "wit/v1.1/plugin.wit",
+        "Cargo.toml",
+    ] {
+        assert!(list.lines().any(|l| l == f), "{f} not packaged:\n{list}");
+    }
+}
