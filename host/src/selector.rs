@@ -97,6 +97,40 @@ impl CompiledSelector {
     }
 }
 
+impl CompiledSelector {
+    /// Whether any object of this resource could match (namespaces and
+    /// labels aside): a lister skips the resources this rules out.
+    pub fn includes_resource(&self, group: &str, resource: &str) -> bool {
+        let group_resource: Cow<'_, str> = if group.is_empty() {
+            Cow::Borrowed(resource)
+        } else {
+            Cow::Owned(format!("{resource}.{group}"))
+        };
+        self.resources.should_include(&group_resource)
+    }
+
+    /// Whether cluster-scoped objects can match at all.
+    pub fn includes_cluster_scope(&self) -> bool {
+        self.namespaces.include_everything()
+    }
+
+    /// The namespaces objects can be in, when the selector names them
+    /// exactly (no globs, no "*"): a lister lists only those.
+    pub fn exact_namespaces(&self) -> Option<Vec<String>> {
+        let n = &self.namespaces;
+        if n.include_all {
+            return None;
+        }
+        n.includes
+            .iter()
+            .map(|m| match m {
+                Matcher::Exact(e) => Some(e.clone()),
+                Matcher::Glob(_) => None,
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Matcher {
     Exact(String),

@@ -12,6 +12,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct BackupFilter {
     selector: CompiledSelector,
+    /// As selector syntax, for a server-side list.
+    label_selector: String,
 }
 
 /// A list of strings, or absent/null for none. Anything else is an error
@@ -134,16 +136,30 @@ impl BackupFilter {
                 ));
             }
         }
+        let label_selector = label_selector(spec.get("labelSelector"))?;
         let sel = ResourceSelector {
             included_namespaces: strings(spec, "includedNamespaces")?,
             excluded_namespaces: strings(spec, "excludedNamespaces")?,
             included_resources: strings(spec, "includedResources")?,
             excluded_resources: strings(spec, "excludedResources")?,
-            label_selector: label_selector(spec.get("labelSelector"))?,
+            label_selector: label_selector.clone(),
         };
         let selector = CompiledSelector::compile(&sel, Catalog::builtin())
             .map_err(|e: SelectorError| format!("backup spec: {e}"))?;
-        Ok(BackupFilter { selector })
+        Ok(BackupFilter {
+            selector,
+            label_selector,
+        })
+    }
+
+    /// The label selector in selector syntax ("" for none).
+    pub fn label_selector(&self) -> &str {
+        &self.label_selector
+    }
+
+    /// The compiled selector, for listers that narrow what they ask for.
+    pub fn selector(&self) -> &CompiledSelector {
+        &self.selector
     }
 
     pub fn matches(&self, item: &crate::Item) -> bool {

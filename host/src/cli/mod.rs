@@ -3,6 +3,7 @@
 mod backup;
 mod bench;
 mod conformance;
+mod controller;
 mod inspect;
 mod new;
 mod progress;
@@ -47,13 +48,21 @@ enum Command {
     New(new::NewArgs),
     /// Measure a plugin's execute latency on one item, warm and fresh.
     Bench(bench::BenchArgs),
+    /// Reconcile backups.iar.dev resources in a cluster (leader-elected),
+    /// serving /healthz, /readyz and /metrics.
+    Controller(controller::ControllerArgs),
+    /// Print the backups.iar.dev CustomResourceDefinition.
+    Crd(controller::CrdArgs),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Backups narrate their phases (plain log lines when stderr is not a
     // terminal; a progress line when it is); the other commands stay quiet.
-    let long_running = matches!(cli.command, Command::Backup(_) | Command::Resume(_));
+    let long_running = matches!(
+        cli.command,
+        Command::Backup(_) | Command::Resume(_) | Command::Controller(_)
+    );
     let default = if long_running && !progress::interactive() {
         "info"
     } else {
@@ -78,6 +87,8 @@ pub fn main() -> ExitCode {
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Controller(args) => controller::controller(args),
+        Command::Crd(args) => controller::crd(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,104 @@
+//! `iar controller` and `iar crd`.
+
+use anyhow::Context;
+use iar::controller::Settings;
+use iar::k8s::run::{Options, run};
+use iar::store::BackupStore;
+use iar::{Runtime, RuntimeConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct ControllerArgs {
+    /// The namespace iar runs in: its Backups, plugin ConfigMaps and
+    /// leader Lease.
+    #[arg(long, env = "IAR_NAMESPACE", default_value = "iar-system")]
+    namespace: String,
+    /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
+    #[arg(long, env = "IAR_STORE")]
+    store: String,
+    /// Plugins from a directory (*.wasm, NAME.yaml settings), as for
+    /// `iar backup`, besides those registered as ConfigMaps.
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// Where /healthz, /readyz and /metrics are served.
+    #[arg(long, env = "IAR_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// The leader-election Lease's name.
+    #[arg(long, default_value = "iar-controller")]
+    lease_name: String,
+    /// This replica's identity in the Lease (the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long leadership lasts unrenewed (renewed every third of it).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    leader_lease: Duration,
+    /// How long a backup's lease in the store lasts unrenewed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+    /// How often operation progress is polled and persisted.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    sync_period: Duration,
+    /// Operation timeout, unless the spec sets itemOperationTimeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    operation_timeout: Duration,
+    /// Item-block workers per backup (default: the number of cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
+}
+
+pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    let file_plugins = match &args.plugins {
+        Some(dir) => super::backup::load_plugins(&runtime, dir, &[])?,
+        None => Vec::new(),
+    };
+    let store = BackupStore::open(&args.store)?;
+    let defaults = Settings::default();
+    let settings = Settings {
+        sync_period: args.sync_period,
+        operation_timeout: args.operation_timeout,
+        lease_duration: args.lease_duration,
+        workers: args.workers.map_or(defaults.workers, usize::from),
+        ..defaults
+    };
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "iar".into()),
+            std::process::id()
+        )
+    });
+    let options = Options {
+        namespace: args.namespace.clone(),
+        listen: args.listen,
+        lease_name: args.lease_name.clone(),
+        identity,
+        leader_lease: args.leader_lease,
+        settings,
+        store,
+    };
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    tokio.block_on(async move {
+        let client = iar::k8s::client()
+            .await
+            .context("connecting to the API server")?;
+        let plugins: iar::controller::PluginSource = Arc::new(move || file_plugins.clone());
+        run(client, options, plugins, Arc::new(|| true), None).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct CrdArgs {}
+
+pub fn crd(_args: CrdArgs) -> anyhow::Result<ExitCode> {
+    print!("{}", iar::k8s::crd::definition_yaml());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,229 @@
+//! A live API server as the cluster a backup reads: items listed through
+//! discovery (every listable resource at its preferred version, CRDs
+//! included) in pages, `cluster-get` answered by GET.
+//!
+//! Plugin calls are synchronous and run on blocking threads; [`get`]
+//! bridges them to the async client with the runtime's handle, so that a
+//! plugin waiting on the API server never holds a runtime thread. Async
+//! callers use [`get_async`] and never block.
+//!
+//! [`get`]: ClusterReader::get
+//! [`get_async`]: ClusterReader::get_async
+
+use crate::backup::spec::BackupFilter;
+use crate::cluster::ClusterReader;
+use crate::item::{Item, ItemRef};
+use crate::resources::GroupResource;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::RwLock;
+
+/// What discovery said about one resource.
+#[derive(Clone, Debug)]
+struct Resource {
+    api: ApiResource,
+    namespaced: bool,
+    listable: bool,
+    gettable: bool,
+}
+
+/// The API server, read-only.
+pub struct LiveCluster {
+    client: kube::Client,
+    handle: tokio::runtime::Handle,
+    resources: RwLock<Option<Arc<HashMap<GroupResource, Resource>>>>,
+    page_size: u32,
+    requests: AtomicU64,
+}
+
+impl LiveCluster {
+    /// `handle`: the runtime the client's connections live on; plugin
+    /// threads block on it while they wait for an answer.
+    pub fn new(client: kube::Client, handle: tokio::runtime::Handle) -> Self {
+        LiveCluster {
+            client,
+            handle,
+            resources: RwLock::new(None),
+            page_size: 500,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// Objects per list request (500, as kubectl and Velero page).
+    pub fn with_page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    /// API requests this cluster has made (discovery, list pages, gets).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: u64) {
+        self.requests.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Every resource at its group's preferred version, from aggregated
+    /// discovery (two requests however many groups there are).
+    async fn discover(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, String> {
+        let discovery = Discovery::new(self.client.clone())
+            .run_aggregated()
+            .await
+            .map_err(|e| format!("discovery: {e}"))?;
+        self.count(2);
+        let mut map = HashMap::new();
+        for group in discovery.groups() {
+            for (api, caps) in group.recommended_resources() {
+                let ApiCapabilities {
+                    scope, operations, ..
+                } = &caps;
+                let resource = Resource {
+                    namespaced: matches!(scope, Scope::Namespaced),
+                    listable: operations.iter().any(|o| o == verbs::LIST),
+                    gettable: operations.iter().any(|o| o == verbs::GET),
+                    api: api.clone(),
+                };
+                map.insert(GroupResource::new(&api.group, &api.plural), resource);
+            }
+        }
+        let map = Arc::new(map);
+        *self.resources.write().await = Some(map.clone());
+        Ok(map)
+    }
+
+    async fn resources(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, String> {
+        if let Some(known) = self.resources.read().await.clone() {
+            return Ok(known);
+        }
+        self.discover().await
+    }
+
+    /// The resource named, discovering again once when it is unknown (a
+    /// CRD created since the last discovery).
+    async fn resource(&self, gr: &GroupResource) -> Result<Option<Resource>, String> {
+        if let Some(r) = self.resources().await?.get(gr) {
+            return Ok(Some(r.clone()));
+        }
+        Ok(self.discover().await?.get(gr).cloned())
+    }
+
+    fn api(&self, r: &Resource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) if r.namespaced => Api::namespaced_with(self.client.clone(), ns, &r.api),
+            _ => Api::all_with(self.client.clone(), &r.api),
+        }
+    }
+
+    /// Lists one resource (in one namespace, or everywhere) page by page.
+    async fn list_resource(
+        &self,
+        r: &Resource,
+        namespace: Option<&str>,
+        filter: &BackupFilter,
+        out: &mut Vec<Item>,
+    ) -> Result<(), String> {
+        let api = self.api(r, namespace);
+        let mut params = ListParams::default().limit(self.page_size);
+        if !filter.label_selector().is_empty() {
+            params = params.labels(filter.label_selector());
+        }
+        loop {
+            let page = api.list(&params).await.map_err(|e| {
+                format!(
+                    "listing {}{}: {e}",
+                    GroupResource::new(&r.api.group, &r.api.plural),
+                    namespace.map(|n| format!(" in {n}")).unwrap_or_default()
+                )
+            })?;
+            self.count(1);
+            for object in page.items {
+                let item = to_item(&r.api, object)?;
+                // The server applied the label selector; namespaces and
+                // resources are decided here, by the same rules as files.
+                if filter.matches(&item) {
+                    out.push(item);
+                }
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+/// A listed object as an item: list responses leave out each object's
+/// apiVersion and kind, so they come from discovery.
+fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, String> {
+    let mut value = serde_json::to_value(&object).map_err(|e| e.to_string())?;
+    if let Value::Object(map) = &mut value {
+        map.insert("apiVersion".into(), Value::String(api.api_version.clone()));
+        map.insert("kind".into(), Value::String(api.kind.clone()));
+    }
+    let id = ItemRef {
+        group: api.group.clone(),
+        resource: api.plural.clone(),
+        namespace: object.metadata.namespace.clone().unwrap_or_default(),
+        name: object.metadata.name.clone().unwrap_or_default(),
+    };
+    Ok(Item { id, value })
+}
+
+#[async_trait::async_trait]
+impl ClusterReader for LiveCluster {
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+        // Plugin calls run on blocking threads, which may wait on the
+        // runtime; tokio refuses (panics) if a runtime thread tries.
+        self.handle.block_on(self.get_async(id))
+    }
+
+    async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+        let gr = id.group_resource();
+        let Some(r) = self.resource(&gr).await? else {
+            return Ok(None);
+        };
+        if !r.gettable {
+            return Err(format!("{gr} cannot be read with get"));
+        }
+        let api = self.api(&r, Some(&id.namespace));
+        let found = api
+            .get_opt(&id.name)
+            .await
+            .map_err(|e| format!("reading {id}: {e}"))?;
+        self.count(1);
+        Ok(match found {
+            None => None,
+            Some(object) => Some(to_item(&r.api, object)?.value),
+        })
+    }
+
+    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
+        let resources = self.discover().await?;
+        let mut names: Vec<&GroupResource> = resources.keys().collect();
+        names.sort();
+        let selector = filter.selector();
+        let namespaces = selector.exact_namespaces();
+        let mut items = Vec::new();
+        for gr in names {
+            let r = &resources[gr];
+            if !r.listable || !selector.includes_resource(&gr.group, &gr.resource) {
+                continue;
+            }
+            match (&namespaces, r.namespaced) {
+                (_, false) if !selector.includes_cluster_scope() => {}
+                (Some(list), true) => {
+                    for ns in list {
+                        self.list_resource(r, Some(ns), filter, &mut items).await?;
+                    }
+                }
+                _ => self.list_resource(r, None, filter, &mut items).await?,
+            }
+        }
+        Ok(items)
+    }
+}

@@ -1,0 +1,274 @@
+//! Reconciling `backups.iar.dev` resources: each reconcile is one step of
+//! the phase machine ([`Controller::step`]) under the backup's store lease;
+//! polling is a requeue, not a sleeping loop. What to do is decided by
+//! [`decide`] from the persisted backup and the resource's status alone,
+//! so any replica can take over at any point.
+
+use super::crd::Backup;
+use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
+use crate::controller::{BackupRequest, Controller, ControllerError, Step};
+use crate::store::lease::LeaseError;
+use crate::store::{BackupFile, StoreError};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Recorded on the persisted backup: the uid of the resource it was made
+/// for, so a later resource of the same name is not mistaken for it.
+pub const RESOURCE_UID_ANNOTATION: &str = "iar.dev/resource-uid";
+
+/// What one reconcile does, decided from state alone.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// No backup in the store: create it and run its first pass.
+    Start,
+    /// Persisted and not finished: take the next step.
+    Step,
+    /// Finished, but the resource does not show it yet: copy the status.
+    Mirror(Box<BackupStatus>),
+    /// The resource says it ran, but the store has no such backup (another
+    /// store, or deleted data): nothing is started again.
+    Orphaned,
+    /// Finished and shown.
+    Nothing,
+}
+
+pub fn decide(resource: Option<&BackupStatus>, stored: Option<&BackupObject>) -> Decision {
+    match stored {
+        None => match resource.map(|s| s.phase) {
+            None | Some(BackupPhase::New) => Decision::Start,
+            Some(_) => Decision::Orphaned,
+        },
+        Some(o) if o.status.phase.is_terminal() => {
+            if resource == Some(&o.status) {
+                Decision::Nothing
+            } else {
+                Decision::Mirror(Box::new(o.status.clone()))
+            }
+        }
+        Some(_) => Decision::Step,
+    }
+}
+
+/// Why a reconcile failed; kube-runtime retries after [`error_policy`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("backup {name}: reading the store: {source}")]
+    Store {
+        name: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error(transparent)]
+    Backup(#[from] ControllerError),
+    #[error("backup {name}: writing its status: {source}")]
+    Status {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub controller: Arc<Controller>,
+    pub api: Api<Backup>,
+    /// When each waiting backup was last polled: a reconcile triggered by
+    /// a status change does not poll again before the sync period is up.
+    last_poll: Mutex<HashMap<String, Instant>>,
+}
+
+impl Context {
+    pub fn new(controller: Arc<Controller>, api: Api<Backup>) -> Self {
+        Context {
+            controller,
+            api,
+            last_poll: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn not_before(&self, name: &str) -> Option<Duration> {
+        let last = self.last_poll.lock().unwrap_or_else(|p| p.into_inner());
+        let period = self.controller.settings.sync_period;
+        last.get(name)
+            .map(|t| period.saturating_sub(t.elapsed()))
+            .filter(|d| !d.is_zero())
+    }
+
+    fn polled(&self, name: &str, done: bool) {
+        let mut last = self.last_poll.lock().unwrap_or_else(|p| p.into_inner());
+        if done {
+            last.remove(name);
+        } else {
+            last.insert(name.to_string(), Instant::now());
+        }
+    }
+}
+
+/// Writes a backup's status onto its resource (a merge patch of the status
+/// subresource: nothing else of the object is touched).
+pub async fn patch_status(
+    api: &Api<Backup>,
+    name: &str,
+    status: &BackupStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let name = backup.name_any();
+    let c = &ctx.controller;
+    let stored: Option<BackupObject> = c
+        .store
+        .get_json(&name, BackupFile::Metadata)
+        .await
+        .map_err(|source| ReconcileError::Store {
+            name: name.clone(),
+            source,
+        })?;
+    match decide(backup.status.as_ref(), stored.as_ref()) {
+        Decision::Start => {
+            let request = BackupRequest {
+                name: name.clone(),
+                namespace: backup.namespace().unwrap_or_default(),
+                spec: backup.spec.to_value(),
+                // Items come from the live cluster.
+                sources: Vec::new(),
+                annotations: backup
+                    .uid()
+                    .map(|uid| (RESOURCE_UID_ANNOTATION.to_string(), uid))
+                    .into_iter()
+                    .collect(),
+            };
+            let stepped = c
+                .with_lease(&name, async {
+                    c.start(request).await?;
+                    c.step(&name).await
+                })
+                .await;
+            after_step(&ctx, &name, stepped).await
+        }
+        Decision::Step => {
+            if let Some(wait) = ctx.not_before(&name) {
+                return Ok(Action::requeue(wait));
+            }
+            let stepped = c.with_lease(&name, c.step(&name)).await;
+            after_step(&ctx, &name, stepped).await
+        }
+        Decision::Mirror(status) => {
+            patch_status(&ctx.api, &name, &status)
+                .await
+                .map_err(|source| ReconcileError::Status {
+                    name: name.clone(),
+                    source,
+                })?;
+            Ok(Action::await_change())
+        }
+        Decision::Orphaned => {
+            tracing::warn!(backup = %name, "the resource has a status but the store has no such backup; leaving it");
+            Ok(Action::await_change())
+        }
+        Decision::Nothing => Ok(Action::await_change()),
+    }
+}
+
+async fn after_step(
+    ctx: &Context,
+    name: &str,
+    stepped: Result<Step, ControllerError>,
+) -> Result<Action, ReconcileError> {
+    let c = &ctx.controller;
+    match stepped {
+        Ok(Step::Requeue(after)) => {
+            ctx.polled(name, false);
+            Ok(Action::requeue(after))
+        }
+        Ok(Step::Done(object)) => {
+            ctx.polled(name, true);
+            c.release(name).await;
+            patch_status(&ctx.api, name, &object.status)
+                .await
+                .map_err(|source| ReconcileError::Status {
+                    name: name.into(),
+                    source,
+                })?;
+            Ok(Action::await_change())
+        }
+        // Another process drives it (a replica that led before, whose
+        // lease in the store has not expired yet): try again later.
+        Err(ControllerError::Lease(LeaseError::Held { .. })) => {
+            c.release(name).await;
+            Ok(Action::requeue(c.settings.lease_duration / 3))
+        }
+        Err(e) => {
+            ctx.polled(name, true);
+            c.release(name).await;
+            Err(e.into())
+        }
+    }
+}
+
+pub fn error_policy(backup: Arc<Backup>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::error!(backup = %backup.name_any(), "reconcile failed: {error}");
+    Action::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(phase: BackupPhase) -> BackupObject {
+        let mut o = BackupObject::new("b", "iar", "u", serde_json::json!({}));
+        o.status.phase = phase;
+        o
+    }
+
+    #[test]
+    fn a_new_resource_starts_a_backup() {
+        assert_eq!(decide(None, None), Decision::Start);
+        let new = BackupStatus::default();
+        assert_eq!(decide(Some(&new), None), Decision::Start);
+    }
+
+    #[test]
+    fn every_unfinished_persisted_phase_is_stepped() {
+        for phase in [
+            BackupPhase::New,
+            BackupPhase::InProgress,
+            BackupPhase::WaitingForPluginOperations,
+            BackupPhase::WaitingForPluginOperationsPartiallyFailed,
+            BackupPhase::Finalizing,
+            BackupPhase::FinalizingPartiallyFailed,
+        ] {
+            // Whatever the resource shows: the store decides.
+            assert_eq!(decide(None, Some(&stored(phase))), Decision::Step, "{phase}");
+            let shown = stored(BackupPhase::Completed).status;
+            assert_eq!(decide(Some(&shown), Some(&stored(phase))), Decision::Step);
+        }
+    }
+
+    #[test]
+    fn a_finished_backup_is_mirrored_once() {
+        let done = stored(BackupPhase::PartiallyFailed);
+        let stale = stored(BackupPhase::WaitingForPluginOperations).status;
+        assert_eq!(
+            decide(Some(&stale), Some(&done)),
+            Decision::Mirror(Box::new(done.status.clone()))
+        );
+        assert_eq!(decide(Some(&done.status), Some(&done)), Decision::Nothing);
+    }
+
+    #[test]
+    fn a_resource_that_ran_elsewhere_is_not_started_again() {
+        let ran = stored(BackupPhase::Completed).status;
+        assert_eq!(decide(Some(&ran), None), Decision::Orphaned);
+        let waiting = stored(BackupPhase::WaitingForPluginOperations).status;
+        assert_eq!(decide(Some(&waiting), None), Decision::Orphaned);
+    }
+}

@@ -1,0 +1,162 @@
+//! `iar controller`: the pieces put together. Health and metrics are
+//! served by every replica; only the leader reconciles Backups.
+
+use super::crd::Backup;
+use super::leader::{Elector, LeaderError};
+use super::live::LiveCluster;
+use super::reconcile::{Context, error_policy, patch_status, reconcile};
+use super::serve::{Health, serve};
+use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
+use crate::controller::{Controller, PluginSource, Settings, StatusSink};
+use crate::store::BackupStore;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::{Controller as Reconciler, watcher};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub struct Options {
+    /// Where Backups, plugin ConfigMaps and the leader Lease live.
+    pub namespace: String,
+    /// `/healthz`, `/readyz`, `/metrics`.
+    pub listen: SocketAddr,
+    pub lease_name: String,
+    /// This replica's name in the Lease (the pod name in a cluster).
+    pub identity: String,
+    pub leader_lease: Duration,
+    pub settings: Settings,
+    pub store: BackupStore,
+}
+
+/// Whether the plugins are loaded (the first list of plugin ConfigMaps
+/// applied); `/readyz` waits for it.
+pub type PluginsReady = Arc<dyn Fn() -> bool + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("serving health and metrics on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Counts backups by phase for the `iar_backups` gauge.
+fn backups_gauge(phases: &Mutex<HashMap<String, BackupPhase>>, object: &BackupObject) {
+    let mut phases = phases.lock().unwrap_or_else(|p| p.into_inner());
+    phases.insert(object.metadata.name.clone(), object.status.phase);
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for phase in phases.values() {
+        *counts.entry(phase.to_string()).or_default() += 1;
+    }
+    let counts: Vec<(String, i64)> = counts.into_iter().collect();
+    crate::metrics::global().set_backups(&counts);
+}
+
+/// Runs until leadership is lost (an error: the process should exit and
+/// be restarted as a follower) or the Backup watch ends.
+pub async fn run(
+    client: kube::Client,
+    options: Options,
+    plugins: PluginSource,
+    plugins_ready: PluginsReady,
+    bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) -> Result<(), RunError> {
+    super::install_crypto();
+    let api: Api<Backup> = Api::namespaced(client.clone(), &options.namespace);
+    let cluster = Arc::new(LiveCluster::new(
+        client.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+
+    // Every phase change reaches the resource's status, in order, from one
+    // writer task; the phase machine never waits for the API server.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, BackupStatus)>();
+    let phases = Arc::new(Mutex::new(HashMap::new()));
+    let sink: StatusSink = {
+        let phases = phases.clone();
+        Arc::new(move |object: &BackupObject| {
+            backups_gauge(&phases, object);
+            let _ = tx.send((object.metadata.name.clone(), object.status.clone()));
+        })
+    };
+    let writer_api = api.clone();
+    tokio::spawn(async move {
+        while let Some((name, status)) = rx.recv().await {
+            if let Err(e) = patch_status(&writer_api, &name, &status).await {
+                // The reconcile that ends the backup writes it again.
+                tracing::warn!(backup = %name, "writing status {}: {e}", status.phase);
+            }
+        }
+    });
+
+    let controller = Arc::new(
+        Controller::new(Vec::new(), options.store, cluster, options.settings)
+            .with_plugin_source(plugins)
+            .with_status_sink(sink),
+    );
+
+    let health = Arc::new(Health {
+        ready: Default::default(),
+        controller: controller.clone(),
+    });
+    let (tx_bound, rx_bound) = tokio::sync::oneshot::channel();
+    let addr = options.listen;
+    let server = tokio::spawn(serve(addr, health.clone(), tx_bound));
+    match rx_bound.await {
+        Ok(at) => {
+            tracing::info!("serving /healthz /readyz /metrics on {at}");
+            if let Some(bound) = bound {
+                let _ = bound.send(at);
+            }
+        }
+        Err(_) => {
+            let source = match server.await {
+                Ok(Err(e)) => e,
+                _ => std::io::Error::other("the server ended before binding"),
+            };
+            return Err(RunError::Serve { addr, source });
+        }
+    }
+    {
+        let health = health.clone();
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                let ready = plugins_ready() && client.apiserver_version().await.is_ok();
+                health.ready.store(ready, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        });
+    }
+
+    let elector = Elector::new(
+        client,
+        &options.namespace,
+        &options.lease_name,
+        &options.identity,
+        options.leader_lease,
+    );
+    let context = Arc::new(Context::new(controller, api.clone()));
+    elector
+        .run(async {
+            // On start the watch lists every Backup: those persisted and
+            // unfinished are resumed by their first reconcile.
+            Reconciler::new(api, watcher::Config::default())
+                .run(reconcile, error_policy, context)
+                .for_each(|result| async move {
+                    if let Err(e) = result {
+                        tracing::debug!("reconcile: {e}");
+                    }
+                })
+                .await;
+        })
+        .await?;
+    Ok(())
+}
