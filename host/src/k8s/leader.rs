@@ -93,7 +93,12 @@ impl Elector {
     /// Acquires, renews or observes the Lease, once.
     pub async fn try_lead(&self) -> Result<Attempt, LeaderError> {
         let now = Timestamp::now();
-        let Some(current) = self.api.get_opt(&self.name).await.map_err(|e| self.api_error(e))? else {
+        let Some(current) = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| self.api_error(e))?
+        else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -118,10 +123,18 @@ impl Elector {
             return Ok(Attempt::Following { holder });
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
-        let acquired = if ours { spec.acquire_time.clone() } else { None };
+        let acquired = if ours {
+            spec.acquire_time.clone()
+        } else {
+            None
+        };
         let mut next = current.clone();
         next.spec = Some(self.spec(now, acquired, transitions));
-        match self.api.replace(&self.name, &PostParams::default(), &next).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &next)
+            .await
+        {
             Ok(_) => Ok(Attempt::Leading),
             // The resourceVersion moved: someone else wrote first.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Following { holder }),

@@ -15,8 +15,8 @@ pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 pub mod crd;
-pub mod live;
 pub mod leader;
+pub mod live;
 pub mod reconcile;
 pub mod run;
 pub mod serve;

@@ -247,7 +247,11 @@ mod tests {
             BackupPhase::FinalizingPartiallyFailed,
         ] {
             // Whatever the resource shows: the store decides.
-            assert_eq!(decide(None, Some(&stored(phase))), Decision::Step, "{phase}");
+            assert_eq!(
+                decide(None, Some(&stored(phase))),
+                Decision::Step,
+                "{phase}"
+            );
             let shown = stored(BackupPhase::Completed).status;
             assert_eq!(decide(Some(&shown), Some(&stored(phase))), Decision::Step);
         }

@@ -41,7 +41,9 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
             .await
             .unwrap_or_default()
         {
-            *by_phase.entry(format!("{:?}", op.status.phase)).or_default() += 1;
+            *by_phase
+                .entry(format!("{:?}", op.status.phase))
+                .or_default() += 1;
         }
     }
     let counts: Vec<(String, i64)> = by_phase.into_iter().collect();

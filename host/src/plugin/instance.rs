@@ -126,6 +126,10 @@ impl PluginInstance {
         violation: Violation,
         stderr: String,
     ) -> CallError {
+        // A plugin's own error answer is not a sandbox violation.
+        if !matches!(violation, Violation::Action(_)) {
+            crate::metrics::global().violation(self.plugin.name(), violation.rule());
+        }
         CallError {
             plugin: self.plugin.name().to_string(),
             call,
@@ -213,13 +217,23 @@ impl PluginInstance {
         live.store.data_mut().begin_call();
         live.store
             .set_epoch_deadline(deadline_ticks(self.plugin.limits().deadline));
+        let started = std::time::Instant::now();
         let result = f(&live.guest, &mut live.store);
+        let took = started.elapsed();
+        let plugin = self.plugin.clone();
+        let record = |outcome: &str| {
+            crate::metrics::global().plugin_call(plugin.name(), &call.to_string(), outcome, took)
+        };
         let stderr = self.drain_output();
         match result {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                record("ok");
+                Ok(r)
+            }
             Err(e) => {
                 self.live = None;
                 let violation = classify(e, self.plugin.limits());
+                record(violation.rule());
                 let violation = match violation {
                     Violation::Trap { message } if !stderr.is_empty() => Violation::Trap {
                         message: format!("{message}; guest stderr: {}", stderr.trim_end()),

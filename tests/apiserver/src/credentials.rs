@@ -16,6 +16,10 @@ pub enum User {
     /// User `restricted`, in no group but `system:authenticated`: allowed
     /// only what a test's Role grants it.
     Restricted,
+    /// The service account `deploy/` runs iar as
+    /// (`system:serviceaccount:iar-system:iar`): allowed exactly what
+    /// deploy's RBAC binds to it, so a test proves that role is enough.
+    Controller,
 }
 
 impl User {
@@ -24,6 +28,7 @@ impl User {
         match self {
             User::Admin => "admin",
             User::Restricted => "restricted",
+            User::Controller => "system:serviceaccount:iar-system:iar",
         }
     }
 }
@@ -31,6 +36,7 @@ impl User {
 pub(crate) struct Tokens {
     pub(crate) admin: String,
     pub(crate) restricted: String,
+    pub(crate) controller: String,
 }
 
 impl Tokens {
@@ -38,6 +44,7 @@ impl Tokens {
         Ok(Tokens {
             admin: random_hex()?,
             restricted: random_hex()?,
+            controller: random_hex()?,
         })
     }
 
@@ -45,14 +52,19 @@ impl Tokens {
         match user {
             User::Admin => &self.admin,
             User::Restricted => &self.restricted,
+            User::Controller => &self.controller,
         }
     }
 
     /// kube-apiserver's `--token-auth-file`: `token,user,uid,"groups"`.
     pub(crate) fn write_auth_file(&self, path: &Path) -> Result<(), StartError> {
         let csv = format!(
-            "{},admin,admin,\"system:masters\"\n{},restricted,restricted\n",
-            self.admin, self.restricted
+            "{},admin,admin,\"system:masters\"\n{},restricted,restricted\n\
+             {},{},iar-controller,\"system:serviceaccounts,system:serviceaccounts:iar-system\"\n",
+            self.admin,
+            self.restricted,
+            self.controller,
+            User::Controller.name()
         );
         fs::write(path, csv).map_err(StartError::io(format!("write {path:?}")))
     }
@@ -128,7 +140,7 @@ pub(crate) fn write_kubeconfig(
     ca: &Path,
     tokens: &Tokens,
 ) -> Result<(), StartError> {
-    let users = [User::Admin, User::Restricted];
+    let users = [User::Admin, User::Restricted, User::Controller];
     let config = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
