@@ -77,3 +77,54 @@ fi
 if [ "${IAR_POLYGLOT_INSTALL_ONLY:-}" = 1 ]; then
     exit 0
 fi
+
+# --- components ------------------------------------------------------------
+
+# Builds $name.wasm with "$@" (which writes to $tmp) unless the hash of its
+# inputs matches the stamp left by the last build.
+build() {
+    local name=$1 inputs=$2
+    shift 2
+    local wasm=$out/$name.wasm stamp=$out/$name.inputs
+    local digest
+    # The inputs, this script (tool versions, flags) and the WIT contract.
+    digest=$( (cd "$root" && cat $inputs polyglot/build.sh wit/plugin.wit) | sha256sum | cut -d' ' -f1)
+    if [ -f "$wasm" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$digest" ]; then
+        echo "$wasm"
+        return
+    fi
+    log "building $name"
+    local t
+    t=$(now)
+    tmp=$out/.$name.wasm.tmp
+    rm -f "$tmp" "$stamp"
+    (cd "$root" && "$@") >&2
+    mv "$tmp" "$wasm"
+    echo "$digest" >"$stamp"
+    log "built $name in $(since "$t") ($(wc -c <"$wasm") bytes)"
+    echo "$wasm"
+}
+
+# JavaScript: StarlingMonkey (SpiderMonkey) plus the module, pre-initialised
+# by wizer. `-d` turns off every optional WASI feature, so the component
+# imports nothing but iar:plugin/host (console output is then dropped: log
+# with the host's `log`).
+build_js() {
+    "$npm_dir/node_modules/.bin/componentize-js" polyglot/labels-js/labels.js \
+        --wit wit/plugin.wit --world-name plugin \
+        -d stdio random clocks http fetch-event -o "$tmp"
+}
+
+# Python: CPython plus the app, pre-initialised. It imports the WASI p2
+# interfaces CPython's libc uses, all of which iar's linker provides with no
+# rights (no preopens, no environment, no network). VIRTUAL_ENV keeps
+# componentize-py from adding the machine's own site-packages to the path.
+build_py() {
+    rm -rf polyglot/labels-py/__pycache__
+    VIRTUAL_ENV=$venv "$componentize_py" -d wit/plugin.wit -w plugin \
+        componentize -p polyglot/labels-py app -o "$tmp"
+    rm -rf polyglot/labels-py/__pycache__
+}
+
+build labels-js polyglot/labels-js/labels.js build_js
+build labels-py polyglot/labels-py/app.py build_py
