@@ -85,7 +85,7 @@ fn all_labels() -> Option<&'static [Labels]> {
                 assert!(path.is_file(), "{} does not exist", path.display());
                 path
             };
-            Some(vec![
+            let labels = vec![
                 Labels {
                     lang: "rust",
                     path: artifacts::LABELS.into(),
@@ -98,7 +98,20 @@ fn all_labels() -> Option<&'static [Labels]> {
                     lang: "python",
                     path: find("labels-py.wasm"),
                 },
-            ])
+            ];
+            // Compiling a language engine takes half a minute: fill the
+            // compile cache (shared by the binary and `common::runtime`)
+            // once, here, instead of in every test and `iar run` at once.
+            for l in &labels {
+                let out = iar(&["inspect", l.path.to_str().unwrap()]);
+                assert!(
+                    out.status.success(),
+                    "iar inspect {}: {}",
+                    l.path.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Some(labels)
         })
         .as_deref()
 }
