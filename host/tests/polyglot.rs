@@ -12,8 +12,11 @@
 //! every language and compares with Rust byte for byte.
 //!
 //! The figures in `polyglot/README.md` come from the ignored test
-//! [`measure`]: `cargo test -p iar-tests --test polyglot -- --ignored --nocapture`.
+//! [`measure`]: `cargo test -p iar --test polyglot -- --ignored --nocapture`.
 
+// The library helpers of the iar-tests crate's tests (runtime, load, the
+// guest artifacts).
+#[path = "../../tests/tests/common/mod.rs"]
 mod common;
 
 use common::*;
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("tests/ lives in the workspace root")
+        .expect("host/ lives in the workspace root")
         .to_path_buf()
 }
 
@@ -129,33 +132,10 @@ macro_rules! labels_or_skip {
     };
 }
 
-/// The `iar` binary, built by a nested cargo: this crate only depends on
-/// the library, and cargo builds a dependency's binary only for its own
-/// tests. Fresh after `cargo test --workspace`; a link otherwise.
+/// The `iar` binary cargo built for these tests (they live in the host
+/// crate for that reason).
 fn iar_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .current_dir(repo())
-            .args([
-                "build",
-                "-p",
-                "iar",
-                "--bin",
-                "iar",
-                "--message-format=json",
-            ])
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("running cargo to build the iar binary");
-        assert!(out.status.success(), "building the iar binary failed");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "iar")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no iar executable")
-    })
+    Path::new(env!("CARGO_BIN_EXE_iar"))
 }
 
 fn iar(args: &[&str]) -> Output {
@@ -580,6 +560,30 @@ fn measure() {
             ms(first_call),
             us(times[CALLS / 2]),
             us(times[CALLS * 99 / 100]),
+        );
+    }
+}
+
+/// The Rust labels plugin's own test file passes against each port too:
+/// `iar test FILE --plugin PORT` (the file's cases, its fixtures and its
+/// expected errors, unchanged).
+#[test]
+fn the_labels_test_file_passes_for_every_language() {
+    let labels = labels_or_skip!();
+    let file = repo().join("plugins/labels/tests/labels.iar-test.yaml");
+    for l in labels {
+        let out = iar(&[
+            "test",
+            file.to_str().unwrap(),
+            "--plugin",
+            l.path.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "iar test (labels in {}): {}{}",
+            l.lang,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }
