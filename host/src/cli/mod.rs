@@ -2,6 +2,7 @@
 
 mod backup;
 mod inspect;
+mod plugin;
 mod progress;
 mod run;
 
@@ -35,6 +36,8 @@ enum Command {
     Describe(backup::DescribeArgs),
     /// List the backups in a store, one line each.
     Get(backup::GetArgs),
+    /// Plugin packaging: `iar plugin configmap` prints a plugin ConfigMap.
+    Plugin(plugin::PluginArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => backup::resume(args),
         Command::Describe(args) => backup::describe(args),
         Command::Get(args) => backup::get(args),
+        Command::Plugin(args) => plugin::plugin(args),
     };
     match result {
         Ok(code) => code,

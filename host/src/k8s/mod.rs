@@ -15,3 +15,4 @@ pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 pub mod crd;
+pub mod plugins;

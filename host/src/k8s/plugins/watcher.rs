@@ -1,0 +1,324 @@
+//! The watch loop: plugin ConfigMaps and Velero plugin-config ConfigMaps in
+//! one namespace, reconciled into the registry.
+
+use super::configmap::{self, LABEL, VELERO_LABEL};
+use super::load::{self, LoadFailure};
+use super::registry::PluginRegistry;
+use super::status::{Report, Status, StatusWriter};
+use crate::engine::Runtime;
+use crate::plugin::Plugin;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// kube's watcher retries errors with a backoff and never ends; this is
+    /// returned if it does all the same.
+    #[error("the watch of plugin ConfigMaps in namespace {namespace:?} ended")]
+    Ended { namespace: String },
+}
+
+/// Runs until the future is dropped: watches ConfigMaps labelled
+/// `iar.dev/plugin` in `namespace` (and Velero plugin-config ConfigMaps),
+/// loads/reloads/unloads plugins into `registry`.
+pub async fn watch(
+    client: kube::Client,
+    namespace: String,
+    runtime: Runtime,
+    registry: Arc<PluginRegistry>,
+) -> Result<(), WatchError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let plugins = watcher::watcher(api.clone(), watcher::Config::default().labels(LABEL))
+        .default_backoff()
+        .map(|e| (Kind::Plugin, e));
+    let velero = watcher::watcher(api, watcher::Config::default().labels(VELERO_LABEL))
+        .default_backoff()
+        .map(|e| (Kind::Velero, e));
+    let mut events = std::pin::pin!(futures::stream::select(plugins, velero));
+    let mut state = State {
+        runtime,
+        registry,
+        writer: StatusWriter::new(client, &namespace),
+        plugins: Store::default(),
+        velero: Store::default(),
+        loaded: BTreeMap::new(),
+        attempts: BTreeMap::new(),
+        published: false,
+    };
+    while let Some((kind, event)) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(%namespace, "watching plugin ConfigMaps: {e}; retrying");
+                continue;
+            }
+        };
+        let store = match kind {
+            Kind::Plugin => &mut state.plugins,
+            Kind::Velero => &mut state.velero,
+        };
+        if store.apply(event) {
+            state.reconcile().await;
+        }
+    }
+    Err(WatchError::Ended { namespace })
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Plugin,
+    Velero,
+}
+
+/// The ConfigMaps one watch has seen. A (re)list is buffered until it is
+/// complete, so objects deleted while the watch was down disappear at once
+/// and the first reconcile sees every plugin.
+#[derive(Default)]
+struct Store {
+    objects: BTreeMap<String, ConfigMap>,
+    buffer: Option<BTreeMap<String, ConfigMap>>,
+    synced: bool,
+}
+
+fn name(cm: &ConfigMap) -> String {
+    cm.metadata.name.clone().unwrap_or_default()
+}
+
+impl Store {
+    /// Applies an event; true when the objects changed.
+    fn apply(&mut self, event: Event<ConfigMap>) -> bool {
+        match event {
+            Event::Init => {
+                self.buffer = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(cm) => {
+                self.buffer
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name(&cm), cm);
+                false
+            }
+            Event::InitDone => {
+                self.objects = self.buffer.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+            Event::Apply(cm) => {
+                self.objects.insert(name(&cm), cm);
+                true
+            }
+            Event::Delete(cm) => {
+                self.objects.remove(&name(&cm));
+                true
+            }
+        }
+    }
+}
+
+struct Loaded {
+    name: String,
+    order: i64,
+    plugin: Plugin,
+}
+
+/// The last load attempted for a ConfigMap: what it was of, and how it
+/// ended. An unchanged fingerprint is not attempted again, so iar's own
+/// status patches (which change only metadata) never cause a reload.
+struct Attempt {
+    fingerprint: String,
+    status: Status,
+}
+
+struct State {
+    runtime: Runtime,
+    registry: Arc<PluginRegistry>,
+    writer: StatusWriter,
+    plugins: Store,
+    velero: Store,
+    /// By ConfigMap name.
+    loaded: BTreeMap<String, Loaded>,
+    attempts: BTreeMap<String, Attempt>,
+    /// Whether a synced generation was published yet.
+    published: bool,
+}
+
+enum Outcome {
+    Loaded(Loaded, std::time::Duration),
+    Disabled,
+    Failed(LoadFailure),
+}
+
+impl State {
+    async fn reconcile(&mut self) {
+        // Nothing is published from a partial view: a plugin whose Velero
+        // config has not been listed yet would load with the wrong config.
+        if !(self.plugins.synced && self.velero.synced) {
+            return;
+        }
+        let mut changed = !self.published;
+        let objects = &self.plugins.objects;
+        let before = self.loaded.len();
+        self.loaded.retain(|cm, _| objects.contains_key(cm));
+        let removed = self.loaded.len() != before;
+        changed |= removed;
+        self.attempts.retain(|cm, _| objects.contains_key(cm));
+        if removed {
+            // The name a refused ConfigMap wanted may be free now.
+            self.attempts
+                .retain(|_, a| a.status != Status::NameConflict);
+        }
+
+        let mut reports = Vec::new();
+        let configmaps: Vec<ConfigMap> = self.plugins.objects.values().cloned().collect();
+        for cm in configmaps {
+            let cm_name = name(&cm);
+            let parsed = configmap::parse(&cm);
+            let velero = match &parsed {
+                Ok(spec) => configmap::velero_config(
+                    &spec.configmap,
+                    &spec.name,
+                    self.velero.objects.values(),
+                ),
+                Err(_) => Ok(BTreeMap::new()),
+            };
+            let fingerprint = configmap::fingerprint(
+                &cm,
+                &match &velero {
+                    Ok(config) => config.clone(),
+                    Err(e) => BTreeMap::from([(String::from("\0error"), e.to_string())]),
+                },
+            );
+            if self
+                .attempts
+                .get(&cm_name)
+                .is_some_and(|a| a.fingerprint == fingerprint)
+            {
+                continue;
+            }
+            let outcome = match (parsed, velero) {
+                (Err(e), _) | (Ok(_), Err(e)) => Outcome::Failed(e.into()),
+                (Ok(spec), Ok(velero)) => self.attempt(spec, velero).await,
+            };
+            let (status, message) = match outcome {
+                Outcome::Loaded(entry, took) => {
+                    let plugin = &entry.plugin;
+                    let message = format!(
+                        "plugin {:?} loaded: contract {}, sha256:{}, order {}, in {} ms",
+                        plugin.name(),
+                        plugin.version(),
+                        plugin.digest(),
+                        entry.order,
+                        took.as_millis()
+                    );
+                    tracing::info!(configmap = %cm_name, "{message}");
+                    self.loaded.insert(cm_name.clone(), entry);
+                    changed = true;
+                    (Status::Ready, message)
+                }
+                Outcome::Disabled => {
+                    changed |= self.loaded.remove(&cm_name).is_some();
+                    (
+                        Status::Disabled,
+                        format!(
+                            "ConfigMap {cm_name:?}: enabled is \"false\"; the plugin is not loaded"
+                        ),
+                    )
+                }
+                Outcome::Failed(failure) => {
+                    let status = failure.status();
+                    crate::metrics::global().load_failure(status.as_str());
+                    let kept = match self.loaded.get(&cm_name) {
+                        Some(l) => format!(
+                            "; the previous version (sha256:{}) stays loaded",
+                            l.plugin.digest()
+                        ),
+                        None => String::new(),
+                    };
+                    let message = format!("{failure}{kept}");
+                    tracing::warn!(configmap = %cm_name, "{message}");
+                    (status, message)
+                }
+            };
+            self.attempts.insert(
+                cm_name,
+                Attempt {
+                    fingerprint,
+                    status,
+                },
+            );
+            reports.push((cm, status, message));
+        }
+
+        if changed {
+            let set = self
+                .loaded
+                .values()
+                .map(|l| (l.order, l.plugin.clone()))
+                .collect();
+            self.registry.publish(set, true);
+            self.published = true;
+        }
+        let generation = self.registry.current().generation;
+        for (configmap, status, message) in reports {
+            let loaded_digest = self
+                .loaded
+                .get(&name(&configmap))
+                .map(|l| l.plugin.digest().to_string());
+            let report = Report {
+                configmap,
+                status,
+                message,
+                loaded_digest,
+            };
+            self.writer.write(&report, generation).await;
+        }
+    }
+
+    async fn attempt(
+        &self,
+        spec: configmap::PluginSpec,
+        velero: BTreeMap<String, String>,
+    ) -> Outcome {
+        if !spec.enabled {
+            return Outcome::Disabled;
+        }
+        if let Some((other, _)) = self
+            .loaded
+            .iter()
+            .find(|(cm, l)| **cm != spec.configmap && l.name == spec.name)
+        {
+            return Outcome::Failed(LoadFailure::NameConflict {
+                configmap: spec.configmap.clone(),
+                plugin: spec.name.clone(),
+                other: other.clone(),
+            });
+        }
+        let runtime = self.runtime.clone();
+        let configmap = spec.configmap.clone();
+        let (name, order) = (spec.name.clone(), spec.order);
+        let started = Instant::now();
+        // Compiling is CPU-heavy and blocking; it must not stall the
+        // async runtime the controller and the API server share.
+        match tokio::task::spawn_blocking(move || load::load(&runtime, &spec, velero)).await {
+            Ok(Ok(plugin)) => Outcome::Loaded(
+                Loaded {
+                    name,
+                    order,
+                    plugin,
+                },
+                started.elapsed(),
+            ),
+            Ok(Err(failure)) => Outcome::Failed(failure),
+            Err(e) => Outcome::Failed(LoadFailure::Panicked {
+                configmap,
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
