@@ -570,7 +570,7 @@ mod tests {
             (
                 cm(
                     "a",
-                    &[("sha256", &d), ("settings.yaml", "limits: {deadlin: 2s}")],
+                    &[("sha256", &d), ("settings.yaml", "limts: {deadline: 2s}")],
                     true,
                 ),
                 "plugin-settings",
@@ -720,7 +720,7 @@ mod tests {
 
         let bad = manifest(ManifestInput {
             name: "x".into(),
-            settings: Some("limits: {nope: 1}".into()),
+            settings: Some("limits: {deadline: soon}".into()),
             ..ManifestInput::default()
         })
         .unwrap_err();
