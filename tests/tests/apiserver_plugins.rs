@@ -37,6 +37,10 @@ impl Drop for Harness {
 }
 
 async fn start(namespace: &str) -> Option<Harness> {
+    start_with(namespace, runtime()).await
+}
+
+async fn start_with(namespace: &str, runtime: iar::Runtime) -> Option<Harness> {
     let server = iar_apiserver::shared().await?;
     let client = server.client(User::Admin).await.expect("admin client");
     Api::<Namespace>::all(client.clone())
@@ -57,7 +61,7 @@ async fn start(namespace: &str) -> Option<Harness> {
         let (client, namespace, registry) =
             (client.clone(), namespace.to_string(), registry.clone());
         async move {
-            let result = watch(client, namespace, runtime(), registry).await;
+            let result = watch(client, namespace, runtime, registry).await;
             panic!("the watcher returned: {result:?}");
         }
     });
@@ -560,4 +564,58 @@ async fn the_printed_manifest_applies_and_loads_ready() {
         Duration::from_secs(2)
     );
     h.wait_status("pvc-snapshot", "Ready").await;
+}
+
+/// How long a ConfigMap change takes to become a loaded generation: a cold
+/// compile cache, a warm one (a settings change), and an unload. Prints
+/// the figures; run with `-- --ignored --nocapture load_latency`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn load_latency() {
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = iar::Runtime::new(iar::RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..iar::RuntimeConfig::default()
+    })
+    .unwrap();
+    let Some(h) = start_with("plugins-latency", runtime).await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    let begun = Instant::now();
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: n=0}"),
+    ))
+    .await;
+    h.wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    let cold = begun.elapsed();
+    let mut warm = Vec::new();
+    for n in 1..=10 {
+        let begun = Instant::now();
+        let settings = format!("config: {{labels: n={n}}}");
+        h.apply(&plugin_cm("labels", &h.namespace, &labels, Some(&settings)))
+            .await;
+        h.wait_set("labels reloads", |s| {
+            s.get("labels").is_some() && labels_after(s)["n"] == n.to_string()
+        })
+        .await;
+        warm.push(begun.elapsed());
+    }
+    warm.sort();
+    let begun = Instant::now();
+    h.delete("labels").await;
+    h.wait_set("labels unloads", |s| s.get("labels").is_none())
+        .await;
+    let unload = begun.elapsed();
+    println!(
+        "labels ({} KiB): apply to loaded, cold cache {cold:?}; warm reload median {:?} (min {:?}, max {:?}, 10 runs); delete to unloaded {unload:?}",
+        labels.len() / 1024,
+        warm[5],
+        warm[0],
+        warm[9]
+    );
 }
