@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use iar::k8s::plugins::configmap::{self, ManifestInput};
 use iar::k8s::plugins::status::{ANNOTATION_DIGEST, ANNOTATION_GENERATION, ANNOTATION_STATUS};
-use iar::k8s::plugins::{PluginRegistry, PluginSet, watch};
+use iar::k8s::plugins::{PluginRegistry, PluginSet, WatchOptions, watch_with};
 use iar_apiserver::User;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -41,6 +41,14 @@ async fn start(namespace: &str) -> Option<Harness> {
 }
 
 async fn start_with(namespace: &str, runtime: iar::Runtime) -> Option<Harness> {
+    start_with_options(namespace, runtime, WatchOptions::default()).await
+}
+
+async fn start_with_options(
+    namespace: &str,
+    runtime: iar::Runtime,
+    options: WatchOptions,
+) -> Option<Harness> {
     let server = iar_apiserver::shared().await?;
     let client = server.client(User::Admin).await.expect("admin client");
     Api::<Namespace>::all(client.clone())
@@ -61,7 +69,7 @@ async fn start_with(namespace: &str, runtime: iar::Runtime) -> Option<Harness> {
         let (client, namespace, registry) =
             (client.clone(), namespace.to_string(), registry.clone());
         async move {
-            let result = watch(client, namespace, runtime, registry).await;
+            let result = watch_with(client, namespace, runtime, registry, options).await;
             panic!("the watcher returned: {result:?}");
         }
     });
@@ -617,5 +625,170 @@ async fn load_latency() {
         warm[5],
         warm[0],
         warm[9]
+    );
+}
+
+/// An https server for the reference tests: `openssl s_server -WWW`
+/// serving a directory with a certificate from a throwaway CA. Killed on
+/// drop.
+struct HttpsServer {
+    child: std::process::Child,
+    port: u16,
+    ca_pem: Vec<u8>,
+}
+
+impl Drop for HttpsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) -> bool {
+    std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `None` when openssl is not installed.
+fn https_server(dir: &std::path::Path) -> Option<HttpsServer> {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca = [
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=iar-test-ca",
+        ],
+    ]
+    .concat();
+    let csr = [
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "leaf.key",
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat();
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let sign = [
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "leaf.ext",
+    ];
+    if !(openssl(dir, &ca) && openssl(dir, &csr) && openssl(dir, &sign)) {
+        eprintln!("openssl is missing or failed: skipping the https reference test");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("openssl")
+        .args([
+            "s_server", "-quiet", "-WWW", "-cert", "leaf.pem", "-key", "leaf.key", "-accept",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let server = HttpsServer {
+        child,
+        port,
+        ca_pem: std::fs::read(dir.join("ca.pem")).unwrap(),
+    };
+    let deadline = Instant::now() + WITHIN;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_reference_is_fetched_verified_and_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let labels = bytes(artifacts::LABELS);
+    std::fs::write(dir.path().join("labels.wasm"), &labels).unwrap();
+    let Some(server) = https_server(dir.path()) else {
+        return;
+    };
+    let options = WatchOptions {
+        extra_roots_pem: Some(server.ca_pem.clone()),
+    };
+    let Some(h) = start_with_options("plugins-https", runtime(), options).await else {
+        return;
+    };
+    let url = format!("https://127.0.0.1:{}/labels.wasm", server.port);
+    let by_url = configmap::manifest(ManifestInput {
+        name: "labels".into(),
+        namespace: h.namespace.clone(),
+        component: labels.clone(),
+        settings: Some("config: {labels: via=https}".into()),
+        order: None,
+        reference: Some(url.clone()),
+    })
+    .unwrap();
+    h.apply(&by_url).await;
+    let set = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    assert_eq!(labels_after(&set)["via"], "https");
+    h.wait_status("labels", "Ready").await;
+
+    // The same URL under a digest it does not have: refused, the good one stays.
+    let mut wrong = with_data(by_url.clone(), configmap::KEY_SHA256, &"1".repeat(64));
+    wrong.metadata.name = Some("wrong".into());
+    h.apply(&wrong).await;
+    h.wait_status("wrong", "DigestMismatch").await;
+    // Nothing listens on port 1: the fetch fails, naming the URL.
+    let unreachable = "https://127.0.0.1:1/labels.wasm";
+    let mut missing = with_data(by_url, configmap::KEY_REFERENCE, unreachable);
+    missing.metadata.name = Some("missing".into());
+    h.apply(&missing).await;
+    let annotations = h.wait_status("missing", "SourceInvalid").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains(unreachable),
+        "{annotations:?}"
     );
 }

@@ -68,9 +68,8 @@ fn read(spec: &PluginSpec) -> Result<Vec<u8>, ConfigMapError> {
             }
             Ok(bytes)
         }
-        Source::Url(_) => Err(unavailable(
-            "https references are not supported yet; mount the component and use a path".into(),
-        )),
+        // Fetched on the async side by `fetch` before the blocking load.
+        Source::Url(_) => Err(unavailable("not fetched".into())),
     }
 }
 
@@ -87,4 +86,62 @@ pub fn load(
         configmap: spec.configmap.clone(),
         source,
     })
+}
+
+/// The client https references are fetched with: https only, the
+/// platform's roots plus `extra_roots_pem`, and a timeout so a stalled
+/// server cannot hold the watcher.
+pub(crate) fn https_client(extra_roots_pem: Option<&[u8]>) -> Result<reqwest::Client, String> {
+    crate::k8s::install_crypto();
+    let mut builder = reqwest::Client::builder()
+        .https_only(true)
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .timeout(std::time::Duration::from_secs(120));
+    if let Some(pem) = extra_roots_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| format!("extra root certificates: {e}"))?;
+        builder = builder.tls_certs_merge(certs);
+    }
+    builder
+        .build()
+        .map_err(|e| format!("the https client: {e}"))
+}
+
+/// Downloads a component named by an https reference, at most
+/// [`MAX_REFERENCED_BYTES`].
+pub(crate) async fn fetch(
+    client: &reqwest::Client,
+    configmap: &str,
+    url: &str,
+) -> Result<Vec<u8>, ConfigMapError> {
+    let unavailable = |reason: String| ConfigMapError::SourceUnavailable {
+        configmap: configmap.to_string(),
+        reference: url.to_string(),
+        reason,
+    };
+    let mut response = client
+        .get(url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| unavailable(format!("{e:#}")))?;
+    let too_large = || unavailable(format!("larger than {MAX_REFERENCED_BYTES} bytes"));
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_REFERENCED_BYTES)
+    {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| unavailable(format!("{e:#}")))?
+    {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() as u64 > MAX_REFERENCED_BYTES {
+            return Err(too_large());
+        }
+    }
+    Ok(bytes)
 }

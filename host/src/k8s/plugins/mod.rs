@@ -14,4 +14,4 @@ mod watcher;
 pub use load::LoadFailure;
 pub use registry::{PluginRegistry, PluginSet};
 pub use status::Status;
-pub use watcher::{WatchError, watch};
+pub use watcher::{WatchError, WatchOptions, watch, watch_with};

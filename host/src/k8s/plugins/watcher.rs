@@ -22,6 +22,16 @@ pub enum WatchError {
     /// returned if it does all the same.
     #[error("the watch of plugin ConfigMaps in namespace {namespace:?} ended")]
     Ended { namespace: String },
+    #[error("plugin ConfigMaps in namespace {namespace:?}: {reason}")]
+    Https { namespace: String, reason: String },
+}
+
+/// Options of [`watch_with`].
+#[derive(Clone, Debug, Default)]
+pub struct WatchOptions {
+    /// PEM certificates trusted for `https://` references besides the
+    /// platform's roots (an internal CA).
+    pub extra_roots_pem: Option<Vec<u8>>,
 }
 
 /// Runs until the future is dropped: watches ConfigMaps labelled
@@ -33,6 +43,30 @@ pub async fn watch(
     runtime: Runtime,
     registry: Arc<PluginRegistry>,
 ) -> Result<(), WatchError> {
+    watch_with(
+        client,
+        namespace,
+        runtime,
+        registry,
+        WatchOptions::default(),
+    )
+    .await
+}
+
+/// [`watch`], with options.
+pub async fn watch_with(
+    client: kube::Client,
+    namespace: String,
+    runtime: Runtime,
+    registry: Arc<PluginRegistry>,
+    options: WatchOptions,
+) -> Result<(), WatchError> {
+    let https = load::https_client(options.extra_roots_pem.as_deref()).map_err(|reason| {
+        WatchError::Https {
+            namespace: namespace.clone(),
+            reason,
+        }
+    })?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let plugins = watcher::watcher(api.clone(), watcher::Config::default().labels(LABEL))
         .default_backoff()
@@ -45,6 +79,7 @@ pub async fn watch(
         runtime,
         registry,
         writer: StatusWriter::new(client, &namespace),
+        https,
         plugins: Store::default(),
         velero: Store::default(),
         loaded: BTreeMap::new(),
@@ -139,6 +174,7 @@ struct State {
     runtime: Runtime,
     registry: Arc<PluginRegistry>,
     writer: StatusWriter,
+    https: reqwest::Client,
     plugins: Store,
     velero: Store,
     /// By ConfigMap name.
@@ -282,7 +318,7 @@ impl State {
 
     async fn attempt(
         &self,
-        spec: configmap::PluginSpec,
+        mut spec: configmap::PluginSpec,
         velero: BTreeMap<String, String>,
     ) -> Outcome {
         if !spec.enabled {
@@ -299,10 +335,16 @@ impl State {
                 other: other.clone(),
             });
         }
+        let started = Instant::now();
+        if let configmap::Source::Url(url) = &spec.source {
+            match load::fetch(&self.https, &spec.configmap, url).await {
+                Ok(bytes) => spec.source = configmap::Source::Inline(bytes),
+                Err(e) => return Outcome::Failed(e.into()),
+            }
+        }
         let runtime = self.runtime.clone();
         let configmap = spec.configmap.clone();
         let (name, order) = (spec.name.clone(), spec.order);
-        let started = Instant::now();
         // Compiling is CPU-heavy and blocking; it must not stall the
         // async runtime the controller and the API server share.
         match tokio::task::spawn_blocking(move || load::load(&runtime, &spec, velero)).await {
