@@ -792,3 +792,49 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
         "{annotations:?}"
     );
 }
+
+/// Two ConfigMaps for one plugin name: the second is refused
+/// (`NameConflict`) and loads once the first is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
+    let Some(h) = start("plugins-conflict").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: from=first}"),
+    ))
+    .await;
+    h.wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    let second = with_data(
+        plugin_cm(
+            "labels-2",
+            &h.namespace,
+            &labels,
+            Some("config: {labels: from=second}"),
+        ),
+        configmap::KEY_NAME,
+        "labels",
+    );
+    h.apply(&second).await;
+    let annotations = h.wait_status("labels-2", "NameConflict").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("rule: plugin-name-unique"),
+        "{annotations:?}"
+    );
+    assert_eq!(labels_after(&h.registry.current())["from"], "first");
+
+    h.delete("labels").await;
+    let set = h
+        .wait_set("the second takes the name", |s| {
+            s.get("labels")
+                .is_some_and(|_| labels_after(s)["from"] == "second")
+        })
+        .await;
+    assert_eq!(set.plugins.len(), 1);
+    h.wait_status("labels-2", "Ready").await;
+}

@@ -168,6 +168,9 @@ struct Loaded {
 struct Attempt {
     fingerprint: String,
     status: Status,
+    resource_version: Option<String>,
+    /// The Velero config it was made with (or the error finding it).
+    velero: BTreeMap<String, String>,
 }
 
 struct State {
@@ -211,32 +214,38 @@ impl State {
         }
 
         let mut reports = Vec::new();
-        let configmaps: Vec<ConfigMap> = self.plugins.objects.values().cloned().collect();
-        for cm in configmaps {
-            let cm_name = name(&cm);
-            let parsed = configmap::parse(&cm);
-            let velero = match &parsed {
-                Ok(spec) => configmap::velero_config(
-                    &spec.configmap,
-                    &spec.name,
-                    self.velero.objects.values(),
-                ),
+        let names: Vec<String> = self.plugins.objects.keys().cloned().collect();
+        for cm_name in names {
+            let cm = &self.plugins.objects[&cm_name];
+            let velero = match configmap::plugin_name(cm) {
+                Ok(plugin) => {
+                    configmap::velero_config(&cm_name, &plugin, self.velero.objects.values())
+                }
                 Err(_) => Ok(BTreeMap::new()),
             };
-            let fingerprint = configmap::fingerprint(
-                &cm,
-                &match &velero {
-                    Ok(config) => config.clone(),
-                    Err(e) => BTreeMap::from([(String::from("\0error"), e.to_string())]),
-                },
-            );
-            if self
-                .attempts
-                .get(&cm_name)
-                .is_some_and(|a| a.fingerprint == fingerprint)
-            {
-                continue;
+            let velero_key = match &velero {
+                Ok(config) => config.clone(),
+                Err(e) => BTreeMap::from([(String::from("\0error"), e.to_string())]),
+            };
+            let resource_version = cm.metadata.resource_version.clone();
+            // Cheap checks first: an unchanged object is not hashed again
+            // (a plugin ConfigMap can hold a MiB).
+            if let Some(a) = self.attempts.get_mut(&cm_name) {
+                if resource_version.is_some()
+                    && a.resource_version == resource_version
+                    && a.velero == velero_key
+                {
+                    continue;
+                }
+                if a.fingerprint == configmap::fingerprint(cm, &velero_key) {
+                    a.resource_version = resource_version;
+                    a.velero = velero_key;
+                    continue;
+                }
             }
+            let fingerprint = configmap::fingerprint(cm, &velero_key);
+            let cm = cm.clone();
+            let parsed = configmap::parse(&cm);
             let outcome = match (parsed, velero) {
                 (Err(e), _) | (Ok(_), Err(e)) => Outcome::Failed(e.into()),
                 (Ok(spec), Ok(velero)) => self.attempt(spec, velero).await,
@@ -286,6 +295,8 @@ impl State {
                 Attempt {
                     fingerprint,
                     status,
+                    resource_version,
+                    velero: velero_key,
                 },
             );
             reports.push((cm, status, message));
