@@ -349,6 +349,14 @@ async fn bad_versions_get_a_status_and_an_event_and_the_last_good_one_stays() {
             "ContractMismatch",
             with_component(good.clone(), &bytes(artifacts::FUTURE_VERSION)),
         ),
+        (
+            "AppliesToFailed",
+            with_data(
+                with_component(good.clone(), &bytes(artifacts::HOSTILE)),
+                configmap::KEY_SETTINGS,
+                "config: {applies-to: loop}\nlimits: {deadline: 200ms}",
+            ),
+        ),
     ];
     for (status, cm) in cases {
         h.apply(&cm).await;
