@@ -613,10 +613,11 @@ async fn load_latency() {
     for n in 1..=10 {
         let begun = Instant::now();
         let settings = format!("config: {{labels: n={n}}}");
+        let want = n.to_string();
         h.apply(&plugin_cm("labels", &h.namespace, &labels, Some(&settings)))
             .await;
         h.wait_set("labels reloads", |s| {
-            s.get("labels").is_some() && labels_after(s)["n"] == n.to_string()
+            s.get("labels").is_some() && labels_after(s)["n"] == want
         })
         .await;
         warm.push(begun.elapsed());
