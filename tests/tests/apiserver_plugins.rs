@@ -803,7 +803,7 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
 }
 
 /// Two ConfigMaps for one plugin name: the second is refused
-/// (`NameConflict`) and loads once the first is gone.
+/// (`NameConflict`) and loads once the first no longer holds the name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     let Some(h) = start("plugins-conflict").await else {
@@ -837,7 +837,14 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     );
     assert_eq!(labels_after(&h.registry.current())["from"], "first");
 
-    h.delete("labels").await;
+    // Disabling the holder frees the name.
+    let first = plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: from=first}"),
+    );
+    h.apply(&with_data(first.clone(), "enabled", "false")).await;
     let set = h
         .wait_set("the second takes the name", |s| {
             s.get("labels")
@@ -846,4 +853,16 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
         .await;
     assert_eq!(set.plugins.len(), 1);
     h.wait_status("labels-2", "Ready").await;
+
+    // Enabled again, the first is now the one refused; deleting the
+    // second gives the name back.
+    h.apply(&first).await;
+    h.wait_status("labels", "NameConflict").await;
+    h.delete("labels-2").await;
+    h.wait_set("the first takes the name back", |s| {
+        s.get("labels")
+            .is_some_and(|_| labels_after(s)["from"] == "first")
+    })
+    .await;
+    h.wait_status("labels", "Ready").await;
 }

@@ -167,10 +167,11 @@ struct Loaded {
 /// status patches (which change only metadata) never cause a reload.
 struct Attempt {
     fingerprint: String,
-    status: Status,
     resource_version: Option<String>,
     /// The Velero config it was made with (or the error finding it).
     velero: BTreeMap<String, String>,
+    /// For a `NameConflict`: the plugin name and the ConfigMap holding it.
+    conflict: Option<(String, String)>,
 }
 
 struct State {
@@ -204,14 +205,15 @@ impl State {
         let objects = &self.plugins.objects;
         let before = self.loaded.len();
         self.loaded.retain(|cm, _| objects.contains_key(cm));
-        let removed = self.loaded.len() != before;
-        changed |= removed;
+        changed |= self.loaded.len() != before;
         self.attempts.retain(|cm, _| objects.contains_key(cm));
-        if removed {
-            // The name a refused ConfigMap wanted may be free now.
-            self.attempts
-                .retain(|_, a| a.status != Status::NameConflict);
-        }
+        // A ConfigMap refused for a name another one held is tried again
+        // once that one no longer holds it (deleted, disabled, renamed).
+        let loaded = &self.loaded;
+        self.attempts.retain(|_, a| match &a.conflict {
+            Some((plugin, other)) => loaded.get(other).is_some_and(|l| &l.name == plugin),
+            None => true,
+        });
 
         let mut reports = Vec::new();
         let names: Vec<String> = self.plugins.objects.keys().cloned().collect();
@@ -249,6 +251,12 @@ impl State {
             let outcome = match (parsed, velero) {
                 (Err(e), _) | (Ok(_), Err(e)) => Outcome::Failed(e.into()),
                 (Ok(spec), Ok(velero)) => self.attempt(spec, velero).await,
+            };
+            let conflict = match &outcome {
+                Outcome::Failed(LoadFailure::NameConflict { plugin, other, .. }) => {
+                    Some((plugin.clone(), other.clone()))
+                }
+                _ => None,
             };
             let (status, message) = match outcome {
                 Outcome::Loaded(entry, took) => {
@@ -294,9 +302,9 @@ impl State {
                 cm_name,
                 Attempt {
                     fingerprint,
-                    status,
                     resource_version,
                     velero: velero_key,
+                    conflict,
                 },
             );
             reports.push((cm, status, message));
