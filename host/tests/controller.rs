@@ -4,11 +4,12 @@
 //! metrics and probes, two replicas with one leader, and deploy/'s RBAC.
 
 use iar::backup::object::{BackupObject, BackupPhase};
-use iar::controller::{PluginSource, Settings};
+use iar::controller::Settings;
 use iar::item::ItemRef;
 use iar::k8s::crd::{Backup, BackupSpec, LabelSelector};
 use iar::k8s::live::LiveCluster;
-use iar::k8s::run::{Options, run};
+use iar::k8s::plugins::PluginRegistry;
+use iar::k8s::run::{Options, Plugins, run};
 use iar::store::{BackupStore, tarball};
 use iar::{BackupRef, Phase, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
 use iar_apiserver::{ApiServer, User};
@@ -258,6 +259,7 @@ async fn start_controller(
     namespace: &str,
     store: BackupStore,
     plugins: Vec<Plugin>,
+    registry: Arc<PluginRegistry>,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let options = Options {
         namespace: namespace.into(),
@@ -269,9 +271,13 @@ async fn start_controller(
         store,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let source: PluginSource = Arc::new(move || plugins.clone());
+    let plugins = Plugins {
+        runtime: runtime(),
+        registry,
+        files: plugins,
+    };
     let task = tokio::spawn(async move {
-        if let Err(e) = run(client, options, source, Arc::new(|| true), Some(tx)).await {
+        if let Err(e) = run(client, options, plugins, Some(tx)).await {
             panic!("controller: {e}");
         }
     });
@@ -351,7 +357,8 @@ async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
         ),
         load(&rt, artifacts::PVC_SNAPSHOT, &[], ReadGrants::default()),
     ];
-    let (addr, controller) = start_controller(admin.clone(), system, store, plugins).await;
+    let (addr, controller) =
+        start_controller(admin.clone(), system, store, plugins, PluginRegistry::new()).await;
 
     create_backup(&admin, system, "nightly", spec(shop)).await;
     let waiting = wait_phase(
@@ -702,7 +709,14 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
         &[("labels", "rbac=ok")],
         ReadGrants::default(),
     )];
-    let (_, controller) = start_controller(sa.clone(), "iar-system", store, plugins).await;
+    let (_, controller) = start_controller(
+        sa.clone(),
+        "iar-system",
+        store,
+        plugins,
+        PluginRegistry::new(),
+    )
+    .await;
     create_backup(&admin, "iar-system", "rbac", spec(shop)).await;
     let done = wait_phase(&admin, "iar-system", "rbac", BackupPhase::Completed).await;
     assert_eq!(done.status.unwrap().progress.items_backed_up, 1);
@@ -884,4 +898,115 @@ async fn live_backup_of_5000_objects() {
         items as f64 / took.as_secs_f64(),
         requests as f64 / items as f64
     );
+}
+
+async fn register_plugin(client: &Client, ns: &str, name: &str, component: &str, settings: &str) {
+    use iar::k8s::plugins::configmap::{ManifestInput, manifest};
+    let cm = manifest(ManifestInput {
+        name: name.into(),
+        namespace: ns.into(),
+        component: std::fs::read(component).unwrap(),
+        settings: Some(settings.into()),
+        ..ManifestInput::default()
+    })
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply("iar-test").force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply plugin configmap {name}: {e}"));
+}
+
+/// Plugins registered as ConfigMaps run the backup; a reload while it waits
+/// (one plugin deleted, another's config changed) does not touch it: it
+/// finishes with the set it started with, and the next backup gets the
+/// new set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_keeps_its_plugin_set_through_a_reload() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let (system, shop) = ("ctl-pin", "ctl-pin-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    create_config_map(&admin, shop, "web-config", "web").await;
+    create_bound_pvc(&admin, shop, "data-web", "web").await;
+    register_plugin(
+        &admin,
+        system,
+        "labels",
+        artifacts::LABELS,
+        "config:\n  labels: set=first\n",
+    )
+    .await;
+    register_plugin(&admin, system, "pvc-snapshot", artifacts::PVC_SNAPSHOT, "").await;
+
+    let registry = PluginRegistry::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_, controller) =
+        start_controller(admin.clone(), system, store, Vec::new(), registry.clone()).await;
+    let names = |r: &PluginRegistry| -> Vec<String> {
+        r.current()
+            .plugins
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect()
+    };
+    wait_for("both plugins loaded", Duration::from_secs(60), || {
+        let n = names(&registry);
+        async move { (n.len() == 2).then_some(()).ok_or(format!("{n:?}")) }
+    })
+    .await;
+
+    create_backup(&admin, system, "pinned", spec(shop)).await;
+    wait_phase(
+        &admin,
+        system,
+        "pinned",
+        BackupPhase::WaitingForPluginOperations,
+    )
+    .await;
+    // The reload: pvc-snapshot gone, labels' config changed.
+    Api::<ConfigMap>::namespaced(admin.clone(), system)
+        .delete("pvc-snapshot", &DeleteParams::default())
+        .await
+        .unwrap();
+    register_plugin(
+        &admin,
+        system,
+        "labels",
+        artifacts::LABELS,
+        "config:\n  labels: set=second\n",
+    )
+    .await;
+    wait_for("the reload applied", Duration::from_secs(60), || {
+        let n = names(&registry);
+        async move { (n == ["labels"]).then_some(()).ok_or(format!("{n:?}")) }
+    })
+    .await;
+
+    ready_snapshot(&admin, shop, "data-web-pinned").await;
+    let done = wait_phase(&admin, system, "pinned", BackupPhase::Completed).await;
+    // The operation was polled by the unloaded pvc-snapshot of its set.
+    assert_eq!(done.status.unwrap().backup_item_operations_completed, 1);
+    let web = |backup: &str| {
+        tar_entries(store_dir.path(), backup)[&entry_path("", "configmaps", shop, "web-config")]
+            ["metadata"]["labels"]["set"]
+            .clone()
+    };
+    assert_eq!(web("pinned"), "first");
+
+    create_backup(&admin, system, "after", spec(shop)).await;
+    let after = wait_phase(&admin, system, "after", BackupPhase::Completed).await;
+    assert_eq!(
+        after.status.unwrap().backup_item_operations_attempted,
+        0,
+        "no pvc-snapshot now"
+    );
+    assert_eq!(web("after"), "second");
+    controller.abort();
 }

@@ -2,13 +2,13 @@
 
 use anyhow::Context;
 use iar::controller::Settings;
-use iar::k8s::run::{Options, run};
+use iar::k8s::plugins::PluginRegistry;
+use iar::k8s::run::{Options, Plugins, run};
 use iar::store::BackupStore;
 use iar::{Runtime, RuntimeConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -88,8 +88,12 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let client = iar::k8s::client()
             .await
             .context("connecting to the API server")?;
-        let plugins: iar::controller::PluginSource = Arc::new(move || file_plugins.clone());
-        run(client, options, plugins, Arc::new(|| true), None).await?;
+        let plugins = Plugins {
+            runtime,
+            registry: PluginRegistry::new(),
+            files: file_plugins,
+        };
+        run(client, options, plugins, None).await?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@ mod conformance;
 mod controller;
 mod inspect;
 mod new;
+mod plugin;
 mod progress;
 mod run;
 mod test;
@@ -53,6 +54,8 @@ enum Command {
     Controller(controller::ControllerArgs),
     /// Print the backups.iar.dev CustomResourceDefinition.
     Crd(controller::CrdArgs),
+    /// Plugin packaging: `iar plugin configmap` prints a plugin ConfigMap.
+    Plugin(plugin::PluginArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -89,6 +92,7 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args),
         Command::Controller(args) => controller::controller(args),
         Command::Crd(args) => controller::crd(args),
+        Command::Plugin(args) => plugin::plugin(args),
     };
     match result {
         Ok(code) => code,

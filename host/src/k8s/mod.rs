@@ -17,6 +17,7 @@ pub fn install_crypto() {
 pub mod crd;
 pub mod leader;
 pub mod live;
+pub mod plugins;
 pub mod reconcile;
 pub mod run;
 pub mod serve;

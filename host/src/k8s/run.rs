@@ -4,11 +4,13 @@
 use super::crd::Backup;
 use super::leader::{Elector, LeaderError};
 use super::live::LiveCluster;
+use super::plugins::{PluginRegistry, watch};
 use super::reconcile::{Context, error_policy, patch_status, reconcile};
 use super::serve::{Health, serve};
 use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
 use crate::controller::{Controller, PluginSource, Settings, StatusSink};
 use crate::store::BackupStore;
+use crate::{Plugin, Runtime};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{Controller as Reconciler, watcher};
@@ -31,9 +33,34 @@ pub struct Options {
     pub store: BackupStore,
 }
 
-/// Whether the plugins are loaded (the first list of plugin ConfigMaps
-/// applied); `/readyz` waits for it.
-pub type PluginsReady = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Where plugins come from: the ConfigMaps of the namespace (hot
+/// reloaded into `registry`), and files loaded at start. A file plugin
+/// wins over a ConfigMap plugin of the same name.
+pub struct Plugins {
+    pub runtime: Runtime,
+    pub registry: Arc<PluginRegistry>,
+    pub files: Vec<Plugin>,
+}
+
+impl Plugins {
+    /// The set a backup starting now is pinned to.
+    fn source(&self) -> PluginSource {
+        let registry = self.registry.clone();
+        let files = self.files.clone();
+        Arc::new(move || {
+            let mut set = files.clone();
+            let current = registry.current();
+            set.extend(
+                current
+                    .plugins
+                    .iter()
+                    .filter(|p| !files.iter().any(|f| f.name() == p.name()))
+                    .cloned(),
+            );
+            set
+        })
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -64,8 +91,7 @@ fn backups_gauge(phases: &Mutex<HashMap<String, BackupPhase>>, object: &BackupOb
 pub async fn run(
     client: kube::Client,
     options: Options,
-    plugins: PluginSource,
-    plugins_ready: PluginsReady,
+    plugins: Plugins,
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> Result<(), RunError> {
     super::install_crypto();
@@ -96,9 +122,31 @@ pub async fn run(
         }
     });
 
+    // Plugin ConfigMaps: watched for as long as the process runs, leader
+    // or not, so that a replica taking over has its plugins loaded.
+    {
+        let (client, namespace) = (client.clone(), options.namespace.clone());
+        let (runtime, registry) = (plugins.runtime.clone(), plugins.registry.clone());
+        tokio::spawn(async move {
+            loop {
+                let watched = watch(
+                    client.clone(),
+                    namespace.clone(),
+                    runtime.clone(),
+                    registry.clone(),
+                )
+                .await;
+                tracing::error!(
+                    "watching plugin ConfigMaps ended ({watched:?}); restarting in 5 s"
+                );
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
+    let registry = plugins.registry.clone();
     let controller = Arc::new(
         Controller::new(Vec::new(), options.store, cluster, options.settings)
-            .with_plugin_source(plugins)
+            .with_plugin_source(plugins.source())
             .with_status_sink(sink),
     );
 
@@ -129,7 +177,7 @@ pub async fn run(
         let client = client.clone();
         tokio::spawn(async move {
             loop {
-                let ready = plugins_ready() && client.apiserver_version().await.is_ok();
+                let ready = registry.is_synced() && client.apiserver_version().await.is_ok();
                 health.ready.store(ready, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }

@@ -1,0 +1,17 @@
+//! Plugins from ConfigMaps: a ConfigMap labelled `iar.dev/plugin` in iar's
+//! namespace holds one plugin (inline, or by reference, always with its
+//! sha256). [`watch`] keeps a [`PluginRegistry`] in step with them: each
+//! change is verified, compiled and smoke-called off the async runtime,
+//! then published as a new [`PluginSet`] generation; a bad new version
+//! leaves the last good one loaded; each ConfigMap carries its status.
+
+pub mod configmap;
+mod load;
+pub mod registry;
+pub mod status;
+mod watcher;
+
+pub use load::LoadFailure;
+pub use registry::{PluginRegistry, PluginSet};
+pub use status::Status;
+pub use watcher::{WatchError, WatchOptions, watch, watch_with};

@@ -1,0 +1,173 @@
+//! `iar plugin configmap`: the binary's output, as a user gets it, applied
+//! to a real API server (`iar-apiserver`) and loaded by the watcher.
+
+mod common;
+
+use common::*;
+use iar::k8s::plugins::configmap;
+use iar::k8s::plugins::{PluginRegistry, watch};
+use iar_tests::artifacts;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use std::time::Duration;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_manifest_carries_the_component_its_digest_and_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("labels.yaml");
+    std::fs::write(&settings, "config: {labels: team=a}\n").unwrap();
+    let out = iar(&[
+        "plugin",
+        "configmap",
+        artifacts::LABELS,
+        "--name",
+        "labels",
+        "--settings",
+        settings.to_str().unwrap(),
+        "--order",
+        "-2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).expect("a ConfigMap");
+    assert_eq!(cm.metadata.namespace.as_deref(), Some("iar-system"));
+    assert!(cm.metadata.labels.unwrap().contains_key(configmap::LABEL));
+    let component = std::fs::read(artifacts::LABELS).unwrap();
+    assert_eq!(cm.binary_data.unwrap()[configmap::KEY_WASM].0, component);
+    let data = cm.data.unwrap();
+    assert_eq!(data[configmap::KEY_ORDER], "-2");
+    assert_eq!(data[configmap::KEY_SETTINGS], "config: {labels: team=a}\n");
+    let inspect = stdout_json(&iar(&["inspect", artifacts::LABELS]));
+    assert_eq!(
+        format!("sha256:{}", data[configmap::KEY_SHA256]),
+        inspect["digest"]
+    );
+}
+
+#[test]
+fn what_would_not_fit_or_not_load_is_refused_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.wasm");
+    std::fs::write(&big, vec![0u8; configmap::CONFIGMAP_LIMIT + 1]).unwrap();
+    let out = iar(&[
+        "plugin",
+        "configmap",
+        big.to_str().unwrap(),
+        "--name",
+        "big",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--reference") && stderr.contains("configmap-size"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    let out = iar(&[
+        "plugin",
+        "configmap",
+        artifacts::WRONG_WORLD,
+        "--name",
+        "ww",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("rule: plugin-world"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = iar(&[
+        "plugin",
+        "configmap",
+        artifacts::LABELS,
+        "--name",
+        "labels",
+        "--reference",
+        "/plugins/labels.wasm",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert!(cm.binary_data.is_none());
+    assert_eq!(
+        cm.data.unwrap()[configmap::KEY_REFERENCE],
+        "/plugins/labels.wasm"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_manifest_applied_server_side_loads_ready() {
+    let Some(server) = iar_apiserver::shared().await else {
+        return;
+    };
+    let client = server.client(iar_apiserver::User::Admin).await.unwrap();
+    let namespace = "cli-plugin";
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(namespace.into()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            },
+        )
+        .await
+        .unwrap();
+    let out = iar(&[
+        "plugin",
+        "configmap",
+        artifacts::POD_VOLUMES,
+        "--name",
+        "pod-volumes",
+        "--namespace",
+        namespace,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    api.patch(
+        "pod-volumes",
+        &PatchParams::apply("kubectl"),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("server-side apply");
+
+    let registry = PluginRegistry::new();
+    let runtime = iar::Runtime::new(iar::RuntimeConfig {
+        cache_dir: Some(
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache"),
+        ),
+        ..iar::RuntimeConfig::default()
+    })
+    .unwrap();
+    let task = tokio::spawn(watch(client, namespace.into(), runtime, registry.clone()));
+    let mut rx = registry.subscribe();
+    let loaded = tokio::time::timeout(Duration::from_secs(60), async {
+        while registry.current().get("pod-volumes").is_none() {
+            rx.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(loaded.is_ok(), "pod-volumes did not load");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let annotations = api.get("pod-volumes").await.unwrap().metadata.annotations;
+        if annotations
+            .and_then(|a| a.get("iar.dev/status").cloned())
+            .as_deref()
+            == Some("Ready")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no Ready status");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+}

@@ -1,0 +1,868 @@
+//! Plugins from ConfigMaps, against a real kube-apiserver (`iar-apiserver`):
+//! the watcher loads, reloads and unloads plugins as their ConfigMaps
+//! change, refuses bad versions with a status and an Event while the last
+//! good one keeps serving, and a set pinned before a reload keeps working.
+//! Each test has its own namespace and its own watcher.
+
+mod common;
+
+use common::*;
+use iar::k8s::plugins::configmap::{self, ManifestInput};
+use iar::k8s::plugins::status::{ANNOTATION_DIGEST, ANNOTATION_GENERATION, ANNOTATION_STATUS};
+use iar::k8s::plugins::{PluginRegistry, PluginSet, WatchOptions, watch_with};
+use iar_apiserver::User;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Generous: the machines that run these tests are often busy compiling.
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// A namespace with a watcher running on it; the watcher stops on drop.
+struct Harness {
+    client: kube::Client,
+    namespace: String,
+    registry: Arc<PluginRegistry>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn start(namespace: &str) -> Option<Harness> {
+    start_with(namespace, runtime()).await
+}
+
+async fn start_with(namespace: &str, runtime: iar::Runtime) -> Option<Harness> {
+    start_with_options(namespace, runtime, WatchOptions::default()).await
+}
+
+async fn start_with_options(
+    namespace: &str,
+    runtime: iar::Runtime,
+    options: WatchOptions,
+) -> Option<Harness> {
+    let server = iar_apiserver::shared().await?;
+    let client = server.client(User::Admin).await.expect("admin client");
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(namespace.into()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {namespace}: {e}"));
+    let registry = PluginRegistry::new();
+    let task = tokio::spawn({
+        let (client, namespace, registry) =
+            (client.clone(), namespace.to_string(), registry.clone());
+        async move {
+            let result = watch_with(client, namespace, runtime, registry, options).await;
+            panic!("the watcher returned: {result:?}");
+        }
+    });
+    let harness = Harness {
+        client,
+        namespace: namespace.into(),
+        registry,
+        task,
+    };
+    harness.wait_set("the first sync", |_| true).await;
+    assert!(harness.registry.is_synced());
+    Some(harness)
+}
+
+fn bytes(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A good plugin ConfigMap, as `iar plugin configmap` makes it.
+fn plugin_cm(name: &str, namespace: &str, component: &[u8], settings: Option<&str>) -> ConfigMap {
+    configmap::manifest(ManifestInput {
+        name: name.into(),
+        namespace: namespace.into(),
+        component: component.to_vec(),
+        settings: settings.map(str::to_string),
+        order: None,
+        reference: None,
+    })
+    .expect("a valid manifest")
+}
+
+fn with_data(mut cm: ConfigMap, key: &str, value: &str) -> ConfigMap {
+    cm.data
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.into(), value.into());
+    cm
+}
+
+/// `component` inline, with its own (correct) digest.
+fn with_component(mut cm: ConfigMap, component: &[u8]) -> ConfigMap {
+    let digest = configmap::manifest(ManifestInput {
+        name: "x".into(),
+        component: component.to_vec(),
+        ..ManifestInput::default()
+    })
+    .expect("a manifest")
+    .data
+    .unwrap()[configmap::KEY_SHA256]
+        .clone();
+    cm.binary_data = Some(BTreeMap::from([(
+        configmap::KEY_WASM.into(),
+        ByteString(component.to_vec()),
+    )]));
+    with_data(cm, configmap::KEY_SHA256, &digest)
+}
+
+impl Harness {
+    fn api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates or updates by server-side apply, as `kubectl apply
+    /// --server-side` does.
+    async fn apply(&self, cm: &ConfigMap) {
+        let mut cm = cm.clone();
+        cm.metadata.namespace = Some(self.namespace.clone());
+        let name = cm.metadata.name.clone().unwrap();
+        self.api()
+            .patch(
+                &name,
+                &PatchParams::apply("iar-test").force(),
+                &Patch::Apply(&cm),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("apply ConfigMap {name}: {e}"));
+    }
+
+    async fn delete(&self, name: &str) {
+        self.api()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete ConfigMap {name}: {e}"));
+    }
+
+    /// Waits on `subscribe()` until the current set satisfies `done`.
+    async fn wait_set(&self, what: &str, done: impl Fn(&PluginSet) -> bool) -> Arc<PluginSet> {
+        let mut rx = self.registry.subscribe();
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let set = self.registry.current();
+            if self.registry.is_synced() && done(&set) {
+                return set;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("{what}: the registry was dropped"),
+                Err(_) => panic!(
+                    "{what}: not reached within {WITHIN:?}; generation {}, plugins {:?}",
+                    set.generation, set.plugins
+                ),
+            }
+        }
+    }
+
+    /// Waits until the ConfigMap's status annotation is `status` and an
+    /// Event with that reason is on it; returns the ConfigMap's annotations.
+    async fn wait_status(&self, name: &str, status: &str) -> BTreeMap<String, String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let annotations = self
+                .api()
+                .get(name)
+                .await
+                .ok()
+                .and_then(|cm| cm.metadata.annotations)
+                .unwrap_or_default();
+            let has_event = events
+                .list(&Default::default())
+                .await
+                .map(|list| {
+                    list.items.iter().any(|e| {
+                        e.reason.as_deref() == Some(status)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    })
+                })
+                .unwrap_or(false);
+            if annotations.get(ANNOTATION_STATUS).map(String::as_str) == Some(status) && has_event {
+                return annotations;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ConfigMap {name}: no status {status} with its Event within {WITHIN:?}; annotations {annotations:?}"
+            );
+            // Polling the API server: a refused load publishes no generation to wait on.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Runs the set's `labels` plugin on a pod and returns the pod's labels.
+fn labels_after(set: &PluginSet) -> serde_json::Value {
+    let plugin = set.get("labels").expect("labels is loaded");
+    let out = plugin
+        .instance(Arc::new(iar::NoCluster))
+        .execute(&pod("web"), &backup(iar::Phase::Backup), &never_seen)
+        .expect("labels runs");
+    out.item.expect("labels changes the item")["metadata"]["labels"].clone()
+}
+
+fn names(set: &PluginSet) -> Vec<&str> {
+    set.plugins.iter().map(|p| p.name()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_update_and_delete_change_the_loaded_set() {
+    let Some(h) = start("plugins-lifecycle").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: team=a}"),
+    ))
+    .await;
+    let set = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    assert_eq!(labels_after(&set)["team"], "a");
+    let annotations = h.wait_status("labels", "Ready").await;
+    let digest = set.get("labels").unwrap().digest().to_string();
+    assert_eq!(annotations[ANNOTATION_DIGEST], format!("sha256:{digest}"));
+    assert_eq!(
+        annotations[ANNOTATION_GENERATION],
+        set.generation.to_string()
+    );
+
+    // A second plugin with a lower order runs first.
+    let pod_volumes = plugin_cm(
+        "pod-volumes",
+        &h.namespace,
+        &bytes(artifacts::POD_VOLUMES),
+        None,
+    );
+    h.apply(&with_data(pod_volumes, "order", "-1")).await;
+    let set = h
+        .wait_set("pod-volumes loads", |s| s.plugins.len() == 2)
+        .await;
+    assert_eq!(names(&set), ["pod-volumes", "labels"]);
+
+    // An update reloads with the new settings.
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: team=b}"),
+    ))
+    .await;
+    let set = h
+        .wait_set("labels reloads", |s| {
+            s.get("labels").is_some() && labels_after(s)["team"] == "b"
+        })
+        .await;
+    assert_eq!(names(&set), ["pod-volumes", "labels"]);
+
+    // Disabled: unloaded, and says so.
+    h.apply(&with_data(
+        plugin_cm(
+            "labels",
+            &h.namespace,
+            &labels,
+            Some("config: {labels: team=b}"),
+        ),
+        "enabled",
+        "false",
+    ))
+    .await;
+    h.wait_set("labels is disabled", |s| s.get("labels").is_none())
+        .await;
+    let annotations = h.wait_status("labels", "Disabled").await;
+    assert!(
+        !annotations.contains_key(ANNOTATION_DIGEST),
+        "{annotations:?}"
+    );
+
+    h.delete("pod-volumes").await;
+    let set = h
+        .wait_set("pod-volumes unloads", |s| s.plugins.is_empty())
+        .await;
+    assert!(set.get("pod-volumes").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_versions_get_a_status_and_an_event_and_the_last_good_one_stays() {
+    let Some(h) = start("plugins-bad").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    let good = plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: team=good}"),
+    );
+    h.apply(&good).await;
+    let set = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    let digest = set.get("labels").unwrap().digest().to_string();
+    h.wait_status("labels", "Ready").await;
+
+    let garbage = b"#!/bin/sh\necho not wasm\n".to_vec();
+    let wrong_digest = with_data(
+        with_component(good.clone(), &garbage),
+        configmap::KEY_SHA256,
+        &"0".repeat(64),
+    );
+    let cases = [
+        ("DigestMismatch", wrong_digest),
+        ("CompileError", with_component(good.clone(), &garbage)),
+        (
+            "ContractMismatch",
+            with_component(good.clone(), &bytes(artifacts::WRONG_WORLD)),
+        ),
+        (
+            "SettingsInvalid",
+            with_data(
+                good.clone(),
+                configmap::KEY_SETTINGS,
+                "limts: {deadline: 1s}",
+            ),
+        ),
+        (
+            "ContractMismatch",
+            with_component(good.clone(), &bytes(artifacts::FUTURE_VERSION)),
+        ),
+        (
+            "AppliesToFailed",
+            with_data(
+                with_component(good.clone(), &bytes(artifacts::HOSTILE)),
+                configmap::KEY_SETTINGS,
+                "config: {applies-to: loop}\nlimits: {deadline: 200ms}",
+            ),
+        ),
+    ];
+    for (status, cm) in cases {
+        h.apply(&cm).await;
+        let annotations = h.wait_status("labels", status).await;
+        assert_eq!(
+            annotations[ANNOTATION_DIGEST],
+            format!("sha256:{digest}"),
+            "{status}: the good version is still the one loaded"
+        );
+        let message = &annotations["iar.dev/status-message"];
+        assert!(message.starts_with("ConfigMap \"labels\": "), "{message}");
+        assert!(message.contains("stays loaded"), "{message}");
+        let set = h.registry.current();
+        assert_eq!(set.get("labels").unwrap().digest(), digest, "{status}");
+        assert_eq!(labels_after(&set)["team"], "good", "{status}");
+        // Back to good between cases, so each case is a change of its own.
+        h.apply(&good).await;
+        h.wait_status("labels", "Ready").await;
+    }
+    let metrics = iar::metrics::global().encode();
+    for reason in [
+        "DigestMismatch",
+        "CompileError",
+        "ContractMismatch",
+        "SettingsInvalid",
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                "iar_plugin_load_failures_total{{reason=\"{reason}\"}}"
+            )),
+            "{reason} counted: {metrics}"
+        );
+    }
+
+    // A bad plugin with no good version before it: a status, nothing loaded.
+    let broken = with_component(plugin_cm("broken", &h.namespace, &labels, None), &garbage);
+    h.apply(&broken).await;
+    let annotations = h.wait_status("broken", "CompileError").await;
+    assert!(
+        !annotations.contains_key(ANNOTATION_DIGEST),
+        "{annotations:?}"
+    );
+    assert!(h.registry.current().get("broken").is_none());
+    let no_digest = {
+        let mut cm = plugin_cm("no-digest", &h.namespace, &labels, None);
+        cm.data.as_mut().unwrap().remove(configmap::KEY_SHA256);
+        cm
+    };
+    h.apply(&no_digest).await;
+    h.wait_status("no-digest", "SourceInvalid").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_pinned_before_a_reload_keeps_the_old_plugin_and_it_still_runs() {
+    let Some(h) = start("plugins-pinned").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: version=old}"),
+    ))
+    .await;
+    let pinned = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: version=new}"),
+    ))
+    .await;
+    let current = h
+        .wait_set("labels reloads", |s| s.generation > pinned.generation)
+        .await;
+    assert_eq!(labels_after(&current)["version"], "new");
+    assert_eq!(
+        labels_after(&pinned)["version"],
+        "old",
+        "the pinned set is unchanged"
+    );
+
+    h.delete("labels").await;
+    h.wait_set("labels unloads", |s| s.get("labels").is_none())
+        .await;
+    assert_eq!(
+        labels_after(&pinned)["version"],
+        "old",
+        "a pinned plugin runs after its ConfigMap is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn velero_plugin_config_reaches_the_plugin_config() {
+    let Some(h) = start("plugins-velero").await else {
+        return;
+    };
+    let velero = |value: &str| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("labels-plugin-config".into()),
+            labels: Some(BTreeMap::from([
+                (configmap::VELERO_LABEL.into(), "".into()),
+                ("example.io/labels".into(), "BackupItemAction".into()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("labels".into(), value.into())])),
+        ..ConfigMap::default()
+    };
+    h.apply(&velero("source=velero")).await;
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &bytes(artifacts::LABELS),
+        None,
+    ))
+    .await;
+    let set = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    assert_eq!(labels_after(&set)["source"], "velero");
+
+    // A change to the Velero ConfigMap alone reloads the plugin.
+    h.apply(&velero("source=velero-2")).await;
+    let set = h
+        .wait_set("labels reloads", |s| s.generation > set.generation)
+        .await;
+    assert_eq!(labels_after(&set)["source"], "velero-2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_writes_do_not_reload_and_a_reference_path_loads() {
+    let Some(h) = start("plugins-reference").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels.wasm");
+    let labels = bytes(artifacts::LABELS);
+    std::fs::write(&path, &labels).unwrap();
+    let by_reference = configmap::manifest(ManifestInput {
+        name: "labels".into(),
+        namespace: h.namespace.clone(),
+        component: labels.clone(),
+        settings: None,
+        order: None,
+        reference: Some(path.display().to_string()),
+    })
+    .unwrap();
+    h.apply(&by_reference).await;
+    let set = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    h.wait_status("labels", "Ready").await;
+
+    // iar's own status patch and someone else's annotation are metadata
+    // only: no reload. The next real change is then the only new generation.
+    let mut annotated = by_reference.clone();
+    annotated.metadata.annotations = Some(BTreeMap::from([("team".into(), "x".into())]));
+    h.apply(&annotated).await;
+    h.apply(&plugin_cm(
+        "pod-volumes",
+        &h.namespace,
+        &bytes(artifacts::POD_VOLUMES),
+        None,
+    ))
+    .await;
+    let after = h
+        .wait_set("pod-volumes loads", |s| s.get("pod-volumes").is_some())
+        .await;
+    assert_eq!(
+        after.generation,
+        set.generation + 1,
+        "no reload for metadata"
+    );
+
+    let missing = with_data(
+        by_reference,
+        configmap::KEY_REFERENCE,
+        "/nonexistent/labels.wasm",
+    );
+    let mut missing = missing;
+    missing.metadata.name = Some("missing".into());
+    h.apply(&missing).await;
+    let annotations = h.wait_status("missing", "SourceInvalid").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("/nonexistent/labels.wasm"),
+        "{annotations:?}"
+    );
+}
+
+/// The YAML `iar plugin configmap` prints (the same `manifest` function,
+/// serialized the same way), applied server-side, loads Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_manifest_applies_and_loads_ready() {
+    let Some(h) = start("plugins-manifest").await else {
+        return;
+    };
+    let yaml = serde_yaml::to_string(
+        &configmap::manifest(ManifestInput {
+            name: "pvc-snapshot".into(),
+            namespace: h.namespace.clone(),
+            component: bytes(artifacts::PVC_SNAPSHOT),
+            settings: Some("limits: {deadline: 2s}\n".into()),
+            order: Some(3),
+            reference: None,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let cm: ConfigMap = serde_yaml::from_str(&yaml).expect("the YAML is a ConfigMap");
+    h.apply(&cm).await;
+    let set = h
+        .wait_set("pvc-snapshot loads", |s| s.get("pvc-snapshot").is_some())
+        .await;
+    assert_eq!(
+        set.get("pvc-snapshot").unwrap().limits().deadline,
+        Duration::from_secs(2)
+    );
+    h.wait_status("pvc-snapshot", "Ready").await;
+}
+
+/// How long a ConfigMap change takes to become a loaded generation: a cold
+/// compile cache, a warm one (a settings change), and an unload. Prints
+/// the figures; run with `-- --ignored --nocapture load_latency`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn load_latency() {
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = iar::Runtime::new(iar::RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..iar::RuntimeConfig::default()
+    })
+    .unwrap();
+    let Some(h) = start_with("plugins-latency", runtime).await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    let begun = Instant::now();
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: n=0}"),
+    ))
+    .await;
+    h.wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    let cold = begun.elapsed();
+    let mut warm = Vec::new();
+    for n in 1..=10 {
+        let begun = Instant::now();
+        let settings = format!("config: {{labels: n={n}}}");
+        let want = n.to_string();
+        h.apply(&plugin_cm("labels", &h.namespace, &labels, Some(&settings)))
+            .await;
+        h.wait_set("labels reloads", |s| {
+            s.get("labels").is_some() && labels_after(s)["n"] == want
+        })
+        .await;
+        warm.push(begun.elapsed());
+    }
+    warm.sort();
+    let begun = Instant::now();
+    h.delete("labels").await;
+    h.wait_set("labels unloads", |s| s.get("labels").is_none())
+        .await;
+    let unload = begun.elapsed();
+    println!(
+        "labels ({} KiB): apply to loaded, cold cache {cold:?}; warm reload median {:?} (min {:?}, max {:?}, 10 runs); delete to unloaded {unload:?}",
+        labels.len() / 1024,
+        warm[5],
+        warm[0],
+        warm[9]
+    );
+}
+
+/// An https server for the reference tests: `openssl s_server -WWW`
+/// serving a directory with a certificate from a throwaway CA. Killed on
+/// drop.
+struct HttpsServer {
+    child: std::process::Child,
+    port: u16,
+    ca_pem: Vec<u8>,
+}
+
+impl Drop for HttpsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) -> bool {
+    std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `None` when openssl is not installed.
+fn https_server(dir: &std::path::Path) -> Option<HttpsServer> {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca = [
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=iar-test-ca",
+        ],
+    ]
+    .concat();
+    let csr = [
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "leaf.key",
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat();
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let sign = [
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "leaf.ext",
+    ];
+    if !(openssl(dir, &ca) && openssl(dir, &csr) && openssl(dir, &sign)) {
+        eprintln!("openssl is missing or failed: skipping the https reference test");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("openssl")
+        .args([
+            "s_server", "-quiet", "-WWW", "-cert", "leaf.pem", "-key", "leaf.key", "-accept",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let server = HttpsServer {
+        child,
+        port,
+        ca_pem: std::fs::read(dir.join("ca.pem")).unwrap(),
+    };
+    let deadline = Instant::now() + WITHIN;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_reference_is_fetched_verified_and_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let labels = bytes(artifacts::LABELS);
+    std::fs::write(dir.path().join("labels.wasm"), &labels).unwrap();
+    let Some(server) = https_server(dir.path()) else {
+        return;
+    };
+    let options = WatchOptions {
+        extra_roots_pem: Some(server.ca_pem.clone()),
+    };
+    let Some(h) = start_with_options("plugins-https", runtime(), options).await else {
+        return;
+    };
+    let url = format!("https://127.0.0.1:{}/labels.wasm", server.port);
+    let by_url = configmap::manifest(ManifestInput {
+        name: "labels".into(),
+        namespace: h.namespace.clone(),
+        component: labels.clone(),
+        settings: Some("config: {labels: via=https}".into()),
+        order: None,
+        reference: Some(url.clone()),
+    })
+    .unwrap();
+    h.apply(&by_url).await;
+    let set = h
+        .wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    assert_eq!(labels_after(&set)["via"], "https");
+    h.wait_status("labels", "Ready").await;
+
+    // The same URL under a digest it does not have: refused, the good one stays.
+    let mut wrong = with_data(by_url.clone(), configmap::KEY_SHA256, &"1".repeat(64));
+    wrong.metadata.name = Some("wrong".into());
+    h.apply(&wrong).await;
+    h.wait_status("wrong", "DigestMismatch").await;
+    // Nothing listens on port 1: the fetch fails, naming the URL.
+    let unreachable = "https://127.0.0.1:1/labels.wasm";
+    let mut missing = with_data(by_url, configmap::KEY_REFERENCE, unreachable);
+    missing.metadata.name = Some("missing".into());
+    h.apply(&missing).await;
+    let annotations = h.wait_status("missing", "SourceInvalid").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains(unreachable),
+        "{annotations:?}"
+    );
+}
+
+/// Two ConfigMaps for one plugin name: the second is refused
+/// (`NameConflict`) and loads once the first no longer holds the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
+    let Some(h) = start("plugins-conflict").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: from=first}"),
+    ))
+    .await;
+    h.wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    let second = with_data(
+        plugin_cm(
+            "labels-2",
+            &h.namespace,
+            &labels,
+            Some("config: {labels: from=second}"),
+        ),
+        configmap::KEY_NAME,
+        "labels",
+    );
+    h.apply(&second).await;
+    let annotations = h.wait_status("labels-2", "NameConflict").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("rule: plugin-name-unique"),
+        "{annotations:?}"
+    );
+    assert_eq!(labels_after(&h.registry.current())["from"], "first");
+
+    // Disabling the holder frees the name.
+    let first = plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: from=first}"),
+    );
+    h.apply(&with_data(first.clone(), "enabled", "false")).await;
+    let set = h
+        .wait_set("the second takes the name", |s| {
+            s.get("labels")
+                .is_some_and(|_| labels_after(s)["from"] == "second")
+        })
+        .await;
+    assert_eq!(set.plugins.len(), 1);
+    h.wait_status("labels-2", "Ready").await;
+
+    // Enabled again, the first is now the one refused; deleting the
+    // second gives the name back.
+    h.apply(&first).await;
+    h.wait_status("labels", "NameConflict").await;
+    h.delete("labels-2").await;
+    h.wait_set("the first takes the name back", |s| {
+        s.get("labels")
+            .is_some_and(|_| labels_after(s)["from"] == "first")
+    })
+    .await;
+    h.wait_status("labels", "Ready").await;
+}
