@@ -220,7 +220,7 @@ pub enum Step {
     /// Call `step` again after this long (operations still running).
     Requeue(Duration),
     /// The backup is in a terminal phase.
-    Done(BackupObject),
+    Done(Box<BackupObject>),
 }
 
 /// Runs backups through their phases.
@@ -505,7 +505,7 @@ impl Controller {
         loop {
             match self.step(name).await? {
                 Step::Requeue(after) => tokio::time::sleep(after).await,
-                Step::Done(object) => return Ok(object),
+                Step::Done(object) => return Ok(*object),
             }
         }
     }
@@ -776,7 +776,7 @@ impl Controller {
             .await?
             .ok_or_else(|| ControllerError::NotFound(name.into()))?;
         if object.status.phase.is_terminal() {
-            return Ok(Step::Done(object));
+            return Ok(Step::Done(Box::new(object)));
         }
         let mut run = self.load_run(name, object).await?;
         match self.advance(&mut run).await {
@@ -822,7 +822,7 @@ impl Controller {
                     run.object.status.phase
                 );
                 self.set_phase(run, BackupPhase::Failed).await?;
-                Ok(Step::Done(run.object.clone()))
+                Ok(Step::Done(Box::new(run.object.clone())))
             }
             Plan::Poll => {
                 self.ensure_operations(run).await?;
@@ -849,9 +849,9 @@ impl Controller {
                     BackupPhase::Completed
                 };
                 self.set_phase(run, done).await?;
-                Ok(Step::Done(run.object.clone()))
+                Ok(Step::Done(Box::new(run.object.clone())))
             }
-            Plan::Nothing => Ok(Step::Done(run.object.clone())),
+            Plan::Nothing => Ok(Step::Done(Box::new(run.object.clone()))),
         }
     }
 
