@@ -229,6 +229,28 @@ mod tests {
         o
     }
 
+    /// What a step does in each persisted phase (the CLI and the
+    /// controller share it).
+    #[test]
+    fn each_phase_has_one_plan() {
+        use crate::controller::{Plan, plan};
+        use BackupPhase::*;
+        let table = [
+            (New, Plan::FailInterrupted),
+            (InProgress, Plan::FailInterrupted),
+            (WaitingForPluginOperations, Plan::Poll),
+            (WaitingForPluginOperationsPartiallyFailed, Plan::Poll),
+            (Finalizing, Plan::Finalize),
+            (FinalizingPartiallyFailed, Plan::Finalize),
+            (Completed, Plan::Nothing),
+            (PartiallyFailed, Plan::Nothing),
+            (Failed, Plan::Nothing),
+        ];
+        for (phase, expected) in table {
+            assert_eq!(plan(phase), expected, "{phase}");
+        }
+    }
+
     #[test]
     fn a_new_resource_starts_a_backup() {
         assert_eq!(decide(None, None), Decision::Start);
