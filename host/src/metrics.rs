@@ -50,6 +50,9 @@ pub struct Metrics {
     load_failures: Family<ReasonLabels, Counter>,
     operations: Family<PhaseLabels, Gauge>,
     backups: Family<PhaseLabels, Gauge>,
+    /// The last phase of each backup, by `namespace/name`, that
+    /// `backups` counts.
+    backup_phases: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// 50 µs to ~26 s: a plugin call is typically 0.1–1 ms, a deadline 10 s.
@@ -108,6 +111,7 @@ impl Metrics {
             load_failures,
             operations,
             backups,
+            backup_phases: Default::default(),
         }
     }
 
@@ -162,8 +166,17 @@ impl Metrics {
         Self::set_phases(&self.operations, counts);
     }
 
-    pub fn set_backups(&self, counts: &[(String, i64)]) {
-        Self::set_phases(&self.backups, counts);
+    /// Records a backup's phase (`backup`: `namespace/name`); the
+    /// `backups` gauge counts each backup in its latest phase.
+    pub fn backup_phase(&self, backup: &str, phase: &str) {
+        let mut phases = self.backup_phases.lock().unwrap_or_else(|p| p.into_inner());
+        phases.insert(backup.to_string(), phase.to_string());
+        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
+        for phase in phases.values() {
+            *counts.entry(phase.clone()).or_default() += 1;
+        }
+        let counts: Vec<(String, i64)> = counts.into_iter().collect();
+        Self::set_phases(&self.backups, &counts);
     }
 
     /// The Prometheus text exposition (OpenMetrics) of every metric.

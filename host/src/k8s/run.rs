@@ -7,17 +7,16 @@ use super::live::LiveCluster;
 use super::plugins::{PluginRegistry, watch};
 use super::reconcile::{Context, error_policy, patch_status, reconcile};
 use super::serve::{Health, serve};
-use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
+use crate::backup::object::{BackupObject, BackupStatus};
 use crate::controller::{Controller, PluginSource, Settings, StatusSink};
 use crate::store::BackupStore;
 use crate::{Plugin, Runtime};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{Controller as Reconciler, watcher};
-use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub struct Options {
@@ -74,18 +73,6 @@ pub enum RunError {
     },
 }
 
-/// Counts backups by phase for the `iar_backups` gauge.
-fn backups_gauge(phases: &Mutex<HashMap<String, BackupPhase>>, object: &BackupObject) {
-    let mut phases = phases.lock().unwrap_or_else(|p| p.into_inner());
-    phases.insert(object.metadata.name.clone(), object.status.phase);
-    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-    for phase in phases.values() {
-        *counts.entry(phase.to_string()).or_default() += 1;
-    }
-    let counts: Vec<(String, i64)> = counts.into_iter().collect();
-    crate::metrics::global().set_backups(&counts);
-}
-
 /// Runs until leadership is lost (an error: the process should exit and
 /// be restarted as a follower) or the Backup watch ends.
 pub async fn run(
@@ -104,14 +91,13 @@ pub async fn run(
     // Every phase change reaches the resource's status, in order, from one
     // writer task; the phase machine never waits for the API server.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, BackupStatus)>();
-    let phases = Arc::new(Mutex::new(HashMap::new()));
-    let sink: StatusSink = {
-        let phases = phases.clone();
-        Arc::new(move |object: &BackupObject| {
-            backups_gauge(&phases, object);
-            let _ = tx.send((object.metadata.name.clone(), object.status.clone()));
-        })
-    };
+    let sink: StatusSink = Arc::new(move |object: &BackupObject| {
+        crate::metrics::global().backup_phase(
+            &format!("{}/{}", object.metadata.namespace, object.metadata.name),
+            &object.status.phase.to_string(),
+        );
+        let _ = tx.send((object.metadata.name.clone(), object.status.clone()));
+    });
     let writer_api = api.clone();
     tokio::spawn(async move {
         while let Some((name, status)) = rx.recv().await {
