@@ -188,15 +188,24 @@ fn main() {
         let t = Instant::now();
         let p = Plugin::from_file(&runtime, path, settings()).unwrap();
         load_only.push(t.elapsed().as_secs_f64() * 1e6);
-        black_box(p.instance(Arc::new(NoCluster)).execute(&item, &backup, &never)).unwrap();
+        black_box(
+            p.instance(Arc::new(NoCluster))
+                .execute(&item, &backup, &never),
+        )
+        .unwrap();
     });
-    assert_eq!(runtime.compiles(), 1, "start-up rows must load from the cache");
+    assert_eq!(
+        runtime.compiles(),
+        1,
+        "start-up rows must load from the cache"
+    );
     let start_row = row(starts, starts_total);
     let load_row = row(load_only, starts_total);
 
-    let velero: Option<Value> = args.velero.as_ref().map(|p| {
-        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).expect("anchor JSON")
-    });
+    let velero: Option<Value> = args
+        .velero
+        .as_ref()
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).expect("anchor JSON"));
     let vrow = |key: &str| {
         velero.as_ref().map(|v| Row {
             median: v[key]["median_us"].as_f64().unwrap(),

@@ -119,9 +119,7 @@ impl Runtime {
                 let mut pooled = c.clone();
                 pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
                 Engine::new(&pooled).or_else(|e| {
-                    tracing::warn!(
-                        "no instance pool ({e:#}); instances are allocated on demand"
-                    );
+                    tracing::warn!("no instance pool ({e:#}); instances are allocated on demand");
                     Engine::new(&c)
                 })?
             }
