@@ -125,6 +125,18 @@ fn args() -> Args {
     a
 }
 
+/// This process's resident set, from /proc (0 elsewhere).
+fn rss_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: i64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64
+}
+
 fn show(us: f64) -> String {
     if us < 1000.0 {
         format!("{us:.1} µs")
@@ -202,6 +214,26 @@ fn main() {
     let start_row = row(starts, starts_total);
     let load_row = row(load_only, starts_total);
 
+    // Memory: resident set growth for 100 plugins loaded from the cache
+    // (each load keeps its own copy of the compiled code), then for 100 live
+    // instances (each after one execute).
+    let rss0 = rss_bytes();
+    let loaded: Vec<Plugin> = (0..100)
+        .map(|_| Plugin::from_file(&runtime, path, settings()).unwrap())
+        .collect();
+    let rss1 = rss_bytes();
+    let live: Vec<_> = loaded
+        .iter()
+        .map(|p| {
+            let mut i = p.instance(Arc::new(NoCluster));
+            i.execute(&item, &backup, &never).unwrap();
+            i
+        })
+        .collect();
+    let rss2 = rss_bytes();
+    drop(live);
+    drop(loaded);
+
     let velero: Option<Value> = args
         .velero
         .as_ref()
@@ -256,6 +288,14 @@ fn main() {
     if let Some(v) = vrow("startup") {
         sline("Velero, start plugin + 1st execute", v);
     }
+    let mib = |b: i64| b as f64 / (1 << 20) as f64;
+    println!(
+        "memory (resident set growth): 100 plugins loaded {:.1} MiB ({:.2} MiB each); 100 live instances {:.1} MiB ({:.0} KiB each)",
+        mib(rss1 - rss0),
+        mib(rss1 - rss0) / 100.0,
+        mib(rss2 - rss1),
+        (rss2 - rss1) as f64 / 1024.0 / 100.0
+    );
     println!("ratios (medians of per-round ratios, same run):");
     println!(
         "  reused ÷ native     {:.2}x  (target ≤ 1.3x)",
