@@ -165,6 +165,19 @@ fn main() {
     let out = reused.execute(&item, &backup, &never).unwrap();
     assert_eq!(out.item.as_ref(), Some(&native(&item)));
 
+    // The same plugin on a runtime with wasmtime's pooling allocator
+    // (`RuntimeConfig::pooling`, off by default), for a fresh-instance row
+    // with it.
+    let unpooled_runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        pooling: true,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let unpooled = Plugin::from_file(&unpooled_runtime, path, settings()).unwrap();
+    let mut u_all = Vec::new();
+    let mut u_total = Duration::ZERO;
+
     let (mut n_all, mut r_all, mut f_all) = (Vec::new(), Vec::new(), Vec::new());
     let (mut n_total, mut r_total, mut f_total) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut reused_ratio, mut fresh_ratio) = (Vec::new(), Vec::new());
@@ -179,6 +192,12 @@ fn main() {
             let mut fresh = plugin.instance(Arc::new(NoCluster));
             black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
         });
+        let (u, ut) = time(args.calls, || {
+            let mut fresh = unpooled.instance(Arc::new(NoCluster));
+            black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
+        });
+        u_all.extend(u);
+        u_total += ut;
         let (nm, rm, fm) = (median(n.clone()), median(r.clone()), median(f.clone()));
         reused_ratio.push(rm / nm);
         fresh_ratio.push(fm / rm);
@@ -192,6 +211,7 @@ fn main() {
     let native_row = row(n_all, n_total);
     let reused_row = row(r_all, r_total);
     let fresh_row = row(f_all, f_total);
+    let unpooled_row = row(u_all, u_total);
 
     // Start-up: load from the compile cache (validate, read, link, ask
     // applies-to) plus the first execute on a new instance.
@@ -268,6 +288,7 @@ fn main() {
     line("native Rust, in process", native_row);
     line("iar, reused instance", reused_row);
     line("iar, fresh instance", fresh_row);
+    line("iar, fresh instance, pooled", unpooled_row);
     if let Some(v) = vrow("execute") {
         line("Velero plugin (go-plugin gRPC)", v);
     }

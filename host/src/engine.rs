@@ -23,10 +23,11 @@ pub struct RuntimeConfig {
     /// per engine; deep recursion traps with a stack overflow.
     pub max_wasm_stack: usize,
     /// Instances come from a pool of pre-reserved slots (wasmtime's pooling
-    /// allocator) rather than fresh mappings: a fresh instance costs about
-    /// half as much. At most [`POOL_INSTANCES`] wasm instances live at once;
-    /// when the address space cannot be reserved the runtime falls back to
-    /// on-demand allocation (logged).
+    /// allocator) rather than fresh mappings. Off by default: on the bench
+    /// Pod a fresh instance cost only about 5 % less with it (see the README's
+    /// Performance section), while the pool caps live instances at
+    /// [`POOL_INSTANCES`]. When the address space cannot be reserved the
+    /// runtime falls back to on-demand allocation (logged).
     pub pooling: bool,
 }
 
@@ -39,7 +40,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             cache_dir: default_cache_dir(),
             max_wasm_stack: 512 << 10,
-            pooling: true,
+            pooling: false,
         }
     }
 }
@@ -364,6 +365,9 @@ fn pool() -> PoolingAllocationConfig {
         .max_tables_per_module(8)
         .table_elements(crate::sandbox::MAX_TABLE_ELEMENTS)
         .max_memory_size(1 << 32)
+        // Slots are reset by returning their pages to the kernel: keeping
+        // the first MiB resident and zeroing it instead made fresh
+        // instances slower here (zeroing a MiB costs more than the faults).
         .max_unused_warm_slots(100);
     p
 }
