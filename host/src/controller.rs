@@ -1583,3 +1583,84 @@ pub async fn resource_policies(
         .map(Some)
         .map_err(|e| format!("configmap {backup_namespace}/{name}, data.{key}: {e}"))
 }
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+    use crate::{NoCluster, PluginSettings, Runtime, RuntimeConfig};
+
+    fn op(plugin: &str, i: usize) -> Operation {
+        let spec = OperationSpec {
+            backup_name: "b".into(),
+            backup_uid: "u".into(),
+            backup_item_action: plugin.into(),
+            resource_identifier: ItemRef {
+                resource: "pods".into(),
+                namespace: "ns".into(),
+                name: format!("p{i}"),
+                ..ItemRef::default()
+            },
+            operation_id: format!("op-{i}"),
+            post_operation_items: Vec::new(),
+        };
+        Operation::new(spec, SystemTime::now())
+    }
+
+    /// Many operations are polled on several threads, each with its own
+    /// instance, and the answers come back in the order of the list (the
+    /// labels plugin starts no operations, so each answer names its id).
+    /// A few are polled on one thread.
+    #[test]
+    fn polling_splits_many_operations_over_threads_in_order() {
+        assert_eq!(poll_threads(10, 4), 1);
+        assert_eq!(poll_threads(OPERATIONS_PER_POLL_THREAD * 2, 4), 2);
+        assert_eq!(poll_threads(100_000, 4), 4);
+        assert_eq!(poll_threads(100_000, 0), 1);
+
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let plugin = Plugin::from_file(
+            &runtime,
+            iar_tests::artifacts::LABELS.as_ref(),
+            PluginSettings::default(),
+        )
+        .unwrap();
+        let name = plugin.name().to_string();
+        let mut poller = Poller {
+            plugins: vec![plugin],
+            workers: Vec::new(),
+            cluster: Arc::new(NoCluster),
+            backup: BackupRef {
+                name: "b".into(),
+                namespace: "velero".into(),
+                uid: "u".into(),
+                spec: serde_json::json!({}),
+                phase: Phase::Backup,
+            },
+            timeout: Duration::from_secs(3600),
+            logs: Vec::new(),
+        };
+        let ops: Vec<Operation> = (0..600).map(|i| op(&name, i)).collect();
+        let updates = poller.poll_all(&ops, SystemTime::now(), 3);
+        assert_eq!(poller.workers.len(), 3);
+        assert!(poller.workers.iter().all(|w| w.instances.len() == 1));
+        assert_eq!(updates.len(), ops.len());
+        for (i, ((plugin, id), update)) in updates.iter().enumerate() {
+            assert_eq!(
+                (plugin.as_str(), id.as_str()),
+                (name.as_str(), &*format!("op-{i}"))
+            );
+            match update {
+                Update::Failed(m) => assert!(m.contains(&format!("\"op-{i}\"")), "{m}"),
+                _ => panic!("op-{i}: the labels plugin starts no operations"),
+            }
+        }
+        // A later period with fewer threads reuses the first worker.
+        let updates = poller.poll_all(&ops[..5], SystemTime::now(), 1);
+        assert_eq!(updates.len(), 5);
+        assert_eq!(poller.workers.len(), 3);
+    }
+}
