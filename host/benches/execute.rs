@@ -22,7 +22,7 @@ fn pod() -> Item {
 /// What the plugin does, natively: the item crosses as JSON text both ways,
 /// as it does across the wasm boundary.
 fn native(item: &Item) -> Value {
-    let text = item.value.to_string();
+    let text = item.value().to_string();
     let mut v: Value = serde_json::from_str(&text).unwrap();
     let labels = v["metadata"]["labels"].as_object_mut().unwrap();
     labels.insert("team".into(), json!("payments"));
@@ -50,7 +50,7 @@ fn bench(c: &mut Criterion) {
         spec: json!({}),
         phase: Phase::Backup,
     };
-    let size = item.value.to_string().len();
+    let size = item.value().to_string().len();
     let mut group = c.benchmark_group(format!("execute-pod-{size}B"));
     group.bench_function("native", |b| b.iter(|| black_box(native(black_box(&item)))));
     let mut reused = plugin.instance(Arc::new(NoCluster));

@@ -256,7 +256,7 @@ impl Cache {
             .items
             .iter()
             .find(|i| &i.id == id)
-            .map(|i| i.value.clone())
+            .map(|i| i.value().clone())
     }
 }
 
@@ -312,7 +312,7 @@ impl ManifestCluster {
             .items
             .iter()
             .find(|i| &i.id == id)
-            .map(|i| i.value.clone())
+            .map(|i| i.value().clone())
     }
 }
 

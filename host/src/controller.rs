@@ -1112,27 +1112,18 @@ impl Controller {
             .remove(&name);
         let p = p.unwrap_or_else(|| Poller {
             plugins: self.plugins_for(&name),
-            instances: HashMap::new(),
+            workers: Vec::new(),
             cluster: self.cluster.clone(),
             backup: run.backup_ref(Phase::Backup),
             timeout: self.timeout_for(run),
             logs: Vec::new(),
         });
-        // wasm calls block: polling runs on a blocking thread.
+        let threads = poll_threads(pending.len(), self.settings.workers);
+        // wasm calls block: polling runs on a blocking thread (and, for many
+        // operations, on as many scoped threads as there are workers).
         let (updates, mut p) = tokio::task::spawn_blocking(move || {
             let mut p = p;
-            let now = SystemTime::now();
-            // Keyed by plugin and id: ids are unique per plugin only.
-            let updates: Vec<((String, String), Update)> = pending
-                .iter()
-                .map(|op| {
-                    let key = (
-                        op.spec.backup_item_action.clone(),
-                        op.spec.operation_id.clone(),
-                    );
-                    (key, p.poll(op, now))
-                })
-                .collect();
+            let updates = p.poll_all(&pending, SystemTime::now(), threads);
             (updates, p)
         })
         .await
@@ -1361,28 +1352,107 @@ enum Update {
     TimedOut(String),
 }
 
-/// Polls operations on a blocking thread; keeps one instance per plugin
-/// across the periods of one backup.
+/// Polls operations on a blocking thread; keeps one instance per plugin and
+/// polling thread across the periods of one backup.
 struct Poller {
     plugins: Vec<Plugin>,
-    instances: HashMap<String, PluginInstance>,
+    /// One per polling thread: its instances (one per plugin) and log lines.
+    workers: Vec<PollWorker>,
     cluster: Arc<dyn ClusterReader>,
     backup: BackupRef,
     timeout: Duration,
     logs: Vec<String>,
 }
 
+#[derive(Default)]
+struct PollWorker {
+    instances: HashMap<String, PluginInstance>,
+    logs: Vec<String>,
+}
+
+/// Operations one polling thread takes at least: below it, threads cost
+/// more than they save.
+const OPERATIONS_PER_POLL_THREAD: usize = 256;
+
+/// Threads to poll `pending` operations on: one for a few, up to `workers`
+/// for many.
+fn poll_threads(pending: usize, workers: usize) -> usize {
+    (pending / OPERATIONS_PER_POLL_THREAD).clamp(1, workers.max(1))
+}
+
+/// Keyed by plugin and id: ids are unique per plugin only.
+type PollUpdate = ((String, String), Update);
+
 impl Poller {
-    fn poll(&mut self, op: &Operation, now: SystemTime) -> Update {
+    /// Polls every operation of `pending` once, on `threads` threads, each
+    /// a contiguous share of the list with its own instances; answers and
+    /// log lines in the order of `pending`.
+    fn poll_all(
+        &mut self,
+        pending: &[Operation],
+        now: SystemTime,
+        threads: usize,
+    ) -> Vec<PollUpdate> {
+        let threads = threads.clamp(1, pending.len().max(1));
+        if self.workers.len() < threads {
+            self.workers.resize_with(threads, PollWorker::default);
+        }
+        let (plugins, cluster, backup, timeout) =
+            (&self.plugins, &self.cluster, &self.backup, self.timeout);
+        let poll_share = |worker: &mut PollWorker, ops: &[Operation]| -> Vec<PollUpdate> {
+            ops.iter()
+                .map(|op| {
+                    let key = (
+                        op.spec.backup_item_action.clone(),
+                        op.spec.operation_id.clone(),
+                    );
+                    (key, worker.poll(plugins, cluster, backup, timeout, op, now))
+                })
+                .collect()
+        };
+        let updates = if threads == 1 {
+            poll_share(&mut self.workers[0], pending)
+        } else {
+            let share = pending.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = self
+                    .workers
+                    .iter_mut()
+                    .zip(pending.chunks(share))
+                    .map(|(worker, ops)| scope.spawn(move || poll_share(worker, ops)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                    .collect()
+            })
+        };
+        for worker in &mut self.workers {
+            self.logs.append(&mut worker.logs);
+        }
+        updates
+    }
+}
+
+impl PollWorker {
+    fn poll(
+        &mut self,
+        plugins: &[Plugin],
+        cluster: &Arc<dyn ClusterReader>,
+        backup: &BackupRef,
+        timeout: Duration,
+        op: &Operation,
+        now: SystemTime,
+    ) -> Update {
         let plugin_name = &op.spec.backup_item_action;
-        let Some(plugin) = self.plugins.iter().find(|p| p.name() == plugin_name) else {
+        let Some(plugin) = plugins.iter().find(|p| p.name() == plugin_name) else {
             return Update::Failed(format!("plugin {plugin_name:?} is not loaded"));
         };
         let instance = self
             .instances
             .entry(plugin_name.clone())
-            .or_insert_with(|| plugin.instance(self.cluster.clone()));
-        let update = poll_call(instance, op, &self.backup, self.timeout, now);
+            .or_insert_with(|| plugin.instance(cluster.clone()));
+        let update = poll_call(instance, op, backup, timeout, now);
         let logs = instance.take_logs();
         self.logs.extend(
             logs.into_iter()
@@ -1512,4 +1582,85 @@ pub async fn resource_policies(
     crate::backup::volume_policy::ResourcePolicies::parse(document)
         .map(Some)
         .map_err(|e| format!("configmap {backup_namespace}/{name}, data.{key}: {e}"))
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+    use crate::{NoCluster, PluginSettings, Runtime, RuntimeConfig};
+
+    fn op(plugin: &str, i: usize) -> Operation {
+        let spec = OperationSpec {
+            backup_name: "b".into(),
+            backup_uid: "u".into(),
+            backup_item_action: plugin.into(),
+            resource_identifier: ItemRef {
+                resource: "pods".into(),
+                namespace: "ns".into(),
+                name: format!("p{i}"),
+                ..ItemRef::default()
+            },
+            operation_id: format!("op-{i}"),
+            post_operation_items: Vec::new(),
+        };
+        Operation::new(spec, SystemTime::now())
+    }
+
+    /// Many operations are polled on several threads, each with its own
+    /// instance, and the answers come back in the order of the list (the
+    /// labels plugin starts no operations, so each answer names its id).
+    /// A few are polled on one thread.
+    #[test]
+    fn polling_splits_many_operations_over_threads_in_order() {
+        assert_eq!(poll_threads(10, 4), 1);
+        assert_eq!(poll_threads(OPERATIONS_PER_POLL_THREAD * 2, 4), 2);
+        assert_eq!(poll_threads(100_000, 4), 4);
+        assert_eq!(poll_threads(100_000, 0), 1);
+
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let plugin = Plugin::from_file(
+            &runtime,
+            iar_tests::artifacts::LABELS.as_ref(),
+            PluginSettings::default(),
+        )
+        .unwrap();
+        let name = plugin.name().to_string();
+        let mut poller = Poller {
+            plugins: vec![plugin],
+            workers: Vec::new(),
+            cluster: Arc::new(NoCluster),
+            backup: BackupRef {
+                name: "b".into(),
+                namespace: "velero".into(),
+                uid: "u".into(),
+                spec: serde_json::json!({}),
+                phase: Phase::Backup,
+            },
+            timeout: Duration::from_secs(3600),
+            logs: Vec::new(),
+        };
+        let ops: Vec<Operation> = (0..600).map(|i| op(&name, i)).collect();
+        let updates = poller.poll_all(&ops, SystemTime::now(), 3);
+        assert_eq!(poller.workers.len(), 3);
+        assert!(poller.workers.iter().all(|w| w.instances.len() == 1));
+        assert_eq!(updates.len(), ops.len());
+        for (i, ((plugin, id), update)) in updates.iter().enumerate() {
+            assert_eq!(
+                (plugin.as_str(), id.as_str()),
+                (name.as_str(), &*format!("op-{i}"))
+            );
+            match update {
+                Update::Failed(m) => assert!(m.contains(&format!("\"op-{i}\"")), "{m}"),
+                _ => panic!("op-{i}: the labels plugin starts no operations"),
+            }
+        }
+        // A later period with fewer threads reuses the first worker.
+        let updates = poller.poll_all(&ops[..5], SystemTime::now(), 1);
+        assert_eq!(updates.len(), 5);
+        assert_eq!(poller.workers.len(), 3);
+    }
 }

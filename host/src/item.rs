@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 /// Names one object: group ("" for core), plural resource, namespace ("" for
 /// cluster-scoped), name. Velero's ResourceIdentifier.
@@ -46,10 +47,23 @@ pub enum ItemError {
 }
 
 /// One object and its identity.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// The object's JSON text is kept beside its value once known (written on
+/// first use, or handed over by a plugin that changed it), so an item
+/// crosses into a plugin without being serialized again for every call or
+/// every plugin. The value is reached through [`Item::value`] and changed
+/// only through [`Item::set_value`], which forgets the text.
+#[derive(Clone, Debug)]
 pub struct Item {
     pub id: ItemRef,
-    pub value: Value,
+    value: Value,
+    text: OnceLock<Arc<str>>,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.value == other.value
+    }
 }
 
 fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
@@ -87,7 +101,50 @@ impl Item {
             namespace: str_at(&value, "/metadata/namespace").to_string(),
             name: name.to_string(),
         };
-        Ok(Item { id, value })
+        Ok(Item {
+            id,
+            value,
+            text: OnceLock::new(),
+        })
+    }
+
+    /// An object whose identity the caller knows (a live list says which
+    /// resource each object is, which a kind alone cannot for a CRD).
+    pub fn with_id(id: ItemRef, value: Value) -> Item {
+        Item {
+            id,
+            value,
+            text: OnceLock::new(),
+        }
+    }
+
+    /// The object.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The object, giving up the item.
+    pub fn into_value(self) -> Value {
+        self.value
+    }
+
+    /// Replaces the object (its identity stays `id`: callers replace an
+    /// object only by one the boundary checked to be the same object).
+    pub fn set_value(&mut self, value: Value) {
+        self.value = value;
+        self.text = OnceLock::new();
+    }
+
+    /// Replaces the object by one whose JSON text is `text` (what a plugin
+    /// returned, parsed into `value` by the boundary).
+    pub(crate) fn set_value_and_text(&mut self, value: Value, text: Arc<str>) {
+        self.value = value;
+        self.text = OnceLock::from(text);
+    }
+
+    /// The object as JSON text: serialized once, then kept.
+    pub fn json(&self) -> &Arc<str> {
+        self.text.get_or_init(|| self.value.to_string().into())
     }
 
     pub fn kind(&self) -> &str {

@@ -62,9 +62,12 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
+        Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
+
+/// Elements a guest's table may grow to.
+pub const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// What a guest wrote to stdout/stderr during one call: kept up to a bound,
 /// the rest counted and dropped. Writes never fail, so a chatty guest is not

@@ -146,7 +146,7 @@ async fn run_block(
                 .items
                 .iter()
                 .find(|i| i.id.resource == "persistentvolumeclaims" && i.id.name == name)
-                .map(|i| i.value.clone()),
+                .map(|i| i.value().clone()),
             pv: None,
         };
         let mut handles = Vec::new();
@@ -313,13 +313,13 @@ async fn a_failed_pre_hook_means_no_volumes_and_no_post_hook() {
     let e = env();
     write_volume(&e.data, "db-data", 1024);
     let mut items = pod_with_hooks("db-0", "db-data");
-    let annotations = items[0].value["metadata"]["annotations"]
-        .as_object_mut()
-        .unwrap();
+    let mut pod = items[0].value().clone();
+    let annotations = pod["metadata"]["annotations"].as_object_mut().unwrap();
     annotations.insert(
         "pre.hook.backup.velero.io/command".into(),
         Value::String("[\"sh\", \"-c\", \"echo frozen disk >&2; exit 7\"]".into()),
     );
+    items[0].set_value(pod);
     let backupper = Arc::new(LocalDirBackupper::new(e.data.clone(), e.store.clone(), 4));
     let reports = run_all(items, 2, backupper, &e.data).await;
     let r = &reports[0];

@@ -35,7 +35,7 @@ fn labels_adds_configured_labels_and_annotations() {
     );
     assert_eq!(
         item["spec"],
-        pod("web-0").value["spec"],
+        pod("web-0").value()["spec"],
         "nothing else changes"
     );
 }

@@ -292,7 +292,7 @@ fn a_block_plugin_changes_the_blocks() {
     let plugin = load(&runtime, artifacts::CONFIG_BLOCK, &[]);
     let dir = tempfile::tempdir().unwrap();
     for name in ["settings", "env", "extra", "unrelated"] {
-        let text = serde_json::to_string(&configmap(name).value).unwrap();
+        let text = serde_json::to_string(configmap(name).value()).unwrap();
         std::fs::write(dir.path().join(format!("{name}.yaml")), text).unwrap();
     }
     let cluster = iar::ManifestCluster::new(vec![dir.path().to_path_buf()]);

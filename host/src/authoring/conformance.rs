@@ -62,7 +62,7 @@ fn fail(check: &'static str, detail: String, item: Option<&Item>) -> CheckResult
         check,
         passed: false,
         detail: Some(detail),
-        item: item.map(|i| i.value.clone()),
+        item: item.map(|i| i.value().clone()),
     }
 }
 
@@ -127,7 +127,7 @@ pub fn check(
         .filter_map(|v| Item::from_value(v, Catalog::builtin()).ok())
         .collect();
     for item in &generated {
-        let _ = cluster.set(item.value.clone());
+        let _ = cluster.set(item.value().clone());
     }
     let selected: Vec<&Item> = generated
         .iter()

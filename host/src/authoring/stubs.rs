@@ -35,10 +35,11 @@ impl StrictCluster {
     pub fn set(&self, object: Value) -> Result<ItemRef, String> {
         let item = Item::from_value(object, Catalog::builtin())
             .map_err(|e| format!("fixture is not a Kubernetes object: {e}"))?;
+        let id = item.id.clone();
         self.lock()
             .objects
-            .insert(item.id.clone(), Some(item.value));
-        Ok(item.id)
+            .insert(id.clone(), Some(item.into_value()));
+        Ok(id)
     }
 
     /// Declares an object absent (or removes one).

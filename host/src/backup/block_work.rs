@@ -324,15 +324,15 @@ fn claim_in(items: &[Item], namespace: &str, name: &str) -> Claim {
             && i.id.namespace == namespace
             && i.id.name == name
     });
-    let pv_name = pvc.and_then(|c| c.value.pointer("/spec/volumeName")?.as_str());
+    let pv_name = pvc.and_then(|c| c.value().pointer("/spec/volumeName")?.as_str());
     let pv = pv_name.and_then(|pv| {
         items.iter().find(|i| {
             i.id.group.is_empty() && i.id.resource == "persistentvolumes" && i.id.name == pv
         })
     });
     Claim {
-        pvc: pvc.map(|i| i.value.clone()),
-        pv: pv.map(|i| i.value.clone()),
+        pvc: pvc.map(|i| i.value().clone()),
+        pv: pv.map(|i| i.value().clone()),
     }
 }
 

@@ -106,7 +106,7 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
 /// and the collected Pods and PVs that name it; PV → its bound PVC.
 fn builtin_related(item: &Item, by_claim: &HashMap<ItemRef, Vec<ItemRef>>) -> Vec<ItemRef> {
     let id = &item.id;
-    let v = &item.value;
+    let v = item.value();
     let mut out = Vec::new();
     if is(id, "", "pods") {
         for claim in pod_claims(v) {
@@ -389,7 +389,7 @@ mod tests {
         Objects(
             items
                 .iter()
-                .map(|i| (i.id.clone(), i.value.clone()))
+                .map(|i| (i.id.clone(), i.value().clone()))
                 .collect(),
         )
     }

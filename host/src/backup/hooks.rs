@@ -141,7 +141,7 @@ fn parse_on_error(s: &str) -> Result<OnError, String> {
 }
 
 fn first_container(pod: &Item) -> String {
-    pod.value
+    pod.value()
         .pointer("/spec/containers/0/name")
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -151,7 +151,7 @@ fn first_container(pod: &Item) -> String {
 /// The hook a pod's annotations define for `phase`, if any (the command
 /// annotation is what makes one).
 pub fn annotation_hook(pod: &Item, phase: HookPhase) -> Result<Option<ExecHook>, HookError> {
-    let annotations = pod.value.pointer("/metadata/annotations");
+    let annotations = pod.value().pointer("/metadata/annotations");
     let get = |suffix: &str| {
         let key = format!("{}.hook.backup.velero.io/{suffix}", phase.prefix());
         (
@@ -418,7 +418,7 @@ impl HookTarget {
         let mut volume_dirs = BTreeMap::new();
         if let Some(root) = volume_data {
             for v in pod
-                .value
+                .value()
                 .pointer("/spec/volumes")
                 .and_then(Value::as_array)
                 .into_iter()

@@ -90,9 +90,11 @@ fn act_on_item(
                 .map(|l| format!("plugin {plugin}: {}: {}", l.level, l.message)),
         );
         match result {
-            Ok(out) => {
-                if let Some(changed) = out.item {
-                    current.value = changed;
+            Ok(mut out) => {
+                match out.take_item() {
+                    Some((changed, Some(text))) => current.set_value_and_text(changed, text),
+                    Some((changed, None)) => current.set_value(changed),
+                    None => {}
                 }
                 additional.extend(out.additional_items);
                 if let Some(operation_id) = out.operation_id {
@@ -111,7 +113,7 @@ fn act_on_item(
             }
         }
     }
-    outcome.stored = Some(current.value);
+    outcome.stored = Some(current.into_value());
     outcome
 }
 

@@ -480,7 +480,7 @@ pub fn unsupported_for_fs_backup(facts: &VolumeFacts) -> Option<String> {
 }
 
 fn annotation_list(pod: &Item, key: &str) -> Vec<String> {
-    pod.value
+    pod.value()
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(key))
         .and_then(Value::as_str)
@@ -505,7 +505,7 @@ pub fn decide_pod_volumes(
     let opt_in = annotation_list(pod, OPT_IN);
     let opt_out = annotation_list(pod, OPT_OUT);
     let volumes = pod
-        .value
+        .value()
         .pointer("/spec/volumes")
         .and_then(Value::as_array)
         .cloned()

@@ -205,7 +205,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             None => instance.execute(&item, &backup, &|_| false).map(|out| {
                 if let Some(changed) = &out.item {
                     // The next plugin sees the item as this one left it, as in Velero.
-                    item.value = changed.clone();
+                    item.set_value(changed.clone());
                 }
                 json!({ "output": out })
             }),
@@ -226,7 +226,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "item": item.id,
         "phase": backup.phase,
         "results": results,
-        "finalItem": item.value,
+        "finalItem": item.value(),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     if let (Some(path), Some(recorder)) = (&args.record, &recorder) {

@@ -171,7 +171,7 @@ fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, String> {
         namespace: object.metadata.namespace.clone().unwrap_or_default(),
         name: object.metadata.name.clone().unwrap_or_default(),
     };
-    Ok(Item { id, value })
+    Ok(Item::with_id(id, value))
 }
 
 #[async_trait::async_trait]
@@ -198,7 +198,7 @@ impl ClusterReader for LiveCluster {
         self.count(1);
         Ok(match found {
             None => None,
-            Some(object) => Some(to_item(&r.api, object)?.value),
+            Some(object) => Some(to_item(&r.api, object)?.into_value()),
         })
     }
 

@@ -352,10 +352,10 @@ impl PluginInstance {
         backup: &BackupRef,
     ) -> Result<Vec<ItemRef>, CallError> {
         let target = Target::Item(item.id.clone());
-        let json = item.value.to_string();
+        let json = item.json().clone();
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::GetRelatedItems, &target, Some(backup), |b, s| {
-            block(b).call_get_related_items(s, &json, &wit_backup)
+            block(b).call_get_related_items(s, &json[..], &wit_backup)
         })?;
         let ids = answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
@@ -376,10 +376,12 @@ impl PluginInstance {
         seen_operation: &dyn Fn(&str) -> bool,
     ) -> Result<ExecuteResult, CallError> {
         let target = Target::Item(item.id.clone());
-        let json = item.value.to_string();
+        // The item's text, kept with it: an item is serialized at most once
+        // however many calls and plugins it goes through.
+        let json = item.json().clone();
         let wit_backup = backup.to_wit();
         let answer = self.call(Call::Execute, &target, Some(backup), |b, s| {
-            action(b).execute(s, &json, &wit_backup)
+            action(b).execute(s, &json[..], &wit_backup)
         })?;
         let out = answer.map_err(|e| {
             let v = Violation::Action(to_action_error(e, &self.plugin));
@@ -387,7 +389,7 @@ impl PluginInstance {
         })?;
         validate::execute_output(
             out,
-            &item.value,
+            item.value(),
             backup.phase,
             self.plugin.limits(),
             seen_operation,

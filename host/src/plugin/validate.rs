@@ -7,6 +7,7 @@ use crate::item::{ItemRef, group_of};
 use crate::limits::Limits;
 use crate::manifests::json_type;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Which pass of a backup a call belongs to.
@@ -18,7 +19,7 @@ pub enum Phase {
 }
 
 /// What `execute` returned, checked.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecuteResult {
     /// The changed item; `None` = unchanged.
@@ -26,6 +27,29 @@ pub struct ExecuteResult {
     pub additional_items: Vec<ItemRef>,
     pub operation_id: Option<String>,
     pub post_operation_items: Vec<ItemRef>,
+    /// The changed item as the plugin wrote it (the text `item` was parsed
+    /// from), so the next plugin gets it without a serialization.
+    #[serde(skip)]
+    pub(crate) item_text: Option<Arc<str>>,
+}
+
+/// Equal when what the plugin answered is equal; the text `item` was read
+/// from is not compared.
+impl PartialEq for ExecuteResult {
+    fn eq(&self, other: &Self) -> bool {
+        self.item == other.item
+            && self.additional_items == other.additional_items
+            && self.operation_id == other.operation_id
+            && self.post_operation_items == other.post_operation_items
+    }
+}
+
+impl ExecuteResult {
+    /// The changed item with its text, giving up the rest.
+    pub(crate) fn take_item(&mut self) -> Option<(Value, Option<Arc<str>>)> {
+        let text = self.item_text.take();
+        self.item.take().map(|v| (v, text))
+    }
 }
 
 /// What `progress` returned, checked.
@@ -156,17 +180,21 @@ pub fn execute_output(
         out.additional_items.len() + out.post_operation_items.len(),
         limits.max_related_items,
     )?;
-    let item = match out.item {
-        None => None,
+    let (item, item_text) = match out.item {
+        None => (None, None),
         Some(json) => {
             bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
-            let value: Value =
-                serde_json::from_str(&json).map_err(|e| Violation::ItemNotJson(e.to_string()))?;
+            // `FromStr` rather than `serde_json::from_str`: the parser is
+            // then serde_json's own compiled code, optimized in every
+            // profile (dependencies are, this crate is not in dev builds).
+            let value: Value = json
+                .parse()
+                .map_err(|e: serde_json::Error| Violation::ItemNotJson(e.to_string()))?;
             if !value.is_object() {
                 return Err(Violation::ItemNotObject(json_type(&value)));
             }
             same_identity(input, &value)?;
-            Some(value)
+            (Some(value), Some(Arc::from(json)))
         }
     };
     let additional_items = identifiers("additional-items", out.additional_items)?;
@@ -183,6 +211,7 @@ pub fn execute_output(
         additional_items,
         operation_id: out.operation_id,
         post_operation_items,
+        item_text,
     })
 }
 

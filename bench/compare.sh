@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One table: execute of the bench Pod (examples/bench/pod.json) by native
+# Rust in process, iar on a reused and on a fresh instance, and a Velero
+# BackupItemAction v2 plugin driven through Velero's own plugin client; and
+# start-up of each. Builds the Velero anchor (bench/velero, Go; its
+# dependencies come from Go's module and build caches) and iar (release).
+#
+#   bash bench/compare.sh            # defaults
+#   ROUNDS=40 CALLS=200 VELERO_CALLS=4000 bash bench/compare.sh
+#
+# The machines are shared: read the ratios, not the absolute figures.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$root/target/velero-anchor"
+mkdir -p "$out/plugins"
+
+echo "== building the Velero anchor (bench/velero)" >&2
+(cd "$root/bench/velero" && go build -o "$out/plugins/iar-bench-labels" ./plugin \
+  && go build -o "$out/velero-anchor" ./driver)
+
+echo "== building iar (release)" >&2
+cargo build --release -q -p iar --example compare --manifest-path "$root/Cargo.toml"
+
+echo "== Velero plugin: ${VELERO_CALLS:-4000} calls, ${STARTS:-20} start-ups" >&2
+ANCHOR_PLUGIN_DIR="$out/plugins" ANCHOR_ITEM="$root/examples/bench/pod.json" \
+  ANCHOR_ITERATIONS="${VELERO_CALLS:-4000}" ANCHOR_STARTS="${STARTS:-20}" \
+  "$out/velero-anchor" drive > "$out/anchor.json"
+
+echo "== iar: ${ROUNDS:-20} rounds × ${CALLS:-200} calls" >&2
+echo "date: $(date -u +%FT%TZ); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$root/target/release/examples/compare" --velero "$out/anchor.json" \
+  --rounds "${ROUNDS:-20}" --calls "${CALLS:-200}" --starts "${STARTS:-20}"

@@ -1,0 +1,341 @@
+//! The iar rows of `bench/compare.sh`: execute of the bench Pod
+//! (`examples/bench/pod.json`) by the `labels` plugin (`labels:
+//! team=payments`) through `PluginInstance::execute`, the code path a backup
+//! uses, on a reused instance and on a fresh instance per call, against the
+//! same mutation done natively in process with the same JSON text round
+//! trip; and start-up: loading the plugin from the compile cache plus its
+//! first call. Rows are measured in interleaved rounds (native, reused,
+//! fresh, native, …) so that machine load hits all of them alike; the ratios
+//! are medians of per-round ratios.
+//!
+//! `cargo run --release -p iar --example compare -- [--velero anchor.json]
+//! [--rounds N] [--calls N]`; with `--velero`, the Velero anchor's figures
+//! (`bench/velero`, JSON) are printed in the same table.
+
+use iar::resources::Catalog;
+use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use serde_json::{Value, json};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The bench Pod, as `host/benches/execute.rs` reads it.
+fn pod() -> Item {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/bench/pod.json"
+    ))
+    .unwrap();
+    Item::from_value(serde_json::from_str(&text).unwrap(), Catalog::builtin()).unwrap()
+}
+
+/// The mutation done natively, with the item crossing as JSON text both
+/// ways as it does across the wasm boundary (the baseline of
+/// `host/benches/execute.rs`).
+fn native(item: &Item) -> Value {
+    let text = item.value().to_string();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let labels = v["metadata"]["labels"].as_object_mut().unwrap();
+    labels.insert("team".into(), json!("payments"));
+    let out = v.to_string();
+    serde_json::from_str(&out).unwrap()
+}
+
+fn settings() -> PluginSettings {
+    PluginSettings {
+        config: [("labels".to_string(), "team=payments".to_string())].into(),
+        ..PluginSettings::default()
+    }
+}
+
+fn backup() -> BackupRef {
+    BackupRef {
+        name: "bench".into(),
+        namespace: "velero".into(),
+        uid: "bench".into(),
+        spec: json!({}),
+        phase: Phase::Backup,
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Row {
+    median: f64,
+    p99: f64,
+    per_second: f64,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn row(mut times_us: Vec<f64>, total: Duration) -> Row {
+    let n = times_us.len() as f64;
+    times_us.sort_by(f64::total_cmp);
+    Row {
+        median: quantile(&times_us, 0.5),
+        p99: quantile(&times_us, 0.99),
+        per_second: n / total.as_secs_f64(),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    quantile(&v, 0.5)
+}
+
+/// Times `calls` runs of `f`: (per-call µs, total).
+fn time(calls: usize, mut f: impl FnMut()) -> (Vec<f64>, Duration) {
+    let mut out = Vec::with_capacity(calls);
+    let start = Instant::now();
+    for _ in 0..calls {
+        let t = Instant::now();
+        f();
+        out.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    (out, start.elapsed())
+}
+
+struct Args {
+    velero: Option<String>,
+    rounds: usize,
+    calls: usize,
+    starts: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        velero: None,
+        rounds: 20,
+        calls: 200,
+        starts: 20,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--velero" => a.velero = Some(value()),
+            "--rounds" => a.rounds = value().parse().expect("--rounds N"),
+            "--calls" => a.calls = value().parse().expect("--calls N"),
+            "--starts" => a.starts = value().parse().expect("--starts N"),
+            "--bench" => {} // cargo passes it to examples run as benches
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// This process's resident set, from /proc (0 elsewhere).
+fn rss_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: i64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64
+}
+
+fn show(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.1} µs")
+    } else {
+        format!("{:.2} ms", us / 1000.0)
+    }
+}
+
+fn main() {
+    let args = args();
+    let item = pod();
+    let backup = backup();
+    let never = |_: &str| false;
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let path = std::path::Path::new(iar_tests::artifacts::LABELS);
+    let plugin = Plugin::from_file(&runtime, path, settings()).unwrap();
+    assert_eq!(runtime.compiles(), 1);
+
+    // Same answer on every path, checked once.
+    let mut reused = plugin.instance(Arc::new(NoCluster));
+    let out = reused.execute(&item, &backup, &never).unwrap();
+    assert_eq!(out.item.as_ref(), Some(&native(&item)));
+
+    // The same plugin on a runtime with wasmtime's pooling allocator
+    // (`RuntimeConfig::pooling`, off by default), for a fresh-instance row
+    // with it.
+    let unpooled_runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        pooling: true,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let unpooled = Plugin::from_file(&unpooled_runtime, path, settings()).unwrap();
+    let mut u_all = Vec::new();
+    let mut u_total = Duration::ZERO;
+
+    let (mut n_all, mut r_all, mut f_all) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut n_total, mut r_total, mut f_total) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut reused_ratio, mut fresh_ratio) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        let (n, nt) = time(args.calls, || {
+            black_box(native(black_box(&item)));
+        });
+        let (r, rt) = time(args.calls, || {
+            black_box(reused.execute(black_box(&item), &backup, &never).unwrap());
+        });
+        let (f, ft) = time(args.calls, || {
+            let mut fresh = plugin.instance(Arc::new(NoCluster));
+            black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
+        });
+        let (u, ut) = time(args.calls, || {
+            let mut fresh = unpooled.instance(Arc::new(NoCluster));
+            black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
+        });
+        u_all.extend(u);
+        u_total += ut;
+        let (nm, rm, fm) = (median(n.clone()), median(r.clone()), median(f.clone()));
+        reused_ratio.push(rm / nm);
+        fresh_ratio.push(fm / rm);
+        n_all.extend(n);
+        r_all.extend(r);
+        f_all.extend(f);
+        n_total += nt;
+        r_total += rt;
+        f_total += ft;
+    }
+    let native_row = row(n_all, n_total);
+    let reused_row = row(r_all, r_total);
+    let fresh_row = row(f_all, f_total);
+    let unpooled_row = row(u_all, u_total);
+
+    // Start-up: load from the compile cache (validate, read, link, ask
+    // applies-to) plus the first execute on a new instance.
+    let mut load_only = Vec::new();
+    let (starts, starts_total) = time(args.starts, || {
+        let t = Instant::now();
+        let p = Plugin::from_file(&runtime, path, settings()).unwrap();
+        load_only.push(t.elapsed().as_secs_f64() * 1e6);
+        black_box(
+            p.instance(Arc::new(NoCluster))
+                .execute(&item, &backup, &never),
+        )
+        .unwrap();
+    });
+    assert_eq!(
+        runtime.compiles(),
+        1,
+        "start-up rows must load from the cache"
+    );
+    let start_row = row(starts, starts_total);
+    let load_row = row(load_only, starts_total);
+
+    // Memory: resident set growth for 100 plugins loaded from the cache
+    // (each load keeps its own copy of the compiled code), then for 100 live
+    // instances (each after one execute).
+    let rss0 = rss_bytes();
+    let loaded: Vec<Plugin> = (0..100)
+        .map(|_| Plugin::from_file(&runtime, path, settings()).unwrap())
+        .collect();
+    let rss1 = rss_bytes();
+    let live: Vec<_> = loaded
+        .iter()
+        .map(|p| {
+            let mut i = p.instance(Arc::new(NoCluster));
+            i.execute(&item, &backup, &never).unwrap();
+            i
+        })
+        .collect();
+    let rss2 = rss_bytes();
+    drop(live);
+    drop(loaded);
+
+    let velero: Option<Value> = args
+        .velero
+        .as_ref()
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).expect("anchor JSON"));
+    let vrow = |key: &str| {
+        velero.as_ref().map(|v| Row {
+            median: v[key]["median_us"].as_f64().unwrap(),
+            p99: v[key]["p99_us"].as_f64().unwrap(),
+            per_second: v[key]["per_second"].as_f64().unwrap(),
+        })
+    };
+
+    println!(
+        "execute of the bench Pod ({} bytes), labels plugin (team=payments); {} rounds × {} calls, interleaved",
+        item.value().to_string().len(),
+        args.rounds,
+        args.calls
+    );
+    println!(
+        "{:<34}{:>12}{:>12}{:>12}{:>12}",
+        "per call", "median", "p99", "calls/s", "÷ reused"
+    );
+    let line = |label: &str, r: Row| {
+        println!(
+            "{label:<34}{:>12}{:>12}{:>12.0}{:>11.2}x",
+            show(r.median),
+            show(r.p99),
+            r.per_second,
+            r.median / reused_row.median
+        );
+    };
+    line("native Rust, in process", native_row);
+    line("iar, reused instance", reused_row);
+    line("iar, fresh instance", fresh_row);
+    line("iar, fresh instance, pooled", unpooled_row);
+    if let Some(v) = vrow("execute") {
+        line("Velero plugin (go-plugin gRPC)", v);
+    }
+    println!(
+        "{:<34}{:>12}{:>12}{:>12}{:>12}",
+        "start-up", "median", "p99", "per s", ""
+    );
+    let sline = |label: &str, r: Row| {
+        println!(
+            "{label:<34}{:>12}{:>12}{:>12.0}",
+            show(r.median),
+            show(r.p99),
+            r.per_second
+        );
+    };
+    sline("iar, load cached component", load_row);
+    sline("iar, load cached + first execute", start_row);
+    if let Some(v) = vrow("startup") {
+        sline("Velero, start plugin + 1st execute", v);
+    }
+    let mib = |b: i64| b as f64 / (1 << 20) as f64;
+    println!(
+        "memory (resident set growth): 100 plugins loaded {:.1} MiB ({:.2} MiB each); 100 live instances {:.1} MiB ({:.0} KiB each)",
+        mib(rss1 - rss0),
+        mib(rss1 - rss0) / 100.0,
+        mib(rss2 - rss1),
+        (rss2 - rss1) as f64 / 1024.0 / 100.0
+    );
+    println!("ratios (medians of per-round ratios, same run):");
+    println!(
+        "  reused ÷ native     {:.2}x  (target ≤ 1.3x)",
+        median(reused_ratio)
+    );
+    println!(
+        "  fresh ÷ reused      {:.2}x  (target ≤ 1.5x)",
+        median(fresh_ratio)
+    );
+    if let Some(v) = vrow("execute") {
+        println!(
+            "  Velero ÷ reused     {:.1}x  (target ≥ 10x; medians, Velero measured just before)",
+            v.median / reused_row.median
+        );
+    }
+    if let Some(v) = vrow("startup") {
+        println!(
+            "  Velero start ÷ iar  {:.1}x  (start-up + first execute)",
+            v.median / start_row.median
+        );
+    }
+}
