@@ -6,29 +6,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use iar::resources::Catalog;
 use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
-use serde_json::{Value, json};
+use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label};
+use serde_json::json;
 use std::hint::black_box;
 use std::sync::Arc;
-
-fn pod() -> Item {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/bench/pod.json"
-    ))
-    .unwrap();
-    Item::from_value(serde_json::from_str(&text).unwrap(), Catalog::builtin()).unwrap()
-}
-
-/// What the plugin does, natively: the item crosses as JSON text both ways,
-/// as it does across the wasm boundary.
-fn native(item: &Item) -> Value {
-    let text = item.value().to_string();
-    let mut v: Value = serde_json::from_str(&text).unwrap();
-    let labels = v["metadata"]["labels"].as_object_mut().unwrap();
-    labels.insert("team".into(), json!("payments"));
-    let out = v.to_string();
-    serde_json::from_str(&out).unwrap()
-}
 
 fn bench(c: &mut Criterion) {
     let runtime = Runtime::new(RuntimeConfig {
@@ -37,12 +18,12 @@ fn bench(c: &mut Criterion) {
     })
     .unwrap();
     let settings = PluginSettings {
-        config: [("labels".to_string(), "team=payments".to_string())].into(),
+        config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
         ..PluginSettings::default()
     };
     let plugin =
         Plugin::from_file(&runtime, iar_tests::artifacts::LABELS.as_ref(), settings).unwrap();
-    let item = pod();
+    let item = Item::from_value(bench_pod(), Catalog::builtin()).unwrap();
     let backup = BackupRef {
         name: "bench".into(),
         namespace: "velero".into(),
@@ -52,7 +33,9 @@ fn bench(c: &mut Criterion) {
     };
     let size = item.value().to_string().len();
     let mut group = c.benchmark_group(format!("execute-pod-{size}B"));
-    group.bench_function("native", |b| b.iter(|| black_box(native(black_box(&item)))));
+    group.bench_function("native", |b| {
+        b.iter(|| black_box(native_label(black_box(item.value()))))
+    });
     let mut reused = plugin.instance(Arc::new(NoCluster));
     group.bench_function("wasm-reused-instance", |b| {
         b.iter(|| {

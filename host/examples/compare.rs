@@ -14,36 +14,15 @@
 
 use iar::resources::Catalog;
 use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label};
 use serde_json::{Value, json};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The bench Pod, as `host/benches/execute.rs` reads it.
-fn pod() -> Item {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/bench/pod.json"
-    ))
-    .unwrap();
-    Item::from_value(serde_json::from_str(&text).unwrap(), Catalog::builtin()).unwrap()
-}
-
-/// The mutation done natively, with the item crossing as JSON text both
-/// ways as it does across the wasm boundary (the baseline of
-/// `host/benches/execute.rs`).
-fn native(item: &Item) -> Value {
-    let text = item.value().to_string();
-    let mut v: Value = serde_json::from_str(&text).unwrap();
-    let labels = v["metadata"]["labels"].as_object_mut().unwrap();
-    labels.insert("team".into(), json!("payments"));
-    let out = v.to_string();
-    serde_json::from_str(&out).unwrap()
-}
-
 fn settings() -> PluginSettings {
     PluginSettings {
-        config: [("labels".to_string(), "team=payments".to_string())].into(),
+        config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
         ..PluginSettings::default()
     }
 }
@@ -147,7 +126,7 @@ fn show(us: f64) -> String {
 
 fn main() {
     let args = args();
-    let item = pod();
+    let item = Item::from_value(bench_pod(), Catalog::builtin()).unwrap();
     let backup = backup();
     let never = |_: &str| false;
     let cache = tempfile::tempdir().unwrap();
@@ -163,7 +142,7 @@ fn main() {
     // Same answer on every path, checked once.
     let mut reused = plugin.instance(Arc::new(NoCluster));
     let out = reused.execute(&item, &backup, &never).unwrap();
-    assert_eq!(out.item.as_ref(), Some(&native(&item)));
+    assert_eq!(out.item.as_ref(), Some(&native_label(item.value())));
 
     // The same plugin on a runtime with wasmtime's pooling allocator
     // (`RuntimeConfig::pooling`, off by default), for a fresh-instance row
@@ -183,7 +162,7 @@ fn main() {
     let (mut reused_ratio, mut fresh_ratio) = (Vec::new(), Vec::new());
     for _ in 0..args.rounds {
         let (n, nt) = time(args.calls, || {
-            black_box(native(black_box(&item)));
+            black_box(native_label(black_box(item.value())));
         });
         let (r, rt) = time(args.calls, || {
             black_box(reused.execute(black_box(&item), &backup, &never).unwrap());

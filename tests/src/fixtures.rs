@@ -72,3 +72,35 @@ pub fn pod(ns: &str, name: &str) -> Value {
         }
     })
 }
+
+/// The benchmark Pod (`examples/bench/pod.json`, 4.7 KB as written), which
+/// the execute benchmark, `bench/compare.sh` and the ratio guard all use.
+pub fn bench_pod() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/bench/pod.json"
+    ))
+    .expect("examples/bench/pod.json");
+    serde_json::from_str(&text).expect("the bench Pod is JSON")
+}
+
+/// The `labels` plugin's config for the benchmarks: the label [`native_label`] sets.
+pub const BENCH_LABELS: &str = "team=payments";
+
+/// The benchmarks' baseline: what the `labels` plugin does with
+/// [`BENCH_LABELS`], natively, the item crossing as JSON text both ways as
+/// it does across the wasm boundary. Parsed through `FromStr` and written
+/// through `Display`, so the JSON work is serde_json's own compiled code,
+/// optimized even in a dev build (dependencies are; workspace crates are
+/// not), like the host's side of the boundary: a ratio against it means
+/// the same in `cargo test` and in a release build.
+pub fn native_label(value: &Value) -> Value {
+    let text = value.to_string();
+    let mut v: Value = text.parse().expect("JSON text parses");
+    let labels = v["metadata"]["labels"]
+        .as_object_mut()
+        .expect("the bench Pod has labels");
+    labels.insert("team".into(), json!("payments"));
+    let out = v.to_string();
+    out.parse().expect("JSON text parses")
+}

@@ -13,7 +13,8 @@
 use iar::resources::Catalog;
 use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
 use iar_tests::artifacts;
-use serde_json::{Value, json};
+use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label};
+use serde_json::json;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,30 +22,6 @@ use std::time::{Duration, Instant};
 const ROUNDS: usize = 31;
 const CALLS: usize = 40;
 const MAX_RATIO: f64 = 1.6;
-
-fn pod() -> Item {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/bench/pod.json"
-    ))
-    .unwrap();
-    Item::from_value(serde_json::from_str(&text).unwrap(), Catalog::builtin()).unwrap()
-}
-
-/// The baseline of `host/benches/execute.rs`: the item crosses as JSON text
-/// both ways. Parsed through `FromStr` and written through `Display`, so
-/// the JSON work is serde_json's own compiled code, optimized even in a
-/// dev build (dependencies are; this crate is not), like the host's side
-/// of the boundary: the ratio means the same in `cargo test` and in a
-/// release build.
-fn native(item: &Item) -> Value {
-    let text = item.value().to_string();
-    let mut v: Value = text.parse().unwrap();
-    let labels = v["metadata"]["labels"].as_object_mut().unwrap();
-    labels.insert("team".into(), json!("payments"));
-    let out = v.to_string();
-    out.parse().unwrap()
-}
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -71,11 +48,11 @@ fn reused_instance_execute_is_within_1_6x_of_native() {
     })
     .unwrap();
     let settings = PluginSettings {
-        config: [("labels".to_string(), "team=payments".to_string())].into(),
+        config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
         ..PluginSettings::default()
     };
     let plugin = Plugin::from_file(&runtime, artifacts::LABELS.as_ref(), settings).unwrap();
-    let item = pod();
+    let item = Item::from_value(bench_pod(), Catalog::builtin()).unwrap();
     let backup = BackupRef {
         name: "bench".into(),
         namespace: "velero".into(),
@@ -87,12 +64,12 @@ fn reused_instance_execute_is_within_1_6x_of_native() {
     let never = |_: &str| false;
     // Both do the same work: same output.
     let out = instance.execute(&item, &backup, &never).unwrap();
-    assert_eq!(out.item.as_ref(), Some(&native(&item)));
+    assert_eq!(out.item.as_ref(), Some(&native_label(item.value())));
 
     let mut ratios: Vec<f64> = (0..ROUNDS)
         .map(|_| {
             let n = round(|| {
-                black_box(native(black_box(&item)));
+                black_box(native_label(black_box(item.value())));
             });
             let w = round(|| {
                 black_box(instance.execute(black_box(&item), &backup, &never).unwrap());
