@@ -7,8 +7,8 @@ use common::*;
 use iar::k8s::plugins::configmap;
 use iar::k8s::plugins::{PluginRegistry, watch};
 use iar_tests::artifacts;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
 use std::time::Duration;
 
 fn text(bytes: &[u8]) -> String {
@@ -106,19 +106,7 @@ async fn the_printed_manifest_applied_server_side_loads_ready() {
     };
     let client = server.client(iar_apiserver::User::Admin).await.unwrap();
     let namespace = "cli-plugin";
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some(namespace.into()),
-                    ..ObjectMeta::default()
-                },
-                ..Namespace::default()
-            },
-        )
-        .await
-        .unwrap();
+    iar_apiserver::create_namespace(&client, namespace).await;
     let out = iar(&[
         "plugin",
         "configmap",

@@ -12,7 +12,7 @@ use iar::k8s::plugins::PluginRegistry;
 use iar::k8s::run::{Options, Plugins, run};
 use iar::store::{BackupStore, tarball};
 use iar::{BackupRef, Phase, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
-use iar_apiserver::{ApiServer, User};
+use iar_apiserver::{ApiServer, User, create_namespace};
 use iar_tests::artifacts;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret};
@@ -73,18 +73,6 @@ where
             Err(last) if Instant::now() > deadline => panic!("{what}: gave up; last: {last}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
-    }
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("create namespace {name}: {e}"),
     }
 }
 

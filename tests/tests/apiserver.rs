@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use iar_apiserver::{ApiServer, User};
+use iar_apiserver::{ApiServer, User, create_namespace};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -39,17 +39,6 @@ fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
         ),
         ..ObjectMeta::default()
     }
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let namespace = Namespace {
-        metadata: meta(name, &[]),
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
 }
 
 /// The HTTP status of a failed request (`None` if it did not fail with one).

@@ -12,9 +12,9 @@ use iar::k8s::plugins::status::{ANNOTATION_DIGEST, ANNOTATION_GENERATION, ANNOTA
 use iar::k8s::plugins::{PluginRegistry, PluginSet, WatchOptions, watch_with};
 use iar_apiserver::User;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,19 +51,7 @@ async fn start_with_options(
 ) -> Option<Harness> {
     let server = iar_apiserver::shared().await?;
     let client = server.client(User::Admin).await.expect("admin client");
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some(namespace.into()),
-                    ..ObjectMeta::default()
-                },
-                ..Namespace::default()
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("create namespace {namespace}: {e}"));
+    iar_apiserver::create_namespace(&client, namespace).await;
     let registry = PluginRegistry::new();
     let task = tokio::spawn({
         let (client, namespace, registry) =

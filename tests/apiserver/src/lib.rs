@@ -414,3 +414,21 @@ pub async fn shared() -> Option<&'static ApiServer> {
 fn loud(message: &str) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
+
+/// Creates a namespace (the tests' first step against a server); panics
+/// naming it if the server refuses.
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, ObjectMeta, PostParams};
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+}
