@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arbitrary::Arbitrary;
 use iar::contract::v1::types;
 use iar::item::{ItemRef, group_of};
+use iar::item_scan::{self, Scanned};
 use iar::operations::{Operation, OperationSpec};
 use iar::plugin::validate::{self, Phase};
 use iar::resources::Catalog;
@@ -149,7 +150,23 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
     let returned_id = out.operation_id.clone();
     let related = out.additional_items.len() + out.post_operation_items.len();
     let is_seen = |id: &str| seen.iter().any(|s| s == id);
-    let result = match validate::execute_output(out, input, phase, &limits, &is_seen) {
+    if let Some(text) = &out.item {
+        // The boundary scans a returned item instead of parsing it, and the
+        // host parses it later on trust: the scan must accept exactly what
+        // `Value` parses, and read the same identity.
+        match (item_scan::scan(text), text.parse::<Value>()) {
+            (Ok(Scanned::Object(id)), Ok(v)) => {
+                assert!(v.is_object());
+                assert_eq!(id, item_scan::Identity::of(&v), "{text}");
+            }
+            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{text}"),
+            (Err(_), Err(_)) => {}
+            (s, v) => panic!("scan and Value disagree on {text:?}: {s:?} / {v:?}"),
+        }
+    }
+    let input_item =
+        Item::from_value(input.clone(), Catalog::builtin()).expect("the input is an item");
+    let result = match validate::execute_output(out, &input_item, phase, &limits, &is_seen) {
         Ok(r) => r,
         Err(v) => {
             let _ = v.to_string();
@@ -186,6 +203,7 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
         );
     }
     let Some(item) = &result.item else { return };
+    let item = item.value();
     assert!(item.is_object(), "a non-object item was accepted: {item}");
     // Independently of the boundary's own reading: the output must still be
     // an item (apiVersion, kind and name present) and the same one.

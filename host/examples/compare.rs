@@ -9,12 +9,12 @@
 //! are medians of per-round ratios.
 //!
 //! `cargo run --release -p iar --example compare -- [--velero anchor.json]
-//! [--rounds N] [--calls N]`; with `--velero`, the Velero anchor's figures
+//! [--rounds N] [--calls N] [--profile native|work|reused|fresh]`; with `--velero`, the Velero anchor's figures
 //! (`bench/velero`, JSON) are printed in the same table.
 
 use iar::resources::Catalog;
 use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
-use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label};
+use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label, native_label_text};
 use serde_json::{Value, json};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -80,6 +80,9 @@ struct Args {
     rounds: usize,
     calls: usize,
     starts: usize,
+    /// Run only this row (`native`, `reused`, `fresh`) for `--calls` calls
+    /// and exit: what `perf record` is pointed at.
+    profile: Option<String>,
 }
 
 fn args() -> Args {
@@ -88,6 +91,7 @@ fn args() -> Args {
         rounds: 20,
         calls: 200,
         starts: 20,
+        profile: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -97,6 +101,7 @@ fn args() -> Args {
             "--rounds" => a.rounds = value().parse().expect("--rounds N"),
             "--calls" => a.calls = value().parse().expect("--calls N"),
             "--starts" => a.starts = value().parse().expect("--starts N"),
+            "--profile" => a.profile = Some(value()),
             "--bench" => {} // cargo passes it to examples run as benches
             other => panic!("unknown argument {other}"),
         }
@@ -142,7 +147,35 @@ fn main() {
     // Same answer on every path, checked once.
     let mut reused = plugin.instance(Arc::new(NoCluster));
     let out = reused.execute(&item, &backup, &never).unwrap();
-    assert_eq!(out.item.as_ref(), Some(&native_label(item.value())));
+    assert_eq!(
+        out.item.as_ref().map(|i| i.value()),
+        Some(&native_label(item.value()))
+    );
+
+    if let Some(which) = &args.profile {
+        let calls = args.calls;
+        let (times, _) = match which.as_str() {
+            "native" => time(calls, || {
+                black_box(native_label(black_box(item.value())));
+            }),
+            "work" => {
+                let text = item.json().clone();
+                time(calls, || {
+                    black_box(native_label_text(black_box(&text)));
+                })
+            }
+            "reused" => time(calls, || {
+                black_box(reused.execute(black_box(&item), &backup, &never).unwrap());
+            }),
+            "fresh" => time(calls, || {
+                let mut fresh = plugin.instance(Arc::new(NoCluster));
+                black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
+            }),
+            other => panic!("--profile native|work|reused|fresh, not {other}"),
+        };
+        println!("{which}: median {}", show(median(times)));
+        return;
+    }
 
     // The same plugin on a runtime with wasmtime's pooling allocator
     // (`RuntimeConfig::pooling`, off by default), for a fresh-instance row
@@ -157,6 +190,8 @@ fn main() {
     let mut u_all = Vec::new();
     let mut u_total = Duration::ZERO;
 
+    let text = item.json().clone();
+    let (mut w_all, mut w_total, mut work_ratio) = (Vec::new(), Duration::ZERO, Vec::new());
     let (mut n_all, mut r_all, mut f_all) = (Vec::new(), Vec::new(), Vec::new());
     let (mut n_total, mut r_total, mut f_total) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut reused_ratio, mut fresh_ratio) = (Vec::new(), Vec::new());
@@ -175,6 +210,12 @@ fn main() {
             let mut fresh = unpooled.instance(Arc::new(NoCluster));
             black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
         });
+        let (w, wt) = time(args.calls, || {
+            black_box(native_label_text(black_box(&text)));
+        });
+        work_ratio.push(median(r.clone()) / median(w.clone()));
+        w_all.extend(w);
+        w_total += wt;
         u_all.extend(u);
         u_total += ut;
         let (nm, rm, fm) = (median(n.clone()), median(r.clone()), median(f.clone()));
@@ -188,6 +229,7 @@ fn main() {
         f_total += ft;
     }
     let native_row = row(n_all, n_total);
+    let work_row = row(w_all, w_total);
     let reused_row = row(r_all, r_total);
     let fresh_row = row(f_all, f_total);
     let unpooled_row = row(u_all, u_total);
@@ -265,6 +307,7 @@ fn main() {
         );
     };
     line("native Rust, in process", native_row);
+    line("native, plugin's JSON work only", work_row);
     line("iar, reused instance", reused_row);
     line("iar, fresh instance", fresh_row);
     line("iar, fresh instance, pooled", unpooled_row);
@@ -300,6 +343,10 @@ fn main() {
     println!(
         "  reused ÷ native     {:.2}x  (target ≤ 1.3x)",
         median(reused_ratio)
+    );
+    println!(
+        "  reused ÷ native plugin work only  {:.2}x  (the whole cost of sandbox and boundary)",
+        median(work_ratio)
     );
     println!(
         "  fresh ÷ reused      {:.2}x  (target ≤ 1.5x)",

@@ -285,8 +285,11 @@ fn new_uid(name: &str) -> String {
     )
 }
 
-fn item_bytes(value: &serde_json::Value) -> Vec<u8> {
-    serde_json::to_vec_pretty(value).expect("JSON values serialize")
+/// An item as the tarball holds it: compact JSON, as Velero writes items
+/// (`json.Marshal`), and the text the item already has when a plugin
+/// changed it or it crossed into one, so nothing is serialized again.
+fn item_bytes(item: &Item) -> Vec<u8> {
+    item.json().as_bytes().to_vec()
 }
 
 impl Controller {

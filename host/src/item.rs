@@ -1,5 +1,6 @@
 //! Items: Kubernetes objects as JSON, with the identity the host checks.
 
+use crate::item_scan::Identity;
 use crate::resources::{Catalog, GroupResource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,26 +49,38 @@ pub enum ItemError {
 
 /// One object and its identity.
 ///
-/// The object's JSON text is kept beside its value once known (written on
-/// first use, or handed over by a plugin that changed it), so an item
-/// crosses into a plugin without being serialized again for every call or
-/// every plugin. The value is reached through [`Item::value`] and changed
-/// only through [`Item::set_value`], which forgets the text.
+/// An item holds its JSON text, its parsed value, or both, each made from
+/// the other on first use: an item read from a cluster starts as a value
+/// and is written once, however many plugins it crosses; an item a plugin
+/// changed starts as the text the plugin returned (checked by the boundary
+/// without being parsed, see [`crate::item_scan`]) and is parsed only if
+/// something on the host reads it. The value is changed only through
+/// [`Item::set_value`], which forgets the text.
 #[derive(Clone, Debug)]
 pub struct Item {
     pub id: ItemRef,
-    value: Value,
+    value: OnceLock<Value>,
     text: OnceLock<Arc<str>>,
+    /// apiVersion, kind, metadata.namespace and metadata.name as the object
+    /// has them (which the boundary compares), known without a parse.
+    fields: Arc<Identity<'static>>,
 }
 
 impl PartialEq for Item {
     fn eq(&self, other: &Self) -> bool {
-        self.id == other.id && self.value == other.value
+        self.id == other.id && self.value() == other.value()
     }
 }
 
 fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A value as compact JSON text. `serde_json::to_string` writes into one
+/// buffer; `Value`'s `Display` goes through `fmt::Write` adapters and is
+/// several times slower, which showed in every per-call profile.
+pub(crate) fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value always serializes")
 }
 
 /// The API group of an apiVersion: "" for "v1", "apps" for "apps/v1".
@@ -101,11 +114,7 @@ impl Item {
             namespace: str_at(&value, "/metadata/namespace").to_string(),
             name: name.to_string(),
         };
-        Ok(Item {
-            id,
-            value,
-            text: OnceLock::new(),
-        })
+        Ok(Item::with_id(id, value))
     }
 
     /// An object whose identity the caller knows (a live list says which
@@ -113,51 +122,78 @@ impl Item {
     pub fn with_id(id: ItemRef, value: Value) -> Item {
         Item {
             id,
-            value,
+            fields: Arc::new(Identity::of(&value)),
+            value: OnceLock::from(value),
             text: OnceLock::new(),
         }
     }
 
-    /// The object.
+    /// The object a plugin returned for this item: `text`, which the
+    /// boundary scanned to be one JSON object with the identity `fields`.
+    pub(crate) fn changed_to(&self, text: Arc<str>, fields: Identity<'static>) -> Item {
+        Item {
+            id: self.id.clone(),
+            value: OnceLock::new(),
+            text: OnceLock::from(text),
+            fields: Arc::new(fields),
+        }
+    }
+
+    /// The object, parsed from its text on first use.
     pub fn value(&self) -> &Value {
-        &self.value
+        self.value.get_or_init(|| {
+            let text = self
+                .text
+                .get()
+                .expect("an item holds its text or its value");
+            // Only texts the boundary's scan accepted are held without a
+            // value, and the scan accepts exactly what `Value` parses.
+            text.parse().expect("an item's text was checked to parse")
+        })
     }
 
     /// The object, giving up the item.
     pub fn into_value(self) -> Value {
-        self.value
+        self.value();
+        self.value.into_inner().expect("parsed above")
     }
 
     /// Replaces the object (its identity stays `id`: callers replace an
     /// object only by one the boundary checked to be the same object).
     pub fn set_value(&mut self, value: Value) {
-        self.value = value;
+        self.fields = Arc::new(Identity::of(&value));
+        self.value = OnceLock::from(value);
         self.text = OnceLock::new();
     }
 
-    /// Replaces the object by one whose JSON text is `text` (what a plugin
-    /// returned, parsed into `value` by the boundary).
-    pub(crate) fn set_value_and_text(&mut self, value: Value, text: Arc<str>) {
-        self.value = value;
-        self.text = OnceLock::from(text);
+    /// The object as compact JSON text: written once, then kept.
+    pub fn json(&self) -> &Arc<str> {
+        self.text.get_or_init(|| {
+            json_text(
+                self.value
+                    .get()
+                    .expect("an item holds its text or its value"),
+            )
+            .into()
+        })
     }
 
-    /// The object as JSON text: serialized once, then kept.
-    pub fn json(&self) -> &Arc<str> {
-        self.text.get_or_init(|| self.value.to_string().into())
+    /// apiVersion, kind, namespace and name as the object has them.
+    pub(crate) fn fields(&self) -> &Identity<'static> {
+        &self.fields
     }
 
     pub fn kind(&self) -> &str {
-        str_at(&self.value, "/kind")
+        &self.fields.kind
     }
 
     pub fn api_version(&self) -> &str {
-        str_at(&self.value, "/apiVersion")
+        &self.fields.api_version
     }
 
     /// `metadata.labels` (non-string values are ignored).
     pub fn labels(&self) -> BTreeMap<String, String> {
-        self.value
+        self.value()
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
             .map(|m| {

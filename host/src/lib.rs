@@ -16,6 +16,7 @@ pub mod contract;
 pub mod controller;
 pub mod engine;
 pub mod item;
+pub mod item_scan;
 pub mod k8s;
 pub mod labels;
 pub mod limits;

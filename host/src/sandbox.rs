@@ -302,7 +302,10 @@ impl host::Host for State {
             )));
         }
         let started = Instant::now();
-        let answer = self.cluster.get(&id).map(|v| v.map(|v| v.to_string()));
+        let answer = self
+            .cluster
+            .get(&id)
+            .map(|v| v.map(|v| crate::item::json_text(&v)));
         self.host_time += started.elapsed();
         Ok(answer)
     }

@@ -206,7 +206,7 @@ fn labels_after(set: &PluginSet) -> serde_json::Value {
         .instance(Arc::new(iar::NoCluster))
         .execute(&pod("web"), &backup(iar::Phase::Backup), &never_seen)
         .expect("labels runs");
-    out.item.expect("labels changes the item")["metadata"]["labels"].clone()
+    out.item.expect("labels changes the item").into_value()["metadata"]["labels"].clone()
 }
 
 fn names(set: &PluginSet) -> Vec<&str> {

@@ -22,7 +22,7 @@ fn labels_adds_configured_labels_and_annotations() {
         .instance(Arc::new(NoCluster))
         .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
         .unwrap();
-    let item = out.item.unwrap();
+    let item = out.item.unwrap().into_value();
     assert_eq!(item["metadata"]["labels"]["team"], "payments");
     assert_eq!(item["metadata"]["labels"]["tier"], "gold");
     assert_eq!(

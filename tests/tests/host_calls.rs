@@ -55,7 +55,10 @@ fn hammer(cluster: Arc<dyn ClusterReader>, deadline: Duration, calls: usize) -> 
                                     &never_seen,
                                 )
                                 .unwrap_or_else(|e| panic!("worker {w}, call {i}: {e}"));
-                            let item = out.item.expect("cluster-get annotates the item");
+                            let item = out
+                                .item
+                                .expect("cluster-get annotates the item")
+                                .into_value();
                             assert_eq!(
                                 item["metadata"]["annotations"]["hostile.iar.test/found"],
                                 calls.as_str()

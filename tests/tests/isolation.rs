@@ -31,7 +31,7 @@ fn leaked(instance: &mut PluginInstance, name: &str, backup: &BackupRef) -> Stri
     let out = instance
         .execute(&pod(name), backup, &never_seen)
         .expect("remember runs");
-    let item = out.item.expect("remember annotates the item");
+    let item = out.item.expect("remember annotates the item").into_value();
     item["metadata"]["annotations"][PREVIOUS]
         .as_str()
         .expect("the annotation")

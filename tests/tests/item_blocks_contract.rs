@@ -92,7 +92,10 @@ fn block_plugins_load_beside_a_1_0_plugin_and_report_their_interfaces() {
         .instance(Arc::new(NoCluster))
         .execute(&pod, &backup, &never_seen)
         .unwrap();
-    assert_eq!(out.item.unwrap()["metadata"]["labels"]["team"], "a");
+    assert_eq!(
+        out.item.unwrap().into_value()["metadata"]["labels"]["team"],
+        "a"
+    );
 
     // Block-only: its selectors, and its relations.
     assert!(
@@ -118,7 +121,7 @@ fn block_plugins_load_beside_a_1_0_plugin_and_report_their_interfaces() {
     let mut instance = both.instance(Arc::new(NoCluster));
     let out = instance.execute(&pod, &backup, &never_seen).unwrap();
     assert_eq!(
-        out.item.unwrap()["metadata"]["labels"]["block-hostile"],
+        out.item.unwrap().into_value()["metadata"]["labels"]["block-hostile"],
         "seen"
     );
     assert_eq!(
@@ -148,7 +151,10 @@ fn a_pure_1_0_plugin_runs_beside_a_1_1_plugin() {
     let out = instance
         .execute(&pod("web"), &backup(Phase::Backup), &never_seen)
         .unwrap();
-    assert_eq!(out.item.unwrap()["metadata"]["labels"]["contract"], "1.0.0");
+    assert_eq!(
+        out.item.unwrap().into_value()["metadata"]["labels"]["contract"],
+        "1.0.0"
+    );
     let logs = instance.take_logs();
     assert_eq!(logs.len(), 1, "{logs:?}");
     assert_eq!(

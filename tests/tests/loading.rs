@@ -174,7 +174,7 @@ fn labels_runs_as_labels(runtime: &Runtime) {
         .instance(std::sync::Arc::new(iar::NoCluster))
         .execute(&pod("web-0"), &backup(iar::Phase::Backup), &never_seen)
         .expect("labels runs");
-    let item = out.item.expect("labels changes the item");
+    let item = out.item.expect("labels changes the item").into_value();
     assert_eq!(item["metadata"]["labels"]["checked"], "yes");
 }
 

@@ -138,7 +138,7 @@ pub(super) fn check_execute(
         }
         (Ok(out), None) => out,
     };
-    let actual = out.item.as_ref().unwrap_or(input.value());
+    let actual = out.item.as_ref().unwrap_or(input).value();
     if let Some(want) = &expect.item
         && want != actual
     {
@@ -159,9 +159,9 @@ pub(super) fn check_execute(
         }
     }
     match (expect.unchanged, &out.item) {
-        (Some(true), Some(changed)) if changed != input.value() => failures.push(format!(
+        (Some(true), Some(changed)) if changed.value() != input.value() => failures.push(format!(
             "{call}: expected the item unchanged, the plugin changed it (- input, + output):\n{}",
-            json_diff(input.value(), changed)
+            json_diff(input.value(), changed.value())
         )),
         (Some(false), None) => failures.push(format!(
             "{call}: expected a changed item, the plugin returned none"

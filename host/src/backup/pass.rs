@@ -35,7 +35,7 @@ pub struct StartedOperation {
 pub struct ItemOutcome {
     pub id: ItemRef,
     /// The item as the actions left it; `None` when an action failed it.
-    pub stored: Option<serde_json::Value>,
+    pub stored: Option<Item>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
     pub operations: Vec<StartedOperation>,
@@ -91,10 +91,8 @@ fn act_on_item(
         );
         match result {
             Ok(mut out) => {
-                match out.take_item() {
-                    Some((changed, Some(text))) => current.set_value_and_text(changed, text),
-                    Some((changed, None)) => current.set_value(changed),
-                    None => {}
+                if let Some(changed) = out.item.take() {
+                    current = changed;
                 }
                 additional.extend(out.additional_items);
                 if let Some(operation_id) = out.operation_id {
@@ -113,7 +111,7 @@ fn act_on_item(
             }
         }
     }
-    outcome.stored = Some(current.into_value());
+    outcome.stored = Some(current);
     outcome
 }
 

@@ -205,7 +205,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             None => instance.execute(&item, &backup, &|_| false).map(|out| {
                 if let Some(changed) = &out.item {
                     // The next plugin sees the item as this one left it, as in Velero.
-                    item.set_value(changed.clone());
+                    item = changed.clone();
                 }
                 json!({ "output": out })
             }),

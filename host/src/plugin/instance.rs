@@ -389,7 +389,7 @@ impl PluginInstance {
         })?;
         validate::execute_output(
             out,
-            item.value(),
+            item,
             backup.phase,
             self.plugin.limits(),
             seen_operation,

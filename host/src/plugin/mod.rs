@@ -52,7 +52,7 @@ impl BackupRef {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             uid: self.uid.clone(),
-            spec: self.spec.to_string(),
+            spec: crate::item::json_text(&self.spec),
             phase: match self.phase {
                 Phase::Backup => v1::types::Phase::Backup,
                 Phase::Finalize => v1::types::Phase::Finalize,

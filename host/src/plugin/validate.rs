@@ -3,7 +3,8 @@
 
 use super::error::Violation;
 use crate::contract::latest::types;
-use crate::item::{ItemRef, group_of};
+use crate::item::{Item, ItemRef, group_of};
+use crate::item_scan::{self, Identity, Scanned};
 use crate::limits::Limits;
 use crate::manifests::json_type;
 use serde_json::Value;
@@ -19,37 +20,20 @@ pub enum Phase {
 }
 
 /// What `execute` returned, checked.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecuteResult {
-    /// The changed item; `None` = unchanged.
-    pub item: Option<Value>,
+    /// The changed item (same `id`, held as the text the plugin wrote);
+    /// `None` = unchanged.
+    #[serde(serialize_with = "item_value")]
+    pub item: Option<Item>,
     pub additional_items: Vec<ItemRef>,
     pub operation_id: Option<String>,
     pub post_operation_items: Vec<ItemRef>,
-    /// The changed item as the plugin wrote it (the text `item` was parsed
-    /// from), so the next plugin gets it without a serialization.
-    #[serde(skip)]
-    pub(crate) item_text: Option<Arc<str>>,
 }
 
-/// Equal when what the plugin answered is equal; the text `item` was read
-/// from is not compared.
-impl PartialEq for ExecuteResult {
-    fn eq(&self, other: &Self) -> bool {
-        self.item == other.item
-            && self.additional_items == other.additional_items
-            && self.operation_id == other.operation_id
-            && self.post_operation_items == other.post_operation_items
-    }
-}
-
-impl ExecuteResult {
-    /// The changed item with its text, giving up the rest.
-    pub(crate) fn take_item(&mut self) -> Option<(Value, Option<Arc<str>>)> {
-        let text = self.item_text.take();
-        self.item.take().map(|v| (v, text))
-    }
+fn item_value<S: serde::Serializer>(item: &Option<Item>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&item.as_ref().map(Item::value), s)
 }
 
 /// What `progress` returned, checked.
@@ -88,53 +72,39 @@ fn identifiers(
         .collect()
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
 /// The item must stay the same object: same group, kind, namespace, name.
-fn same_identity(input: &Value, output: &Value) -> Result<(), Violation> {
-    let checks: [(&'static str, String, String); 4] = [
-        (
-            "API group",
-            group_of(str_at(input, "/apiVersion")).to_string(),
-            group_of(str_at(output, "/apiVersion")).to_string(),
-        ),
-        (
-            "kind",
-            str_at(input, "/kind").into(),
-            str_at(output, "/kind").into(),
-        ),
-        (
-            "namespace",
-            str_at(input, "/metadata/namespace").into(),
-            str_at(output, "/metadata/namespace").into(),
-        ),
-        (
-            "name",
-            str_at(input, "/metadata/name").into(),
-            str_at(output, "/metadata/name").into(),
-        ),
-    ];
+/// `output` is the returned text, parsed only to describe a violation.
+fn same_identity(input: &Identity, output: &Identity, text: &str) -> Result<(), Violation> {
     // Group alone is not enough: "v1" and a missing, null or numeric
     // apiVersion all read as the core group, and such an item could not be
     // stored (a fuzzer found it).
-    if str_at(output, "/apiVersion").is_empty() {
+    if output.api_version.is_empty() {
+        let parsed: Value = text.parse().unwrap_or_default();
         return Err(Violation::IdentityChanged {
             field: "apiVersion",
-            before: str_at(input, "/apiVersion").into(),
-            after: output
+            before: input.api_version.to_string(),
+            after: parsed
                 .get("apiVersion")
                 .map(|v| v.to_string())
                 .unwrap_or_default(),
         });
     }
+    let checks: [(&'static str, &str, &str); 4] = [
+        (
+            "API group",
+            group_of(&input.api_version),
+            group_of(&output.api_version),
+        ),
+        ("kind", &input.kind, &output.kind),
+        ("namespace", &input.namespace, &output.namespace),
+        ("name", &input.name, &output.name),
+    ];
     for (field, before, after) in checks {
         if before != after {
             return Err(Violation::IdentityChanged {
                 field,
-                before,
-                after,
+                before: before.to_string(),
+                after: after.to_string(),
             });
         }
     }
@@ -154,7 +124,7 @@ fn bounded(what: &'static str, size: usize, limit: usize) -> Result<(), Violatio
 /// may claim the id in it without a refused output using the id up.
 pub fn execute_output(
     out: types::ExecuteOutput,
-    input: &Value,
+    input: &Item,
     phase: Phase,
     limits: &Limits,
     seen_operation: &dyn Fn(&str) -> bool,
@@ -180,21 +150,23 @@ pub fn execute_output(
         out.additional_items.len() + out.post_operation_items.len(),
         limits.max_related_items,
     )?;
-    let (item, item_text) = match out.item {
-        None => (None, None),
+    let item = match out.item {
+        None => None,
         Some(json) => {
             bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
-            // `FromStr` rather than `serde_json::from_str`: the parser is
-            // then serde_json's own compiled code, optimized in every
-            // profile (dependencies are, this crate is not in dev builds).
-            let value: Value = json
-                .parse()
-                .map_err(|e: serde_json::Error| Violation::ItemNotJson(e.to_string()))?;
-            if !value.is_object() {
-                return Err(Violation::ItemNotObject(json_type(&value)));
-            }
-            same_identity(input, &value)?;
-            (Some(value), Some(Arc::from(json)))
+            // Scanned, not parsed: one pass that checks the text is one JSON
+            // object (exactly as `Value` would) and reads its identity,
+            // building nothing; the host parses the item only if it reads it.
+            let fields = match item_scan::scan(&json) {
+                Ok(Scanned::Object(fields)) => fields.into_owned(),
+                Ok(Scanned::NotObject) => {
+                    let value: Value = json.parse().unwrap_or_default();
+                    return Err(Violation::ItemNotObject(json_type(&value)));
+                }
+                Err(e) => return Err(Violation::ItemNotJson(e.to_string())),
+            };
+            same_identity(input.fields(), &fields, &json)?;
+            Some(input.changed_to(Arc::from(json), fields))
         }
     };
     let additional_items = identifiers("additional-items", out.additional_items)?;
@@ -211,7 +183,6 @@ pub fn execute_output(
         additional_items,
         operation_id: out.operation_id,
         post_operation_items,
-        item_text,
     })
 }
 

@@ -80,7 +80,7 @@ pub fn host_still_works(runtime: &Runtime) {
     let out = instance
         .execute(&pod("web-next"), &backup(Phase::Backup), &never_seen)
         .expect("the well-behaved plugin still runs");
-    let item = out.item.expect("labels changes the item");
+    let item = out.item.expect("labels changes the item").into_value();
     assert_eq!(item["metadata"]["labels"]["checked"], "yes");
     assert_eq!(item["metadata"]["name"], "web-next");
 }

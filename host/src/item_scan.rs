@@ -1,0 +1,376 @@
+//! An object's identity read from its JSON text in one pass that builds
+//! nothing: how the boundary checks an item a plugin changed without
+//! parsing it into a `Value` (which cost the host more than the rest of the
+//! call together).
+//!
+//! The scan goes through serde_json's own `deserialize_any`, the path
+//! `Value` is parsed by, with visitors that keep only four strings; so it
+//! accepts exactly the texts `Value` accepts (same string escapes, number
+//! ranges, nesting limit, trailing characters) and, for duplicate keys,
+//! keeps the last as `Value` does. `Item::value` relies on that: a text
+//! the scan accepted parses.
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+
+/// The fields the boundary compares, each "" when missing or not a string
+/// (what a JSON-pointer lookup on the parsed value gives).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity<'a> {
+    pub api_version: Cow<'a, str>,
+    pub kind: Cow<'a, str>,
+    pub namespace: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+}
+
+impl Identity<'_> {
+    pub fn into_owned(self) -> Identity<'static> {
+        Identity {
+            api_version: Cow::Owned(self.api_version.into_owned()),
+            kind: Cow::Owned(self.kind.into_owned()),
+            namespace: Cow::Owned(self.namespace.into_owned()),
+            name: Cow::Owned(self.name.into_owned()),
+        }
+    }
+
+    /// The fields of a parsed value.
+    pub fn of(value: &serde_json::Value) -> Identity<'static> {
+        let at = |p: &str| {
+            Cow::Owned(
+                value
+                    .pointer(p)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        };
+        Identity {
+            api_version: at("/apiVersion"),
+            kind: at("/kind"),
+            namespace: at("/metadata/namespace"),
+            name: at("/metadata/name"),
+        }
+    }
+}
+
+/// What a JSON text holds, as far as the boundary cares.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scanned<'a> {
+    Object(Identity<'a>),
+    /// Valid JSON, but not an object.
+    NotObject,
+}
+
+/// Scans `text`: an error when it is not one JSON value, else whether it is
+/// an object and, if so, its identity.
+pub fn scan(text: &str) -> Result<Scanned<'_>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let scanned = de.deserialize_any(Root)?;
+    de.end()?;
+    Ok(scanned)
+}
+
+/// Any JSON value, fully read (strings decoded, numbers checked) and kept
+/// nowhere. `IgnoredAny` would not do: serde_json skips it with a looser
+/// reader than the one `Value` goes through.
+struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor).map(|_| Skip)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> Visitor<'de> for SkipVisitor {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(SkipVisitor)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key::<Skip>()?.is_some() {
+            map.next_value::<Skip>()?;
+        }
+        Ok(())
+    }
+}
+
+/// A string value, borrowed from the text when it has no escapes; "" for
+/// any other JSON value (which is still read in full).
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed(s)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Owned(s.to_string())))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Owned(s)))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed("")))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed("")))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed("")))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed("")))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed("")))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        SkipVisitor.visit_seq(seq).map(|_| Text(Cow::Borrowed("")))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        SkipVisitor.visit_map(map).map(|_| Text(Cow::Borrowed("")))
+    }
+}
+
+/// `metadata`: its namespace and name, or both "" when it is not an object.
+struct Metadata<'a> {
+    namespace: Cow<'a, str>,
+    name: Cow<'a, str>,
+}
+
+impl<'de> Deserialize<'de> for Metadata<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(MetadataVisitor)
+    }
+}
+
+struct MetadataVisitor;
+
+impl MetadataVisitor {
+    fn empty<'a>() -> Metadata<'a> {
+        Metadata {
+            namespace: Cow::Borrowed(""),
+            name: Cow::Borrowed(""),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataVisitor {
+    type Value = Metadata<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut m = Self::empty();
+        while let Some(Text(key)) = map.next_key::<Text>()? {
+            match &*key {
+                "namespace" => m.namespace = map.next_value::<Text>()?.0,
+                "name" => m.name = map.next_value::<Text>()?.0,
+                _ => map.next_value::<Skip>().map(|_| ())?,
+            }
+        }
+        Ok(m)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        SkipVisitor.visit_seq(seq).map(|_| Self::empty())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Self::empty())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Self::empty())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Self::empty())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Self::empty())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Self::empty())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Self::empty())
+    }
+}
+
+/// The top level: an object's identity, or `NotObject`.
+struct Root;
+
+impl<'de> Visitor<'de> for Root {
+    type Value = Scanned<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut id = Identity::default();
+        while let Some(Text(key)) = map.next_key::<Text>()? {
+            // Each occurrence overwrites: with duplicate keys the last one
+            // is what `Value` keeps.
+            match &*key {
+                "apiVersion" => id.api_version = map.next_value::<Text>()?.0,
+                "kind" => id.kind = map.next_value::<Text>()?.0,
+                "metadata" => {
+                    let m = map.next_value::<Metadata>()?;
+                    (id.namespace, id.name) = (m.namespace, m.name);
+                }
+                _ => map.next_value::<Skip>().map(|_| ())?,
+            }
+        }
+        Ok(Scanned::Object(id))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        SkipVisitor.visit_seq(seq).map(|_| Scanned::NotObject)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Scanned::NotObject)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Scanned::NotObject)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Scanned::NotObject)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Scanned::NotObject)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Scanned::NotObject)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Scanned::NotObject)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// The scan and `Value` agree on whether `text` is JSON, whether it is
+    /// an object, and the object's identity.
+    fn agrees(text: &str) {
+        let parsed = text.parse::<Value>();
+        match (scan(text), parsed) {
+            (Ok(Scanned::Object(id)), Ok(v)) => {
+                assert!(v.is_object(), "{text}");
+                assert_eq!(id, Identity::of(&v), "{text}");
+            }
+            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{text}"),
+            (Err(_), Err(_)) => {}
+            (s, p) => panic!("{text:?}: scan {s:?}, Value {p:?}"),
+        }
+    }
+
+    #[test]
+    fn agrees_with_value_on_tricky_texts() {
+        let deep_ok = format!("{{\"a\":{}1{}}}", "[".repeat(120), "]".repeat(120));
+        let too_deep = format!("{{\"a\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        for text in [
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"n"}}"#,
+            r#"{"apiVersion":"v1","apiVersion":"apps/v1","kind":"Pod"}"#,
+            r#"{"metadata":{"name":"a"},"metadata":5}"#,
+            r#"{"metadata":{"name":"a","name":7}}"#,
+            r#"{"metadata":{"name":"a"},"metadata":{"namespace":"b"}}"#,
+            r#"{"api\u0056ersion":"v\u0031","kind":"P\nod"}"#,
+            r#"{"kind":"\ud800"}"#,
+            r#"{"kind":"\ud83d\ude00"}"#,
+            "{\"kind\":\"a\u{1}b\"}",
+            r#"{"x":1e400}"#,
+            r#"{"x":-0.0,"y":18446744073709551616,"z":[null,true,{"q":[]}]}"#,
+            r#"{"metadata":[{"name":"a"}]}"#,
+            r#"{"apiVersion":null,"kind":{"a":1},"metadata":{"namespace":["x"]}}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"[1,2]"#,
+            r#""str""#,
+            "17",
+            "null",
+            "",
+            "  {}  ",
+            &deep_ok,
+            &too_deep,
+        ] {
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn borrows_unescaped_strings() {
+        let text = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\"b","namespace":"n"}}"#;
+        let Scanned::Object(id) = scan(text).unwrap() else {
+            panic!("an object")
+        };
+        assert!(matches!(id.kind, Cow::Borrowed("Pod")));
+        assert_eq!(id.name, "a\"b");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn agrees_with_value_on_any_text(text in "[{}\\[\\]\":,a-z0-9.eE+\\-\\\\ ]{0,40}") {
+            agrees(&text);
+        }
+
+        #[test]
+        fn agrees_with_value_on_objects(
+            fields in proptest::collection::vec(
+                (proptest::sample::select(vec!["apiVersion", "kind", "metadata", "name", "namespace", "x"]),
+                 proptest::sample::select(vec![
+                     r#""v1""#, r#""Pod""#, "1", "null", "[]", r#"{"name":"a"}"#,
+                     r#"{"namespace":"n","name":"b"}"#, r#"{"name":1}"#, r#""a\u0062""#,
+                 ])),
+                0..6,
+            )
+        ) {
+            let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            agrees(&format!("{{{}}}", body.join(",")));
+        }
+    }
+}
