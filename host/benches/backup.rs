@@ -20,7 +20,8 @@
 //! `poll-pvc-snapshot` is the polling itself: 10,000 `progress` calls through
 //! the pvc-snapshot plugin on one reused instance (as the controller's poller
 //! does), each reading its VolumeSnapshot through `cluster-get` from a
-//! directory of manifests.
+//! directory of manifests; `poll-pvc-snapshot/2-threads` splits the same
+//! period over two threads as the controller's poller does on two workers.
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use iar::backup::object::BackupPhase;
@@ -438,6 +439,45 @@ fn progress_sync_10k_ops(c: &mut Criterion, rt: &Tokio) {
     );
     group.bench_function("poll-pvc-snapshot", |b| {
         b.iter(|| assert_eq!(black_box(poll()), OPERATIONS))
+    });
+    // The same period split as the controller's poller splits it on two
+    // workers: contiguous halves, each thread with its own instance (and
+    // the shared manifest cluster, warm).
+    let cluster = Arc::new(ManifestCluster::new(vec![cluster_dir.path().to_path_buf()]));
+    let mut instances: Vec<_> = (0..2).map(|_| plugin.instance(cluster.clone())).collect();
+    let mut poll_parallel = || {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = instances
+                .iter_mut()
+                .zip(ops.chunks(ops.len().div_ceil(2)))
+                .map(|(instance, share)| {
+                    let backup = &backup;
+                    scope.spawn(move || {
+                        share
+                            .iter()
+                            .filter(|op| {
+                                instance
+                                    .progress(
+                                        &op.spec.operation_id,
+                                        &op.spec.resource_identifier,
+                                        backup,
+                                    )
+                                    .unwrap()
+                                    .completed
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .sum::<usize>()
+        })
+    };
+    assert_eq!(poll_parallel(), OPERATIONS, "every snapshot is ready");
+    group.bench_function("poll-pvc-snapshot/2-threads", |b| {
+        b.iter(|| assert_eq!(black_box(poll_parallel()), OPERATIONS))
     });
     group.finish();
 }

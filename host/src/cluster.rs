@@ -8,7 +8,7 @@ use crate::resources::{Catalog, GroupResource};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 /// The cluster a backup reads: `cluster-get` for plugins, the items to back
@@ -19,6 +19,12 @@ pub trait ClusterReader: Send + Sync {
     /// `Ok(None)` when the object does not exist. Called from blocking
     /// threads (plugin calls); async code calls [`ClusterReader::get_async`].
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String>;
+
+    /// The object as compact JSON text, what `cluster-get` hands a plugin.
+    /// A cluster that keeps objects' text answers without serializing.
+    fn get_json(&self, id: &ItemRef) -> Result<Option<Arc<str>>, String> {
+        Ok(self.get(id)?.map(|v| crate::item::json_text(&v).into()))
+    }
 
     /// [`ClusterReader::get`] for async callers: a cluster that answers
     /// over the network overrides it, so that no runtime thread blocks.
@@ -121,8 +127,9 @@ type Listing = (Option<SystemTime>, Vec<PathBuf>, Vec<PathBuf>);
 #[derive(Default)]
 struct Cache {
     files: HashMap<PathBuf, CachedFile>,
-    /// Which file last held each object.
-    index: HashMap<ItemRef, PathBuf>,
+    /// Which file last held each object, and where in that file's items:
+    /// a lookup is a hash probe, not a walk through a 2,500-object List.
+    index: HashMap<ItemRef, (PathBuf, usize)>,
     /// Directory listings (files, subdirectories), valid while the
     /// directory's mtime is unchanged: adding, removing or renaming an entry
     /// changes it.
@@ -234,8 +241,8 @@ impl Cache {
             .is_some_and(|c| c.modified == modified && c.len == len && modified.is_some());
         if !fresh {
             let items = manifests::read_file(file, catalog).map_err(|e| e.to_string())?;
-            for item in &items {
-                self.index.insert(item.id.clone(), file.to_path_buf());
+            for (at, item) in items.iter().enumerate() {
+                self.index.insert(item.id.clone(), (file.to_path_buf(), at));
             }
             self.files.insert(
                 file.to_path_buf(),
@@ -249,14 +256,9 @@ impl Cache {
         Ok(())
     }
 
-    fn lookup(&self, id: &ItemRef) -> Option<Value> {
-        let file = self.index.get(id)?;
-        let cached = self.files.get(file)?;
-        cached
-            .items
-            .iter()
-            .find(|i| &i.id == id)
-            .map(|i| i.value().clone())
+    fn lookup(&self, id: &ItemRef) -> Option<&Item> {
+        let (file, at) = self.index.get(id)?;
+        self.files.get(file)?.items.get(*at).filter(|i| &i.id == id)
     }
 }
 
@@ -275,13 +277,16 @@ impl ManifestCluster {
     /// unchanged since they were read, under the read lock only, so hits on
     /// many workers do not wait for each other. `None` means "take the slow
     /// path". The `stat` calls run with no lock held.
-    fn get_unchanged(&self, id: &ItemRef) -> Option<Value> {
+    fn get_unchanged<R>(&self, id: &ItemRef, answer: &impl Fn(&Item) -> R) -> Option<R> {
         let (file, file_stamp, dirs) = {
             let cache = self.cache.read().ok()?;
             if cache.all.is_empty() {
                 return None;
             }
-            let file = cache.index.get(id).filter(|f| cache.all_set.contains(*f))?;
+            let (file, _) = cache
+                .index
+                .get(id)
+                .filter(|(f, _)| cache.all_set.contains(f))?;
             let cached = cache.files.get(file)?;
             let dirs: Vec<(PathBuf, Option<SystemTime>)> = cache
                 .dirs
@@ -308,11 +313,41 @@ impl ManifestCluster {
         if (cached.modified, cached.len) != file_stamp {
             return None;
         }
-        cached
-            .items
-            .iter()
-            .find(|i| &i.id == id)
-            .map(|i| i.value().clone())
+        cache.lookup(id).map(answer)
+    }
+
+    /// Finds an object as the files are now and answers from it.
+    fn find<R>(&self, id: &ItemRef, answer: impl Fn(&Item) -> R) -> Result<Option<R>, String> {
+        if let Some(found) = self.get_unchanged(id, &answer) {
+            return Ok(Some(found));
+        }
+        // The write lock guards the parse cache; it is held while a changed
+        // file is re-read so that concurrent lookups do not parse it twice
+        // (atomicity is the point: listing, files and index change together).
+        let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
+        cache.update_listing(&self.paths)?;
+        // Fast path: the file that held the object, if it is still listed.
+        if let Some((file, _)) = cache.index.get(id).cloned()
+            && cache.all_set.contains(&file)
+        {
+            cache.refresh(&file, self.catalog)?;
+            if let Some(found) = cache.lookup(id) {
+                return Ok(Some(answer(found)));
+            }
+        }
+        // A miss, or the object moved: every file, changed ones re-read.
+        for file in cache.all.clone() {
+            cache.refresh(&file, self.catalog)?;
+        }
+        let listed = cache
+            .index
+            .get(id)
+            .is_some_and(|(f, _)| cache.all_set.contains(f));
+        Ok(if listed {
+            cache.lookup(id).map(answer)
+        } else {
+            None
+        })
     }
 }
 
@@ -324,32 +359,14 @@ impl ClusterReader for ManifestCluster {
     }
 
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
-        if let Some(found) = self.get_unchanged(id) {
-            return Ok(Some(found));
-        }
-        // The write lock guards the parse cache; it is held while a changed
-        // file is re-read so that concurrent lookups do not parse it twice
-        // (atomicity is the point: listing, files and index change together).
-        let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
-        cache.update_listing(&self.paths)?;
-        // Fast path: the file that held the object, if it is still listed.
-        if let Some(file) = cache.index.get(id).cloned()
-            && cache.all_set.contains(&file)
-        {
-            cache.refresh(&file, self.catalog)?;
-            if let Some(found) = cache.lookup(id) {
-                return Ok(Some(found));
-            }
-        }
-        // A miss, or the object moved: every file, changed ones re-read.
-        for file in cache.all.clone() {
-            cache.refresh(&file, self.catalog)?;
-        }
-        let listed = cache
-            .index
-            .get(id)
-            .is_some_and(|f| cache.all_set.contains(f));
-        Ok(if listed { cache.lookup(id) } else { None })
+        self.find(id, |item| item.value().clone())
+    }
+
+    /// The text each cached object keeps (written on its first lookup):
+    /// a plugin polling the same VolumeSnapshot is answered with a copy of
+    /// the same bytes.
+    fn get_json(&self, id: &ItemRef) -> Result<Option<Arc<str>>, String> {
+        self.find(id, |item| item.json().clone())
     }
 }
 

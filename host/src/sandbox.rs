@@ -302,10 +302,7 @@ impl host::Host for State {
             )));
         }
         let started = Instant::now();
-        let answer = self
-            .cluster
-            .get(&id)
-            .map(|v| v.map(|v| crate::item::json_text(&v)));
+        let answer = self.cluster.get_json(&id).map(|v| v.map(|t| t.to_string()));
         self.host_time += started.elapsed();
         Ok(answer)
     }
