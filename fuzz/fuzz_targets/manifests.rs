@@ -4,9 +4,11 @@
 //!
 //! The same text is read as `x.yaml` and as `x.json`. Properties: every
 //! document returned is a JSON object; a `.json` file gives exactly the one
-//! object it holds, or the items of the List it holds; and since JSON is
-//! YAML, a JSON object that parses as `.json` parses to the same value as
-//! `.yaml`, with an error naming the file and the document otherwise.
+//! object it holds, or the items of the List it holds; and a JSON object
+//! that parses as `.json` parses to the same value as `.yaml` (a `.yaml`
+//! file holding JSON is read as JSON first, as kubectl does, since JSON is
+//! not quite a subset of YAML), with an error naming the file and the
+//! document otherwise.
 
 #![no_main]
 

@@ -64,6 +64,13 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
     if path.extension().and_then(|e| e.to_str()) == Some("json") {
         let v: Value = serde_json::from_str(text).map_err(|e| parse_err(1, e.to_string()))?;
         docs.push(v);
+    } else if let Some(json) = json_stream(text) {
+        // JSON in a YAML file, read as JSON first, as kubectl does (its
+        // YAMLOrJSONDecoder sniffs a leading '{'): JSON is not quite a
+        // subset of YAML (a key and its ':' on different lines is valid
+        // JSON and refused by YAML; a fuzzer found it). Anything that is
+        // not one JSON stream is read as YAML, as before.
+        docs = json;
     } else {
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let v = Value::deserialize(doc).map_err(|e| parse_err(i + 1, e.to_string()))?;
@@ -108,6 +115,17 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
         }
     }
     Ok(out)
+}
+
+/// `text` as a stream of JSON objects, when it starts with '{' and is one.
+fn json_stream(text: &str) -> Option<Vec<Value>> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
 }
 
 pub(crate) fn json_type(v: &Value) -> &'static str {
@@ -161,6 +179,30 @@ mod tests {
         let docs = parse_documents(Path::new("x.yaml"), text).unwrap();
         let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["Pod", "ConfigMap", "Secret"]);
+    }
+
+    /// Found by fuzzing: valid JSON that YAML refuses (a key's ':' on the
+    /// next line) in a `.yaml` file; kubectl reads it as JSON, so does iar.
+    #[test]
+    fn json_in_a_yaml_file_is_read_as_json() {
+        let text = "{\"apiVersion\": \"v1\", \"kind\": \"Pod\",\n \"metadata\": {\"name\"\n: \"a\"}}\n{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"b\"}}";
+        assert!(
+            serde_yaml::from_str::<Value>(text).is_err(),
+            "YAML refuses it"
+        );
+        let docs = parse_documents(Path::new("x.yaml"), text).unwrap();
+        let names: Vec<_> = docs
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        // Flow-style YAML that is not JSON is still YAML.
+        let docs = parse_documents(
+            Path::new("x.yaml"),
+            "{apiVersion: v1, kind: Pod, metadata: {name: c}}",
+        )
+        .unwrap();
+        assert_eq!(docs[0]["metadata"]["name"], "c");
     }
 
     /// Found by fuzzing: a List item that is not an object was returned
