@@ -5,11 +5,14 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use iar::resources::Catalog;
-use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
-use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label};
-use serde_json::json;
+use iar::{Item, NoCluster, Plugin, Runtime, RuntimeConfig};
+use iar_tests::fixtures::{bench_pod, native_label};
 use std::hint::black_box;
 use std::sync::Arc;
+
+#[path = "../../tests/bench_setup.rs"]
+mod bench_setup;
+use bench_setup::{bench_backup, bench_settings};
 
 fn bench(c: &mut Criterion) {
     let runtime = Runtime::new(RuntimeConfig {
@@ -17,20 +20,14 @@ fn bench(c: &mut Criterion) {
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let settings = PluginSettings {
-        config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
-        ..PluginSettings::default()
-    };
-    let plugin =
-        Plugin::from_file(&runtime, iar_tests::artifacts::LABELS.as_ref(), settings).unwrap();
+    let plugin = Plugin::from_file(
+        &runtime,
+        iar_tests::artifacts::LABELS.as_ref(),
+        bench_settings(),
+    )
+    .unwrap();
     let item = Item::from_value(bench_pod(), Catalog::builtin()).unwrap();
-    let backup = BackupRef {
-        name: "bench".into(),
-        namespace: "velero".into(),
-        uid: "bench".into(),
-        spec: json!({}),
-        phase: Phase::Backup,
-    };
+    let backup = bench_backup();
     let size = item.value().to_string().len();
     let mut group = c.benchmark_group(format!("execute-pod-{size}B"));
     group.bench_function("native", |b| {

@@ -13,29 +13,16 @@
 //! (`bench/velero`, JSON) are printed in the same table.
 
 use iar::resources::Catalog;
-use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
-use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label, native_label_text};
-use serde_json::{Value, json};
+use iar::{Item, NoCluster, Plugin, Runtime, RuntimeConfig};
+use iar_tests::fixtures::{bench_pod, native_label, native_label_text};
+use serde_json::Value;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn settings() -> PluginSettings {
-    PluginSettings {
-        config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
-        ..PluginSettings::default()
-    }
-}
-
-fn backup() -> BackupRef {
-    BackupRef {
-        name: "bench".into(),
-        namespace: "velero".into(),
-        uid: "bench".into(),
-        spec: json!({}),
-        phase: Phase::Backup,
-    }
-}
+#[path = "../../tests/bench_setup.rs"]
+mod bench_setup;
+use bench_setup::{bench_backup, bench_settings};
 
 #[derive(Clone, Copy)]
 struct Row {
@@ -132,7 +119,7 @@ fn show(us: f64) -> String {
 fn main() {
     let args = args();
     let item = Item::from_value(bench_pod(), Catalog::builtin()).unwrap();
-    let backup = backup();
+    let backup = bench_backup();
     let never = |_: &str| false;
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(RuntimeConfig {
@@ -141,7 +128,7 @@ fn main() {
     })
     .unwrap();
     let path = std::path::Path::new(iar_tests::artifacts::LABELS);
-    let plugin = Plugin::from_file(&runtime, path, settings()).unwrap();
+    let plugin = Plugin::from_file(&runtime, path, bench_settings()).unwrap();
     assert_eq!(runtime.compiles(), 1);
 
     // Same answer on every path, checked once.
@@ -180,15 +167,15 @@ fn main() {
     // The same plugin on a runtime with wasmtime's pooling allocator
     // (`RuntimeConfig::pooling`, off by default), for a fresh-instance row
     // with it.
-    let unpooled_runtime = Runtime::new(RuntimeConfig {
+    let pooled_runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache.path().to_path_buf()),
         pooling: true,
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let unpooled = Plugin::from_file(&unpooled_runtime, path, settings()).unwrap();
-    let mut u_all = Vec::new();
-    let mut u_total = Duration::ZERO;
+    let pooled = Plugin::from_file(&pooled_runtime, path, bench_settings()).unwrap();
+    let mut p_all = Vec::new();
+    let mut p_total = Duration::ZERO;
 
     let text = item.json().clone();
     let (mut w_all, mut w_total, mut work_ratio) = (Vec::new(), Duration::ZERO, Vec::new());
@@ -206,8 +193,8 @@ fn main() {
             let mut fresh = plugin.instance(Arc::new(NoCluster));
             black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
         });
-        let (u, ut) = time(args.calls, || {
-            let mut fresh = unpooled.instance(Arc::new(NoCluster));
+        let (p, pt) = time(args.calls, || {
+            let mut fresh = pooled.instance(Arc::new(NoCluster));
             black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
         });
         let (w, wt) = time(args.calls, || {
@@ -216,8 +203,8 @@ fn main() {
         work_ratio.push(median(r.clone()) / median(w.clone()));
         w_all.extend(w);
         w_total += wt;
-        u_all.extend(u);
-        u_total += ut;
+        p_all.extend(p);
+        p_total += pt;
         let (nm, rm, fm) = (median(n.clone()), median(r.clone()), median(f.clone()));
         reused_ratio.push(rm / nm);
         fresh_ratio.push(fm / rm);
@@ -232,14 +219,14 @@ fn main() {
     let work_row = row(w_all, w_total);
     let reused_row = row(r_all, r_total);
     let fresh_row = row(f_all, f_total);
-    let unpooled_row = row(u_all, u_total);
+    let pooled_row = row(p_all, p_total);
 
     // Start-up: load from the compile cache (validate, read, link, ask
     // applies-to) plus the first execute on a new instance.
     let mut load_only = Vec::new();
     let (starts, starts_total) = time(args.starts, || {
         let t = Instant::now();
-        let p = Plugin::from_file(&runtime, path, settings()).unwrap();
+        let p = Plugin::from_file(&runtime, path, bench_settings()).unwrap();
         load_only.push(t.elapsed().as_secs_f64() * 1e6);
         black_box(
             p.instance(Arc::new(NoCluster))
@@ -260,7 +247,7 @@ fn main() {
     // instances (each after one execute).
     let rss0 = rss_bytes();
     let loaded: Vec<Plugin> = (0..100)
-        .map(|_| Plugin::from_file(&runtime, path, settings()).unwrap())
+        .map(|_| Plugin::from_file(&runtime, path, bench_settings()).unwrap())
         .collect();
     let rss1 = rss_bytes();
     let live: Vec<_> = loaded
@@ -289,7 +276,7 @@ fn main() {
 
     println!(
         "execute of the bench Pod ({} bytes), labels plugin (team=payments); {} rounds × {} calls, interleaved",
-        item.value().to_string().len(),
+        item.json().len(),
         args.rounds,
         args.calls
     );
@@ -310,7 +297,7 @@ fn main() {
     line("native, plugin's JSON work only", work_row);
     line("iar, reused instance", reused_row);
     line("iar, fresh instance", fresh_row);
-    line("iar, fresh instance, pooled", unpooled_row);
+    line("iar, fresh instance, pooled", pooled_row);
     if let Some(v) = vrow("execute") {
         line("Velero plugin (go-plugin gRPC)", v);
     }

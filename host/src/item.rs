@@ -72,10 +72,6 @@ impl PartialEq for Item {
     }
 }
 
-fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
 /// A value as compact JSON text. `serde_json::to_string` writes into one
 /// buffer; `Value`'s `Display` goes through `fmt::Write` adapters and is
 /// several times slower, which showed in every per-call profile.
@@ -95,26 +91,31 @@ impl Item {
         if !value.is_object() {
             return Err(ItemError::NotObject);
         }
-        let api_version = str_at(&value, "/apiVersion");
-        let kind = str_at(&value, "/kind");
-        let name = str_at(&value, "/metadata/name");
+        // The identity fields are read once, for the checks, the id and
+        // the item's own record of them.
+        let fields = Identity::of(&value);
         for (field, v) in [
-            ("apiVersion", api_version),
-            ("kind", kind),
-            ("metadata.name", name),
+            ("apiVersion", &fields.api_version),
+            ("kind", &fields.kind),
+            ("metadata.name", &fields.name),
         ] {
             if v.is_empty() {
                 return Err(ItemError::Missing(field));
             }
         }
-        let gr = catalog.for_kind(api_version, kind);
+        let gr = catalog.for_kind(&fields.api_version, &fields.kind);
         let id = ItemRef {
             group: gr.group,
             resource: gr.resource,
-            namespace: str_at(&value, "/metadata/namespace").to_string(),
-            name: name.to_string(),
+            namespace: fields.namespace.to_string(),
+            name: fields.name.to_string(),
         };
-        Ok(Item::with_id(id, value))
+        Ok(Item {
+            id,
+            fields: Arc::new(fields),
+            value: OnceLock::from(value),
+            text: OnceLock::new(),
+        })
     }
 
     /// An object whose identity the caller knows (a live list says which

@@ -71,6 +71,28 @@ pub fn scan(text: &str) -> Result<Scanned<'_>, serde_json::Error> {
     Ok(scanned)
 }
 
+/// The scalar visits of a visitor that answers `$value` for a boolean, a
+/// number or null (strings and containers each visitor reads itself).
+macro_rules! scalars_answer {
+    ($value:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
 /// Any JSON value, fully read (strings decoded, numbers checked) and kept
 /// nowhere. `IgnoredAny` would not do: serde_json skips it with a looser
 /// reader than the one `Value` goes through.
@@ -90,24 +112,10 @@ impl<'de> Visitor<'de> for SkipVisitor {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
     fn visit_str<E>(self, _: &str) -> Result<(), E> {
         Ok(())
     }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
+    scalars_answer!(());
     fn visit_none<E>(self) -> Result<(), E> {
         Ok(())
     }
@@ -153,21 +161,7 @@ impl<'de> Visitor<'de> for TextVisitor {
     fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
         Ok(Text(Cow::Owned(s)))
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Borrowed("")))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Borrowed("")))
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Borrowed("")))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Borrowed("")))
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Borrowed("")))
-    }
+    scalars_answer!(Text(Cow::Borrowed("")));
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         SkipVisitor.visit_seq(seq).map(|_| Text(Cow::Borrowed("")))
     }
@@ -219,24 +213,10 @@ impl<'de> Visitor<'de> for MetadataVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         SkipVisitor.visit_seq(seq).map(|_| Self::empty())
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Self::empty())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Self::empty())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Self::empty())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Self::empty())
-    }
     fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
         Ok(Self::empty())
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Self::empty())
-    }
+    scalars_answer!(Self::empty());
 }
 
 /// The top level: an object's identity, or `NotObject`.
@@ -268,24 +248,10 @@ impl<'de> Visitor<'de> for Root {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         SkipVisitor.visit_seq(seq).map(|_| Scanned::NotObject)
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Scanned::NotObject)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Scanned::NotObject)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Scanned::NotObject)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Scanned::NotObject)
-    }
     fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
         Ok(Scanned::NotObject)
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Scanned::NotObject)
-    }
+    scalars_answer!(Scanned::NotObject);
 }
 
 #[cfg(test)]

@@ -89,18 +89,12 @@ pub const BENCH_LABELS: &str = "team=payments";
 
 /// The benchmarks' baseline: what the `labels` plugin does with
 /// [`BENCH_LABELS`], natively, the item crossing as JSON text both ways as
-/// it does across the wasm boundary: written, parsed, changed, written and
-/// parsed again, with the same serde_json calls the guest SDK and the host
-/// use (`serde_json::to_string`, `FromStr`).
+/// it does across the wasm boundary: written, then [`native_label_text`],
+/// then parsed again, with the same serde_json calls the guest SDK and the
+/// host use (`serde_json::to_string`, `FromStr`).
 pub fn native_label(value: &Value) -> Value {
     let text = serde_json::to_string(value).expect("JSON writes");
-    let mut v: Value = text.parse().expect("JSON text parses");
-    let labels = v["metadata"]["labels"]
-        .as_object_mut()
-        .expect("the bench Pod has labels");
-    labels.insert("team".into(), json!("payments"));
-    let out = serde_json::to_string(&v).expect("JSON writes");
-    out.parse().expect("JSON text parses")
+    native_label_text(&text).parse().expect("JSON text parses")
 }
 
 /// Only the plugin's own JSON work, natively: the item's text parsed,

@@ -22,13 +22,16 @@
 //! bounds (for a machine known to differ).
 
 use iar::resources::Catalog;
-use iar::{BackupRef, Item, NoCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use iar::{Item, NoCluster, Plugin, Runtime, RuntimeConfig};
 use iar_tests::artifacts;
-use iar_tests::fixtures::{BENCH_LABELS, bench_pod, native_label, native_label_text};
-use serde_json::json;
+use iar_tests::fixtures::{bench_pod, native_label, native_label_text};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "../bench_setup.rs"]
+mod bench_setup;
+use bench_setup::{bench_backup, bench_settings};
 
 const ROUNDS: usize = 31;
 const CALLS: usize = 40;
@@ -80,19 +83,9 @@ fn reused_instance_execute_stays_near_native() {
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let settings = PluginSettings {
-        config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
-        ..PluginSettings::default()
-    };
-    let plugin = Plugin::from_file(&runtime, artifacts::LABELS.as_ref(), settings).unwrap();
+    let plugin = Plugin::from_file(&runtime, artifacts::LABELS.as_ref(), bench_settings()).unwrap();
     let item = Item::from_value(bench_pod(), Catalog::builtin()).unwrap();
-    let backup = BackupRef {
-        name: "bench".into(),
-        namespace: "velero".into(),
-        uid: "bench".into(),
-        spec: json!({}),
-        phase: Phase::Backup,
-    };
+    let backup = bench_backup();
     let mut instance = plugin.instance(Arc::new(NoCluster));
     let never = |_: &str| false;
     // Both do the same work: same output.
