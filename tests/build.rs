@@ -76,6 +76,8 @@ fn main() {
         "tests/guests",
         "Cargo.toml",
         "Cargo.lock",
+        // Its `[target.wasm32-wasip2]` rustflags shape every guest.
+        ".cargo/config.toml",
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }

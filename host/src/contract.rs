@@ -84,6 +84,9 @@ impl std::fmt::Display for Interface {
     }
 }
 
+/// A wasm page: custom page sizes are turned off in the engine.
+const WASM_PAGE: u64 = 64 << 10;
+
 /// What a component says about itself before it is compiled.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ComponentShape {
@@ -91,6 +94,11 @@ pub struct ComponentShape {
     pub imports: Vec<String>,
     /// Top-level exports.
     pub exports: Vec<String>,
+    /// The largest initial size, in bytes, of a memory a core module inside
+    /// defines: what a fresh instance starts with before the guest grows it
+    /// (a Rust guest's allocator grows memory on a fresh instance unless
+    /// this leaves room for its heap; see the plugin guide).
+    pub initial_memory: u64,
 }
 
 impl ComponentShape {
@@ -120,6 +128,13 @@ impl ComponentShape {
                     for export in s {
                         let export = export.map_err(|e| format!("malformed export: {e}"))?;
                         shape.exports.push(export.name.name.to_string());
+                    }
+                }
+                Payload::MemorySection(s) => {
+                    for memory in s {
+                        let memory = memory.map_err(|e| format!("malformed memory: {e}"))?;
+                        let bytes = memory.initial.saturating_mul(WASM_PAGE);
+                        shape.initial_memory = shape.initial_memory.max(bytes);
                     }
                 }
                 _ => {}
@@ -201,6 +216,7 @@ mod tests {
         ComponentShape {
             imports: Vec::new(),
             exports: exports.iter().map(|e| e.to_string()).collect(),
+            initial_memory: 0,
         }
     }
 

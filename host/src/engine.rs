@@ -23,11 +23,12 @@ pub struct RuntimeConfig {
     /// per engine; deep recursion traps with a stack overflow.
     pub max_wasm_stack: usize,
     /// Instances come from a pool of pre-reserved slots (wasmtime's pooling
-    /// allocator) rather than fresh mappings. Off by default: on the bench
-    /// Pod a fresh instance cost only about 5 % less with it (see the README's
-    /// Performance section), while the pool caps live instances at
-    /// [`POOL_INSTANCES`]. When the address space cannot be reserved the
-    /// runtime falls back to on-demand allocation (logged).
+    /// allocator) whose pages stay resident between instances and are reset
+    /// in place, rather than from fresh mappings: a fresh instance costs
+    /// about half as much (see the README's Performance section). On by
+    /// default. The pool caps live instances at [`POOL_INSTANCES`]; when it
+    /// cannot be set up (address space, or a kernel without `PAGEMAP_SCAN`,
+    /// before Linux 6.7) the runtime allocates on demand and logs why.
     pub pooling: bool,
 }
 
@@ -40,7 +41,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             cache_dir: default_cache_dir(),
             max_wasm_stack: 512 << 10,
-            pooling: false,
+            pooling: true,
         }
     }
 }
@@ -88,12 +89,33 @@ pub fn validator_features() -> WasmFeatures {
     WasmFeatures::default().difference(DISABLED_FEATURES)
 }
 
+/// How a runtime allocates instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Allocation {
+    /// From the instance pool, slots reset in place.
+    Pooled,
+    /// Fresh mappings per instance; with the reason the pool could not be
+    /// set up, when it was asked for.
+    OnDemand(Option<String>),
+}
+
+impl std::fmt::Display for Allocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Allocation::Pooled => write!(f, "pooled ({POOL_INSTANCES} instances at most)"),
+            Allocation::OnDemand(None) => f.write_str("on demand"),
+            Allocation::OnDemand(Some(why)) => write!(f, "on demand (no pool: {why})"),
+        }
+    }
+}
+
 struct Inner {
     engine: Engine,
     linker: Linker<State>,
     cache_dir: Option<PathBuf>,
     cache_refused: Option<String>,
     engine_key: String,
+    allocation: Allocation,
     compiles: AtomicUsize,
     cache_hits: AtomicUsize,
 }
@@ -115,16 +137,22 @@ impl Runtime {
             // For `perf record`: JIT code named in /tmp/perf-<pid>.map.
             c.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
-        let engine = match config.pooling {
+        let (engine, allocation) = match config.pooling {
             true => {
                 let mut pooled = c.clone();
                 pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
-                Engine::new(&pooled).or_else(|e| {
-                    tracing::warn!("no instance pool ({e:#}); instances are allocated on demand");
-                    Engine::new(&c)
-                })?
+                match Engine::new(&pooled) {
+                    Ok(engine) => (engine, Allocation::Pooled),
+                    Err(e) => {
+                        let reason = format!("{e:#}");
+                        tracing::warn!(
+                            "no instance pool ({reason}); instances are allocated on demand"
+                        );
+                        (Engine::new(&c)?, Allocation::OnDemand(Some(reason)))
+                    }
+                }
             }
-            false => Engine::new(&c)?,
+            false => (Engine::new(&c)?, Allocation::OnDemand(None)),
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
@@ -154,9 +182,15 @@ impl Runtime {
             cache_dir,
             cache_refused,
             engine_key: format!("{:016x}", h.finish()),
+            allocation,
             compiles: AtomicUsize::new(0),
             cache_hits: AtomicUsize::new(0),
         })))
+    }
+
+    /// Where instances' memories come from.
+    pub fn allocation(&self) -> &Allocation {
+        &self.0.allocation
     }
 
     pub fn engine(&self) -> &Engine {
@@ -350,6 +384,15 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Written pages of a linear memory kept resident when its slot is freed:
+/// a call on the bench Pod writes a few hundred KiB (the top of the shadow
+/// stack, data, heap); more is returned to the kernel.
+const KEEP_RESIDENT: usize = 2 << 20;
+
+/// The same for tables: a plugin's function tables are a few KiB, and
+/// resetting them with `madvise` instead was an eighth of a fresh instance.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
 /// The pooling allocator's slots. Each memory slot reserves address space
 /// for a 4 GiB wasm32 memory (nothing is committed until used, and a slot's
 /// pages are reset when its instance is dropped), so the per-plugin memory
@@ -365,10 +408,19 @@ fn pool() -> PoolingAllocationConfig {
         .max_tables_per_module(8)
         .table_elements(crate::sandbox::MAX_TABLE_ELEMENTS)
         .max_memory_size(1 << 32)
-        // Slots are reset by returning their pages to the kernel: keeping
-        // the first MiB resident and zeroing it instead made fresh
-        // instances slower here (zeroing a MiB costs more than the faults).
-        .max_unused_warm_slots(100);
+        // A dropped instance's slot is reset in place: the kernel's
+        // PAGEMAP_SCAN names the pages the guest wrote, and those (up to
+        // KEEP_RESIDENT) are copied back from the memory image or zeroed,
+        // so the next instance takes no page faults on them. Without the
+        // scan, keeping memory resident means zeroing all of it, which
+        // cost more than the faults it saves (measured: docs/decisions.md),
+        // so the scan is required and its absence falls back to on demand.
+        .pagemap_scan(wasmtime::Enabled::Yes)
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(TABLE_KEEP_RESIDENT)
+        // Idle slots each keep up to KEEP_RESIDENT of written pages; this
+        // bounds what idle slots hold to 64 MiB beyond the live ones.
+        .max_unused_warm_slots(32);
     p
 }
 
@@ -425,6 +477,40 @@ mod tests {
             crate::contract::ComponentShape::declares_shared_memory(SHARED_MEMORY_COMPONENT),
             Ok(true)
         );
+    }
+
+    /// Linux's major and minor version, from `uname -r` (`6.18.44-…`).
+    fn kernel_version() -> Option<(u32, u32)> {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let mut parts = release.trim().split(['.', '-']);
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    }
+
+    /// The default runtime pools instances wherever the kernel can scan for
+    /// written pages (PAGEMAP_SCAN, Linux 6.7), and says why not elsewhere;
+    /// asked not to, it allocates on demand.
+    #[test]
+    fn default_runtime_pools_instances_where_the_kernel_allows() {
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        match kernel_version() {
+            Some(v) if v >= (6, 7) => assert_eq!(runtime.allocation(), &Allocation::Pooled),
+            _ => assert!(
+                matches!(runtime.allocation(), Allocation::OnDemand(Some(_))),
+                "{}",
+                runtime.allocation()
+            ),
+        }
+        let on_demand = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        assert_eq!(on_demand.allocation(), &Allocation::OnDemand(None));
     }
 
     /// An entry opens only for the digest it was sealed for, whole.

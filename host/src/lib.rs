@@ -31,7 +31,7 @@ pub mod settings_file;
 pub mod store;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
-pub use engine::{Runtime, RuntimeConfig};
+pub use engine::{Allocation, Runtime, RuntimeConfig};
 pub use item::{Item, ItemRef};
 pub use limits::{Isolation, Limits};
 pub use plugin::{

@@ -54,6 +54,7 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
         "src/lib.rs",
         "team-label.iar-test.yaml",
         "README.md",
+        ".cargo/config.toml",
     ] {
         assert!(dir.join(f).exists(), "{f} missing");
     }
@@ -91,6 +92,12 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
     );
     let out = iar(&["conformance", expected.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // The scaffold's .cargo/config.toml reached the link: fresh instances
+    // start with room for a heap.
+    let out = iar(&["inspect", expected.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shape: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shape["initialMemory"], 2 << 20, "{}", text(&out));
 }
 
 #[test]

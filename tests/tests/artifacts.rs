@@ -163,3 +163,22 @@ fn expected_exports_tell_the_guests_apart() {
     assert_ne!(of("iar-guest-future-version"), plugin);
     assert_ne!(of("iar-guest-wrong-world"), plugin);
 }
+
+/// The workspace's `.cargo/config.toml` reaches the guest build: every guest
+/// starts with the 2 MiB of linear memory it sets (rustc alone gives 1 MiB
+/// of shadow stack plus data), so a fresh instance's first call finds its
+/// heap without growing memory. Read through the host's own
+/// `ComponentShape`, which `iar inspect` prints as `initialMemory`.
+#[test]
+fn every_guest_starts_with_the_configured_initial_memory() {
+    for (package, path) in artifacts::ALL {
+        let bytes = std::fs::read(path).unwrap();
+        let shape = iar::contract::ComponentShape::read(&bytes)
+            .unwrap_or_else(|e| panic!("{package}: {e}"));
+        assert_eq!(
+            shape.initial_memory,
+            2 << 20,
+            "{package}: initial memory (is RUSTFLAGS overriding .cargo/config.toml?)"
+        );
+    }
+}

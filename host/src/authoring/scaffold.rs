@@ -78,6 +78,7 @@ pub fn write(name: &str, dir: &Path, sdk: &Sdk) -> anyhow::Result<Vec<PathBuf>> 
             "README.md".into(),
             README.replace("{name}", name).replace("{wasm}", &wasm),
         ),
+        (".cargo/config.toml".into(), CARGO_CONFIG.to_string()),
         (".gitignore".into(), "/target\n".to_string()),
     ];
     let mut written = Vec::new();
@@ -117,6 +118,15 @@ strip = true
 
 # Its own workspace, so it builds wherever it is, even inside another one.
 [workspace]
+"#;
+
+const CARGO_CONFIG: &str = r#"# Start with 2 MiB of linear memory rather than rustc's default (its 1 MiB
+# shadow stack plus data): the allocator takes its first heap from what is
+# left, so a call on a fresh instance need not grow memory, and iar's
+# instance pool reuses a slot without changing its page protections.
+# A fresh instance costs about a fifth less (iar's README, Performance).
+[target.wasm32-wasip2]
+rustflags = ["-C", "link-arg=--initial-memory=2097152"]
 "#;
 
 const LIB_RS: &str = r#"//! {name}: an iar item action. It labels every Pod and ConfigMap it is

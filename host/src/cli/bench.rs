@@ -56,6 +56,22 @@ fn show(d: Duration) -> String {
     }
 }
 
+/// What `iar new` links plugins with: the 1 MiB shadow stack, data, and a
+/// first heap.
+const RECOMMENDED_INITIAL_MEMORY: u64 = 2 << 20;
+
+/// Advice for a plugin whose fresh instances must grow memory first.
+fn initial_memory_note(initial: u64) -> Option<String> {
+    (initial < RECOMMENDED_INITIAL_MEMORY).then(|| {
+        format!(
+            "note: the plugin starts with {} KiB of linear memory, so a fresh instance grows it \
+             on its first call; linking with --initial-memory={RECOMMENDED_INITIAL_MEMORY} \
+             avoids that (docs/plugin-guide.md, \"Fresh instances\")",
+            initial >> 10
+        )
+    })
+}
+
 pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "--iterations must be at least 1");
     let name = iar::plugin::name_from_path(&args.plugin);
@@ -125,5 +141,26 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             r.per_second
         );
     }
+    println!("instances: {}", runtime.allocation());
+    if let Some(note) = initial_memory_note(plugin.shape().initial_memory) {
+        println!("{note}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_initial_memory_gets_a_note() {
+        let note = initial_memory_note((17 * 64) << 10).unwrap();
+        assert!(
+            note.starts_with("note: the plugin starts with 1088 KiB"),
+            "{note}"
+        );
+        assert!(note.contains("--initial-memory=2097152"), "{note}");
+        assert_eq!(initial_memory_note(2 << 20), None);
+        assert_eq!(initial_memory_note(9 << 20), None);
+    }
 }

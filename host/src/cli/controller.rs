@@ -52,6 +52,7 @@ pub struct ControllerArgs {
 
 pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    tracing::info!(instances = %runtime.allocation(), "wasm runtime started");
     let file_plugins = match &args.plugins {
         Some(dir) => super::backup::load_plugins(&runtime, dir, &[])?,
         None => Vec::new(),
