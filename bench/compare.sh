@@ -2,11 +2,12 @@
 # One table: execute of the bench Pod (examples/bench/pod.json) by native
 # Rust in process, iar on a reused and on a fresh instance, and a Velero
 # BackupItemAction v2 plugin driven through Velero's own plugin client; and
-# start-up of each. Builds the Velero anchor (bench/velero, Go; its
+# start-up of each; then the 10,000-item backup ratio (examples/backup_ratio).
+# Builds the Velero anchor (bench/velero, Go; its
 # dependencies come from Go's module and build caches) and iar (release).
 #
 #   bash bench/compare.sh            # defaults
-#   ROUNDS=40 CALLS=200 VELERO_CALLS=4000 bash bench/compare.sh
+#   ROUNDS=40 CALLS=200 VELERO_CALLS=4000 BACKUP_ROUNDS=9 bash bench/compare.sh
 #
 # The machines are shared: read the ratios, not the absolute figures.
 set -euo pipefail
@@ -19,7 +20,7 @@ echo "== building the Velero anchor (bench/velero)" >&2
   && go build -o "$out/velero-anchor" ./driver)
 
 echo "== building iar (release)" >&2
-cargo build --release -q -p iar --example compare --manifest-path "$root/Cargo.toml"
+cargo build --release -q -p iar --example compare --example backup_ratio --manifest-path "$root/Cargo.toml"
 
 echo "== Velero plugin: ${VELERO_CALLS:-4000} calls, ${STARTS:-20} start-ups" >&2
 ANCHOR_PLUGIN_DIR="$out/plugins" ANCHOR_ITEM="$root/examples/bench/pod.json" \
@@ -30,3 +31,10 @@ echo "== iar: ${ROUNDS:-20} rounds × ${CALLS:-200} calls" >&2
 echo "date: $(date -u +%FT%TZ); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$root/target/release/examples/compare" --velero "$out/anchor.json" \
   --rounds "${ROUNDS:-20}" --calls "${CALLS:-200}" --starts "${STARTS:-20}"
+
+# The backup ratio: 10,000 items through the three plugins ÷ none, at equal
+# workers, interleaved (BACKUP_ROUNDS=0 skips it).
+if [ "${BACKUP_ROUNDS:-5}" -gt 0 ]; then
+  echo "== backups: ${BACKUP_ROUNDS:-5} interleaved rounds" >&2
+  "$root/target/release/examples/backup_ratio" --rounds "${BACKUP_ROUNDS:-5}"
+fi

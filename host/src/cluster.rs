@@ -42,13 +42,17 @@ pub trait ClusterReader: Send + Sync {
     /// The object as an [`Item`], for backing it up; an object without the
     /// identity an item needs is an error.
     fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, String> {
-        match self.get(id)? {
-            None => Ok(None),
-            Some(v) => Item::from_value(v, Catalog::builtin())
-                .map(Some)
-                .map_err(|e| e.to_string()),
-        }
+        self.get(id)?.map(to_item).transpose()
     }
+
+    /// [`ClusterReader::get_item`] for async callers (finalize).
+    async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+        self.get_async(id).await?.map(to_item).transpose()
+    }
+}
+
+fn to_item(value: Value) -> Result<Item, String> {
+    Item::from_value(value, Catalog::builtin()).map_err(|e| e.to_string())
 }
 
 /// No cluster at all: every lookup finds nothing.
@@ -273,12 +277,15 @@ impl ManifestCluster {
 }
 
 impl ManifestCluster {
-    /// The fast path: answers a lookup whose file and directories are
-    /// unchanged since they were read, under the read lock only, so hits on
-    /// many workers do not wait for each other. `None` means "take the slow
-    /// path". The `stat` calls run with no lock held.
+    /// The fast path: answers a lookup whose file is unchanged since it was
+    /// read, under the read lock only, so hits on many workers do not wait
+    /// for each other. `None` means "take the slow path". One `stat`, with
+    /// no lock held: a file that changed, moved or went takes the slow path
+    /// (which re-lists the directories); a copy of the object added to
+    /// another file meanwhile is not looked for (two files holding one
+    /// object is ambiguous anyway, and the one already read answers).
     fn get_unchanged<R>(&self, id: &ItemRef, answer: &impl Fn(&Item) -> R) -> Option<R> {
-        let (file, file_stamp, dirs) = {
+        let (file, file_stamp) = {
             let cache = self.cache.read().ok()?;
             if cache.all.is_empty() {
                 return None;
@@ -288,21 +295,8 @@ impl ManifestCluster {
                 .get(id)
                 .filter(|(f, _)| cache.all_set.contains(f))?;
             let cached = cache.files.get(file)?;
-            let dirs: Vec<(PathBuf, Option<SystemTime>)> = cache
-                .dirs
-                .iter()
-                .map(|(path, (mtime, _, _))| (path.clone(), *mtime))
-                .collect();
-            (file.clone(), (cached.modified, cached.len), dirs)
+            (file.clone(), (cached.modified, cached.len))
         };
-        // Every listed directory unchanged (so no file was added, removed or
-        // renamed) and the object's file unchanged.
-        for (dir, mtime) in &dirs {
-            let (now, _) = modified(dir).ok()?;
-            if now != *mtime || now.is_none() {
-                return None;
-            }
-        }
         let now = modified(&file).ok()?;
         if now != file_stamp || now.0.is_none() {
             return None;
@@ -353,13 +347,40 @@ impl ManifestCluster {
 
 #[async_trait::async_trait]
 impl ClusterReader for ManifestCluster {
+    /// Every object, in the order `manifests::read_items` gives, read
+    /// through the parse cache: the lookups that follow in the same backup
+    /// (item blocks, additional items, post-operation items) find them
+    /// parsed, and the items listed share their JSON with the cache.
     async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
-        let items = manifests::read_items(&self.paths, self.catalog).map_err(|e| e.to_string())?;
-        Ok(items.into_iter().filter(|i| filter.matches(i)).collect())
+        let mut files = Vec::new();
+        for path in &self.paths {
+            files.extend(manifests::manifest_files(path).map_err(|e| e.to_string())?);
+        }
+        // The write lock is held across the reads, as in `find`: listing,
+        // files and index change together.
+        let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
+        cache.update_listing(&self.paths)?;
+        let mut items = Vec::new();
+        for file in &files {
+            cache.refresh(file, self.catalog)?;
+            if let Some(cached) = cache.files.get(file) {
+                items.extend(cached.items.iter().filter(|i| filter.matches(i)).cloned());
+            }
+        }
+        Ok(items)
     }
 
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
         self.find(id, |item| item.value().clone())
+    }
+
+    /// The cached item itself: a clone shares its value and text.
+    fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+        self.find(id, Item::clone)
+    }
+
+    async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+        self.get_item(id)
     }
 
     /// The text each cached object keeps (written on its first lookup):
@@ -447,5 +468,21 @@ mod tests {
             ..id.clone()
         };
         assert_eq!(cluster.get(&missing).unwrap(), None);
+        // The object moves to another file (its old file rewritten without
+        // it): found where it is now. Its file renamed away: gone.
+        std::fs::write(
+            &file,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stays, namespace: ns}\n",
+        )
+        .unwrap();
+        let moved = other.join("moved.yaml");
+        std::fs::write(
+            &moved,
+            "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: s, namespace: ns}\nstatus: {readyToUse: moved}\n",
+        )
+        .unwrap();
+        assert_eq!(ready(&cluster), Value::String("moved".into()));
+        std::fs::rename(&moved, other.join("moved.yaml.bak")).unwrap();
+        assert_eq!(cluster.get(&id).unwrap(), None);
     }
 }

@@ -1232,17 +1232,13 @@ impl Controller {
         wanted.dedup();
         let mut items = Vec::new();
         for id in &wanted {
-            let read = self.cluster.get_async(id).await.and_then(|found| {
-                found
-                    .map(|value| {
-                        // The operation named the object; its identity is
-                        // the one it was backed up under.
-                        let mut item = Item::from_value(value, Catalog::builtin())
-                            .map_err(|e| e.to_string())?;
-                        item.id = id.clone();
-                        Ok(item)
-                    })
-                    .transpose()
+            // The operation named the object; its identity is the one it
+            // was backed up under.
+            let read = self.cluster.get_item_async(id).await.map(|found| {
+                found.map(|mut item| {
+                    item.id = id.clone();
+                    item
+                })
             });
             match read {
                 Ok(Some(item)) => items.push(item),

