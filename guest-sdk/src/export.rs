@@ -29,7 +29,7 @@ macro_rules! item_action {
                 item: String,
                 backup: types::Backup,
             ) -> Result<types::ExecuteOutput, types::ActionError> {
-                let item = Item::parse(&item).map_err(Error::Failed)?;
+                let item = Item::parse(item).map_err(Error::Failed)?;
                 T::execute(item, &backup.into())
                     .map(Into::into)
                     .map_err(Into::into)
@@ -68,7 +68,7 @@ macro_rules! item_block_action {
                 item: String,
                 backup: types::Backup,
             ) -> Result<Vec<types::ResourceIdentifier>, types::ActionError> {
-                let item = Item::parse(&item).map_err(Error::Failed)?;
+                let item = Item::parse(item).map_err(Error::Failed)?;
                 T::get_related_items(item, &backup.into()).map_err(Into::into)
             }
         }

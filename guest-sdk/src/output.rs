@@ -149,12 +149,7 @@ impl Output {
 impl From<Output> for types::ExecuteOutput {
     fn from(o: Output) -> Self {
         types::ExecuteOutput {
-            // `serde_json::to_string` writes straight into one buffer;
-            // `Value`'s `Display` goes through `fmt::Write` adapters and
-            // took a quarter of an execute call in the profile.
-            item: o.item.map(|i| {
-                serde_json::to_string(&i.into_json()).expect("a JSON value always serializes")
-            }),
+            item: o.item.map(Item::into_text),
             additional_items: o.additional_items,
             operation_id: o.operation_id,
             post_operation_items: o.post_operation_items,

@@ -679,10 +679,12 @@ impl Controller {
                 outcomes.len()
             ),
         );
-        let contents = tarball::build(entries).map_err(|e| ControllerError::Invalid {
-            name: req.name.clone(),
-            reason: format!("building the tarball: {e}"),
-        })?;
+        // Compressing every item is CPU work: off the runtime's threads.
+        let contents = self
+            .blocking(&req.name, "building the tarball", move || {
+                tarball::build(entries)
+            })
+            .await?;
         self.store
             .put(run.name(), BackupFile::Contents, contents.into())
             .await?;
@@ -1089,6 +1091,27 @@ impl Controller {
         })
     }
 
+    /// Runs CPU-bound work (the tarball's compression) on a blocking
+    /// thread, so that no runtime thread stalls behind it.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        name: &str,
+        what: &'static str,
+        work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> Result<T, ControllerError> {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| ControllerError::Panicked {
+                name: name.to_string(),
+                what,
+                reason: e.to_string(),
+            })?
+            .map_err(|e| ControllerError::Invalid {
+                name: name.to_string(),
+                reason: format!("{what}: {e}"),
+            })
+    }
+
     fn timeout_for(&self, run: &Run) -> Duration {
         spec::operation_timeout(&run.object.spec)
             .ok()
@@ -1293,11 +1316,11 @@ impl Controller {
                     name: name.clone(),
                     reason: "its contents tarball is missing".into(),
                 })?;
-            let rewritten =
-                tarball::rewrite(&current, &replace).map_err(|e| ControllerError::Invalid {
-                    name: name.clone(),
-                    reason: format!("rewriting the tarball: {e}"),
-                })?;
+            let rewritten = self
+                .blocking(&name, "rewriting the tarball", move || {
+                    tarball::rewrite(&current, &replace)
+                })
+                .await?;
             self.store
                 .put(&name, BackupFile::Contents, rewritten.into())
                 .await?;

@@ -3,8 +3,37 @@
 //! its PersistentVolume, so they are backed up with it.
 
 use iar_sdk::{Backup, Item, ItemAction, Output, ResourceId, Result, Selector};
+use serde::Deserialize;
 
 struct PodVolumes;
+
+/// The fields read, of a Pod or a PersistentVolumeClaim: the rest of the
+/// object is skipped, not parsed (`Item::parse_as`).
+#[derive(Deserialize)]
+struct Object {
+    spec: Option<Spec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    /// A Pod's.
+    volumes: Option<Vec<Volume>>,
+    /// A PersistentVolumeClaim's.
+    volume_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Volume {
+    persistent_volume_claim: Option<Claim>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Claim {
+    claim_name: Option<String>,
+}
 
 impl ItemAction for PodVolumes {
     fn applies_to() -> Result<Selector> {
@@ -12,21 +41,23 @@ impl ItemAction for PodVolumes {
     }
 
     fn execute(item: Item, _backup: &Backup) -> Result<Output> {
-        let json = item.json();
+        let Some(spec) = item.parse_as::<Object>()?.spec else {
+            return Ok(Output::unchanged());
+        };
         let related: Vec<ResourceId> = match item.kind() {
-            "Pod" => json["spec"]["volumes"]
-                .as_array()
+            "Pod" => spec
+                .volumes
                 .into_iter()
                 .flatten()
-                .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+                .filter_map(|v| v.persistent_volume_claim?.claim_name)
                 .map(|claim| {
-                    ResourceId::namespaced("", "persistentvolumeclaims", item.namespace(), claim)
+                    ResourceId::namespaced("", "persistentvolumeclaims", item.namespace(), &claim)
                 })
                 .collect(),
-            "PersistentVolumeClaim" => json["spec"]["volumeName"]
-                .as_str()
+            "PersistentVolumeClaim" => spec
+                .volume_name
                 .filter(|pv| !pv.is_empty())
-                .map(|pv| ResourceId::cluster("", "persistentvolumes", pv))
+                .map(|pv| ResourceId::cluster("", "persistentvolumes", &pv))
                 .into_iter()
                 .collect(),
             _ => Vec::new(),

@@ -41,7 +41,17 @@ impl ItemAction for PvcSnapshot {
 
     fn execute(item: Item, backup: &Backup) -> Result<Output> {
         // A finalize pass must not start operations; nothing to do there.
-        let bound = item.json()["status"]["phase"] == "Bound";
+        // Only the status phase is read; the rest is skipped, not parsed.
+        #[derive(serde::Deserialize)]
+        struct Claim {
+            status: Option<Status>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Status {
+            phase: Option<String>,
+        }
+        let claim: Claim = item.parse_as()?;
+        let bound = claim.status.and_then(|s| s.phase).as_deref() == Some("Bound");
         if backup.phase == Phase::Finalize || !bound {
             return Ok(Output::unchanged());
         }
