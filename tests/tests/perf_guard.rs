@@ -5,8 +5,9 @@
 //! - the item's full JSON text round trip (written, parsed, labelled,
 //!   written, parsed: what issue 9 defines), bound 1.6x;
 //! - the plugin's JSON work alone (parsed, labelled, written, nothing on the
-//!   host's side), bound 2.8x: the tighter one, which a slower boundary or
-//!   a slower call path moves (it read 1.98–2.20x when the bound was set).
+//!   host's side), bound 1.7x: the tighter one, which a slower boundary, a
+//!   slower call path or an SDK that parses the whole item again moves (it
+//!   read 2.0–2.2x before the SDK parsed lazily, 1.2–1.35x after).
 //!
 //! Measured as ratios in one run: interleaved rounds (native, wasm, native,
 //! wasm, …), the median of per-round ratios of per-round medians, so that
@@ -36,7 +37,7 @@ use bench_setup::{bench_backup, bench_settings};
 const ROUNDS: usize = 31;
 const CALLS: usize = 40;
 const MAX_RATIO: f64 = 1.6;
-const MAX_WORK_RATIO: f64 = 2.8;
+const MAX_WORK_RATIO: f64 = 1.7;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
