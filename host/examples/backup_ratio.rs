@@ -7,7 +7,7 @@
 //! absolute figures.
 //!
 //! `cargo run --release -p iar --example backup_ratio -- [--rounds N]
-//! [--workers 1,2]`
+//! [--workers 1,2] [--only three|none]`
 
 use iar::backup::object::BackupPhase;
 use std::time::{Duration, Instant};
@@ -24,6 +24,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let mut rounds = 5;
     let mut workers = vec![1, 2];
+    // `--only three|none`: back up one side only, for a profiler.
+    let mut only: Option<bool> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -40,6 +42,13 @@ fn main() {
                     .split(',')
                     .map(|w| w.parse().expect("--workers 1,2"))
                     .collect()
+            }
+            "--only" => {
+                only = Some(match args.next().as_deref() {
+                    Some("three") => true,
+                    Some("none") => false,
+                    _ => panic!("--only three|none"),
+                })
             }
             other => panic!("unknown argument {other}"),
         }
@@ -67,6 +76,16 @@ fn main() {
         );
         took
     };
+    if let Some(three) = only {
+        let side: &[iar::Plugin] = if three { &plugins } else { &[] };
+        for &w in &workers {
+            for _ in 0..rounds {
+                let took = backup(side, w);
+                println!("{w} workers: {:.0} ms", took.as_secs_f64() * 1e3);
+            }
+        }
+        return;
+    }
     // Warm-up: the page cache, the compiled plugins' first instances.
     backup(&plugins, 1);
     backup(&[], 1);

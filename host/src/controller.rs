@@ -25,7 +25,7 @@ use crate::resources::Catalog;
 use crate::store::lease::{Lease, LeaseError};
 use crate::store::tarball;
 use crate::store::{BackupFile, BackupStore, StoreError};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -636,6 +636,14 @@ impl Controller {
 
         let mut entries: Vec<(String, Vec<u8>)> =
             vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
+        // Post-operation items go last, in their own gzip member: finalize
+        // rewrites that member alone (see `store::tarball`).
+        let post_operation: HashSet<&ItemRef> = outcomes
+            .iter()
+            .flat_map(|o| &o.operations)
+            .flat_map(|op| &op.post_operation_items)
+            .collect();
+        let mut tail = Vec::new();
         let mut attempted = 0;
         self.operations.insert_loaded(run.name(), Vec::new()).await;
         for outcome in &outcomes {
@@ -648,7 +656,12 @@ impl Controller {
             if let Some(value) = &outcome.stored {
                 match tarball::item_path(&outcome.id) {
                     Ok(path) => {
-                        entries.push((path, item_bytes(value)));
+                        let part = if post_operation.contains(&outcome.id) {
+                            &mut tail
+                        } else {
+                            &mut entries
+                        };
+                        part.push((path, item_bytes(value)));
                         run.object.status.progress.items_backed_up += 1;
                     }
                     Err(e) => run.results.errors.add(&outcome.id.namespace, e),
@@ -679,10 +692,15 @@ impl Controller {
                 outcomes.len()
             ),
         );
+        let split = !post_operation.is_empty();
         // Compressing every item is CPU work: off the runtime's threads.
         let contents = self
             .blocking(&req.name, "building the tarball", move || {
-                tarball::build(entries)
+                if !split {
+                    tarball::build(entries)
+                } else {
+                    tarball::build_split(entries, tail)
+                }
             })
             .await?;
         self.store

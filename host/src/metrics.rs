@@ -55,6 +55,20 @@ pub struct Metrics {
     backup_phases: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
+/// See [`Metrics::call_ok`]: the same series as `plugin_call` with `ok`.
+#[derive(Clone, Debug)]
+pub struct CallOk {
+    count: Counter,
+    latency: Histogram,
+}
+
+impl CallOk {
+    pub fn record(&self, took: Duration) {
+        self.count.inc();
+        self.latency.observe(took.as_secs_f64());
+    }
+}
+
 /// 50 µs to ~26 s: a plugin call is typically 0.1–1 ms, a deadline 10 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -112,6 +126,30 @@ impl Metrics {
             operations,
             backups,
             backup_phases: Default::default(),
+        }
+    }
+
+    /// The counter of a plugin's successful calls of one kind and their
+    /// latency histogram, to keep: counting through them takes no lock on
+    /// the families and builds no labels, which showed in a backup's
+    /// profile (three label strings per call, twice).
+    pub fn call_ok(&self, plugin: &str, call: &str) -> CallOk {
+        CallOk {
+            count: self
+                .calls
+                .get_or_create(&CallLabels {
+                    plugin: plugin.into(),
+                    call: call.into(),
+                    outcome: "ok".into(),
+                })
+                .clone(),
+            latency: self
+                .latency
+                .get_or_create(&LatencyLabels {
+                    plugin: plugin.into(),
+                    call: call.into(),
+                })
+                .clone(),
         }
     }
 

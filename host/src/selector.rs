@@ -71,12 +71,14 @@ impl CompiledSelector {
     }
 
     /// `group` "" = core; `resource` plural; `namespace` "" = cluster-scoped.
+    /// `labels` is called only when the label selector has requirements:
+    /// reading an item's labels may mean parsing the text a plugin returned.
     pub fn matches(
         &self,
         group: &str,
         resource: &str,
         namespace: &str,
-        labels: &BTreeMap<String, String>,
+        labels: impl FnOnce() -> BTreeMap<String, String>,
     ) -> bool {
         let group_resource: Cow<'_, str> = if group.is_empty() {
             Cow::Borrowed(resource)
@@ -93,7 +95,7 @@ impl CompiledSelector {
         } else {
             self.namespaces.should_include(namespace)
         };
-        namespace_ok && self.labels.matches(labels)
+        namespace_ok && (self.labels.is_empty() || self.labels.matches(&labels()))
     }
 }
 
@@ -669,7 +671,7 @@ mod tests {
             for (items, want) in [(case.yes, true), (case.no, false)] {
                 for (group, resource, ns, ls) in items {
                     assert_eq!(
-                        compiled.matches(group, resource, ns, &labels(ls)),
+                        compiled.matches(group, resource, ns, || labels(ls)),
                         want,
                         "{}: {resource}.{group} in {ns:?} with {ls:?}",
                         case.name

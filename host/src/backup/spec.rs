@@ -167,7 +167,7 @@ impl BackupFilter {
             &item.id.group,
             &item.id.resource,
             &item.id.namespace,
-            &item.labels(),
+            || item.labels(),
         )
     }
 }

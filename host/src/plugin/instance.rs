@@ -60,6 +60,8 @@ pub struct PluginInstance {
     logs: Vec<GuestLog>,
     instantiations: usize,
     stdio: StdioCounts,
+    /// The metric series of this plugin's successful calls, by call.
+    ok_metrics: Vec<(Call, crate::metrics::CallOk)>,
 }
 
 /// What the guest wrote to stdout and stderr during the last call: bytes
@@ -96,6 +98,7 @@ impl PluginInstance {
             logs: Vec::new(),
             instantiations: 0,
             stdio: StdioCounts::default(),
+            ok_metrics: Vec::new(),
         }
     }
 
@@ -220,20 +223,21 @@ impl PluginInstance {
         let started = std::time::Instant::now();
         let result = f(&live.guest, &mut live.store);
         let took = started.elapsed();
-        let plugin = self.plugin.clone();
-        let record = |outcome: &str| {
-            crate::metrics::global().plugin_call(plugin.name(), &call.to_string(), outcome, took)
-        };
         let stderr = self.drain_output();
         match result {
             Ok(r) => {
-                record("ok");
+                self.ok_metrics(call).record(took);
                 Ok(r)
             }
             Err(e) => {
                 self.live = None;
                 let violation = classify(e, self.plugin.limits());
-                record(violation.rule());
+                crate::metrics::global().plugin_call(
+                    self.plugin.name(),
+                    &call.to_string(),
+                    violation.rule(),
+                    took,
+                );
                 let violation = match violation {
                     Violation::Trap { message } if !stderr.is_empty() => Violation::Trap {
                         message: format!("{message}; guest stderr: {}", stderr.trim_end()),
@@ -243,6 +247,19 @@ impl PluginInstance {
                 Err(self.error(call, target, violation, stderr))
             }
         }
+    }
+
+    fn ok_metrics(&mut self, call: Call) -> &crate::metrics::CallOk {
+        let at = match self.ok_metrics.iter().position(|(c, _)| *c == call) {
+            Some(at) => at,
+            None => {
+                let series =
+                    crate::metrics::global().call_ok(self.plugin.name(), &call.to_string());
+                self.ok_metrics.push((call, series));
+                self.ok_metrics.len() - 1
+            }
+        };
+        &self.ok_metrics[at].1
     }
 
     /// Forwards the guest's log lines and stdio to the host log (tagged with

@@ -268,7 +268,7 @@ impl Plugin {
                 &item.id.group,
                 &item.id.resource,
                 &item.id.namespace,
-                &item.labels(),
+                || item.labels(),
             )
         })
     }
@@ -281,7 +281,7 @@ impl Plugin {
                 &item.id.group,
                 &item.id.resource,
                 &item.id.namespace,
-                &item.labels(),
+                || item.labels(),
             )
     }
 

@@ -1,10 +1,20 @@
 //! The contents tarball: a gzip'd tar of one JSON file per item, laid out as
 //! Velero lays it out, so Velero's tooling can read an iar backup.
+//!
+//! A backup whose actions started operations is written in two gzip
+//! members: the items finalize will not touch, then the post-operation
+//! items (and the tar trailer). RFC 1952 makes a gzip file a series of
+//! members read as one stream (GNU gzip, Go's `gzip.Reader` and so Velero,
+//! flate2's `MultiGzDecoder` all do), so the file is still one tar.gz. The
+//! first member's header carries its own length in an extra field (as BGZF
+//! does), so finalize copies it byte for byte and recompresses the tail
+//! alone instead of the whole archive.
 
 use super::names;
 use crate::item::ItemRef;
 use flate2::Compression;
-use flate2::read::GzDecoder;
+use flate2::GzBuilder;
+use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
@@ -17,6 +27,13 @@ pub const VERSION: &[u8] = b"1\n";
 const BLOCK: u64 = 512;
 /// What `tar::Builder::finish` writes: two zero blocks.
 const TRAILER: usize = 1024;
+
+/// The extra-field subfield of a head member: its id, and where its 16
+/// bytes of data (the member's compressed length, then the length of the tar
+/// bytes it holds, both u64 little-endian) sit in the member's header (10
+/// fixed bytes, XLEN, the subfield's id and length).
+const SPLIT_ID: [u8; 2] = *b"iT";
+const SPLIT_DATA: std::ops::Range<usize> = 16..32;
 
 /// Where an item's JSON lives in the tarball. The group part follows
 /// Velero's `GroupResource.String()`: omitted for the core group.
@@ -47,9 +64,10 @@ pub fn item_path(id: &ItemRef) -> Result<String, String> {
     })
 }
 
-/// One entry (long-name header included when needed), without the trailer.
-/// Headers are fixed so the same input always gives the same bytes.
-fn encode_entry(path: &str, data: &[u8]) -> io::Result<Vec<u8>> {
+/// One entry (long-name header included when needed), without the trailer,
+/// appended to `tar`. Headers are fixed so the same input always gives the
+/// same bytes.
+fn encode_entry(tar: &mut Vec<u8>, path: &str, data: &[u8]) -> io::Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_mode(0o644);
@@ -57,11 +75,14 @@ fn encode_entry(path: &str, data: &[u8]) -> io::Result<Vec<u8>> {
     header.set_uid(0);
     header.set_gid(0);
     header.set_size(data.len() as u64);
-    let mut builder = tar::Builder::new(Vec::new());
+    let start = tar.len();
+    let mut builder = tar::Builder::new(std::mem::take(tar));
     builder.append_data(&mut header, path, data)?;
-    let mut bytes = builder.into_inner()?;
-    bytes.truncate(bytes.len() - TRAILER);
-    Ok(bytes)
+    *tar = builder.into_inner()?;
+    // `into_inner` finished the archive; the trailer is written once, last.
+    tar.truncate(tar.len() - TRAILER);
+    debug_assert!(tar.len() > start);
+    Ok(())
 }
 
 fn gzip(tar: &[u8]) -> io::Result<Vec<u8>> {
@@ -71,20 +92,89 @@ fn gzip(tar: &[u8]) -> io::Result<Vec<u8>> {
     gz.finish()
 }
 
+/// Every member of a gzip file, as one stream.
 fn gunzip(tar_gz: &[u8]) -> io::Result<Vec<u8>> {
     let mut tar = Vec::new();
-    GzDecoder::new(tar_gz).read_to_end(&mut tar)?;
+    MultiGzDecoder::new(tar_gz).read_to_end(&mut tar)?;
     Ok(tar)
 }
 
-/// A gzip'd tar of `entries`, in the given order.
+/// `head`, the tar bytes before the split, as a gzip member whose header
+/// records the member's length and `head.len()`.
+fn gzip_head(head: &[u8]) -> io::Result<Vec<u8>> {
+    let mut extra = SPLIT_ID.to_vec();
+    extra.extend(16u16.to_le_bytes());
+    extra.extend([0; 16]);
+    let mut gz = GzBuilder::new()
+        .extra(extra)
+        .write(Vec::new(), Compression::default());
+    gz.write_all(head)?;
+    let mut member = gz.finish()?;
+    // The lengths are known only now; the header has no checksum (no
+    // FHCRC), so they are written into it in place.
+    let member_len = member.len() as u64;
+    member[SPLIT_DATA.start..SPLIT_DATA.start + 8].copy_from_slice(&member_len.to_le_bytes());
+    member[SPLIT_DATA.start + 8..SPLIT_DATA.end]
+        .copy_from_slice(&(head.len() as u64).to_le_bytes());
+    Ok(member)
+}
+
+/// The length of the head member `tar_gz` starts with, if it starts with
+/// one that [`gzip_head`] wrote and a member follows it: its header names
+/// the length, its trailer's size field agrees with the tar length its header
+/// names, and a gzip header begins where it ends. Anything else (a foreign
+/// tarball, one member, a damaged file) is `None`, and read whole.
+pub fn head_member(tar_gz: &[u8]) -> Option<usize> {
+    let header = tar_gz.get(..SPLIT_DATA.end)?;
+    let extra_flag = 0x04;
+    if header[..3] != [0x1f, 0x8b, 8]
+        || header[3] & extra_flag == 0
+        || header[12..14] != SPLIT_ID
+        || header[14..16] != 16u16.to_le_bytes()
+    {
+        return None;
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    let member_len = usize::try_from(u64_at(SPLIT_DATA.start)).ok()?;
+    let tar_len = u64_at(SPLIT_DATA.start + 8);
+    let size_field = tar_gz.get(member_len.checked_sub(4)?..member_len)?;
+    let next = tar_gz.get(member_len..member_len + 2)?;
+    (member_len > SPLIT_DATA.end
+        && size_field == (tar_len as u32).to_le_bytes()
+        && next == [0x1f, 0x8b])
+    .then_some(member_len)
+}
+
+/// A gzip'd tar of `entries`, in the given order, in one member.
 pub fn build(entries: impl IntoIterator<Item = (String, Vec<u8>)>) -> io::Result<Vec<u8>> {
     let mut tar = Vec::new();
     for (path, data) in entries {
-        tar.extend(encode_entry(&path, &data)?);
+        encode_entry(&mut tar, &path, &data)?;
     }
     tar.extend([0; TRAILER]);
     gzip(&tar)
+}
+
+/// A gzip'd tar of `head` then `tail`, in two members (the second holds at
+/// least the trailer), for a backup whose operations name post-operation
+/// items: `tail` must hold every one of them that is backed up now and
+/// `head` none, so that [`rewrite`] leaves the head's bytes as they are.
+pub fn build_split(
+    head: impl IntoIterator<Item = (String, Vec<u8>)>,
+    tail: impl IntoIterator<Item = (String, Vec<u8>)>,
+) -> io::Result<Vec<u8>> {
+    let mut tar = Vec::new();
+    for (path, data) in head {
+        encode_entry(&mut tar, &path, &data)?;
+    }
+    let split = tar.len();
+    for (path, data) in tail {
+        encode_entry(&mut tar, &path, &data)?;
+    }
+    tar.extend([0; TRAILER]);
+    let mut out = gzip_head(&tar[..split])?;
+    out.extend(gzip(&tar[split..])?);
+    Ok(out)
 }
 
 /// The regular files of a gzip'd tar, in archive order.
@@ -109,11 +199,26 @@ pub fn read(tar_gz: &[u8]) -> io::Result<Vec<(String, Vec<u8>)>> {
 /// the new data in place (same position); paths not present are appended at
 /// the end in map order; every other entry is copied with its original
 /// header and data unchanged, byte for byte.
+///
+/// `replace` holds post-operation items only. A tarball [`build_split`]
+/// wrote holds none of them in its head, so its head member is copied as it
+/// is and only its tail is decompressed, rewritten and compressed again. Any
+/// other tarball is rewritten whole.
 pub fn rewrite(tar_gz: &[u8], replace: &BTreeMap<String, Vec<u8>>) -> io::Result<Vec<u8>> {
-    let tar = gunzip(tar_gz)?;
+    if let Some(head_len) = head_member(tar_gz) {
+        let tail = rewrite_tar(&gunzip(&tar_gz[head_len..])?, replace)?;
+        let mut out = tar_gz[..head_len].to_vec();
+        out.extend(gzip(&tail)?);
+        return Ok(out);
+    }
+    gzip(&rewrite_tar(&gunzip(tar_gz)?, replace)?)
+}
+
+/// [`rewrite`] on the tar bytes.
+fn rewrite_tar(tar: &[u8], replace: &BTreeMap<String, Vec<u8>>) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(tar.len());
     let mut seen = BTreeSet::new();
-    let mut archive = tar::Archive::new(tar.as_slice());
+    let mut archive = tar::Archive::new(tar);
     // A logical entry spans from the end of the previous one to the end of its
     // padded data, so any long-name or PAX headers before it are kept with it.
     let mut start = 0usize;
@@ -127,7 +232,7 @@ pub fn rewrite(tar_gz: &[u8], replace: &BTreeMap<String, Vec<u8>>) -> io::Result
             .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "truncated tar entry"))?;
         match replace.get(&path) {
             Some(data) if entry.header().entry_type().is_file() => {
-                out.extend(encode_entry(&path, data)?);
+                encode_entry(&mut out, &path, data)?;
                 seen.insert(path);
             }
             _ => out.extend_from_slice(bytes),
@@ -136,11 +241,11 @@ pub fn rewrite(tar_gz: &[u8], replace: &BTreeMap<String, Vec<u8>>) -> io::Result
     }
     for (path, data) in replace {
         if !seen.contains(path) {
-            out.extend(encode_entry(path, data)?);
+            encode_entry(&mut out, path, data)?;
         }
     }
     out.extend([0; TRAILER]);
-    gzip(&out)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -392,5 +497,126 @@ mod tests {
         let original = foreign_tarball();
         let rewritten = rewrite(&original, &BTreeMap::new()).unwrap();
         assert_eq!(gunzip(&original).unwrap(), gunzip(&rewritten).unwrap());
+    }
+
+    fn entry(path: &str, data: &str) -> (String, Vec<u8>) {
+        (path.to_string(), data.as_bytes().to_vec())
+    }
+
+    type Entries = Vec<(String, Vec<u8>)>;
+
+    /// 200 head entries, two tail entries, and the tarball of both.
+    fn split_tarball() -> (Entries, Entries, Vec<u8>) {
+        let head: Vec<_> = (0..200)
+            .map(|i| {
+                entry(
+                    &format!("resources/pods/namespaces/ns/p{i}.json"),
+                    &format!("{{\"pod\":{i}}}"),
+                )
+            })
+            .collect();
+        let tail = vec![
+            entry(
+                "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/ns/a.json",
+                "{\"ready\":false}",
+            ),
+            entry(
+                "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/ns/b.json",
+                "{\"ready\":false}",
+            ),
+        ];
+        let built = build_split(head.clone(), tail.clone()).unwrap();
+        (head, tail, built)
+    }
+
+    /// Two members, one archive: our reader and GNU gzip and tar read the
+    /// head's entries then the tail's.
+    #[test]
+    fn a_split_tarball_is_one_archive_to_every_reader() {
+        let (head, tail, built) = split_tarball();
+        let head_len = head_member(&built).expect("a head member");
+        assert!(head_len < built.len());
+        let all: Vec<_> = head.iter().chain(&tail).cloned().collect();
+        assert_eq!(read(&built).unwrap(), all);
+        // `build` writes one plain member, read whole.
+        assert_eq!(read(&build(all.clone()).unwrap()).unwrap(), all);
+        assert_eq!(head_member(&build(all.clone()).unwrap()), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("contents.tar.gz");
+        std::fs::write(&file, &built).unwrap();
+        let listed = std::process::Command::new("tar")
+            .arg("-tzf")
+            .arg(&file)
+            .output()
+            .expect("GNU tar runs");
+        assert!(listed.status.success(), "{listed:?}");
+        let names: Vec<String> = String::from_utf8(listed.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        let want: Vec<String> = all.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(names, want);
+    }
+
+    /// Replacing tail entries copies the head member byte for byte and
+    /// gives the same archive as rewriting the whole.
+    #[test]
+    fn rewriting_tail_entries_keeps_the_head_member() {
+        let (head, tail, built) = split_tarball();
+        let head_len = head_member(&built).unwrap();
+        let replace = BTreeMap::from([entry(&tail[1].0, "{\"ready\":true}")]);
+        let rewritten = rewrite(&built, &replace).unwrap();
+        assert_eq!(rewritten[..head_len], built[..head_len]);
+        let whole = rewrite(&gzip(&gunzip(&built).unwrap()).unwrap(), &replace).unwrap();
+        assert_eq!(gunzip(&rewritten).unwrap(), gunzip(&whole).unwrap());
+        let read_back = read(&rewritten).unwrap();
+        assert_eq!(read_back[..head.len()], head[..]);
+        assert_eq!(read_back[head.len()], tail[0]);
+        assert_eq!(read_back[head.len() + 1].1, b"{\"ready\":true}");
+    }
+
+    /// A post-operation item the first pass did not back up (a snapshot
+    /// created after it) is appended to the tail; the head stays as it is.
+    /// With no tail entries at all the tail member holds the trailer alone.
+    #[test]
+    fn new_post_operation_items_are_appended_to_the_tail() {
+        let (head, tail, built) = split_tarball();
+        let head_len = head_member(&built).unwrap();
+        let new = BTreeMap::from([entry("resources/pods/namespaces/ns/zz.json", "{}")]);
+        let rewritten = rewrite(&built, &new).unwrap();
+        assert_eq!(rewritten[..head_len], built[..head_len]);
+        let read_back = read(&rewritten).unwrap();
+        assert_eq!(read_back.len(), head.len() + tail.len() + 1);
+        assert_eq!(
+            read_back.last().unwrap().0,
+            "resources/pods/namespaces/ns/zz.json"
+        );
+
+        let empty_tail = build_split(head.clone(), []).unwrap();
+        let head_len = head_member(&empty_tail).unwrap();
+        let rewritten = rewrite(&empty_tail, &new).unwrap();
+        assert_eq!(rewritten[..head_len], empty_tail[..head_len]);
+        let read_back = read(&rewritten).unwrap();
+        assert_eq!(read_back[..head.len()], head[..]);
+        assert_eq!(read_back.len(), head.len() + 1);
+    }
+
+    /// A head member whose recorded lengths do not hold (a damaged file, a
+    /// foreign writer's extra field) is not trusted: the archive is read and
+    /// rewritten whole, and nothing is lost.
+    #[test]
+    fn a_head_member_whose_lengths_do_not_hold_is_not_trusted() {
+        let (head, tail, built) = split_tarball();
+        let replace = BTreeMap::from([entry(&tail[0].0, "{\"ready\":true}")]);
+        for (at, value) in [(SPLIT_DATA.start, 7u64), (SPLIT_DATA.start + 8, 12345)] {
+            let mut damaged = built.clone();
+            damaged[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            assert_eq!(head_member(&damaged), None);
+            let read_back = read(&rewrite(&damaged, &replace).unwrap()).unwrap();
+            assert_eq!(read_back.len(), head.len() + tail.len());
+            assert_eq!(read_back[head.len()].1, b"{\"ready\":true}");
+        }
     }
 }
