@@ -4,6 +4,8 @@
 use crate::bindings::iar::plugin::host;
 use crate::{Level, ResourceId};
 use serde_json::Value;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// Writes one line to the host log, tagged with this plugin's name.
 pub fn log(level: Level, message: &str) {
@@ -11,8 +13,23 @@ pub fn log(level: Level, message: &str) {
 }
 
 /// This plugin's setting `key`, as the operator configured it.
+///
+/// Asked of the host once per key and instance, then kept: the host gives
+/// an instance a fixed configuration (a changed one reloads the plugin, and
+/// new instances see it), and an action that reads its settings on every
+/// item would otherwise cross the boundary for them every time.
 pub fn config(key: &str) -> Option<String> {
-    host::config(key)
+    thread_local! {
+        static KEPT: RefCell<HashMap<String, Option<String>>> = RefCell::new(HashMap::new());
+    }
+    KEPT.with_borrow_mut(|kept| {
+        if let Some(value) = kept.get(key) {
+            return value.clone();
+        }
+        let value = host::config(key);
+        kept.insert(key.to_string(), value.clone());
+        value
+    })
 }
 
 /// Reads one object from the cluster. `Ok(None)` when it does not exist;

@@ -120,6 +120,22 @@ struct Head {
     api_version: Value,
     kind: Value,
     metadata: Value,
+    /// Where the (last) `metadata` value sits in the text, so a changed
+    /// `metadata` is written back by splicing, without a second pass.
+    metadata_at: Option<std::ops::Range<usize>>,
+}
+
+impl Head {
+    /// One pass over `text`: `None` when it is not a JSON object.
+    fn read(text: &str) -> Option<Head> {
+        let mut head = serde_json::from_str::<Head>(text).ok()?;
+        if let Some(at) = &mut head.metadata_at {
+            // The visitor saw the metadata's slice of `text`: its offset.
+            let start = at.start - text.as_ptr() as usize;
+            *at = start..start + at.len();
+        }
+        Some(head)
+    }
 }
 
 impl<'de> Deserialize<'de> for Head {
@@ -137,7 +153,15 @@ impl<'de> Deserialize<'de> for Head {
                     match key.as_ref() {
                         "apiVersion" => head.api_version = map.next_value()?,
                         "kind" => head.kind = map.next_value()?,
-                        "metadata" => head.metadata = map.next_value()?,
+                        "metadata" => {
+                            // Borrowed from the text (`from_str`): its address
+                            // is where it sits, made an offset by `Head::read`.
+                            let raw = map.next_value::<&'de RawValue>()?.get();
+                            head.metadata =
+                                serde_json::from_str(raw).map_err(serde::de::Error::custom)?;
+                            let at = raw.as_ptr() as usize;
+                            head.metadata_at = Some(at..at + raw.len());
+                        }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -169,8 +193,8 @@ impl Item {
     }
 
     pub(crate) fn parse(json: String) -> Result<Self, String> {
-        match serde_json::from_str::<Head>(&json) {
-            Ok(head) => Ok(Item {
+        match Head::read(&json) {
+            Some(head) => Ok(Item {
                 repr: Repr::Text(Lazy {
                     text: json,
                     head,
@@ -179,7 +203,7 @@ impl Item {
                 }),
             }),
             // The messages of a whole parse: not JSON, or not an object.
-            Err(_) => {
+            None => {
                 let value =
                     serde_json::from_str(&json).map_err(|e| format!("item is not JSON: {e}"))?;
                 Self::from_value(value)
@@ -284,9 +308,10 @@ impl Item {
             self.repr = Repr::Value(whole);
         }
         match &mut self.repr {
+            // The head's copy is not read once `metadata` is set: moved.
             Repr::Text(lazy) => lazy
                 .metadata
-                .get_or_insert_with(|| lazy.head.metadata.clone()),
+                .get_or_insert_with(|| std::mem::take(&mut lazy.head.metadata)),
             Repr::Value(value) => value
                 .as_object_mut()
                 .expect("an item is an object")
@@ -392,10 +417,19 @@ impl Item {
         let Some(metadata) = lazy.metadata else {
             return lazy.text;
         };
-        // The text was read as an object when the item was made.
+        let metadata_text = to_text(&metadata);
+        if let Some(at) = lazy.head.metadata_at {
+            let mut out = String::with_capacity(lazy.text.len() + metadata_text.len());
+            out.push_str(&lazy.text[..at.start]);
+            out.push_str(&metadata_text);
+            out.push_str(&lazy.text[at.end..]);
+            return out;
+        }
+        // No `metadata` in the text: one is added. The text was read as an
+        // object when the item was made.
         let mut fields: BTreeMap<&str, &RawValue> =
             serde_json::from_str(&lazy.text).expect("an item's text is a JSON object");
-        let metadata = RawValue::from_string(to_text(&metadata)).expect("written as JSON");
+        let metadata = RawValue::from_string(metadata_text).expect("written as JSON");
         fields.insert("metadata", &metadata);
         serde_json::to_string(&fields).expect("raw JSON always serializes")
     }
@@ -496,6 +530,24 @@ mod tests {
             serde_json::from_str::<Value>(&l.into_text()).unwrap(),
             expected
         );
+
+        // The new metadata is spliced where the old one was: in a pretty
+        // text, and in one with `metadata` twice (the last one counts, so
+        // that is the one changed).
+        for text in [
+            serde_json::to_string_pretty(&pod()).unwrap(),
+            r#"{"metadata":{"name":"x"},"kind":"Pod","metadata" : {"name":"y"} ,"apiVersion":"v1"}"#
+                .to_string(),
+        ] {
+            let mut whole = Item::from_value(serde_json::from_str(&text).unwrap()).unwrap();
+            whole.set_label("team", "payments");
+            let mut l = Item::parse(text.clone()).unwrap();
+            l.set_label("team", "payments");
+            let out = l.into_text();
+            assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), whole.into_json());
+            // Everything outside metadata is the text as it came.
+            assert!(out.starts_with(&text[..text.rfind("\"metadata\"").unwrap()]));
+        }
 
         // No metadata at all: it is made.
         let bare = json!({"apiVersion": "v1", "kind": "ConfigMap"});

@@ -9,6 +9,16 @@
 // returned off the hot path, so their size is not worth boxing.
 #![allow(clippy::result_large_err)]
 
+/// The process allocator, for every binary built on this crate (`iar`, its
+/// tests, benchmarks and examples alike). A backup allocates and frees
+/// millions of small strings and maps (items, plugin calls, results) across
+/// worker threads; with glibc's malloc, malloc, free and their consolidation
+/// were the largest cost of a 10,000-item backup outside the plugins, and
+/// three plugins added a third more of it (docs/decisions.md).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod authoring;
 pub mod backup;
 pub mod cluster;
