@@ -5,7 +5,6 @@ use crate::bindings::iar::plugin::host;
 use crate::{Level, ResourceId};
 use serde_json::Value;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Writes one line to the host log, tagged with this plugin's name.
 pub fn log(level: Level, message: &str) {
@@ -19,15 +18,17 @@ pub fn log(level: Level, message: &str) {
 /// new instances see it), and an action that reads its settings on every
 /// item would otherwise cross the boundary for them every time.
 pub fn config(key: &str) -> Option<String> {
+    // A few keys: a list, and no `HashMap`, whose random seed is a WASI
+    // call on every fresh instance.
     thread_local! {
-        static KEPT: RefCell<HashMap<String, Option<String>>> = RefCell::new(HashMap::new());
+        static KEPT: RefCell<Vec<(String, Option<String>)>> = const { RefCell::new(Vec::new()) };
     }
     KEPT.with_borrow_mut(|kept| {
-        if let Some(value) = kept.get(key) {
+        if let Some((_, value)) = kept.iter().find(|(k, _)| k == key) {
             return value.clone();
         }
         let value = host::config(key);
-        kept.insert(key.to_string(), value.clone());
+        kept.push((key.to_string(), value.clone()));
         value
     })
 }
@@ -40,5 +41,18 @@ pub fn cluster_get(id: &ResourceId) -> Result<Option<Value>, String> {
         Some(json) => serde_json::from_str(&json)
             .map(Some)
             .map_err(|e| format!("host returned invalid JSON for {id}: {e}")),
+    }
+}
+
+/// [`cluster_get`] into a type of the plugin's own (a serde `Deserialize`):
+/// the fields it does not name are skipped, not parsed.
+pub fn cluster_get_as<T: serde::de::DeserializeOwned>(
+    id: &ResourceId,
+) -> Result<Option<T>, String> {
+    match host::cluster_get(id)? {
+        None => Ok(None),
+        Some(json) => serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| format!("{id} as the host returned it: {e}")),
     }
 }

@@ -57,7 +57,7 @@ mod host;
 mod item;
 mod output;
 
-pub use host::{cluster_get, config, log};
+pub use host::{cluster_get, cluster_get_as, config, log};
 pub use item::{Backup, Item, Phase, ResourceId};
 pub use output::{Error, Output, Progress, Result, Selector, Timestamp};
 pub use serde_json::{self, Value, json};

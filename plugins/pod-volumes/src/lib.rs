@@ -7,11 +7,21 @@ use serde::Deserialize;
 
 struct PodVolumes;
 
-/// The fields read, of a Pod or a PersistentVolumeClaim: the rest of the
-/// object is skipped, not parsed (`Item::parse_as`).
+/// The fields read, of a Pod or a PersistentVolumeClaim, in one pass: the
+/// rest of the object is skipped, not parsed (`Item::parse_as`).
 #[derive(Deserialize)]
 struct Object {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Metadata,
     spec: Option<Spec>,
+}
+
+#[derive(Default, Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    namespace: String,
 }
 
 #[derive(Deserialize)]
@@ -41,17 +51,19 @@ impl ItemAction for PodVolumes {
     }
 
     fn execute(item: Item, _backup: &Backup) -> Result<Output> {
-        let Some(spec) = item.parse_as::<Object>()?.spec else {
+        let object = item.parse_as::<Object>()?;
+        let Some(spec) = object.spec else {
             return Ok(Output::unchanged());
         };
-        let related: Vec<ResourceId> = match item.kind() {
+        let namespace = &object.metadata.namespace;
+        let related: Vec<ResourceId> = match object.kind.as_str() {
             "Pod" => spec
                 .volumes
                 .into_iter()
                 .flatten()
                 .filter_map(|v| v.persistent_volume_claim?.claim_name)
                 .map(|claim| {
-                    ResourceId::namespaced("", "persistentvolumeclaims", item.namespace(), &claim)
+                    ResourceId::namespaced("", "persistentvolumeclaims", namespace, &claim)
                 })
                 .collect(),
             "PersistentVolumeClaim" => spec

@@ -13,10 +13,37 @@
 
 use iar_sdk::{
     Backup, Error, Item, ItemAction, Output, Phase, Progress, ResourceId, Result, Selector,
-    Timestamp, cluster_get, config, info, warn,
+    Timestamp, Value, cluster_get_as, config, info, warn,
 };
+use serde::Deserialize;
 
 struct PvcSnapshot;
+
+/// The fields of a VolumeSnapshot `progress` reads, as `Value`s so that a
+/// field of an unexpected type reads as absent; the rest is skipped.
+#[derive(Deserialize)]
+struct Snapshot {
+    metadata: Option<SnapshotMetadata>,
+    status: Option<SnapshotStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SnapshotMetadata {
+    #[serde(default)]
+    creation_timestamp: Value,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SnapshotStatus {
+    #[serde(default)]
+    ready_to_use: Value,
+    #[serde(default)]
+    error: Value,
+    #[serde(default)]
+    creation_time: Value,
+}
 
 fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
     let (namespace, name) = operation_id
@@ -41,10 +68,18 @@ impl ItemAction for PvcSnapshot {
 
     fn execute(item: Item, backup: &Backup) -> Result<Output> {
         // A finalize pass must not start operations; nothing to do there.
-        // Only the status phase is read; the rest is skipped, not parsed.
+        // Only the name and the status phase are read, in one pass; the rest
+        // is skipped, not parsed.
         #[derive(serde::Deserialize)]
         struct Claim {
+            metadata: Metadata,
             status: Option<Status>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Metadata {
+            #[serde(default)]
+            namespace: String,
+            name: String,
         }
         #[derive(serde::Deserialize)]
         struct Status {
@@ -55,20 +90,16 @@ impl ItemAction for PvcSnapshot {
         if backup.phase == Phase::Finalize || !bound {
             return Ok(Output::unchanged());
         }
-        let operation_id = format!("{}/{}-{}", item.namespace(), item.name(), backup.name);
+        let Metadata { namespace, name } = &claim.metadata;
+        let operation_id = format!("{namespace}/{name}-{}", backup.name);
         let snapshot = snapshot_id(&operation_id)?;
-        info!(
-            "snapshot of {} {} is {}",
-            item.namespace(),
-            item.name(),
-            snapshot
-        );
+        info!("snapshot of {namespace} {name} is {snapshot}");
         Ok(Output::unchanged().with_operation(operation_id, [snapshot]))
     }
 
     fn progress(operation_id: &str, _backup: &Backup) -> Result<Progress> {
         let id = snapshot_id(operation_id)?;
-        let snapshot = cluster_get(&id).map_err(Error::Retryable)?;
+        let snapshot = cluster_get_as::<Snapshot>(&id).map_err(Error::Retryable)?;
         let Some(snapshot) = snapshot else {
             return Ok(Progress {
                 n_total: 1,
@@ -77,10 +108,10 @@ impl ItemAction for PvcSnapshot {
                 ..Progress::default()
             });
         };
-        let status = &snapshot["status"];
-        let ts = |v: &iar_sdk::Value| v.as_str().and_then(Timestamp::parse_rfc3339);
-        let ready = status["readyToUse"].as_bool() == Some(true);
-        let error = status["error"]["message"].as_str().map(String::from);
+        let status = snapshot.status.unwrap_or_default();
+        let ts = |v: &Value| v.as_str().and_then(Timestamp::parse_rfc3339);
+        let ready = status.ready_to_use.as_bool() == Some(true);
+        let error = status.error["message"].as_str().map(String::from);
         Ok(Progress {
             completed: ready || error.is_some(),
             n_completed: i64::from(ready),
@@ -91,8 +122,8 @@ impl ItemAction for PvcSnapshot {
                 (None, true) => "snapshot ready".into(),
                 (None, false) => "snapshot in progress".into(),
             },
-            started: ts(&snapshot["metadata"]["creationTimestamp"]),
-            updated: ts(&status["creationTime"]),
+            started: snapshot.metadata.and_then(|m| ts(&m.creation_timestamp)),
+            updated: ts(&status.creation_time),
             error,
         })
     }
