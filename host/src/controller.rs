@@ -172,7 +172,13 @@ impl Journal {
         }
         let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
         let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.entry(backup.to_string()).or_default().push(line);
+        // The backup's name is copied only for its first line.
+        match lines.get_mut(backup) {
+            Some(backup_lines) => backup_lines.push(line),
+            None => {
+                lines.insert(backup.to_string(), vec![line]);
+            }
+        }
     }
 
     /// Continues a log a previous process persisted.
