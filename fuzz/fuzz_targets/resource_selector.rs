@@ -108,7 +108,19 @@ fuzz_target!(|data: &[u8]| {
         && labels.is_empty();
 
     for it in &items {
-        let m = compiled.matches(it.group, it.resource, it.namespace, &it.labels);
+        // The labels are read only when the selector has requirements: a
+        // plugin-changed item is parsed on the host just to read them.
+        let read = std::cell::Cell::new(false);
+        let m = compiled.matches(it.group, it.resource, it.namespace, || {
+            read.set(true);
+            it.labels.clone()
+        });
+        assert!(
+            !read.get() || !labels.is_empty(),
+            "read the labels of {}/{} for a selector with no label requirements",
+            it.resource,
+            it.namespace
+        );
         let group_resource = if it.group.is_empty() {
             it.resource.to_string()
         } else {
