@@ -39,6 +39,20 @@ pub trait ClusterReader: Send + Sync {
         Err("this cluster cannot list its objects".into())
     }
 
+    /// The objects of the manifests `sources` that the filter selects, when
+    /// this cluster is those very manifests: listed through its own parse
+    /// cache, so that the plugins' lookups and finalize in the same backup
+    /// find every file already parsed instead of parsing it a second time.
+    /// `None`: the caller reads the manifests itself.
+    async fn list_sources(
+        &self,
+        sources: &[PathBuf],
+        filter: &BackupFilter,
+    ) -> Option<Result<Vec<Item>, String>> {
+        let _ = (sources, filter);
+        None
+    }
+
     /// The object as an [`Item`], for backing it up; an object without the
     /// identity an item needs is an error.
     fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, String> {
@@ -370,6 +384,18 @@ impl ClusterReader for ManifestCluster {
         Ok(items)
     }
 
+    async fn list_sources(
+        &self,
+        sources: &[PathBuf],
+        filter: &BackupFilter,
+    ) -> Option<Result<Vec<Item>, String>> {
+        if sources == self.paths.as_slice() {
+            Some(self.list(filter).await)
+        } else {
+            None
+        }
+    }
+
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
         self.find(id, |item| item.value().clone())
     }
@@ -484,5 +510,36 @@ mod tests {
         assert_eq!(ready(&cluster), Value::String("moved".into()));
         std::fs::rename(&moved, other.join("moved.yaml.bak")).unwrap();
         assert_eq!(cluster.get(&id).unwrap(), None);
+    }
+
+    /// A backup of the manifests the cluster is made of lists them through
+    /// the cluster's parse cache: a later lookup answers with the very value
+    /// listed (no second parse). Other manifests are the caller's to read.
+    #[tokio::test]
+    async fn listing_its_own_manifests_shares_the_parse_with_lookups() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("cms.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: other}\n",
+        )
+        .unwrap();
+        let paths = vec![dir.path().to_path_buf()];
+        let cluster = ManifestCluster::new(paths.clone());
+        let filter =
+            BackupFilter::from_spec(&serde_json::json!({"includedNamespaces": ["ns"]})).unwrap();
+        let elsewhere = vec![dir.path().join("cms.yaml")];
+        assert!(cluster.list_sources(&elsewhere, &filter).await.is_none());
+        let listed = cluster
+            .list_sources(&paths, &filter)
+            .await
+            .unwrap()
+            .unwrap();
+        let names: Vec<_> = listed.iter().map(|i| i.id.name.as_str()).collect();
+        assert_eq!(names, ["a"], "the filter applies");
+        let found = cluster.get_item(&listed[0].id).unwrap().unwrap();
+        assert!(
+            std::ptr::eq(found.value(), listed[0].value()),
+            "the lookup parsed the file again"
+        );
     }
 }

@@ -585,8 +585,13 @@ impl Controller {
             reason,
         };
         // Manifests named by the request, or the cluster's own objects.
+        // When the cluster is those very manifests (`iar backup`), it lists
+        // them through its parse cache: the plugins' lookups and finalize
+        // then parse no file a second time.
         let items = if req.sources.is_empty() {
             self.cluster.list(filter).await.map_err(items_error)?
+        } else if let Some(listed) = self.cluster.list_sources(&req.sources, filter).await {
+            listed.map_err(items_error)?
         } else {
             crate::manifests::read_items(&req.sources, Catalog::builtin())
                 .map_err(|e| items_error(e.to_string()))?
