@@ -79,6 +79,7 @@ fn backup_10k_items(c: &mut Criterion, rt: &Tokio) {
                         .unwrap();
                     // Freeing what the backup parsed (its manifest cache)
                     // is part of its cost.
+                    let puts = controller.store.puts();
                     drop(controller);
                     total += start.elapsed();
                     let status = &object.status;
@@ -94,7 +95,7 @@ fn backup_10k_items(c: &mut Criterion, rt: &Tokio) {
                         .len();
                         eprintln!(
                             "backup-10k-items/{name}: {} store writes per backup, {operations} operations, tarball {:.1} MB",
-                            controller.store.puts(),
+                            puts,
                             tarball as f64 / 1e6
                         );
                     }
