@@ -3,9 +3,10 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Resource and output limits of one plugin.
+/// Resource and output limits of one plugin. An unknown field is an error:
+/// a misspelt limit must not leave the default in force unnoticed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {
     /// CPU deadline of one call (execute, progress, cancel, applies-to,
     /// instantiation). Hitting it traps the guest.
@@ -144,6 +145,19 @@ mod tests {
         assert_eq!(l.memory_bytes, 1 << 20);
         assert_eq!(l.max_item_bytes, Limits::default().max_item_bytes);
         assert_eq!(l.isolation, Isolation::Backup, "backup is the default");
+    }
+
+    /// A misspelt limit (`memoryByte`) is an error naming it, in a settings
+    /// file too, not a cap silently left at its default.
+    #[test]
+    fn a_misspelt_limit_is_an_error() {
+        let err = serde_yaml::from_str::<Limits>("memoryByte: 1048576\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("memoryByte"), "{err}");
+        let err = crate::settings_file::SettingsFile::parse("limits:\n  memoryByte: 1048576\n")
+            .unwrap_err();
+        assert!(err.contains("unknown field `memoryByte`"), "{err}");
     }
 
     /// The isolation setting reads from settings files in lower case and
