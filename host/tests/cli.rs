@@ -142,6 +142,29 @@ fn a_bad_plugin_file_is_a_one_line_error() {
 
 /// `iar` with the shared compile cache, as [`iar`] runs it, for callers that
 /// need the child process itself or other stdio.
+/// `iar run … | head`: a reader that goes away before the report is
+/// written ends the command quietly (exit 0, nothing on stderr), as with
+/// any Unix tool, instead of a panic in `println!` (exit 101).
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = iar_command(&[
+        "run",
+        "--plugin",
+        artifacts::LABELS,
+        "--item",
+        "examples/items/pod.yaml",
+        "--config",
+        "labels=team=payments",
+    ])
+    .stdout(writer)
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.stderr.is_empty(), "{}", text(&out));
+}
+
 fn iar_command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_iar"));
     cmd.args(args).current_dir(repo()).env(

@@ -191,7 +191,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     let object = tokio_runtime()?.block_on(c.run_backup(request));
     super::progress::finish();
     let object = object?;
-    println!(
+    outln!(
         "Backup {:?} {}: {} errors, {} warnings (iar describe {} --store {})",
         object.metadata.name,
         object.status.phase,
@@ -241,9 +241,12 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let object = rt.block_on(c.resume(&args.name));
     super::progress::finish();
     let object = object?;
-    println!(
+    outln!(
         "Backup {:?} {}: {} errors, {} warnings",
-        object.metadata.name, object.status.phase, object.status.errors, object.status.warnings
+        object.metadata.name,
+        object.status.phase,
+        object.status.errors,
+        object.status.warnings
     );
     Ok(exit_for(object.status.phase))
 }
@@ -268,41 +271,46 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     let object =
         object.with_context(|| format!("backup {name:?} not found in {}", args.store.store))?;
     let s = &object.status;
-    println!("Name:         {}", object.metadata.name);
-    println!("Phase:        {}", s.phase);
+    outln!("Name:         {}", object.metadata.name);
+    outln!("Phase:        {}", s.phase);
     if !s.failure_reason.is_empty() {
-        println!("Failure:      {}", s.failure_reason);
+        outln!("Failure:      {}", s.failure_reason);
     }
-    println!(
+    outln!(
         "Started:      {}",
         s.start_timestamp.as_deref().unwrap_or("-")
     );
-    println!(
+    outln!(
         "Completed:    {}",
         s.completion_timestamp.as_deref().unwrap_or("-")
     );
-    println!(
+    outln!(
         "Items:        {} of {} backed up",
-        s.progress.items_backed_up, s.progress.total_items
+        s.progress.items_backed_up,
+        s.progress.total_items
     );
-    println!(
+    outln!(
         "Operations:   {} attempted, {} completed, {} failed",
         s.backup_item_operations_attempted,
         s.backup_item_operations_completed,
         s.backup_item_operations_failed
     );
-    println!("Errors:       {}", results.errors.count());
+    outln!("Errors:       {}", results.errors.count());
     for e in results.errors.all() {
-        println!("  {e}");
+        outln!("  {e}");
     }
-    println!("Warnings:     {}", results.warnings.count());
+    outln!("Warnings:     {}", results.warnings.count());
     for w in results.warnings.all() {
-        println!("  {w}");
+        outln!("  {w}");
     }
     if !ops.is_empty() {
-        println!(
+        outln!(
             "\n{:<28} {:<24} {:<40} {:<11} {:>9}  DESCRIPTION",
-            "OPERATION", "PLUGIN", "ITEM", "PHASE", "PROGRESS"
+            "OPERATION",
+            "PLUGIN",
+            "ITEM",
+            "PHASE",
+            "PROGRESS"
         );
         for op in &ops {
             let progress = if op.status.n_total > 0 {
@@ -315,7 +323,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
             } else {
                 &op.status.error
             };
-            println!(
+            outln!(
                 "{:<28} {:<24} {:<40} {:<11} {:>9}  {}",
                 op.spec.operation_id,
                 op.spec.backup_item_action,
@@ -327,12 +335,14 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if !volumes.is_empty() {
-        println!(
+        outln!(
             "\n{:<48} {:<11} {:>21}  ERROR",
-            "VOLUME BACKUP", "PHASE", "BYTES"
+            "VOLUME BACKUP",
+            "PHASE",
+            "BYTES"
         );
         for v in &volumes {
-            println!(
+            outln!(
                 "{:<48} {:<11} {:>21}  {}",
                 format!("{}/{}/{}", v.pod_namespace, v.pod_name, v.volume),
                 format!("{:?}", v.phase),
@@ -355,13 +365,16 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(rows)
     })?;
-    println!(
+    outln!(
         "{:<24} {:<42} {:>6} {:>8}  STARTED",
-        "NAME", "PHASE", "ERRORS", "WARNINGS"
+        "NAME",
+        "PHASE",
+        "ERRORS",
+        "WARNINGS"
     );
     for (name, object) in rows {
         match object {
-            Some(o) => println!(
+            Some(o) => outln!(
                 "{:<24} {:<42} {:>6} {:>8}  {}",
                 name,
                 o.status.phase.to_string(),
@@ -369,7 +382,7 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
                 o.status.warnings,
                 o.status.start_timestamp.unwrap_or_default()
             ),
-            None => println!("{name:<24} (no velero-backup.json)"),
+            None => outln!("{name:<24} (no velero-backup.json)"),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -125,25 +125,29 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let fresh = row(fresh, start.elapsed());
 
-    println!(
+    outln!(
         "plugin {name}, execute of {}, {} calls per row",
-        item.id, args.iterations
+        item.id,
+        args.iterations
     );
-    println!(
+    outln!(
         "{:<8}{:>12}{:>12}{:>12}",
-        "instance", "median", "p99", "calls/s"
+        "instance",
+        "median",
+        "p99",
+        "calls/s"
     );
     for (label, r) in [("warm", warm), ("fresh", fresh)] {
-        println!(
+        outln!(
             "{label:<8}{:>12}{:>12}{:>12.0}",
             show(r.median),
             show(r.p99),
             r.per_second
         );
     }
-    println!("instances: {}", runtime.allocation());
+    outln!("instances: {}", runtime.allocation());
     if let Some(note) = initial_memory_note(plugin.shape().initial_memory) {
-        println!("{note}");
+        outln!("{note}");
     }
     Ok(ExitCode::SUCCESS)
 }

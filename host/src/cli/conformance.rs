@@ -44,8 +44,8 @@ pub fn conformance(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(RuntimeConfig::default())?;
     let report = conformance::check(&runtime, &name, &bytes, settings)?;
     match args.format.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&report)?),
-        "text" => print!("{}", conformance::text(&report)),
+        "json" => outln!("{}", serde_json::to_string_pretty(&report)?),
+        "text" => out!("{}", conformance::text(&report)),
         other => anyhow::bail!("--format {other:?}: use text or json"),
     }
     Ok(if report.passed() {

@@ -104,6 +104,6 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
 pub struct CrdArgs {}
 
 pub fn crd(_args: CrdArgs) -> anyhow::Result<ExitCode> {
-    print!("{}", iar::k8s::crd::definition_yaml());
+    out!("{}", iar::k8s::crd::definition_yaml());
     Ok(ExitCode::SUCCESS)
 }

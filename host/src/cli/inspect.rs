@@ -27,7 +27,7 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         "size": plugin.size(),
         "digest": format!("sha256:{}", plugin.digest()),
     });
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    outln!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,17 @@
 //! Argument parsing and output only.
 
+/// `print!` and `println!` for a command's output: a reader that went
+/// away (`iar run … | head`) ends the command quietly, as it does any Unix
+/// tool, instead of panicking in `println!`. SIGPIPE stays ignored (Rust's
+/// default) because the same process writes to sockets.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*), false) };
+}
+macro_rules! outln {
+    () => { $crate::cli::write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*), true) };
+}
+
 mod backup;
 mod bench;
 mod conformance;
@@ -106,4 +118,25 @@ pub fn main() -> ExitCode {
 /// Errors go to stderr on one line.
 pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Writes a command's output; see [`out!`].
+pub(crate) fn write_stdout(args: std::fmt::Arguments, newline: bool) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_fmt(args).and_then(|()| {
+        if newline {
+            stdout.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("iar: writing the output: {e}");
+            std::process::exit(1);
+        }
+    }
 }

@@ -31,9 +31,9 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     };
     let files = scaffold::write(&args.name, &dir, &sdk)?;
     for f in files {
-        println!("created {}", f.display());
+        outln!("created {}", f.display());
     }
-    println!(
+    outln!(
         "\nnext: cd {} && cargo build --target wasm32-wasip2 --release && iar test",
         dir.display()
     );

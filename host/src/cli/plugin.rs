@@ -68,6 +68,6 @@ fn configmap(args: ConfigMapArgs) -> anyhow::Result<ExitCode> {
     let spec = configmap::parse(&cm)?;
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     Plugin::from_bytes(&runtime, &spec.name, &component, spec.settings)?;
-    print!("{}", serde_yaml::to_string(&cm)?);
+    out!("{}", serde_yaml::to_string(&cm)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -228,7 +228,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "results": results,
         "finalItem": item.value(),
     });
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    outln!("{}", serde_json::to_string_pretty(&report)?);
     if let (Some(path), Some(recorder)) = (&args.record, &recorder) {
         let text = format!(
             "# cluster-get answers recorded by `iar run`; replay them in an iar test case with `replay:`\n{}",

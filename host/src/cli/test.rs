@@ -50,8 +50,8 @@ pub fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
         .map(|f| runner::run_file(&runtime, f, &opts))
         .collect::<anyhow::Result<Vec<_>>>()?;
     match args.format {
-        Format::Text => print!("{}", report::text(&reports)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(&reports))?),
+        Format::Text => out!("{}", report::text(&reports)),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&report::json(&reports))?),
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, report::junit(&reports)?)
