@@ -36,12 +36,7 @@ pub fn config(key: &str) -> Option<String> {
 /// Reads one object from the cluster. `Ok(None)` when it does not exist;
 /// `Err` when the operator did not grant reading it, or the read failed.
 pub fn cluster_get(id: &ResourceId) -> Result<Option<Value>, String> {
-    match host::cluster_get(id)? {
-        None => Ok(None),
-        Some(json) => serde_json::from_str(&json)
-            .map(Some)
-            .map_err(|e| format!("host returned invalid JSON for {id}: {e}")),
-    }
+    cluster_get_as(id)
 }
 
 /// [`cluster_get`] into a type of the plugin's own (a serde `Deserialize`):
@@ -53,6 +48,6 @@ pub fn cluster_get_as<T: serde::de::DeserializeOwned>(
         None => Ok(None),
         Some(json) => serde_json::from_str(&json)
             .map(Some)
-            .map_err(|e| format!("{id} as the host returned it: {e}")),
+            .map_err(|e| format!("reading {id} as the host returned it: {e}")),
     }
 }
