@@ -819,6 +819,49 @@ impl Controller {
         }
     }
 
+    /// Ends an unfinished backup that must not go on (the cluster
+    /// controller calls it when a Backup resource is deleted mid-way):
+    /// every pending operation is cancelled through its plugin (the
+    /// contract's `cancel`) and ends Canceled, and the backup ends Failed
+    /// with `reason`. What it wrote stays in the store. A finished backup
+    /// is returned as it is. The caller holds the backup's lease.
+    pub async fn cancel(&self, name: &str, reason: &str) -> Result<BackupObject, ControllerError> {
+        let object: BackupObject = self
+            .store
+            .get_json(name, BackupFile::Metadata)
+            .await?
+            .ok_or_else(|| ControllerError::NotFound(name.into()))?;
+        if object.status.phase.is_terminal() {
+            return Ok(object);
+        }
+        let mut run = self.load_run(name, object).await?;
+        let ended = self.cancel_run(&mut run, reason).await;
+        let result = match ended {
+            Ok(()) => Ok(run.object),
+            Err(e) => Err(self.fail(&mut run, e).await),
+        };
+        self.forget(name).await;
+        result
+    }
+
+    async fn cancel_run(&self, run: &mut Run, reason: &str) -> Result<(), ControllerError> {
+        match plan(run.object.status.phase) {
+            Plan::FailInterrupted => self.interrupted_blocks(run).await?,
+            Plan::Poll | Plan::Finalize => {
+                self.ensure_operations(run).await?;
+                self.poll_round(run, Round::Cancel(reason.to_string()))
+                    .await?;
+                self.finish_waiting(run).await?;
+            }
+            Plan::Nothing => {}
+        }
+        self.journal
+            .line(run.name(), format!("backup canceled: {reason}"));
+        run.object.status.failure_reason = reason.to_string();
+        self.set_phase(run, BackupPhase::Failed).await?;
+        Ok(())
+    }
+
     /// The persisted state of a backup, with its log continued from the
     /// store when this process has none of it yet (a resume).
     async fn load_run(&self, name: &str, object: BackupObject) -> Result<Run, ControllerError> {
@@ -861,7 +904,7 @@ impl Controller {
             Plan::Poll => {
                 self.ensure_operations(run).await?;
                 let round = std::time::Instant::now();
-                if self.poll_round(run).await? {
+                if self.poll_round(run, Round::Poll).await? {
                     self.finish_waiting(run).await?;
                     let next = BackupPhase::finalizing(run.partially_failed());
                     self.set_phase(run, next).await?;
@@ -1148,9 +1191,9 @@ impl Controller {
             .unwrap_or(self.settings.operation_timeout)
     }
 
-    /// Polls every pending operation once and persists what changed;
-    /// true when none is left pending.
-    async fn poll_round(&self, run: &Run) -> Result<bool, ControllerError> {
+    /// Polls (or cancels) every pending operation once and persists what
+    /// changed; true when none is left pending.
+    async fn poll_round(&self, run: &Run, round: Round) -> Result<bool, ControllerError> {
         let name = run.name().to_string();
         let ops = self.operations.get(&name).await.unwrap_or_default();
         let pending: Vec<Operation> = ops
@@ -1178,7 +1221,7 @@ impl Controller {
         // operations, on as many scoped threads as there are workers).
         let (updates, mut p) = tokio::task::spawn_blocking(move || {
             let mut p = p;
-            let updates = p.poll_all(&pending, SystemTime::now(), threads);
+            let updates = p.poll_all(&pending, SystemTime::now(), threads, &round);
             (updates, p)
         })
         .await
@@ -1195,9 +1238,14 @@ impl Controller {
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.clone(), p);
         for ((_, id), update) in &updates {
-            if let Update::Failed(reason) | Update::TimedOut(reason) = update {
-                self.journal
-                    .line(&name, format!("operation {id:?} failed: {reason}"));
+            match update {
+                Update::Failed(reason) | Update::TimedOut(reason) => self
+                    .journal
+                    .line(&name, format!("operation {id:?} failed: {reason}")),
+                Update::Canceled(reason) => self
+                    .journal
+                    .line(&name, format!("operation {id:?} canceled: {reason}")),
+                Update::Progress(_) | Update::Retry(_) => {}
             }
         }
         let now = SystemTime::now();
@@ -1401,6 +1449,15 @@ enum Update {
     Retry(String),
     Failed(String),
     TimedOut(String),
+    /// The backup was canceled; the plugin was asked to cancel.
+    Canceled(String),
+}
+
+/// What a round does with each pending operation: ask its progress, or
+/// cancel it because the backup ends (the reason says why).
+enum Round {
+    Poll,
+    Cancel(String),
 }
 
 /// Polls operations on a blocking thread; keeps one instance per plugin and
@@ -1443,6 +1500,7 @@ impl Poller {
         pending: &[Operation],
         now: SystemTime,
         threads: usize,
+        round: &Round,
     ) -> Vec<PollUpdate> {
         let threads = threads.clamp(1, pending.len().max(1));
         if self.workers.len() < threads {
@@ -1457,7 +1515,10 @@ impl Poller {
                         op.spec.backup_item_action.clone(),
                         op.spec.operation_id.clone(),
                     );
-                    (key, worker.poll(plugins, cluster, backup, timeout, op, now))
+                    (
+                        key,
+                        worker.poll(plugins, cluster, backup, timeout, op, now, round),
+                    )
                 })
                 .collect()
         };
@@ -1494,6 +1555,7 @@ impl PollWorker {
         timeout: Duration,
         op: &Operation,
         now: SystemTime,
+        round: &Round,
     ) -> Update {
         let plugin_name = &op.spec.backup_item_action;
         let Some(plugin) = plugins.iter().find(|p| p.name() == plugin_name) else {
@@ -1503,7 +1565,10 @@ impl PollWorker {
             .instances
             .entry(plugin_name.clone())
             .or_insert_with(|| plugin.instance(cluster.clone()));
-        let update = poll_call(instance, op, backup, timeout, now);
+        let update = match round {
+            Round::Poll => poll_call(instance, op, backup, timeout, now),
+            Round::Cancel(reason) => cancel_call(instance, op, backup, reason),
+        };
         let logs = instance.take_logs();
         self.logs.extend(
             logs.into_iter()
@@ -1543,6 +1608,21 @@ fn poll_call(
     }
 }
 
+/// Asks the plugin to cancel an operation its backup no longer waits for;
+/// the operation ends Canceled whatever the plugin answers.
+fn cancel_call(
+    instance: &mut PluginInstance,
+    op: &Operation,
+    backup: &BackupRef,
+    reason: &str,
+) -> Update {
+    let (id, item) = (&op.spec.operation_id, &op.spec.resource_identifier);
+    Update::Canceled(match instance.cancel(id, item, backup) {
+        Ok(()) => format!("{reason}; cancel requested"),
+        Err(e) => format!("{reason}; cancel failed: {e}"),
+    })
+}
+
 /// Applies one poll's result; returns whether anything changed.
 fn apply(op: &mut Operation, update: &Update, now: SystemTime) -> bool {
     let before = op.clone();
@@ -1575,6 +1655,11 @@ fn apply(op: &mut Operation, update: &Update, now: SystemTime) -> bool {
         Update::Retry(reason) => s.description = format!("retrying: {reason}"),
         Update::Failed(reason) | Update::TimedOut(reason) => {
             s.phase = OperationPhase::Failed;
+            s.error = reason.clone();
+            s.updated = Some(now);
+        }
+        Update::Canceled(reason) => {
+            s.phase = OperationPhase::Canceled;
             s.error = reason.clone();
             s.updated = Some(now);
         }
@@ -1695,7 +1780,7 @@ mod poll_tests {
             logs: Vec::new(),
         };
         let ops: Vec<Operation> = (0..600).map(|i| op(&name, i)).collect();
-        let updates = poller.poll_all(&ops, SystemTime::now(), 3);
+        let updates = poller.poll_all(&ops, SystemTime::now(), 3, &Round::Poll);
         assert_eq!(poller.workers.len(), 3);
         assert!(poller.workers.iter().all(|w| w.instances.len() == 1));
         assert_eq!(updates.len(), ops.len());
@@ -1710,7 +1795,7 @@ mod poll_tests {
             }
         }
         // A later period with fewer threads reuses the first worker.
-        let updates = poller.poll_all(&ops[..5], SystemTime::now(), 1);
+        let updates = poller.poll_all(&ops[..5], SystemTime::now(), 1, &Round::Poll);
         assert_eq!(updates.len(), 5);
         assert_eq!(poller.workers.len(), 3);
     }

@@ -10,7 +10,8 @@ use iar::k8s::crd::{Backup, BackupSpec, LabelSelector};
 use iar::k8s::live::LiveCluster;
 use iar::k8s::plugins::PluginRegistry;
 use iar::k8s::run::{Options, Plugins, run};
-use iar::store::{BackupStore, tarball};
+use iar::operations::{Operation, OperationPhase};
+use iar::store::{BackupFile, BackupStore, tarball};
 use iar::{BackupRef, Phase, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
 use iar_apiserver::{ApiServer, User, create_namespace};
 use iar_tests::artifacts;
@@ -458,13 +459,146 @@ async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
         .delete("nightly", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_gone(&admin, system, "nightly").await;
     assert!(
         store_dir
             .path()
             .join("backups/nightly/nightly.tar.gz")
             .exists()
     );
+    controller.abort();
+}
+
+/// Waits until the resource is gone (its finalizer removed).
+async fn wait_gone(client: &Client, ns: &str, name: &str) {
+    let api = Api::<Backup>::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("backup {ns}/{name} gone"),
+        Duration::from_secs(60),
+        || {
+            let api = api.clone();
+            async move {
+                match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(b) => Err(format!(
+                        "still there: finalizers {:?}, deleting since {:?}",
+                        b.metadata.finalizers, b.metadata.deletion_timestamp
+                    )),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// A Backup resource deleted while its backup waits for an operation: the
+/// finalizer holds the resource until the operation is cancelled through
+/// its plugin (the contract's `cancel`) and marked Canceled, and the backup
+/// ends Failed with the reason; what it wrote stays in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let (system, shop) = ("ctl-del", "ctl-del-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    create_config_map(&admin, shop, "web-config", "web").await;
+    create_bound_pvc(&admin, shop, "data-web", "web").await;
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let rt = runtime();
+    let plugins = vec![load(
+        &rt,
+        artifacts::PVC_SNAPSHOT,
+        &[],
+        ReadGrants::default(),
+    )];
+    let (_, controller) = start_controller(
+        admin.clone(),
+        system,
+        store.clone(),
+        plugins,
+        PluginRegistry::new(),
+    )
+    .await;
+
+    create_backup(&admin, system, "doomed", spec(shop)).await;
+    let waiting = wait_phase(
+        &admin,
+        system,
+        "doomed",
+        BackupPhase::WaitingForPluginOperations,
+    )
+    .await;
+    assert_eq!(
+        waiting.metadata.finalizers.as_deref(),
+        Some(&["iar.dev/backup".to_string()][..]),
+        "the controller holds the resource until it has ended its backup"
+    );
+    // The snapshot never becomes ready: only the deletion ends the wait.
+    Api::<Backup>::namespaced(admin.clone(), system)
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&admin, system, "doomed").await;
+
+    let stored: BackupObject = store
+        .get_json("doomed", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .expect("the backup stays in the store");
+    assert_eq!(stored.status.phase, BackupPhase::Failed, "{stored:?}");
+    let reason = &stored.status.failure_reason;
+    assert!(
+        reason.contains("Backup resource ctl-del/doomed was deleted")
+            && reason.contains("WaitingForPluginOperations"),
+        "{reason}"
+    );
+    assert_eq!(stored.status.backup_item_operations_attempted, 1);
+    assert_eq!(stored.status.backup_item_operations_failed, 1);
+    let ops: Vec<Operation> = store
+        .get_json("doomed", BackupFile::ItemOperations)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].status.phase, OperationPhase::Canceled, "{ops:?}");
+    assert!(
+        ops[0].status.error.ends_with("cancel requested"),
+        "the plugin answered the cancel: {}",
+        ops[0].status.error
+    );
+    // The plugin's cancel ran (its log line) and the data is kept.
+    let logs = store.get_logs("doomed").await.unwrap().unwrap();
+    assert!(
+        logs.iter().any(|l| l.contains("backup gave up on")),
+        "{logs:#?}"
+    );
+    let entries = tar_entries(store_dir.path(), "doomed");
+    assert!(entries.contains_key(&entry_path("", "configmaps", shop, "web-config")));
+    assert!(entries.contains_key(&entry_path("", "persistentvolumeclaims", shop, "data-web")));
+
+    // A finished backup's resource goes at once, and its backup is left
+    // as it was.
+    let configmaps_only = BackupSpec {
+        included_resources: Some(vec!["configmaps".into()]),
+        ..spec(shop)
+    };
+    create_backup(&admin, system, "quick", configmaps_only).await;
+    wait_phase(&admin, system, "quick", BackupPhase::Completed).await;
+    Api::<Backup>::namespaced(admin.clone(), system)
+        .delete("quick", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&admin, system, "quick").await;
+    let quick: BackupObject = store
+        .get_json("quick", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(quick.status.phase, BackupPhase::Completed);
     controller.abort();
 }
 
@@ -708,6 +842,12 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     create_backup(&admin, "iar-system", "rbac", spec(shop)).await;
     let done = wait_phase(&admin, "iar-system", "rbac", BackupPhase::Completed).await;
     assert_eq!(done.status.unwrap().progress.items_backed_up, 1);
+    // The finalizer it added, it can remove: a deleted Backup goes.
+    Api::<Backup>::namespaced(admin.clone(), "iar-system")
+        .delete("rbac", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&admin, "iar-system", "rbac").await;
     controller.abort();
 
     // No more: nothing it backs up can be written or deleted, nor its

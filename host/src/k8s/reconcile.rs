@@ -3,6 +3,10 @@
 //! polling is a requeue, not a sleeping loop. What to do is decided by
 //! [`decide`] from the persisted backup and the resource's status alone,
 //! so any replica can take over at any point.
+//!
+//! Each Backup carries the finalizer [`FINALIZER`]: deleting the resource
+//! of an unfinished backup cancels its operations and ends it Failed
+//! ([`Controller::cancel`]) before the resource goes; its data stays.
 
 use super::crd::Backup;
 use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
@@ -12,6 +16,7 @@ use crate::store::{BackupFile, StoreError};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, Event, finalizer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +24,11 @@ use std::time::{Duration, Instant};
 /// Recorded on the persisted backup: the uid of the resource it was made
 /// for, so a later resource of the same name is not mistaken for it.
 pub const RESOURCE_UID_ANNOTATION: &str = "iar.dev/resource-uid";
+
+/// The finalizer iar puts on every Backup it reconciles, so that it hears
+/// of a deletion even while it is down: an unfinished backup is cancelled
+/// before the resource goes.
+pub const FINALIZER: &str = "iar.dev/backup";
 
 /// What one reconcile does, decided from state alone.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +80,41 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
+    #[error("backup {name}: {what} the finalizer {FINALIZER}: {source}")]
+    Finalizer {
+        name: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    /// What the finalizer helper says cannot happen (an object without a
+    /// name, a finalizer path it cannot build).
+    #[error("backup {name}: {reason}")]
+    FinalizerHelper { name: String, reason: String },
+}
+
+impl ReconcileError {
+    /// The finalizer helper's error, with the reconcile's own errors as
+    /// they were (not wrapped in "failed to apply object").
+    fn from_finalizer(name: &str, e: finalizer::Error<ReconcileError>) -> Self {
+        use finalizer::Error as E;
+        let (what, source) = match e {
+            E::ApplyFailed(e) | E::CleanupFailed(e) => return e,
+            E::AddFinalizer(source) => ("adding", source),
+            E::RemoveFinalizer(source) => ("removing", source),
+            e @ (E::UnnamedObject | E::InvalidFinalizer) => {
+                return ReconcileError::FinalizerHelper {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                };
+            }
+        };
+        ReconcileError::Finalizer {
+            name: name.to_string(),
+            what,
+            source,
+        }
+    }
 }
 
 /// What every reconcile shares.
@@ -121,17 +166,64 @@ pub async fn patch_status(
         .map(|_| ())
 }
 
+/// One reconcile: a Backup without the finalizer gets it first (and is
+/// reconciled again by that change); a deleted one is cleaned up.
 pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let name = backup.name_any();
+    finalizer(&ctx.api, FINALIZER, backup, |event| async {
+        match event {
+            Event::Apply(backup) => apply(backup, &ctx).await,
+            Event::Cleanup(backup) => cleanup(backup, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| ReconcileError::from_finalizer(&name, e))
+}
+
+/// A deleted Backup: if its backup is unfinished (and was made for this
+/// resource, not for an earlier one of the same name), its operations are
+/// cancelled and it ends Failed, under its lease; the finalizer is removed
+/// only when that is persisted. Its data stays in the store either way.
+async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = backup.name_any();
     let c = &ctx.controller;
-    let stored: Option<BackupObject> = c
-        .store
-        .get_json(&name, BackupFile::Metadata)
+    let stored = read_stored(c, &name).await?;
+    let ours = |o: &BackupObject| {
+        o.metadata
+            .annotations
+            .get(RESOURCE_UID_ANNOTATION)
+            .is_none_or(|uid| backup.uid().as_ref() == Some(uid))
+    };
+    if let Some(o) = stored.filter(|o| !o.status.phase.is_terminal() && ours(o)) {
+        let reason = format!(
+            "the Backup resource {}/{name} was deleted while the backup was {}: its operations were cancelled; what it wrote is kept",
+            backup.namespace().unwrap_or_default(),
+            o.status.phase
+        );
+        let canceled = c.with_lease(&name, c.cancel(&name, &reason)).await;
+        c.release(&name).await;
+        // An error keeps the finalizer: the cleanup is tried again (a
+        // lease another process holds included).
+        canceled?;
+    }
+    ctx.polled(&name, true);
+    Ok(Action::await_change())
+}
+
+async fn read_stored(c: &Controller, name: &str) -> Result<Option<BackupObject>, ReconcileError> {
+    c.store
+        .get_json(name, BackupFile::Metadata)
         .await
         .map_err(|source| ReconcileError::Store {
-            name: name.clone(),
+            name: name.to_string(),
             source,
-        })?;
+        })
+}
+
+async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = backup.name_any();
+    let c = &ctx.controller;
+    let stored = read_stored(c, &name).await?;
     match decide(backup.status.as_ref(), stored.as_ref()) {
         Decision::Start => {
             let request = BackupRequest {
