@@ -1506,8 +1506,13 @@ impl Poller {
         if self.workers.len() < threads {
             self.workers.resize_with(threads, PollWorker::default);
         }
-        let (plugins, cluster, backup, timeout) =
-            (&self.plugins, &self.cluster, &self.backup, self.timeout);
+        let shared = Shared {
+            plugins: &self.plugins,
+            cluster: &self.cluster,
+            backup: &self.backup,
+            timeout: self.timeout,
+        };
+        let shared = &shared;
         let poll_share = |worker: &mut PollWorker, ops: &[Operation]| -> Vec<PollUpdate> {
             ops.iter()
                 .map(|op| {
@@ -1515,10 +1520,7 @@ impl Poller {
                         op.spec.backup_item_action.clone(),
                         op.spec.operation_id.clone(),
                     );
-                    (
-                        key,
-                        worker.poll(plugins, cluster, backup, timeout, op, now, round),
-                    )
+                    (key, worker.poll(shared, op, now, round))
                 })
                 .collect()
         };
@@ -1546,17 +1548,22 @@ impl Poller {
     }
 }
 
+/// What every polling thread of a round reads.
+struct Shared<'a> {
+    plugins: &'a [Plugin],
+    cluster: &'a Arc<dyn ClusterReader>,
+    backup: &'a BackupRef,
+    timeout: Duration,
+}
+
 impl PollWorker {
-    fn poll(
-        &mut self,
-        plugins: &[Plugin],
-        cluster: &Arc<dyn ClusterReader>,
-        backup: &BackupRef,
-        timeout: Duration,
-        op: &Operation,
-        now: SystemTime,
-        round: &Round,
-    ) -> Update {
+    fn poll(&mut self, shared: &Shared, op: &Operation, now: SystemTime, round: &Round) -> Update {
+        let Shared {
+            plugins,
+            cluster,
+            backup,
+            timeout,
+        } = *shared;
         let plugin_name = &op.spec.backup_item_action;
         let Some(plugin) = plugins.iter().find(|p| p.name() == plugin_name) else {
             return Update::Failed(format!("plugin {plugin_name:?} is not loaded"));

@@ -244,14 +244,14 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
                     c.step(&name).await
                 })
                 .await;
-            after_step(&ctx, &name, stepped).await
+            after_step(ctx, &name, stepped).await
         }
         Decision::Step => {
             if let Some(wait) = ctx.not_before(&name) {
                 return Ok(Action::requeue(wait));
             }
             let stepped = c.with_lease(&name, c.step(&name)).await;
-            after_step(&ctx, &name, stepped).await
+            after_step(ctx, &name, stepped).await
         }
         Decision::Mirror(status) => {
             patch_status(&ctx.api, &name, &status)
