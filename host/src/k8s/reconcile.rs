@@ -188,13 +188,9 @@ async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, Reconcile
     let name = backup.name_any();
     let c = &ctx.controller;
     let stored = read_stored(c, &name).await?;
-    let ours = |o: &BackupObject| {
-        o.metadata
-            .annotations
-            .get(RESOURCE_UID_ANNOTATION)
-            .is_none_or(|uid| backup.uid().as_ref() == Some(uid))
-    };
-    if let Some(o) = stored.filter(|o| !o.status.phase.is_terminal() && ours(o)) {
+    let uid = backup.uid();
+    if let Some(o) = stored.filter(|o| !o.status.phase.is_terminal() && made_for(o, uid.as_deref()))
+    {
         let reason = format!(
             "the Backup resource {}/{name} was deleted while the backup was {}: its operations were cancelled; what it wrote is kept",
             backup.namespace().unwrap_or_default(),
@@ -208,6 +204,17 @@ async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, Reconcile
     }
     ctx.polled(&name, true);
     Ok(Action::await_change())
+}
+
+/// Whether a stored backup was made for the resource with this uid: it
+/// records the uid it was made for; one that records none (made before the
+/// annotation existed) is taken to be this resource's.
+pub fn made_for(stored: &BackupObject, resource_uid: Option<&str>) -> bool {
+    stored
+        .metadata
+        .annotations
+        .get(RESOURCE_UID_ANNOTATION)
+        .is_none_or(|uid| resource_uid == Some(uid.as_str()))
 }
 
 async fn read_stored(c: &Controller, name: &str) -> Result<Option<BackupObject>, ReconcileError> {
@@ -341,6 +348,18 @@ mod tests {
         for (phase, expected) in table {
             assert_eq!(plan(phase), expected, "{phase}");
         }
+    }
+
+    #[test]
+    fn a_deleted_resource_cancels_only_the_backup_made_for_it() {
+        let mut o = stored(BackupPhase::WaitingForPluginOperations);
+        assert!(made_for(&o, Some("uid-1")), "no record: taken as its own");
+        o.metadata
+            .annotations
+            .insert(RESOURCE_UID_ANNOTATION.into(), "uid-1".into());
+        assert!(made_for(&o, Some("uid-1")));
+        assert!(!made_for(&o, Some("uid-2")), "an earlier resource's backup");
+        assert!(!made_for(&o, None));
     }
 
     #[test]
