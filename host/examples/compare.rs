@@ -4,12 +4,13 @@
 //! uses, on a reused instance and on a fresh instance per call, against the
 //! same mutation done natively in process with the same JSON text round
 //! trip; and start-up: loading the plugin from the compile cache plus its
-//! first call. Rows are measured in interleaved rounds (native, reused,
+//! first call; and what a fresh instance costs before its call
+//! (instantiating and dropping it, calling nothing). Rows are measured in interleaved rounds (native, reused,
 //! fresh, native, …) so that machine load hits all of them alike; the ratios
 //! are medians of per-round ratios.
 //!
 //! `cargo run --release -p iar --example compare -- [--velero anchor.json]
-//! [--rounds N] [--calls N] [--profile native|work|reused|fresh|on-demand]`; with `--velero`, the Velero anchor's figures
+//! [--rounds N] [--calls N] [--profile native|work|reused|fresh|on-demand|instantiate]`; with `--velero`, the Velero anchor's figures
 //! (`bench/velero`, JSON) are printed in the same table.
 
 use iar::resources::Catalog;
@@ -67,7 +68,8 @@ struct Args {
     rounds: usize,
     calls: usize,
     starts: usize,
-    /// Run only this row (`native`, `work`, `reused`, `fresh`, `on-demand`) for `--calls` calls
+    /// Run only this row (`native`, `work`, `reused`, `fresh`, `on-demand`,
+    /// `instantiate`) for `--calls` calls
     /// and exit: what `perf record` is pointed at.
     profile: Option<String>,
 }
@@ -173,7 +175,12 @@ fn main() {
                 let mut fresh = on_demand.instance(Arc::new(NoCluster));
                 black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
             }),
-            other => panic!("--profile native|work|reused|fresh|on-demand, not {other}"),
+            "instantiate" => time(calls, || {
+                assert!(plugin.instance(Arc::new(NoCluster)).instantiate_and_drop());
+            }),
+            other => {
+                panic!("--profile native|work|reused|fresh|on-demand|instantiate, not {other}")
+            }
         };
         println!("{which}: median {}", show(median(times)));
         return;
@@ -187,6 +194,8 @@ fn main() {
     let (mut n_all, mut r_all, mut f_all) = (Vec::new(), Vec::new(), Vec::new());
     let (mut n_total, mut r_total, mut f_total) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut reused_ratio, mut fresh_ratio) = (Vec::new(), Vec::new());
+    // Instantiate and drop only, and its share of what a fresh call adds.
+    let (mut i_all, mut i_total, mut i_share) = (Vec::new(), Duration::ZERO, Vec::new());
     for _ in 0..args.rounds {
         let (n, nt) = time(args.calls, || {
             black_box(native_label(black_box(item.value())));
@@ -205,6 +214,9 @@ fn main() {
         let (w, wt) = time(args.calls, || {
             black_box(native_label_text(black_box(&text)));
         });
+        let (i, it) = time(args.calls, || {
+            assert!(plugin.instance(Arc::new(NoCluster)).instantiate_and_drop());
+        });
         work_ratio.push(median(r.clone()) / median(w.clone()));
         w_all.extend(w);
         w_total += wt;
@@ -213,6 +225,9 @@ fn main() {
         let (nm, rm, fm) = (median(n.clone()), median(r.clone()), median(f.clone()));
         reused_ratio.push(rm / nm);
         fresh_ratio.push(fm / rm);
+        i_share.push(median(i.clone()) / (fm - rm));
+        i_all.extend(i);
+        i_total += it;
         n_all.extend(n);
         r_all.extend(r);
         f_all.extend(f);
@@ -225,6 +240,7 @@ fn main() {
     let reused_row = row(r_all, r_total);
     let fresh_row = row(f_all, f_total);
     let on_demand_row = row(p_all, p_total);
+    let instantiate_row = row(i_all, i_total);
 
     // Start-up: load from the compile cache (validate, read, link, ask
     // applies-to) plus the first execute on a new instance.
@@ -306,6 +322,7 @@ fn main() {
     line("iar, reused instance", reused_row);
     line("iar, fresh instance", fresh_row);
     line("iar, fresh instance, on demand", on_demand_row);
+    line("  instantiate + drop, no call", instantiate_row);
     if let Some(v) = vrow("execute") {
         line("Velero plugin (go-plugin gRPC)", v);
     }
@@ -347,6 +364,10 @@ fn main() {
     println!(
         "  fresh ÷ reused      {:.2}x  (target ≤ 1.5x)",
         median(fresh_ratio)
+    );
+    println!(
+        "  instantiate + drop ÷ (fresh − reused)  {:.2}  (the share of a fresh call's extra cost spent before the guest runs)",
+        median(i_share)
     );
     if let Some(v) = vrow("execute") {
         println!(

@@ -382,6 +382,17 @@ impl PluginInstance {
             .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))
     }
 
+    /// Creates a wasm instance as a fresh call would, and drops it, calling
+    /// nothing: `examples/compare` times it to split what a fresh call adds
+    /// into instantiating and tearing down (this) and the guest's first
+    /// call on a new instance (the rest). False if instantiation failed.
+    #[doc(hidden)]
+    pub fn instantiate_and_drop(&mut self) -> bool {
+        let ok = self.instantiate(None).is_ok();
+        self.live = None;
+        ok
+    }
+
     /// Runs the action on one item. `seen_operation` answers whether this
     /// plugin already returned an operation id in this backup; it is asked
     /// only once the rest of the output passed the boundary, so it may claim
