@@ -9,6 +9,7 @@
 
 use crate::backup::block_work::{BlockWork, LedgerEntry};
 use crate::backup::blocks::Relation;
+use crate::backup::expiry;
 use crate::backup::hooks::{
     BackupHooks, HookRunner, LocalProcessRunner, SkippingRunner, Verdict, verdict,
 };
@@ -29,6 +30,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+
+pub mod gc;
 
 /// Controller settings.
 #[derive(Clone, Debug)]
@@ -52,6 +55,12 @@ pub struct Settings {
     /// `--exec-hooks-locally`: run backup hooks as local processes;
     /// otherwise they are recorded as skipped, with a warning.
     pub exec_hooks_locally: bool,
+    /// The ttl of a backup whose spec sets none (or zero): Velero's
+    /// `--default-backup-ttl`, 720h.
+    pub default_backup_ttl: Duration,
+    /// How often the cluster controller's leader sweeps the store for
+    /// expired backups (Velero's GC controller: 1h).
+    pub gc_period: Duration,
 }
 
 impl Default for Settings {
@@ -64,6 +73,8 @@ impl Default for Settings {
             volume_data: None,
             volume_concurrency: 4,
             exec_hooks_locally: false,
+            default_backup_ttl: crate::backup::expiry::DEFAULT_TTL,
+            gc_period: Duration::from_secs(3600),
         }
     }
 }
@@ -90,6 +101,10 @@ pub enum ControllerError {
     },
     #[error("backup {name:?}: cannot resume: {reason}")]
     Sources { name: String, reason: String },
+    #[error(
+        "backup {0:?} is being deleted (phase Deleting); the next garbage collection (`iar gc`, or the controller's sweep) finishes it"
+    )]
+    Deleting(String),
 }
 
 /// The manifest files or directories a backup was started with, as recorded
@@ -454,7 +469,7 @@ impl Controller {
     /// A lost lease is not a failure of the backup (another process drives
     /// it) and writes nothing.
     async fn fail(&self, run: &mut Run, error: ControllerError) -> ControllerError {
-        if matches!(error, ControllerError::Lease(_)) || run.object.status.phase.is_terminal() {
+        if matches!(error, ControllerError::Lease(_)) || !run.object.status.phase.is_running() {
             return error;
         }
         run.object.status.failure_reason = error.to_string();
@@ -481,6 +496,7 @@ impl Controller {
         };
         let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
         spec::operation_timeout(&req.spec).map_err(invalid)?;
+        expiry::effective_ttl(&req.spec, self.settings.default_backup_ttl).map_err(invalid)?;
         let lease = self
             .store
             .acquire_lease(&req.name, self.settings.lease_duration)
@@ -545,6 +561,14 @@ impl Controller {
             serde_json::to_string(&sources).expect("strings serialize"),
         );
         object.metadata.annotations.extend(req.annotations.clone());
+        // The expiration is fixed when the backup is first written, as
+        // Velero fixes it when it accepts a backup.
+        expiry::effective_ttl(&req.spec, self.settings.default_backup_ttl)
+            .and_then(|ttl| expiry::stamp(&mut object, ttl, SystemTime::now()))
+            .map_err(|reason| ControllerError::Invalid {
+                name: req.name.clone(),
+                reason,
+            })?;
         // Velero refuses a second backup of the same name; so does iar,
         // rather than overwrite one (or a half-done one that could resume).
         // A conditional create, so that of two processes that both found
@@ -742,6 +766,9 @@ impl Controller {
         if object.status.phase.is_terminal() {
             return Ok(object);
         }
+        if object.status.phase == BackupPhase::Deleting {
+            return Err(ControllerError::Deleting(name.into()));
+        }
         let lease = self
             .store
             .acquire_lease(name, self.settings.lease_duration)
@@ -812,6 +839,9 @@ impl Controller {
         if object.status.phase.is_terminal() {
             return Ok(Step::Done(Box::new(object)));
         }
+        if object.status.phase == BackupPhase::Deleting {
+            return Err(ControllerError::Deleting(name.into()));
+        }
         let mut run = self.load_run(name, object).await?;
         match self.advance(&mut run).await {
             Ok(step) => Ok(step),
@@ -824,14 +854,15 @@ impl Controller {
     /// every pending operation is cancelled through its plugin (the
     /// contract's `cancel`) and ends Canceled, and the backup ends Failed
     /// with `reason`. What it wrote stays in the store. A finished backup
-    /// is returned as it is. The caller holds the backup's lease.
+    /// (or one being deleted) is returned as it is. The caller holds the
+    /// backup's lease.
     pub async fn cancel(&self, name: &str, reason: &str) -> Result<BackupObject, ControllerError> {
         let object: BackupObject = self
             .store
             .get_json(name, BackupFile::Metadata)
             .await?
             .ok_or_else(|| ControllerError::NotFound(name.into()))?;
-        if object.status.phase.is_terminal() {
+        if !object.status.phase.is_running() {
             return Ok(object);
         }
         let mut run = self.load_run(name, object).await?;
@@ -1423,9 +1454,10 @@ pub fn plan(phase: BackupPhase) -> Plan {
         BackupPhase::WaitingForPluginOperations
         | BackupPhase::WaitingForPluginOperationsPartiallyFailed => Plan::Poll,
         BackupPhase::Finalizing | BackupPhase::FinalizingPartiallyFailed => Plan::Finalize,
-        BackupPhase::Completed | BackupPhase::PartiallyFailed | BackupPhase::Failed => {
-            Plan::Nothing
-        }
+        BackupPhase::Completed
+        | BackupPhase::PartiallyFailed
+        | BackupPhase::Failed
+        | BackupPhase::Deleting => Plan::Nothing,
     }
 }
 

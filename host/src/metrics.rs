@@ -209,6 +209,17 @@ impl Metrics {
     pub fn backup_phase(&self, backup: &str, phase: &str) {
         let mut phases = self.backup_phases.lock().unwrap_or_else(|p| p.into_inner());
         phases.insert(backup.to_string(), phase.to_string());
+        self.count_backups(&phases);
+    }
+
+    /// A backup garbage collection deleted is no longer counted.
+    pub fn backup_deleted(&self, backup: &str) {
+        let mut phases = self.backup_phases.lock().unwrap_or_else(|p| p.into_inner());
+        phases.remove(backup);
+        self.count_backups(&phases);
+    }
+
+    fn count_backups(&self, phases: &std::collections::HashMap<String, String>) {
         let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
         for phase in phases.values() {
             *counts.entry(phase.clone()).or_default() += 1;

@@ -838,3 +838,124 @@ fn a_backup_killed_while_blocks_wait_for_volumes_never_runs_a_post_hook_twice() 
         "{shown}"
     );
 }
+
+/// `iar backup --ttl` records the ttl (as Go writes it) and the expiration;
+/// `iar get` and `iar describe` show the expiration. `iar gc --dry-run`
+/// lists the expired backup and deletes nothing; `iar gc` deletes every
+/// file of it, keeps the backup with the default ttl, and reports a backup
+/// it cannot read with its name (exit 1) while still deleting the others.
+#[test]
+fn gc_deletes_the_expired_backups_iar_backup_made() {
+    let items = tempfile::tempdir().unwrap();
+    std::fs::write(
+        items.path().join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: shop\ndata:\n  a: b\n",
+    )
+    .unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    let wasm = Path::new(artifacts::LABELS);
+    std::fs::copy(wasm, plugins.path().join(wasm.file_name().unwrap())).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let backup = |name: &str, ttl: Option<&str>| {
+        let mut args = vec![
+            "backup",
+            name,
+            "--items",
+            items.path().to_str().unwrap(),
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+            "--store",
+            store_dir,
+        ];
+        args.extend(ttl.map(|t| ["--ttl", t]).into_iter().flatten());
+        let out = iar(&args);
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    backup("short", Some("1ms"));
+    backup("broken", Some("1ms"));
+    backup("long", None);
+    let object = |name: &str| {
+        read_json(
+            &store
+                .path()
+                .join(format!("backups/{name}/velero-backup.json")),
+        )
+        .unwrap_or_else(|| panic!("{name} is not stored"))
+    };
+    let (short, long) = (object("short"), object("long"));
+    assert_eq!(short["spec"]["ttl"], "1ms");
+    assert_eq!(long["spec"]["ttl"], "720h0m0s");
+    let long_expires = long["status"]["expiration"].as_str().unwrap().to_string();
+    let short_expires = short["status"]["expiration"].as_str().unwrap().to_string();
+
+    let listed = iar(&["get", "--store", store_dir]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.lines().next().unwrap().ends_with("EXPIRES"),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("long ") && l.ends_with(&long_expires)),
+        "{listed}"
+    );
+    let described = iar(&["describe", "long", "--store", store_dir]);
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described
+            .lines()
+            .any(|l| l == format!("Expires:      {long_expires}")),
+        "{described}"
+    );
+
+    // An object that cannot be read: that backup fails, the others go on.
+    let broken_file = store.path().join("backups/broken/velero-backup.json");
+    let broken = std::fs::read(&broken_file).unwrap();
+    std::fs::write(&broken_file, "{").unwrap();
+
+    let dry = iar(&["gc", "--store", store_dir, "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1), "{}", text(&dry));
+    let shown = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l == format!("would delete short (Completed, expired {short_expires})")),
+        "{shown}"
+    );
+    assert!(store.path().join("backups/short/short.tar.gz").is_file());
+
+    let swept = iar(&["gc", "--store", store_dir]);
+    assert_eq!(swept.status.code(), Some(1), "{}", text(&swept));
+    let lines: Vec<String> = String::from_utf8_lossy(&swept.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("failed broken: deleting expired backup \"broken\": ")
+            && lines[0].contains("velero-backup.json is corrupt"),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("deleted short (Completed, expired {short_expires})")
+    );
+    assert_eq!(lines[2], "1 deleted, 1 failed, 1 kept");
+    assert!(!store.path().join("backups/short").exists());
+    assert!(store.path().join("backups/long/long.tar.gz").is_file());
+
+    // Readable again, it goes at the next sweep; nothing else does.
+    std::fs::write(&broken_file, broken).unwrap();
+    let swept = iar(&["gc", "--store", store_dir]);
+    assert!(swept.status.success(), "{}", text(&swept));
+    let shown = String::from_utf8_lossy(&swept.stdout);
+    assert!(shown.starts_with("deleted broken (Completed, "), "{shown}");
+    assert!(shown.ends_with("1 deleted, 0 failed, 1 kept\n"), "{shown}");
+    let left: Vec<_> = std::fs::read_dir(store.path().join("backups"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["long"]);
+}

@@ -1,7 +1,8 @@
 //! `iar controller` against a real kube-apiserver and etcd (`iar-apiserver`):
 //! Backup resources to Completed with their status and data, live items
 //! through the spec's filters, `cluster-get` within a plugin's grants,
-//! metrics and probes, two replicas with one leader, and deploy/'s RBAC.
+//! metrics and probes, two replicas with one leader, garbage collection of
+//! expired backups, and deploy/'s RBAC.
 
 use iar::backup::object::{BackupObject, BackupPhase};
 use iar::controller::Settings;
@@ -238,9 +239,13 @@ fn settings() -> Settings {
         sync_period: Duration::from_millis(200),
         lease_duration: Duration::from_secs(3),
         workers: 2,
+        gc_period: GC_PERIOD,
         ..Settings::default()
     }
 }
+
+/// The tests' garbage-collection sweep period.
+const GC_PERIOD: Duration = Duration::from_millis(300);
 
 /// Starts the controller in this process; returns where it serves.
 async fn start_controller(
@@ -602,6 +607,145 @@ async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data
     controller.abort();
 }
 
+/// Expiry in the cluster. A Backup with the default ttl gets it written
+/// into its stored spec (Velero's "720h0m0s") and an expiration on its
+/// status, and stays. A Backup whose ttl (1s) passes while it waits for
+/// its operation is not deleted while it waits, however many sweeps run;
+/// once the operation completes and the backup ends, its data leaves the
+/// store and its resource is deleted. A resource left with an expired
+/// status and no stored backup is deleted by its next reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_backup_goes_with_its_resource_once_it_has_ended() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let (system, shop) = ("ctl-gc", "ctl-gc-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    create_config_map(&admin, shop, "web-config", "web").await;
+    create_bound_pvc(&admin, shop, "data-web", "web").await;
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let rt = runtime();
+    let plugins = vec![load(
+        &rt,
+        artifacts::PVC_SNAPSHOT,
+        &[],
+        ReadGrants::default(),
+    )];
+    let (_, controller) = start_controller(
+        admin.clone(),
+        system,
+        store.clone(),
+        plugins,
+        PluginRegistry::new(),
+    )
+    .await;
+    let stored = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .get_json::<BackupObject>(name, BackupFile::Metadata)
+                .await
+                .unwrap()
+        }
+    };
+
+    let configmaps_only = BackupSpec {
+        included_resources: Some(vec!["configmaps".into()]),
+        ..spec(shop)
+    };
+    create_backup(&admin, system, "kept", configmaps_only).await;
+    let kept = wait_phase(&admin, system, "kept", BackupPhase::Completed).await;
+    let kept_object = stored("kept").await.expect("kept is stored");
+    assert_eq!(kept_object.spec["ttl"], "720h0m0s");
+    let expiration = kept_object
+        .status
+        .expiration
+        .clone()
+        .expect("an expiration");
+    assert_eq!(kept.status.unwrap().expiration.as_ref(), Some(&expiration));
+    let start = humantime::parse_rfc3339(kept_object.status.start_timestamp.as_ref().unwrap());
+    let expires = humantime::parse_rfc3339(&expiration).unwrap();
+    assert!(
+        expires > start.unwrap() + Duration::from_secs(719 * 3600),
+        "creation + 720h: {expiration}"
+    );
+
+    let short = BackupSpec {
+        ttl: Some("1s".into()),
+        ..spec(shop)
+    };
+    create_backup(&admin, system, "expiring", short).await;
+    let waiting = wait_phase(
+        &admin,
+        system,
+        "expiring",
+        BackupPhase::WaitingForPluginOperations,
+    )
+    .await;
+    let expiration = waiting.status.unwrap().expiration.expect("an expiration");
+    let expires = humantime::parse_rfc3339(&expiration).unwrap();
+    // Let the expiration pass and sweeps run: an unfinished backup stays.
+    let past = expires + 4 * GC_PERIOD;
+    while std::time::SystemTime::now() < past {
+        tokio::time::sleep(GC_PERIOD).await;
+    }
+    let still = stored("expiring")
+        .await
+        .expect("an unfinished backup is kept");
+    assert_eq!(still.status.phase, BackupPhase::WaitingForPluginOperations);
+    assert!(
+        Api::<Backup>::namespaced(admin.clone(), system)
+            .get_opt("expiring")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // The operation completes, the backup ends, and then it goes.
+    ready_snapshot(&admin, shop, "data-web-expiring").await;
+    wait_gone(&admin, system, "expiring").await;
+    assert!(stored("expiring").await.is_none());
+    assert!(!store_dir.path().join("backups/expiring").exists());
+    assert_eq!(store.list_backups().await.unwrap(), ["kept"]);
+    // The other is untouched, resource and data.
+    let kept = wait_phase(&admin, system, "kept", BackupPhase::Completed).await;
+    assert_eq!(
+        kept.status.unwrap().expiration,
+        Some(expiration_of(&kept_object))
+    );
+    assert!(store_dir.path().join("backups/kept/kept.tar.gz").is_file());
+
+    // The retry path: a resource left behind by a backup whose expired
+    // data went (its deletion failed, or no iar watched it then) is
+    // deleted by its next reconcile, and nothing is started for it.
+    controller.abort();
+    let _ = controller.await;
+    create_backup(&admin, system, "leftover", spec(shop)).await;
+    let status = json!({"status": {"phase": "Completed", "expiration": "2020-01-01T00:00:00Z"}});
+    Api::<Backup>::namespaced(admin.clone(), system)
+        .patch_status("leftover", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let (_, controller) = start_controller(
+        admin.clone(),
+        system,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    wait_gone(&admin, system, "leftover").await;
+    assert!(stored("leftover").await.is_none(), "nothing was started");
+    controller.abort();
+}
+
+fn expiration_of(object: &BackupObject) -> String {
+    object.status.expiration.clone().unwrap()
+}
+
 /// `cluster-get` from a plugin call on a blocking thread reaches the live
 /// server through the bridge, and only for resources the plugin is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -808,7 +952,8 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
 }
 
 /// deploy/'s RBAC: the controller running as its service account completes
-/// a backup, and may not write what is not its own.
+/// a backup, deletes an expired one's resource, and may not write what is
+/// not its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_deploy_rbac_is_enough_and_no_more() {
     let Some(server) = server().await else { return };
@@ -848,10 +993,18 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
         .await
         .unwrap();
     wait_gone(&admin, "iar-system", "rbac").await;
+    // An expired backup's resource it deletes itself, after its data.
+    let expiring = BackupSpec {
+        ttl: Some("1s".into()),
+        ..spec(shop)
+    };
+    create_backup(&admin, "iar-system", "rbac-expiring", expiring).await;
+    wait_gone(&admin, "iar-system", "rbac-expiring").await;
+    assert!(!store_dir.path().join("backups/rbac-expiring").exists());
     controller.abort();
 
-    // No more: nothing it backs up can be written or deleted, nor its
-    // own Backups deleted.
+    // No more: nothing it backs up can be written or deleted, nor a
+    // Backup created.
     let forbidden = |r: Result<(), kube::Error>, what: &str| match r {
         Err(kube::Error::Api(e)) if e.code == 403 => {}
         other => panic!("{what}: expected 403, got {other:?}"),
@@ -877,10 +1030,13 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     );
     forbidden(
         Api::<Backup>::namespaced(sa.clone(), "iar-system")
-            .delete("rbac", &DeleteParams::default())
+            .create(
+                &PostParams::default(),
+                &Backup::new("forged", BackupSpec::default()),
+            )
             .await
             .map(|_| ()),
-        "delete a Backup",
+        "create a Backup",
     );
     forbidden(
         Api::<Namespace>::all(sa.clone())

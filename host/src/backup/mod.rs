@@ -3,6 +3,7 @@
 
 pub mod block_work;
 pub mod blocks;
+pub mod expiry;
 pub mod hooks;
 pub mod object;
 pub mod pass;

@@ -21,6 +21,10 @@ pub enum BackupPhase {
     Completed,
     PartiallyFailed,
     Failed,
+    /// Expired and being removed from the store (Velero's phase of that
+    /// name): written before any of its files goes, so that a sweep that
+    /// finds it finishes the deletion. Nothing drives such a backup.
+    Deleting,
 }
 
 impl BackupPhase {
@@ -29,6 +33,12 @@ impl BackupPhase {
             self,
             BackupPhase::Completed | BackupPhase::PartiallyFailed | BackupPhase::Failed
         )
+    }
+
+    /// New through finalizing: a process drives it, or did until it died
+    /// (a step takes it on). Neither terminal nor `Deleting`.
+    pub fn is_running(self) -> bool {
+        !(self.is_terminal() || self == BackupPhase::Deleting)
     }
 
     /// The waiting phase for a backup that has (or has not) had errors.
@@ -79,6 +89,12 @@ pub struct BackupStatus {
     pub start_timestamp: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_timestamp: Option<String>,
+    /// RFC 3339: creation + `spec.ttl` (Velero's field); garbage
+    /// collection deletes the backup once it has passed and the backup
+    /// has ended. Absent on backups stored before iar had expiry: those
+    /// never expire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expiration: Option<String>,
     pub errors: u64,
     pub warnings: u64,
     #[serde(skip_serializing_if = "String::is_empty")]

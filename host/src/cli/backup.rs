@@ -1,4 +1,4 @@
-//! `iar backup`, `iar resume`, `iar describe`, `iar get`.
+//! `iar backup`, `iar resume`, `iar describe`, `iar get`, `iar gc`.
 
 use anyhow::{Context, bail};
 use iar::backup::object::{BackupObject, BackupPhase, Results};
@@ -73,8 +73,29 @@ pub struct BackupArgs {
     /// A Velero Backup object, or just its spec (YAML or JSON).
     #[arg(long)]
     spec: Option<PathBuf>,
+    /// How long the backup is kept, as a Go duration ("720h", "24h0m0s"):
+    /// sets the spec's ttl. Unset or 0: 720h. `iar gc` deletes it after.
+    #[arg(long, value_parser = parse_ttl)]
+    ttl: Option<Duration>,
     #[command(flatten)]
     runner: RunnerArgs,
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    iar::backup::spec::parse_go_duration(s)
+}
+
+#[derive(clap::Args)]
+pub struct GcArgs {
+    /// List what would be deleted, and delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// How long this process's lease on a backup it deletes lasts
+    /// without renewal.
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+    #[command(flatten)]
+    store: StoreArg,
 }
 
 #[derive(clap::Args)]
@@ -169,13 +190,23 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Contro
         volume_data: args.volume_data.clone(),
         volume_concurrency: args.volume_concurrency.into(),
         exec_hooks_locally: args.exec_hooks_locally,
+        ..defaults
     };
     Ok(Controller::new(plugins, store, cluster, settings)
         .with_observer(super::progress::observer()))
 }
 
 pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
-    let spec = read_spec(args.spec.as_deref())?;
+    let mut spec = read_spec(args.spec.as_deref())?;
+    if let Some(ttl) = args.ttl {
+        let Some(fields) = spec.as_object_mut() else {
+            bail!("--ttl: the spec in {:?} is not an object", args.spec);
+        };
+        fields.insert(
+            "ttl".into(),
+            iar::backup::spec::format_go_duration(ttl).into(),
+        );
+    }
     let c = controller(&args.runner, args.items.clone())?;
     let request = BackupRequest {
         name: args.name.clone(),
@@ -219,7 +250,8 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     // backup is only shown, so neither needs them.
     let sources = match object.status.phase {
         BackupPhase::New | BackupPhase::InProgress => Vec::new(),
-        phase if phase.is_terminal() => Vec::new(),
+        // Ended, or being deleted (resume refuses it, saying so).
+        phase if !phase.is_running() => Vec::new(),
         _ => iar::controller::recorded_sources(&object)?,
     };
     // Finalize must run with the settings the backup started with.
@@ -284,6 +316,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         "Completed:    {}",
         s.completion_timestamp.as_deref().unwrap_or("-")
     );
+    outln!("Expires:      {}", expires(&object));
     outln!(
         "Items:        {} of {} backed up",
         s.progress.items_backed_up,
@@ -366,24 +399,89 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(rows)
     })?;
     outln!(
-        "{:<24} {:<42} {:>6} {:>8}  STARTED",
+        "{:<24} {:<42} {:>6} {:>8}  {:<20}  EXPIRES",
         "NAME",
         "PHASE",
         "ERRORS",
-        "WARNINGS"
+        "WARNINGS",
+        "STARTED"
     );
     for (name, object) in rows {
         match object {
             Some(o) => outln!(
-                "{:<24} {:<42} {:>6} {:>8}  {}",
+                "{:<24} {:<42} {:>6} {:>8}  {:<20}  {}",
                 name,
                 o.status.phase.to_string(),
                 o.status.errors,
                 o.status.warnings,
-                o.status.start_timestamp.unwrap_or_default()
+                o.status.start_timestamp.as_deref().unwrap_or("-"),
+                expires(&o)
             ),
             None => outln!("{name:<24} (no velero-backup.json)"),
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The expiration as `describe` and `get` show it: "never" for a backup
+/// stored before iar had expiry.
+fn expires(object: &BackupObject) -> &str {
+    object.status.expiration.as_deref().unwrap_or("never")
+}
+
+/// One garbage-collection sweep: each expired backup that has ended is
+/// deleted; one line per backup deleted (or that would be) or failed.
+/// Exits 1 if any failed.
+pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
+    use iar::controller::gc::Outcome;
+    let store = BackupStore::open(&args.store.store)?;
+    let settings = Settings {
+        lease_duration: args.lease_duration,
+        ..Settings::default()
+    };
+    // No plugins and no cluster: a sweep reads and deletes store files only.
+    let c = Controller::new(Vec::new(), store, Arc::new(iar::NoCluster), settings);
+    let swept =
+        tokio_runtime()?.block_on(c.collect_garbage(std::time::SystemTime::now(), args.dry_run))?;
+    let (mut deleted, mut failed, mut kept) = (0, 0, 0);
+    for collected in &swept {
+        let name = &collected.name;
+        let gone = |o: &BackupObject| {
+            format!(
+                "{name} ({}, expired {})",
+                o.status.phase,
+                o.status.expiration.as_deref().unwrap_or("-")
+            )
+        };
+        match &collected.outcome {
+            Outcome::Deleted(o) => {
+                deleted += 1;
+                outln!("deleted {}", gone(o));
+            }
+            Outcome::WouldDelete(o) => {
+                deleted += 1;
+                outln!("would delete {}", gone(o));
+            }
+            Outcome::Tidied => {
+                deleted += 1;
+                outln!("deleted {name} (the lease files an interrupted deletion left)");
+            }
+            Outcome::Failed(reason) => {
+                failed += 1;
+                outln!("failed {name}: {reason}");
+            }
+            Outcome::Kept(_) => kept += 1,
+        }
+    }
+    let verb = if args.dry_run {
+        "would be deleted"
+    } else {
+        "deleted"
+    };
+    outln!("{deleted} {verb}, {failed} failed, {kept} kept");
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -48,6 +48,18 @@ pub struct ControllerArgs {
     /// Item-block workers per backup (default: the number of cores).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
+    /// The ttl of a Backup whose spec sets none (or 0), as a Go duration
+    /// (Velero's --default-backup-ttl).
+    #[arg(long, value_parser = parse_go_duration, default_value = "720h0m0s")]
+    default_backup_ttl: Duration,
+    /// How often the leader deletes expired backups from the store, and
+    /// their Backup resources.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    gc_period: Duration,
+}
+
+fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    iar::backup::spec::parse_go_duration(s)
 }
 
 pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
@@ -64,6 +76,8 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         operation_timeout: args.operation_timeout,
         lease_duration: args.lease_duration,
         workers: args.workers.map_or(defaults.workers, usize::from),
+        default_backup_ttl: args.default_backup_ttl,
+        gc_period: args.gc_period,
         ..defaults
     };
     let identity = args.identity.clone().unwrap_or_else(|| {

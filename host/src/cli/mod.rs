@@ -53,6 +53,9 @@ enum Command {
     Describe(backup::DescribeArgs),
     /// List the backups in a store, one line each.
     Get(backup::GetArgs),
+    /// Delete the backups whose expiration (creation + ttl) has passed and
+    /// that have ended; one line per backup deleted or failed.
+    Gc(backup::GcArgs),
     /// Run a plugin's declarative test files (`*.iar-test.yaml`).
     Test(test::TestArgs),
     /// Check any plugin against the generic rules of the contract.
@@ -98,6 +101,7 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => backup::resume(args),
         Command::Describe(args) => backup::describe(args),
         Command::Get(args) => backup::get(args),
+        Command::Gc(args) => backup::gc(args),
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),

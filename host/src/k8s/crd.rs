@@ -40,6 +40,12 @@ pub struct BackupSpec {
     /// ("4h", "30m"); the controller's `--operation-timeout` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item_operation_timeout: Option<String>,
+    /// How long the backup is kept, as a Go duration ("720h0m0s"); unset
+    /// or zero, the controller's `--default-backup-ttl`. Once it has
+    /// passed (`status.expiration`) and the backup has ended, the backup
+    /// and this resource are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_volumes_to_fs_backup: Option<bool>,
     /// Velero's backup hooks (`resources[]` with pre/post exec hooks), kept

@@ -15,6 +15,7 @@ pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 pub mod crd;
+pub mod gc;
 pub mod leader;
 pub mod live;
 pub mod plugins;

@@ -7,9 +7,17 @@
 //! Each Backup carries the finalizer [`FINALIZER`]: deleting the resource
 //! of an unfinished backup cancels its operations and ends it Failed
 //! ([`Controller::cancel`]) before the resource goes; its data stays.
+//!
+//! A finished backup's reconcile comes back at its expiration; an expired
+//! backup is deleted from the store and its resource with it (the
+//! leader's periodic sweep, `super::gc`, does the same for every backup
+//! in the store).
 
 use super::crd::Backup;
+use super::gc::{delete_with_uid, deleted};
+use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
+use crate::controller::gc::Outcome;
 use crate::controller::{BackupRequest, Controller, ControllerError, Step};
 use crate::store::lease::LeaseError;
 use crate::store::{BackupFile, StoreError};
@@ -19,7 +27,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event, finalizer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Recorded on the persisted backup: the uid of the resource it was made
 /// for, so a later resource of the same name is not mistaken for it.
@@ -42,16 +50,35 @@ pub enum Decision {
     /// The resource says it ran, but the store has no such backup (another
     /// store, or deleted data): nothing is started again.
     Orphaned,
+    /// The resource shows a backup that expired (or was being deleted)
+    /// and the store has none: garbage collection deleted its data and
+    /// the resource is left over; it is deleted.
+    Collected,
+    /// Stored, ended and expired, or being deleted: delete it from the
+    /// store, then the resource.
+    Expire,
     /// Finished and shown.
     Nothing,
 }
 
-pub fn decide(resource: Option<&BackupStatus>, stored: Option<&BackupObject>) -> Decision {
+pub fn decide(
+    resource: Option<&BackupStatus>,
+    stored: Option<&BackupObject>,
+    now: SystemTime,
+) -> Decision {
+    // A malformed expiration is not expired here; the sweep reports it.
+    let gone = |s: &BackupStatus| {
+        s.phase == BackupPhase::Deleting
+            || (s.phase.is_terminal() && expiry::expired(s, now).unwrap_or(false))
+    };
     match stored {
-        None => match resource.map(|s| s.phase) {
-            None | Some(BackupPhase::New) => Decision::Start,
+        None => match resource {
+            None => Decision::Start,
+            Some(s) if s.phase == BackupPhase::New => Decision::Start,
+            Some(s) if gone(s) => Decision::Collected,
             Some(_) => Decision::Orphaned,
         },
+        Some(o) if gone(&o.status) => Decision::Expire,
         Some(o) if o.status.phase.is_terminal() => {
             if resource == Some(&o.status) {
                 Decision::Nothing
@@ -76,6 +103,12 @@ pub enum ReconcileError {
     Backup(#[from] ControllerError),
     #[error("backup {name}: writing its status: {source}")]
     Status {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("backup {name}: expired; deleting its Backup resource: {source}")]
+    Delete {
         name: String,
         #[source]
         source: kube::Error,
@@ -189,8 +222,7 @@ async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, Reconcile
     let c = &ctx.controller;
     let stored = read_stored(c, &name).await?;
     let uid = backup.uid();
-    if let Some(o) = stored.filter(|o| !o.status.phase.is_terminal() && made_for(o, uid.as_deref()))
-    {
+    if let Some(o) = stored.filter(|o| o.status.phase.is_running() && made_for(o, uid.as_deref())) {
         let reason = format!(
             "the Backup resource {}/{name} was deleted while the backup was {}: its operations were cancelled; what it wrote is kept",
             backup.namespace().unwrap_or_default(),
@@ -231,7 +263,8 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
     let name = backup.name_any();
     let c = &ctx.controller;
     let stored = read_stored(c, &name).await?;
-    match decide(backup.status.as_ref(), stored.as_ref()) {
+    let now = SystemTime::now();
+    match decide(backup.status.as_ref(), stored.as_ref(), now) {
         Decision::Start => {
             let request = BackupRequest {
                 name: name.clone(),
@@ -267,13 +300,66 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
                     name: name.clone(),
                     source,
                 })?;
-            Ok(Action::await_change())
+            Ok(until_expiry(c, &status, now))
         }
         Decision::Orphaned => {
             tracing::warn!(backup = %name, "the resource has a status but the store has no such backup; leaving it");
             Ok(Action::await_change())
         }
-        Decision::Nothing => Ok(Action::await_change()),
+        Decision::Collected => {
+            tracing::info!(backup = %name, "expired and no longer in the store: deleting the resource");
+            delete_with_uid(&ctx.api, &name, backup.uid())
+                .await
+                .map_err(|source| ReconcileError::Delete {
+                    name: name.clone(),
+                    source,
+                })?;
+            Ok(Action::await_change())
+        }
+        Decision::Expire => match stored {
+            Some(o) if made_for(&o, backup.uid().as_deref()) => expire(ctx, &name, now).await,
+            // An earlier resource's backup: the sweep deletes it.
+            _ => Ok(Action::await_change()),
+        },
+        Decision::Nothing => {
+            Ok(stored.map_or_else(Action::await_change, |o| until_expiry(c, &o.status, now)))
+        }
+    }
+}
+
+/// A finished backup comes back at its expiration (at the latest after a
+/// gc period, so that no requeue is years long).
+fn until_expiry(c: &Controller, status: &BackupStatus, now: SystemTime) -> Action {
+    match expiry::expires_at(status) {
+        Ok(Some(at)) => Action::requeue(
+            at.duration_since(now)
+                .unwrap_or_default()
+                .min(c.settings.gc_period),
+        ),
+        _ => Action::await_change(),
+    }
+}
+
+/// Deletes an expired backup from the store, then its resource.
+async fn expire(ctx: &Context, name: &str, now: SystemTime) -> Result<Action, ReconcileError> {
+    let c = &ctx.controller;
+    match c.collect(name, now, false).await {
+        Ok(Outcome::Deleted(object)) => {
+            deleted(&ctx.api, &object)
+                .await
+                .map_err(|source| ReconcileError::Delete {
+                    name: name.into(),
+                    source,
+                })?;
+            Ok(Action::await_change())
+        }
+        // Changed since it was read (or a clock between them): look again.
+        Ok(_) => Ok(Action::requeue(c.settings.sync_period)),
+        // The sweep (or another process) is deleting it now.
+        Err(ControllerError::Lease(LeaseError::Held { .. })) => {
+            Ok(Action::requeue(c.settings.lease_duration / 3))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -322,6 +408,10 @@ pub fn error_policy(backup: Arc<Backup>, error: &ReconcileError, _ctx: Arc<Conte
 mod tests {
     use super::*;
 
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
     fn stored(phase: BackupPhase) -> BackupObject {
         let mut o = BackupObject::new("b", "iar", "u", serde_json::json!({}));
         o.status.phase = phase;
@@ -344,6 +434,7 @@ mod tests {
             (Completed, Plan::Nothing),
             (PartiallyFailed, Plan::Nothing),
             (Failed, Plan::Nothing),
+            (Deleting, Plan::Nothing),
         ];
         for (phase, expected) in table {
             assert_eq!(plan(phase), expected, "{phase}");
@@ -364,9 +455,9 @@ mod tests {
 
     #[test]
     fn a_new_resource_starts_a_backup() {
-        assert_eq!(decide(None, None), Decision::Start);
+        assert_eq!(decide(None, None, now()), Decision::Start);
         let new = BackupStatus::default();
-        assert_eq!(decide(Some(&new), None), Decision::Start);
+        assert_eq!(decide(Some(&new), None, now()), Decision::Start);
     }
 
     #[test]
@@ -381,12 +472,15 @@ mod tests {
         ] {
             // Whatever the resource shows: the store decides.
             assert_eq!(
-                decide(None, Some(&stored(phase))),
+                decide(None, Some(&stored(phase)), now()),
                 Decision::Step,
                 "{phase}"
             );
             let shown = stored(BackupPhase::Completed).status;
-            assert_eq!(decide(Some(&shown), Some(&stored(phase))), Decision::Step);
+            assert_eq!(
+                decide(Some(&shown), Some(&stored(phase)), now()),
+                Decision::Step
+            );
         }
     }
 
@@ -395,17 +489,75 @@ mod tests {
         let done = stored(BackupPhase::PartiallyFailed);
         let stale = stored(BackupPhase::WaitingForPluginOperations).status;
         assert_eq!(
-            decide(Some(&stale), Some(&done)),
+            decide(Some(&stale), Some(&done), now()),
             Decision::Mirror(Box::new(done.status.clone()))
         );
-        assert_eq!(decide(Some(&done.status), Some(&done)), Decision::Nothing);
+        assert_eq!(
+            decide(Some(&done.status), Some(&done), now()),
+            Decision::Nothing
+        );
     }
 
     #[test]
     fn a_resource_that_ran_elsewhere_is_not_started_again() {
         let ran = stored(BackupPhase::Completed).status;
-        assert_eq!(decide(Some(&ran), None), Decision::Orphaned);
+        assert_eq!(decide(Some(&ran), None, now()), Decision::Orphaned);
         let waiting = stored(BackupPhase::WaitingForPluginOperations).status;
-        assert_eq!(decide(Some(&waiting), None), Decision::Orphaned);
+        assert_eq!(decide(Some(&waiting), None, now()), Decision::Orphaned);
+    }
+
+    fn expiring(phase: BackupPhase, at: SystemTime) -> BackupObject {
+        let mut o = stored(phase);
+        o.status.expiration = Some(crate::backup::object::rfc3339(at));
+        o
+    }
+
+    /// An ended backup past its expiration is deleted (data, then the
+    /// resource); one not yet expired, still running, or without an
+    /// expiration is not.
+    #[test]
+    fn an_expired_backup_that_ended_is_expired() {
+        let hour = Duration::from_secs(3600);
+        let past = now() - hour;
+        for phase in [
+            BackupPhase::Completed,
+            BackupPhase::PartiallyFailed,
+            BackupPhase::Failed,
+        ] {
+            let o = expiring(phase, past);
+            assert_eq!(decide(Some(&o.status), Some(&o), now()), Decision::Expire);
+            assert_eq!(decide(None, Some(&o), now()), Decision::Expire);
+            let fresh = expiring(phase, now() + hour);
+            assert_eq!(
+                decide(Some(&fresh.status), Some(&fresh), now()),
+                Decision::Nothing
+            );
+        }
+        let running = expiring(BackupPhase::WaitingForPluginOperations, past);
+        assert_eq!(decide(None, Some(&running), now()), Decision::Step);
+        let legacy = stored(BackupPhase::Completed);
+        assert_eq!(
+            decide(Some(&legacy.status), Some(&legacy), now()),
+            Decision::Nothing
+        );
+        // A deletion once begun is finished, expired or not.
+        let deleting = expiring(BackupPhase::Deleting, now() + hour);
+        assert_eq!(decide(None, Some(&deleting), now()), Decision::Expire);
+    }
+
+    /// The data went (the sweep) and the resource stayed (its deletion
+    /// failed, or the sweep ran elsewhere): the resource goes. A resource
+    /// whose backup is not in the store for any other reason stays.
+    #[test]
+    fn a_resource_whose_expired_data_went_is_deleted() {
+        let hour = Duration::from_secs(3600);
+        let expired = expiring(BackupPhase::Completed, now() - hour).status;
+        assert_eq!(decide(Some(&expired), None, now()), Decision::Collected);
+        let deleting = expiring(BackupPhase::Deleting, now() + hour).status;
+        assert_eq!(decide(Some(&deleting), None, now()), Decision::Collected);
+        let fresh = expiring(BackupPhase::Completed, now() + hour).status;
+        assert_eq!(decide(Some(&fresh), None, now()), Decision::Orphaned);
+        let running = expiring(BackupPhase::InProgress, now() - hour).status;
+        assert_eq!(decide(Some(&running), None, now()), Decision::Orphaned);
     }
 }

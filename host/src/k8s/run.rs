@@ -1,5 +1,6 @@
 //! `iar controller`: the pieces put together. Health and metrics are
-//! served by every replica; only the leader reconciles Backups.
+//! served by every replica; only the leader reconciles Backups and
+//! collects garbage.
 
 use super::crd::Backup;
 use super::leader::{Elector, LeaderError};
@@ -182,14 +183,17 @@ pub async fn run(
         .run(async {
             // On start the watch lists every Backup: those persisted and
             // unfinished are resumed by their first reconcile.
-            Reconciler::new(api, watcher::Config::default())
-                .run(reconcile, error_policy, context)
+            let reconciling = Reconciler::new(api, watcher::Config::default())
+                .run(reconcile, error_policy, context.clone())
                 .for_each(|result| async move {
                     if let Err(e) = result {
                         tracing::debug!("reconcile: {e}");
                     }
-                })
-                .await;
+                });
+            tokio::select! {
+                () = reconciling => {}
+                () = super::gc::sweep_forever(&context) => {}
+            }
         })
         .await?;
     Ok(())

@@ -1,5 +1,6 @@
-//! An `ObjectStore` that fails or pauses puts on command, for tests of what
-//! a failed or slow upload does (here and in other crates' integration
+//! An `ObjectStore` that fails or pauses puts, or fails deletes, on
+//! command, for tests of what a failed or slow upload (or an interrupted
+//! deletion) does (here and in other crates' integration
 //! tests, so it is not `cfg(test)`).
 
 use async_trait::async_trait;
@@ -16,7 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
-/// Wraps a store; reads, lists, deletes and copies pass straight through.
+/// Wraps a store; reads, lists and copies pass straight through, and
+/// deletes unless told to fail.
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
@@ -26,6 +28,8 @@ pub struct FaultyStore {
     pauses: Mutex<Vec<Arc<Pause>>>,
     /// Puts to keys ending in one of these fail.
     failing: Mutex<Vec<String>>,
+    /// Deletes left before they start failing; `usize::MAX` means no limit.
+    delete_budget: Arc<AtomicUsize>,
 }
 
 #[derive(Debug)]
@@ -75,7 +79,15 @@ impl FaultyStore {
             budget: AtomicUsize::new(usize::MAX),
             pauses: Mutex::new(Vec::new()),
             failing: Mutex::new(Vec::new()),
+            delete_budget: Arc::new(AtomicUsize::new(usize::MAX)),
         }
+    }
+
+    /// Counting from this call, the first `n` deletes go through and every
+    /// later one fails; `None` lets every delete through again.
+    pub fn fail_deletes_after(&self, n: Option<usize>) {
+        self.delete_budget
+            .store(n.unwrap_or(usize::MAX), Ordering::SeqCst);
     }
 
     /// While on, every put fails.
@@ -186,7 +198,23 @@ impl ObjectStore for FaultyStore {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
+        use futures::StreamExt;
+        let budget = self.delete_budget.clone();
+        let gated = locations.map(move |location| {
+            let location = location?;
+            let spent = budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| match b {
+                usize::MAX | 0 => None,
+                b => Some(b - 1),
+            });
+            if spent == Err(0) {
+                return Err(object_store::Error::Generic {
+                    store: "FaultyStore",
+                    source: format!("injected failure: delete {location}").into(),
+                });
+            }
+            Ok(location)
+        });
+        self.inner.delete_stream(gated.boxed())
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {

@@ -103,11 +103,19 @@ fn key(backup: &str, generation: u64) -> String {
     format!("{BACKUPS}/{backup}/{backup}-lease-{generation:020}.json")
 }
 
+/// The generation a key of this backup's lease chain holds; `None` for
+/// any other key.
+pub(super) fn generation_of(backup: &str, key: &str) -> Option<u64> {
+    key.strip_prefix(&format!("{BACKUPS}/{backup}/{backup}-lease-"))?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
 impl BackupStore {
     /// The newest lease generation of a backup, if any.
     pub async fn current_lease(&self, backup: &str) -> Result<Option<LeaseRecord>, StoreError> {
         self.path(backup, super::BackupFile::Metadata)?;
-        let prefix = format!("{BACKUPS}/{backup}/{backup}-lease-");
         let listing = match self
             .store
             .list_with_delimiter(Some(&Path::from(format!("{BACKUPS}/{backup}"))))
@@ -120,14 +128,7 @@ impl BackupStore {
         let newest = listing
             .objects
             .iter()
-            .filter_map(|o| {
-                o.location
-                    .as_ref()
-                    .strip_prefix(&prefix)?
-                    .strip_suffix(".json")?
-                    .parse::<u64>()
-                    .ok()
-            })
+            .filter_map(|o| generation_of(backup, o.location.as_ref()))
             .max();
         let Some(generation) = newest else {
             return Ok(None);

@@ -2,6 +2,7 @@
 //! `object_store` backend: a local directory by default, S3, GCS or Azure by
 //! URL. Every write is a single atomic PUT of a whole file.
 
+pub mod delete;
 pub mod faulty;
 pub mod lease;
 pub mod names;
@@ -160,10 +161,12 @@ impl BackupStore {
         std::fs::create_dir_all(dir)
             .map_err(|e| url_err(format!("cannot create directory: {e}")))?;
         // fsync so that a machine crash, not only a process crash, leaves
-        // either the old or the new file.
+        // either the old or the new file. Directories a deletion empties
+        // go too: an empty `backups/<name>/` would still be listed.
         let fs = LocalFileSystem::new_with_prefix(dir)
             .map_err(|e| url_err(e.to_string()))?
-            .with_fsync(true);
+            .with_fsync(true)
+            .with_automatic_cleanup(true);
         let shown = std::fs::canonicalize(dir)
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| location.to_string());

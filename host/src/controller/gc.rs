@@ -1,0 +1,457 @@
+//! Garbage collection, as Velero's GC controller does it: a sweep over the
+//! store deletes each backup whose `status.expiration` has passed and
+//! that has ended. A backup still running waits until it ends, however
+//! long expired; one stored without an expiration never goes.
+//!
+//! A deletion holds the backup's store lease, reads the object again
+//! under it (another process may have changed it since the sweep looked),
+//! writes it back in phase `Deleting`, deletes every other file, then the
+//! object, and, once the lease is released, the lease's own files. Any
+//! interruption leaves something a later sweep recognises and finishes: a
+//! `Deleting` object, or a directory holding only a free lease.
+
+use super::{Controller, ControllerError};
+use crate::backup::expiry;
+use crate::backup::object::{BackupObject, BackupPhase};
+use crate::store::delete::{KeyRole, key_role};
+use crate::store::lease::LeaseError;
+use crate::store::{BackupFile, StoreError};
+use std::time::SystemTime;
+
+/// What a sweep did with one backup.
+#[derive(Debug)]
+pub struct Collected {
+    pub name: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug)]
+pub enum Outcome {
+    /// Every file of it is gone. The object as the sweep found it (its
+    /// phase before `Deleting`, unless it finished an earlier deletion),
+    /// so a caller can say what went and tell which resource it was made
+    /// for.
+    Deleted(Box<BackupObject>),
+    /// `--dry-run`: it would have been deleted.
+    WouldDelete(Box<BackupObject>),
+    /// Only a free lease was left (a deletion stopped before its last
+    /// step); those files are gone now.
+    Tidied,
+    Kept(Kept),
+    /// Named with the reason; the sweep went on with the others.
+    Failed(String),
+}
+
+/// Why a backup stays.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kept {
+    /// Stored before iar had expiry.
+    NoExpiration,
+    /// Expires at this time (RFC 3339).
+    NotYet(String),
+    /// Expired or not, a backup that has not ended is never deleted.
+    Running(BackupPhase),
+    /// No `velero-backup.json`: a backup being created, or files iar did
+    /// not write.
+    NoObject,
+}
+
+/// Whether a stored backup goes now. `Deleting` always does: a deletion
+/// once begun is finished.
+pub fn verdict(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, String> {
+    let status = &object.status;
+    if status.phase == BackupPhase::Deleting {
+        return Ok(None);
+    }
+    if status.phase.is_running() {
+        return Ok(Some(Kept::Running(status.phase)));
+    }
+    match expiry::expires_at(status)? {
+        None => Ok(Some(Kept::NoExpiration)),
+        Some(at) if at > now => Ok(Some(Kept::NotYet(
+            status.expiration.clone().unwrap_or_default(),
+        ))),
+        Some(_) => Ok(None),
+    }
+}
+
+impl Controller {
+    /// One sweep over every backup in the store. Only listing the store
+    /// can fail the sweep; each backup's own error is its outcome.
+    pub async fn collect_garbage(
+        &self,
+        now: SystemTime,
+        dry_run: bool,
+    ) -> Result<Vec<Collected>, StoreError> {
+        let mut collected = Vec::new();
+        for name in self.store.list_backups().await? {
+            let outcome = match self.collect(&name, now, dry_run).await {
+                Ok(outcome) => outcome,
+                Err(e) => Outcome::Failed(format!("deleting expired backup {name:?}: {e}")),
+            };
+            collected.push(Collected { name, outcome });
+        }
+        Ok(collected)
+    }
+
+    /// Deletes one backup if it has expired (or finishes its deletion).
+    pub async fn collect(
+        &self,
+        name: &str,
+        now: SystemTime,
+        dry_run: bool,
+    ) -> Result<Outcome, ControllerError> {
+        // A first look without the lease: taking it writes to the store,
+        // and most backups in a sweep stay.
+        let Some(object) = self.stored(name).await? else {
+            return if dry_run {
+                Ok(Outcome::Kept(Kept::NoObject))
+            } else {
+                self.tidy(name).await
+            };
+        };
+        if let Some(kept) = verdict(&object, now).map_err(|r| invalid(name, r))? {
+            return Ok(Outcome::Kept(kept));
+        }
+        if dry_run {
+            return Ok(Outcome::WouldDelete(Box::new(object)));
+        }
+        let (outcome, generation) = self
+            .with_lease(name, async {
+                let generation = self.store.current_lease(name).await?.map(|l| l.generation);
+                Ok::<_, ControllerError>((self.delete_files(name, now).await?, generation))
+            })
+            .await?;
+        // The lease was released above; its files go last, so that until
+        // the object is gone no other process could take the backup.
+        if let (Outcome::Deleted(_), Some(generation)) = (&outcome, generation)
+            && let Err(e) = self.store.delete_leases_through(name, generation).await
+        {
+            tracing::warn!(backup = %name, "deleted, but its lease files stay until the next sweep: {e}");
+        }
+        Ok(outcome)
+    }
+
+    async fn stored(&self, name: &str) -> Result<Option<BackupObject>, ControllerError> {
+        Ok(self.store.get_json(name, BackupFile::Metadata).await?)
+    }
+
+    /// Under the lease: the object read again and judged again, marked
+    /// `Deleting`, every other file deleted, the object last.
+    async fn delete_files(&self, name: &str, now: SystemTime) -> Result<Outcome, ControllerError> {
+        let Some(found) = self.stored(name).await? else {
+            return Ok(Outcome::Kept(Kept::NoObject));
+        };
+        if let Some(kept) = verdict(&found, now).map_err(|r| invalid(name, r))? {
+            return Ok(Outcome::Kept(kept));
+        }
+        if found.status.phase != BackupPhase::Deleting {
+            let mut deleting = found.clone();
+            deleting.status.phase = BackupPhase::Deleting;
+            self.store
+                .put_json(name, BackupFile::Metadata, &deleting)
+                .await?;
+            if let Some(sink) = &self.status_sink {
+                sink(&deleting);
+            }
+        }
+        tracing::info!(backup = %name, expiration = ?found.status.expiration, "deleting an expired backup");
+        let keys = self.store.backup_keys(name).await?;
+        for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
+            self.store.delete_key(key).await?;
+        }
+        self.store
+            .delete_key(&BackupFile::Metadata.key(name))
+            .await?;
+        Ok(Outcome::Deleted(Box::new(found)))
+    }
+
+    /// A backup directory with no object: if it holds only a lease that
+    /// is free (taking it proves that), a deletion stopped before its
+    /// last step, and the lease files go. Anything else is left.
+    async fn tidy(&self, name: &str) -> Result<Outcome, ControllerError> {
+        let keys = self.store.backup_keys(name).await?;
+        let only_leases = !keys.is_empty()
+            && keys
+                .iter()
+                .all(|k| matches!(key_role(name, k), KeyRole::Lease(_)));
+        if !only_leases {
+            return Ok(Outcome::Kept(Kept::NoObject));
+        }
+        let taken = self
+            .with_lease(name, async {
+                // Created since the listing: a new backup of that name.
+                if self.stored(name).await?.is_some() {
+                    return Ok(None);
+                }
+                Ok::<_, ControllerError>(
+                    self.store.current_lease(name).await?.map(|l| l.generation),
+                )
+            })
+            .await;
+        match taken {
+            Ok(Some(generation)) => {
+                self.store.delete_leases_through(name, generation).await?;
+                Ok(Outcome::Tidied)
+            }
+            Ok(None) | Err(ControllerError::Lease(LeaseError::Held { .. })) => {
+                Ok(Outcome::Kept(Kept::NoObject))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn invalid(name: &str, reason: String) -> ControllerError {
+    ControllerError::Invalid {
+        name: name.to_string(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::object::rfc3339;
+    use crate::controller::Settings;
+    use crate::store::BackupStore;
+    use crate::store::faulty::FaultyStore;
+    use bytes::Bytes;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn controller(store: BackupStore) -> Controller {
+        let settings = Settings {
+            lease_duration: Duration::from_secs(30),
+            ..Settings::default()
+        };
+        Controller::new(Vec::new(), store, Arc::new(crate::NoCluster), settings)
+    }
+
+    fn temp_store() -> (tempfile::TempDir, BackupStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+        (dir, store)
+    }
+
+    /// A directory store whose deletes can be made to fail.
+    fn faulty_store() -> (tempfile::TempDir, Arc<FaultyStore>, BackupStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path())
+            .unwrap()
+            .with_automatic_cleanup(true);
+        let faulty = Arc::new(FaultyStore::new(Arc::new(fs)));
+        let store = BackupStore::from_object_store(faulty.clone(), "faulty://gc");
+        (dir, faulty, store)
+    }
+
+    /// A backup as a real one leaves it: the object, contents, results,
+    /// log, volume data, and a released lease.
+    async fn put_backup(
+        store: &BackupStore,
+        name: &str,
+        phase: BackupPhase,
+        expiration: Option<SystemTime>,
+    ) {
+        let mut object = BackupObject::new(name, "velero", "uid", serde_json::json!({}));
+        object.status.phase = phase;
+        object.status.expiration = expiration.map(rfc3339);
+        store
+            .put_json(name, BackupFile::Metadata, &object)
+            .await
+            .unwrap();
+        for file in [BackupFile::Contents, BackupFile::Results, BackupFile::Logs] {
+            store
+                .put(name, file, Bytes::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        let chunk = format!("backups/{name}/volumes/data/0123");
+        store
+            .put_key(&chunk, Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        let lease = store.acquire_lease(name, HOUR).await.unwrap();
+        lease.release().await.unwrap();
+    }
+
+    fn outcomes(collected: &[Collected]) -> Vec<(String, String)> {
+        collected
+            .iter()
+            .map(|c| {
+                let what = match &c.outcome {
+                    Outcome::Deleted(_) => "deleted".to_string(),
+                    Outcome::WouldDelete(_) => "would delete".to_string(),
+                    Outcome::Tidied => "tidied".to_string(),
+                    Outcome::Kept(k) => format!("kept {k:?}"),
+                    Outcome::Failed(e) => format!("failed: {e}"),
+                };
+                (c.name.clone(), what)
+            })
+            .collect()
+    }
+
+    /// Expired and ended (Completed or Failed alike) goes, with every key
+    /// under it; not yet expired, still running, or stored without an
+    /// expiration stays as it was. A dry run says the same and deletes
+    /// nothing.
+    #[tokio::test]
+    async fn a_sweep_deletes_only_expired_backups_that_ended() {
+        let (dir, store) = temp_store();
+        let now = SystemTime::now();
+        let past = Some(now - HOUR);
+        put_backup(&store, "done", BackupPhase::Completed, past).await;
+        put_backup(&store, "failed", BackupPhase::Failed, past).await;
+        put_backup(&store, "fresh", BackupPhase::Completed, Some(now + HOUR)).await;
+        put_backup(&store, "legacy", BackupPhase::PartiallyFailed, None).await;
+        let waiting = BackupPhase::WaitingForPluginOperations;
+        put_backup(&store, "waiting", waiting, past).await;
+        let c = controller(store.clone());
+
+        let dry = c.collect_garbage(now, true).await.unwrap();
+        let kept_all = |o: &[(String, String)]| {
+            assert_eq!(o[2].1, format!("kept NotYet({:?})", rfc3339(now + HOUR)));
+            assert_eq!(o[3].1, "kept NoExpiration");
+            assert_eq!(o[4].1, format!("kept Running({waiting:?})"));
+        };
+        let o = outcomes(&dry);
+        assert_eq!((&*o[0].1, &*o[1].1), ("would delete", "would delete"));
+        kept_all(&o);
+        assert_eq!(store.list_backups().await.unwrap().len(), 5);
+
+        let swept = c.collect_garbage(now, false).await.unwrap();
+        let o = outcomes(&swept);
+        assert_eq!((&*o[0].0, &*o[0].1), ("done", "deleted"));
+        assert_eq!((&*o[1].0, &*o[1].1), ("failed", "deleted"));
+        kept_all(&o);
+        let Outcome::Deleted(last) = &swept[0].outcome else {
+            unreachable!()
+        };
+        assert_eq!(last.status.phase, BackupPhase::Completed, "as it was found");
+        for name in ["done", "failed"] {
+            assert_eq!(store.backup_keys(name).await.unwrap(), Vec::<String>::new());
+            assert!(!dir.path().join("backups").join(name).exists(), "{name}");
+        }
+        assert_eq!(
+            store.list_backups().await.unwrap(),
+            ["fresh", "legacy", "waiting"]
+        );
+        // What stays is untouched: five files and a lease each.
+        for name in ["fresh", "legacy", "waiting"] {
+            assert_eq!(store.backup_keys(name).await.unwrap().len(), 6, "{name}");
+        }
+        assert!(c.tracked_backups().await.is_empty());
+    }
+
+    /// One backup that cannot be deleted (an object that does not parse,
+    /// a lease another live process holds) is reported with its name and
+    /// why; the sweep deletes the others.
+    #[tokio::test]
+    async fn one_failure_is_reported_and_the_others_still_go() {
+        let (_dir, store) = temp_store();
+        let now = SystemTime::now();
+        let past = Some(now - HOUR);
+        put_backup(&store, "a", BackupPhase::Completed, past).await;
+        put_backup(&store, "busy", BackupPhase::Completed, past).await;
+        put_backup(&store, "corrupt", BackupPhase::Completed, past).await;
+        put_backup(&store, "z", BackupPhase::Completed, past).await;
+        store
+            .put("corrupt", BackupFile::Metadata, Bytes::from_static(b"{"))
+            .await
+            .unwrap();
+        let _held = store.acquire_lease("busy", HOUR).await.unwrap();
+
+        let o = outcomes(
+            &controller(store.clone())
+                .collect_garbage(now, false)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(o[0], ("a".into(), "deleted".into()));
+        assert_eq!(o[3], ("z".into(), "deleted".into()));
+        assert!(
+            o[1].1.starts_with("failed: deleting expired backup \"busy\": backup \"busy\" is being driven by another process"),
+            "{o:?}"
+        );
+        assert!(
+            o[2].1
+                .starts_with("failed: deleting expired backup \"corrupt\"")
+                && o[2].1.contains("velero-backup.json is corrupt"),
+            "{o:?}"
+        );
+        assert_eq!(store.list_backups().await.unwrap(), ["busy", "corrupt"]);
+    }
+
+    /// A deletion that stops part way leaves the object in phase
+    /// `Deleting` with some files gone; the next sweep finishes it, even
+    /// at a time before the expiration (once begun, a deletion is never
+    /// undone).
+    #[tokio::test]
+    async fn an_interrupted_deletion_is_finished_by_the_next_sweep() {
+        let (_dir, faulty, store) = faulty_store();
+        let now = SystemTime::now();
+        put_backup(&store, "b", BackupPhase::Completed, Some(now - HOUR)).await;
+        let c = controller(store.clone());
+
+        faulty.fail_deletes_after(Some(2));
+        let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
+        faulty.fail_deletes_after(None);
+        assert!(
+            o[0].1.starts_with(
+                "failed: deleting expired backup \"b\": backup store faulty://gc: backups/b/"
+            ) && o[0].1.contains("injected failure: delete"),
+            "{o:?}"
+        );
+        let object: BackupObject = store
+            .get_json("b", BackupFile::Metadata)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(object.status.phase, BackupPhase::Deleting);
+        let left = store.backup_keys("b").await.unwrap();
+        let data = left.iter().filter(|k| key_role("b", k) == KeyRole::Data);
+        assert!(
+            (1..4).contains(&data.count()),
+            "some of the four data files deleted, not all: {left:?}"
+        );
+        // Nothing drives a backup being deleted.
+        let err = c.resume("b").await.unwrap_err();
+        assert!(matches!(err, ControllerError::Deleting(_)), "{err}");
+
+        let o = outcomes(&c.collect_garbage(now - 2 * HOUR, false).await.unwrap());
+        assert_eq!(o, [("b".to_string(), "deleted".to_string())]);
+        assert_eq!(store.list_backups().await.unwrap(), Vec::<String>::new());
+    }
+
+    /// Only a free lease left (the deletion stopped after the object went)
+    /// is tidied away; a lease that is held with no object yet is a backup
+    /// being created, and stays.
+    #[tokio::test]
+    async fn lease_files_left_by_a_deletion_are_tidied() {
+        let (_dir, store) = temp_store();
+        store
+            .acquire_lease("left", HOUR)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let _creating = store.acquire_lease("new", HOUR).await.unwrap();
+        let o = outcomes(
+            &controller(store.clone())
+                .collect_garbage(SystemTime::now(), false)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            o,
+            [
+                ("left".to_string(), "tidied".to_string()),
+                ("new".to_string(), "kept NoObject".to_string())
+            ]
+        );
+        assert_eq!(store.list_backups().await.unwrap(), ["new"]);
+    }
+}
