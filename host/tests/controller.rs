@@ -496,26 +496,24 @@ async fn wait_gone(client: &Client, ns: &str, name: &str) {
     .await
 }
 
-/// A Backup resource deleted while its backup waits for an operation: the
-/// finalizer holds the resource until the operation is cancelled through
-/// its plugin (the contract's `cancel`) and marked Canceled, and the backup
-/// ends Failed with the reason; what it wrote stays in the store.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data() {
-    let Some(server) = server().await else { return };
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    let (system, shop) = ("ctl-del", "ctl-del-shop");
-    create_namespace(&admin, system).await;
-    create_namespace(&admin, shop).await;
-    create_config_map(&admin, shop, "web-config", "web").await;
-    create_bound_pvc(&admin, shop, "data-web", "web").await;
-
+/// What the cancel and expiry tests share: a shop with one web ConfigMap
+/// and one bound PVC, and the controller running the pvc-snapshot plugin
+/// (whose operation waits until the test makes its snapshot ready) on a
+/// store in a temporary directory.
+async fn snapshot_scene(
+    admin: &Client,
+    system: &str,
+    shop: &str,
+) -> (tempfile::TempDir, BackupStore, tokio::task::JoinHandle<()>) {
+    install_crds(admin).await;
+    create_namespace(admin, system).await;
+    create_namespace(admin, shop).await;
+    create_config_map(admin, shop, "web-config", "web").await;
+    create_bound_pvc(admin, shop, "data-web", "web").await;
     let store_dir = tempfile::tempdir().unwrap();
     let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    let rt = runtime();
     let plugins = vec![load(
-        &rt,
+        &runtime(),
         artifacts::PVC_SNAPSHOT,
         &[],
         ReadGrants::default(),
@@ -528,6 +526,19 @@ async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data
         PluginRegistry::new(),
     )
     .await;
+    (store_dir, store, controller)
+}
+
+/// A Backup resource deleted while its backup waits for an operation: the
+/// finalizer holds the resource until the operation is cancelled through
+/// its plugin (the contract's `cancel`) and marked Canceled, and the backup
+/// ends Failed with the reason; what it wrote stays in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    let (system, shop) = ("ctl-del", "ctl-del-shop");
+    let (store_dir, store, controller) = snapshot_scene(&admin, system, shop).await;
 
     create_backup(&admin, system, "doomed", spec(shop)).await;
     let waiting = wait_phase(
@@ -618,30 +629,8 @@ async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data
 async fn an_expired_backup_goes_with_its_resource_once_it_has_ended() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let (system, shop) = ("ctl-gc", "ctl-gc-shop");
-    create_namespace(&admin, system).await;
-    create_namespace(&admin, shop).await;
-    create_config_map(&admin, shop, "web-config", "web").await;
-    create_bound_pvc(&admin, shop, "data-web", "web").await;
-
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    let rt = runtime();
-    let plugins = vec![load(
-        &rt,
-        artifacts::PVC_SNAPSHOT,
-        &[],
-        ReadGrants::default(),
-    )];
-    let (_, controller) = start_controller(
-        admin.clone(),
-        system,
-        store.clone(),
-        plugins,
-        PluginRegistry::new(),
-    )
-    .await;
+    let (store_dir, store, controller) = snapshot_scene(&admin, system, shop).await;
     let stored = |name: &'static str| {
         let store = store.clone();
         async move {
