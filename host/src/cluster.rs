@@ -26,6 +26,18 @@ pub trait ClusterReader: Send + Sync {
         Ok(self.get(id)?.map(|v| crate::item::json_text(&v).into()))
     }
 
+    /// [`ClusterReader::get_json`] that gives up after `budget` (what is
+    /// left of a plugin call's wall-clock ceiling). A cluster that answers
+    /// from memory ignores it; one that waits on the network overrides it.
+    fn get_json_within(
+        &self,
+        id: &ItemRef,
+        budget: std::time::Duration,
+    ) -> Result<Option<Arc<str>>, String> {
+        let _ = budget;
+        self.get_json(id)
+    }
+
     /// [`ClusterReader::get`] for async callers: a cluster that answers
     /// over the network overrides it, so that no runtime thread blocks.
     async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, String> {

@@ -99,7 +99,24 @@ pub struct ComponentShape {
     /// (a Rust guest's allocator grows memory on a fresh instance unless
     /// this leaves room for its heap; see the plugin guide).
     pub initial_memory: u64,
+    /// Core instances the component creates (module instantiations, at
+    /// any depth), memories and tables its core modules define, and the
+    /// largest initial size of any table: what one instance takes from the
+    /// instance pool and from memory outside its linear memories.
+    pub core_instances: u32,
+    pub memories: u32,
+    pub tables: u32,
+    pub table_elements: u64,
 }
+
+/// What one component may hold, checked at load (rule
+/// `component-limits`). A Rust guest built for wasm32-wasip2 has three core
+/// instances (its module, wit-component's shim and fixup), one memory and
+/// two tables; the bounds leave room for other toolchains while keeping
+/// one component from taking the pool's slots.
+pub const MAX_CORE_INSTANCES: u32 = 16;
+pub const MAX_MEMORIES: u32 = 4;
+pub const MAX_TABLES: u32 = 8;
 
 impl ComponentShape {
     /// Reads a component's top-level imports and exports. Fails on anything
@@ -135,12 +152,52 @@ impl ComponentShape {
                         let memory = memory.map_err(|e| format!("malformed memory: {e}"))?;
                         let bytes = memory.initial.saturating_mul(WASM_PAGE);
                         shape.initial_memory = shape.initial_memory.max(bytes);
+                        shape.memories = shape.memories.saturating_add(1);
+                    }
+                }
+                Payload::TableSection(s) => {
+                    for table in s {
+                        let table = table.map_err(|e| format!("malformed table: {e}"))?;
+                        shape.tables = shape.tables.saturating_add(1);
+                        shape.table_elements = shape.table_elements.max(table.ty.initial);
+                    }
+                }
+                Payload::InstanceSection(s) => {
+                    for instance in s {
+                        let instance = instance.map_err(|e| format!("malformed instance: {e}"))?;
+                        if matches!(instance, wasmparser::Instance::Instantiate { .. }) {
+                            shape.core_instances = shape.core_instances.saturating_add(1);
+                        }
                     }
                 }
                 _ => {}
             }
         }
         Ok(shape)
+    }
+
+    /// Refuses a component that would hold more than one plugin instance
+    /// may: more core instances, memories or tables than the bounds above,
+    /// or a table larger than a guest may grow one to. Checked before
+    /// compiling, so such a component costs no compile and no pool slot.
+    pub fn check_limits(&self) -> Result<(), String> {
+        for (what, n, max) in [
+            ("core instances", self.core_instances, MAX_CORE_INSTANCES),
+            ("memories", self.memories, MAX_MEMORIES),
+            ("tables", self.tables, MAX_TABLES),
+        ] {
+            if n > max {
+                return Err(format!("declares {n} {what}, over the limit of {max}"));
+            }
+        }
+        let max_elements = crate::sandbox::MAX_TABLE_ELEMENTS as u64;
+        if self.table_elements > max_elements {
+            return Err(format!(
+                "declares a table of {} elements, over the limit of {max_elements}",
+                self.table_elements
+            ));
+        }
+        Ok(())
     }
 
     /// Whether any core module inside the component defines or imports a
@@ -210,13 +267,109 @@ impl ComponentShape {
 
 #[cfg(test)]
 mod tests {
+    /// Unsigned LEB128, as wasm writes sizes and counts.
+    fn leb(mut n: u64, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    fn section(id: u8, content: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(content.len() as u64, out);
+        out.extend_from_slice(content);
+    }
+
+    /// A core module defining `memories` one-page memories and `tables`
+    /// funcref tables of `elements` elements each.
+    fn core_module(memories: u64, tables: u64, elements: u64) -> Vec<u8> {
+        let mut m = b"\0asm\x01\0\0\0".to_vec();
+        let mut t = Vec::new();
+        leb(tables, &mut t);
+        for _ in 0..tables {
+            t.extend_from_slice(&[0x70, 0x00]);
+            leb(elements, &mut t);
+        }
+        section(4, &t, &mut m);
+        let mut mem = Vec::new();
+        leb(memories, &mut mem);
+        for _ in 0..memories {
+            mem.extend_from_slice(&[0x00, 0x01]);
+        }
+        section(5, &mem, &mut m);
+        m
+    }
+
+    /// A component holding `module` and instantiating it `instances`
+    /// times: a hostile shape, written byte by byte.
+    pub(crate) fn component(module: &[u8], instances: u64) -> Vec<u8> {
+        let mut c = b"\0asm\x0d\0\x01\0".to_vec();
+        section(1, module, &mut c);
+        if instances > 0 {
+            let mut i = Vec::new();
+            leb(instances, &mut i);
+            for _ in 0..instances {
+                // instantiate core module 0 with no arguments
+                i.extend_from_slice(&[0x00, 0x00, 0x00]);
+            }
+            section(2, &i, &mut c);
+        }
+        c
+    }
+
+    /// A component that would take many pool slots or hold tables outside
+    /// the memory cap is refused by its shape, naming what it declares.
+    #[test]
+    fn components_over_the_per_component_limits_are_refused() {
+        let ok = ComponentShape::read(&component(&core_module(1, 2, 10), 3)).unwrap();
+        assert_eq!((ok.core_instances, ok.memories, ok.tables), (3, 1, 2));
+        ok.check_limits().unwrap();
+        for (bytes, what) in [
+            (component(&core_module(1, 1, 1), 200), "200 core instances"),
+            (component(&core_module(5, 1, 1), 1), "5 memories"),
+            (component(&core_module(1, 9, 1), 1), "9 tables"),
+            (
+                component(&core_module(1, 1, 1_000_000), 1),
+                "table of 1000000 elements",
+            ),
+        ] {
+            let shape = ComponentShape::read(&bytes).unwrap();
+            let err = shape.check_limits().unwrap_err();
+            assert!(err.contains(what), "{err}");
+        }
+        // Loading refuses it with the rule's name, before compiling.
+        let runtime = crate::engine::Runtime::new(crate::engine::RuntimeConfig {
+            cache_dir: None,
+            ..Default::default()
+        })
+        .unwrap();
+        let err = crate::plugin::Plugin::from_bytes(
+            &runtime,
+            "many-instances",
+            &component(&core_module(1, 1, 1), 200),
+            Default::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "plugin \"many-instances\": declares 200 core instances, over the limit of 16 (rule: component-limits)"
+        );
+        assert_eq!(runtime.compiles(), 0);
+    }
     use super::*;
 
     fn shape(exports: &[&str]) -> ComponentShape {
         ComponentShape {
             imports: Vec::new(),
             exports: exports.iter().map(|e| e.to_string()).collect(),
-            initial_memory: 0,
+            ..ComponentShape::default()
         }
     }
 

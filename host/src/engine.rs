@@ -156,6 +156,14 @@ impl Runtime {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // The monotonic clock again, over WASI's own: its waits end at the
+        // call's wall-clock ceiling (see `BoundedClock`).
+        linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<
+            State,
+            crate::sandbox::BoundedClock,
+        >(&mut linker, State::bounded_clock)?;
+        linker.allow_shadowing(false);
         crate::contract::v1::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<State>>(
             &mut linker,
             |s| s,

@@ -25,6 +25,7 @@ pub mod cluster;
 pub mod contract;
 pub mod controller;
 pub mod engine;
+pub mod identifier;
 pub mod item;
 pub mod item_scan;
 pub mod k8s;

@@ -12,6 +12,13 @@ pub struct Limits {
     /// instantiation). Hitting it traps the guest.
     #[serde(with = "humantime_serde_compat")]
     pub deadline: Duration,
+    /// Wall-clock ceiling of one call: time spent in host calls and in
+    /// blocking WASI calls (a sleep, a poll on a clock) counts, which the
+    /// CPU deadline leaves out. `None` = [`WALL_CLOCK_FACTOR`] × the
+    /// deadline. A guest still running or waiting at the ceiling is stopped
+    /// (rule `wall-clock`); clock waits are cut short to end there.
+    #[serde(with = "humantime_option", skip_serializing_if = "Option::is_none")]
+    pub wall_clock: Option<Duration>,
     /// Linear memory of one instance, in bytes.
     pub memory_bytes: usize,
     /// Size of a returned item, in bytes of JSON.
@@ -69,6 +76,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             deadline: Duration::from_secs(10),
+            wall_clock: None,
             memory_bytes: 64 << 20,
             max_item_bytes: 4 << 20,
             max_related_items: 10_000,
@@ -80,6 +88,39 @@ impl Default for Limits {
             max_resources: 1000,
             isolation: Isolation::Backup,
         }
+    }
+}
+
+/// The wall-clock ceiling, when a plugin's settings leave it unset, as a
+/// multiple of its CPU deadline: generous for a plugin that waits on the
+/// cluster, short of "for ever" for one that sleeps.
+pub const WALL_CLOCK_FACTOR: u32 = 10;
+
+impl Limits {
+    /// The wall-clock ceiling in force: the setting, else
+    /// [`WALL_CLOCK_FACTOR`] × the deadline.
+    pub fn wall_clock_ceiling(&self) -> Duration {
+        self.wall_clock
+            .unwrap_or_else(|| self.deadline.saturating_mul(WALL_CLOCK_FACTOR))
+    }
+}
+
+/// An optional duration, written as [`humantime_serde_compat`] writes one.
+mod humantime_option {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::humantime_serde_compat::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        s.map(|s| humantime::parse_duration(&s).map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 
@@ -145,6 +186,17 @@ mod tests {
         assert_eq!(l.memory_bytes, 1 << 20);
         assert_eq!(l.max_item_bytes, Limits::default().max_item_bytes);
         assert_eq!(l.isolation, Isolation::Backup, "backup is the default");
+    }
+
+    /// The wall-clock ceiling reads as a duration and defaults to ten
+    /// deadlines.
+    #[test]
+    fn wall_clock_defaults_to_ten_deadlines() {
+        let l: Limits = serde_yaml::from_str("deadline: 250ms\n").unwrap();
+        assert_eq!(l.wall_clock_ceiling(), Duration::from_millis(2500));
+        let l: Limits = serde_yaml::from_str("deadline: 250ms\nwallClock: 1s\n").unwrap();
+        assert_eq!(l.wall_clock_ceiling(), Duration::from_secs(1));
+        assert!(serde_yaml::from_str::<Limits>("wallClock: soon\n").is_err());
     }
 
     /// A misspelt limit (`memoryByte`) is an error naming it, in a settings

@@ -8,9 +8,11 @@ use crate::limits::Limits;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+use wasmtime_wasi::clocks::WasiClocksCtxView;
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
+use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamError};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// A guest tried to grow its memory past its cap. Raised from the resource
@@ -31,10 +33,48 @@ pub struct HostCallLimit {
     pub limit: usize,
 }
 
-/// Caps the total linear memory of one instance.
+/// A call ran past its wall-clock ceiling: in wasm, in a host call or
+/// waiting in WASI. Raised from the epoch callback or a host function, so
+/// the call traps with it and the boundary can name the rule.
+#[derive(Debug, thiserror::Error)]
+#[error("ran past its wall-clock ceiling of {limit:?}")]
+pub struct WallClockExceeded {
+    pub limit: Duration,
+}
+
+/// Caps what one instance holds: its linear memories and its tables
+/// together, so that tables cannot grow outside the cap.
 pub struct MemoryCap {
     limit: usize,
+    /// Bytes of linear memory.
     used: usize,
+    /// Bytes of table elements.
+    tables: usize,
+}
+
+/// What one table element costs the host (a function reference).
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+
+impl MemoryCap {
+    fn new(limit: usize) -> Self {
+        MemoryCap {
+            limit,
+            used: 0,
+            tables: 0,
+        }
+    }
+
+    fn check(&self, memories: usize, tables: usize) -> wasmtime::Result<()> {
+        let requested = memories.saturating_add(tables);
+        if requested > self.limit {
+            return Err(MemoryCapExceeded {
+                limit: self.limit,
+                requested,
+            }
+            .into());
+        }
+        Ok(())
+    }
 }
 
 impl wasmtime::ResourceLimiter for MemoryCap {
@@ -45,24 +85,26 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let requested = self.used - current.min(self.used) + desired;
-        if requested > self.limit {
-            return Err(MemoryCapExceeded {
-                limit: self.limit,
-                requested,
-            }
-            .into());
-        }
+        self.check(requested, self.tables)?;
         self.used = requested;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+        if desired > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        let current = current.saturating_mul(TABLE_ELEMENT_BYTES);
+        let requested =
+            self.tables - current.min(self.tables) + desired.saturating_mul(TABLE_ELEMENT_BYTES);
+        self.check(self.used, requested)?;
+        self.tables = requested;
+        Ok(true)
     }
 }
 
@@ -143,6 +185,24 @@ pub struct GuestLog {
     pub message: String,
 }
 
+/// A guest's log message as one line of text: control characters
+/// (newlines, carriage returns, escapes) are written as escapes, so a
+/// plugin cannot forge a line of the backup's log or colour a terminal.
+pub(crate) fn one_line(message: String) -> String {
+    if !message.chars().any(char::is_control) {
+        return message;
+    }
+    let mut clean = String::with_capacity(message.len() + 8);
+    for c in message.chars() {
+        if c.is_control() {
+            clean.extend(c.escape_default());
+        } else {
+            clean.push(c);
+        }
+    }
+    clean
+}
+
 /// Longest log line kept; longer ones are cut.
 const MAX_LOG_LINE: usize = 4096;
 
@@ -163,7 +223,13 @@ pub struct State {
     /// charges the guest only for the difference.
     call_started: Instant,
     host_time: Duration,
+    /// When the guest called into the host, while it is there, and how
+    /// deep host calls are nested.
+    in_host_since: Option<Instant>,
+    host_depth: u32,
     deadline: Duration,
+    /// The call's wall-clock ceiling, counted from `call_started`.
+    wall_clock: Duration,
     config: Arc<BTreeMap<String, String>>,
     grants: Arc<ReadGrants>,
     cluster: Arc<dyn ClusterReader>,
@@ -196,10 +262,7 @@ impl State {
         State {
             wasi,
             table,
-            memory: MemoryCap {
-                limit: limits.memory_bytes,
-                used: 0,
-            },
+            memory: MemoryCap::new(limits.memory_bytes),
             stdout,
             stderr,
             logs: Vec::new(),
@@ -209,7 +272,10 @@ impl State {
             max_host_calls: limits.max_host_calls,
             call_started: Instant::now(),
             host_time: Duration::ZERO,
+            in_host_since: None,
+            host_depth: 0,
             deadline: limits.deadline,
+            wall_clock: limits.wall_clock_ceiling(),
             config,
             grants,
             cluster,
@@ -223,18 +289,138 @@ impl State {
     pub(crate) fn begin_call(&mut self) {
         self.call_started = Instant::now();
         self.host_time = Duration::ZERO;
+        self.in_host_since = None;
+        self.host_depth = 0;
         self.host_calls = 0;
+    }
+
+    /// Times the guest's calls into the host (wasmtime's call hook). Host
+    /// calls nest: a host function returning a string calls the guest's
+    /// allocator, which may call the host again (a `memory.grow`), so only
+    /// the outermost call is timed.
+    pub(crate) fn on_call_hook(&mut self, hook: wasmtime::CallHook) {
+        match hook {
+            wasmtime::CallHook::CallingHost => {
+                self.host_depth += 1;
+                if self.host_depth == 1 {
+                    self.in_host_since = Some(Instant::now());
+                }
+            }
+            wasmtime::CallHook::ReturningFromHost => {
+                self.host_depth = self.host_depth.saturating_sub(1);
+                if self.host_depth == 0
+                    && let Some(since) = self.in_host_since.take()
+                {
+                    self.host_time += since.elapsed();
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The guest's share of the current call so far: wall-clock time minus
     /// time spent in host calls (waiting on the cluster is not the plugin's
-    /// fault, so it does not count against its deadline).
+    /// fault, and a guest waiting in WASI is not running, so neither counts
+    /// against its CPU deadline; both count against the wall-clock
+    /// ceiling).
     pub(crate) fn guest_time(&self) -> Duration {
         self.call_started.elapsed().saturating_sub(self.host_time)
     }
 
     pub(crate) fn deadline(&self) -> Duration {
         self.deadline
+    }
+
+    pub(crate) fn wall_clock(&self) -> Duration {
+        self.wall_clock
+    }
+
+    /// What is left of the call's wall-clock ceiling; `None` once it has
+    /// passed.
+    pub(crate) fn wall_left(&self) -> Option<Duration> {
+        self.wall_clock
+            .checked_sub(self.call_started.elapsed())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// The ceiling as an error, for a host function to trap with.
+    fn past_ceiling(&self) -> wasmtime::Error {
+        WallClockExceeded {
+            limit: self.wall_clock,
+        }
+        .into()
+    }
+
+    /// The monotonic clock as the guest sees it, its waits bounded by what
+    /// is left of the call's ceiling.
+    pub(crate) fn bounded_clock(&mut self) -> BoundedClockView<'_> {
+        let left = self.wall_left();
+        let limit = self.wall_clock;
+        BoundedClockView {
+            clocks: WasiClocksCtxView {
+                ctx: self.wasi.clocks(),
+                table: &mut self.table,
+            },
+            left,
+            limit,
+        }
+    }
+}
+
+/// `wasi:clocks/monotonic-clock` with every subscription cut at the
+/// call's wall-clock ceiling. wasmtime's epoch interruption reaches a
+/// guest only while wasm runs; a guest blocked in `poll` on a clock would
+/// otherwise wait as long as it asked (`std::thread::sleep(Duration::MAX)`
+/// waits for ever). Cut here, the wait ends at the ceiling, and the epoch
+/// callback or the end of the call traps it. Clocks are the only WASI
+/// waits a guest has: no files, no sockets, stdin closed, and stdout and
+/// stderr never block.
+pub(crate) struct BoundedClock;
+
+impl wasmtime::component::HasData for BoundedClock {
+    type Data<'a> = BoundedClockView<'a>;
+}
+
+pub(crate) struct BoundedClockView<'a> {
+    clocks: WasiClocksCtxView<'a>,
+    left: Option<Duration>,
+    limit: Duration,
+}
+
+impl BoundedClockView<'_> {
+    /// Waits as long as asked, or until the ceiling, whichever is sooner;
+    /// past the ceiling, no new wait: the call traps.
+    fn subscribe(&mut self, asked: Duration) -> wasmtime::Result<Resource<DynPollable>> {
+        let Some(left) = self.left else {
+            return Err(WallClockExceeded { limit: self.limit }.into());
+        };
+        let nanos = u64::try_from(asked.min(left).as_nanos()).unwrap_or(u64::MAX);
+        monotonic_clock::Host::subscribe_duration(&mut self.clocks, nanos)
+    }
+}
+
+impl monotonic_clock::Host for BoundedClockView<'_> {
+    fn now(&mut self) -> wasmtime::Result<monotonic_clock::Instant> {
+        monotonic_clock::Host::now(&mut self.clocks)
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<monotonic_clock::Duration> {
+        monotonic_clock::Host::resolution(&mut self.clocks)
+    }
+
+    fn subscribe_instant(
+        &mut self,
+        when: monotonic_clock::Instant,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        let now = monotonic_clock::Host::now(&mut self.clocks)?;
+        self.subscribe(Duration::from_nanos(when.saturating_sub(now)))
+    }
+
+    fn subscribe_duration(
+        &mut self,
+        duration: monotonic_clock::Duration,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        self.subscribe(Duration::from_nanos(duration))
     }
 }
 
@@ -255,7 +441,7 @@ impl host::Host for State {
             self.logs_dropped += 1;
             return;
         }
-        let mut message = message;
+        let mut message = one_line(message);
         if message.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
             while !message.is_char_boundary(cut) {
@@ -295,15 +481,51 @@ impl host::Host for State {
             namespace: id.namespace,
             name: id.name,
         };
+        // Checked before the grant and before any lookup: the grant looks
+        // at the group and resource only, and every part reaches a URL.
+        if let Err(part) = crate::identifier::check(&id) {
+            return Ok(Err(format!(
+                "cluster-get refused: {part} (rule: {})",
+                crate::identifier::RULE
+            )));
+        }
         if !self.grants.allows(&id.group_resource()) {
             return Ok(Err(format!(
                 "reading {} is not granted to this plugin",
                 id.group_resource()
             )));
         }
-        let started = Instant::now();
-        let answer = self.cluster.get_json(&id).map(|v| v.map(|t| t.to_string()));
-        self.host_time += started.elapsed();
+        // A lookup waits at most what is left of the call's ceiling; one
+        // that cannot finish in it stops the call.
+        let Some(budget) = self.wall_left() else {
+            return Err(self.past_ceiling());
+        };
+        let answer = self
+            .cluster
+            .get_json_within(&id, budget)
+            .map(|v| v.map(|t| t.to_string()));
+        if self.wall_left().is_none() {
+            return Err(self.past_ceiling());
+        }
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// A message with a newline and an ANSI escape cannot start a line of
+    /// its own in the backup's log.
+    #[test]
+    fn log_messages_are_one_line_without_control_characters() {
+        let forged = "done\n2026-12-01T00:00:00Z backup=b error: forged\r\u{1b}[31m".to_string();
+        let clean = one_line(forged);
+        assert!(!clean.chars().any(char::is_control), "{clean}");
+        assert_eq!(
+            clean,
+            "done\\n2026-12-01T00:00:00Z backup=b error: forged\\r\\u{1b}[31m"
+        );
+        assert_eq!(one_line("plain ünïcode".into()), "plain ünïcode");
     }
 }

@@ -111,6 +111,12 @@ impl CompiledSelector {
         self.resources.should_include(&group_resource)
     }
 
+    /// Whether the namespace filters admit `namespace` (a namespaced
+    /// object's; labels and resources aside).
+    pub fn includes_namespace(&self, namespace: &str) -> bool {
+        self.namespaces.should_include(namespace)
+    }
+
     /// Whether cluster-scoped objects can match at all.
     pub fn includes_cluster_scope(&self) -> bool {
         self.namespaces.include_everything()

@@ -121,6 +121,12 @@ fn inspect_describes_a_plugin() {
         "persistentvolumeclaims"
     );
     assert!(info["digest"].as_str().unwrap().starts_with("sha256:"));
+    // Both time limits, the ceiling ten deadlines by default.
+    assert_eq!(info["limits"]["deadline"], "10s");
+    assert_eq!(info["limits"]["wallClock"], "1m 40s");
+    // A Rust wasm32-wasip2 guest's shape, well inside the load-time bounds.
+    assert_eq!(info["memories"], 1);
+    assert!(info["coreInstances"].as_u64().unwrap() <= 16, "{info}");
     assert!(
         info["imports"]
             .as_array()

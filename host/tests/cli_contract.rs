@@ -136,15 +136,12 @@ fn run_related_reports_a_refused_answer_with_the_rule() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     let report = stdout_json(&out);
-    assert_eq!(
-        report["results"][0]["error"]["rule"],
-        "valid-resource-identifier"
-    );
+    assert_eq!(report["results"][0]["error"]["rule"], "invalid-identifier");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains(
-            "plugin \"iar_guest_block_hostile\": get-related-items of pods shop/web: returned get-related-items entry 1 with an empty name (rule: valid-resource-identifier)"
+            "plugin \"iar_guest_block_hostile\": get-related-items of pods shop/web: returned get-related-items entry 1 whose name \"\" is empty (rule: invalid-identifier)"
         ),
         "{stderr}"
     );

@@ -156,7 +156,7 @@ fn block_actions_are_checked_on_the_items_they_select() {
         "{report:#}"
     );
     for (config, rule) in [
-        ("related=empty-name", "(rule: valid-resource-identifier)"),
+        ("related=empty-name", "(rule: invalid-identifier)"),
         ("related=trap", "(rule: no-trap)"),
     ] {
         let (code, report) = conformance(artifacts::BLOCK_HOSTILE, &[config]);

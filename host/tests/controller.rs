@@ -1292,3 +1292,253 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
     assert_eq!(web("after"), "second");
     controller.abort();
 }
+
+/// Identifiers crafted to change the URL path a `cluster-get` reaches,
+/// against the real API server. Tried from outside before this rule: a
+/// plugin granted only ConfigMaps that asked for namespace
+/// `<ns>/secrets/topsecret?x=` got the Secret back. Now each crafted part is
+/// refused with rule invalid-identifier before any request (the plugin
+/// sees the refusal; nothing of the Secret reaches it), with a client that
+/// could read everything, and the live cluster refuses the same
+/// identifiers when asked directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crafted_identifiers_cannot_read_a_secret_a_pod_log_or_a_node_subresource() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    let ns = "ctl-crafted";
+    create_namespace(&admin, ns).await;
+    create_config_map(&admin, ns, "x", "web").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "topsecret", "namespace": ns},
+        "stringData": {"token": "the-secret-value"},
+    }))
+    .unwrap();
+    let _ = Api::<Secret>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await;
+    let live = Arc::new(LiveCluster::new(
+        admin.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+    let cluster: Arc<dyn iar::ClusterReader> = live.clone();
+    let rt = runtime();
+    let backup = BackupRef {
+        name: "b".into(),
+        namespace: "iar".into(),
+        uid: "u".into(),
+        spec: json!({}),
+        phase: Phase::Backup,
+    };
+    let crafted = [
+        ("configmaps", format!("{ns}/secrets/topsecret?x="), "x"),
+        ("configmaps", format!("{ns}/secrets/topsecret#"), "x"),
+        ("configmaps", ns.to_string(), "../secrets/topsecret"),
+        ("pods", ns.to_string(), "web-0/log"),
+        ("nodes/proxy", String::new(), "node-1"),
+    ];
+    for (resource, namespace, name) in crafted {
+        let plugin = load(
+            &rt,
+            artifacts::HOSTILE,
+            &[
+                ("behavior", "get-id"),
+                ("id-resource", resource),
+                ("id-namespace", &namespace),
+                ("id-name", name),
+            ],
+            ReadGrants::only(&["configmaps", "pods", "nodes"]).unwrap(),
+        );
+        let item = iar::Item::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ns}}),
+            iar::resources::Catalog::builtin(),
+        )
+        .unwrap();
+        let (cluster, backup) = (cluster.clone(), backup.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            plugin
+                .instance(cluster)
+                .execute(&item, &backup, &|_| false)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap()
+        .expect("the refusal is the plugin's to handle; the call succeeds");
+        let got =
+            out.item.expect("annotated").value()["metadata"]["annotations"]["hostile.iar.test/got"]
+                .as_str()
+                .unwrap()
+                .to_string();
+        assert!(
+            got.starts_with("error:cluster-get refused:")
+                && got.ends_with("(rule: invalid-identifier)"),
+            "{resource} {namespace:?} {name:?}: {got}"
+        );
+        assert!(
+            !got.contains("the-secret-value") && !got.contains("dGhlLXNlY3JldC12YWx1ZQ"),
+            "{got}"
+        );
+
+        let id = ItemRef {
+            group: String::new(),
+            resource: resource.into(),
+            namespace: namespace.clone(),
+            name: name.into(),
+        };
+        let direct = iar::ClusterReader::get_async(live.as_ref(), &id)
+            .await
+            .expect_err("refused when asked directly");
+        assert!(direct.contains("(rule: invalid-identifier)"), "{direct}");
+    }
+    // The same plugin and grants still read what they may.
+    let plugin = load(
+        &rt,
+        artifacts::HOSTILE,
+        &[
+            ("behavior", "get-id"),
+            ("id-resource", "configmaps"),
+            ("id-namespace", ns),
+            ("id-name", "x"),
+        ],
+        ReadGrants::only(&["configmaps"]).unwrap(),
+    );
+    let item = iar::Item::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ns}}),
+        iar::resources::Catalog::builtin(),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        plugin
+            .instance(cluster)
+            .execute(&item, &backup, &|_| false)
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let got = out.item.unwrap().value()["metadata"]["annotations"]["hostile.iar.test/got"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        got.starts_with("found:") && got.contains("\"kind\":\"ConfigMap\""),
+        "{got}"
+    );
+}
+
+/// In the live controller as in the manifest mode: an additional item the
+/// spec excludes (a Secret in another namespace, the spec naming only the
+/// shop's) is not backed up, and the backup's log says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_live_backup_leaves_out_additional_items_its_spec_excludes() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let (system, shop, other) = ("ctl-addl", "ctl-addl-shop", "ctl-addl-other");
+    for ns in [system, shop, other] {
+        create_namespace(&admin, ns).await;
+    }
+    create_config_map(&admin, shop, "web-config", "web").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "topsecret", "namespace": other},
+        "stringData": {"token": "the-secret-value"},
+    }))
+    .unwrap();
+    let _ = Api::<Secret>::namespaced(admin.clone(), other)
+        .create(&PostParams::default(), &secret)
+        .await;
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let rt = runtime();
+    let naming = load(
+        &rt,
+        artifacts::HOSTILE,
+        &[
+            ("behavior", "additional-id"),
+            ("id-resource", "secrets"),
+            ("id-namespace", other),
+            ("id-name", "topsecret"),
+        ],
+        ReadGrants::default(),
+    );
+    let (_, controller) = start_controller(
+        admin.clone(),
+        system,
+        store.clone(),
+        vec![naming],
+        PluginRegistry::new(),
+    )
+    .await;
+    let spec = BackupSpec {
+        included_namespaces: Some(vec![shop.into()]),
+        ..BackupSpec::default()
+    };
+    create_backup(&admin, system, "addl", spec).await;
+    wait_phase(&admin, system, "addl", BackupPhase::Completed).await;
+    controller.abort();
+    let entries = tar_entries(store_dir.path(), "addl");
+    assert!(entries.contains_key(&entry_path("", "configmaps", shop, "web-config")));
+    assert!(
+        !entries.keys().any(|p| p.contains("secrets")),
+        "{:?}",
+        entries.keys()
+    );
+    let logs = store.get("addl", BackupFile::Logs).await.unwrap().unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&logs[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(
+        text.lines().any(
+            |l| l.contains(&format!("additional item secrets {other}/topsecret"))
+                && l.contains("left out of the backup: its namespace")
+        ),
+        "{text}"
+    );
+}
+
+/// A Backup created the moment the controller starts, while a slow plugin
+/// ConfigMap is still loading, waits for the plugins: tried before this
+/// rule, such backups completed with no plugin run at all and 0 errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_created_at_start_waits_for_the_plugins_to_load() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let (system, shop) = ("ctl-race", "ctl-race-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    create_config_map(&admin, shop, "web-config", "web").await;
+    register_plugin(
+        &admin,
+        system,
+        "labels",
+        artifacts::LABELS,
+        "config:\n  labels: set=loaded\n",
+    )
+    .await;
+    // Its applies-to takes 5 s: the first sync cannot be quicker, and the
+    // backup (listing and all) is well under way by then. Without the wait
+    // this test fails: the backup completes with no plugin run.
+    register_plugin(
+        &admin,
+        system,
+        "slow",
+        artifacts::HOSTILE,
+        "config:\n  applies-to: slow\n  slow-ms: \"5000\"\n",
+    )
+    .await;
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let registry = PluginRegistry::new();
+    let (_, controller) =
+        start_controller(admin.clone(), system, store, Vec::new(), registry.clone()).await;
+    create_backup(&admin, system, "early", spec(shop)).await;
+    wait_phase(&admin, system, "early", BackupPhase::Completed).await;
+    controller.abort();
+    let web =
+        &tar_entries(store_dir.path(), "early")[&entry_path("", "configmaps", shop, "web-config")];
+    assert_eq!(
+        web["metadata"]["labels"]["set"], "loaded",
+        "the labels plugin ran: {web}"
+    );
+}

@@ -870,3 +870,92 @@ async fn memory_stays_flat_over_a_thousand_backups() {
         growth as f64 * page as f64 / 1024.0 / 900.0
     );
 }
+
+/// A plugin naming an additional item cannot widen the backup: an item
+/// whose namespace or resource the spec excludes, or which is labelled
+/// `velero.io/exclude-from-backup=true`, stays out (no plugin sees it
+/// either), and the backup's log says which and why. A listed item with
+/// the label stays out too. Cluster-scoped additional items (a PVC's PV)
+/// still come in, as in Velero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn additional_items_obey_the_backups_filters_and_the_exclude_label() {
+    let cluster = Cluster::new();
+    let write = |file: &str, text: &str| std::fs::write(cluster.path().join(file), text).unwrap();
+    write(
+        "secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: topsecret, namespace: kube-system}\ndata: {token: c2VjcmV0}\n",
+    );
+    write(
+        "shop-secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\ndata: {token: c2VjcmV0}\n",
+    );
+    write(
+        "excluded.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: private, namespace: shop, labels: {velero.io/exclude-from-backup: \"true\"}}\ndata: {a: b}\n",
+    );
+    let runtime = runtime();
+    let (_store_dir, store) = local_store();
+    for (name, namespace, resource, item, spec, why) in [
+        (
+            "other-namespace",
+            "kube-system",
+            "secrets",
+            "topsecret",
+            json!({"includedNamespaces": ["shop"]}),
+            "its namespace kube-system is not included",
+        ),
+        (
+            "excluded-resource",
+            "shop",
+            "secrets",
+            "db",
+            json!({"includedNamespaces": ["shop"], "excludedResources": ["secrets"]}),
+            "its resource secrets is not included",
+        ),
+        (
+            "excluded-label",
+            "shop",
+            "configmaps",
+            "private",
+            json!({"includedNamespaces": ["shop"]}),
+            "it is labelled velero.io/exclude-from-backup=true",
+        ),
+    ] {
+        let naming = load(
+            &runtime,
+            artifacts::HOSTILE,
+            &[
+                ("behavior", "additional-id"),
+                ("id-resource", resource),
+                ("id-namespace", namespace),
+                ("id-name", item),
+            ],
+        );
+        let labels = load(&runtime, artifacts::LABELS, &[("labels", "seen=yes")]);
+        let c = controller(vec![naming, labels], store.clone(), &cluster);
+        let object = c.run_backup(request(name, &cluster, spec)).await.unwrap();
+        assert_eq!(object.status.phase, BackupPhase::Completed, "{name}");
+        let (_, _, results) = persisted(&store, name).await;
+        assert_eq!(results.errors.count(), 0, "{name}: {results:?}");
+        let entries = contents(&store, name).await;
+        let paths: Vec<&str> = entries.iter().map(|(p, _)| p.as_str()).collect();
+        assert!(
+            !paths.iter().any(|p| p.ends_with(&format!("/{item}.json"))),
+            "{name}: {paths:?}"
+        );
+        assert!(
+            paths.contains(&"resources/configmaps/namespaces/shop/web-config.json"),
+            "{name}: the rest is backed up: {paths:?}"
+        );
+        let logs = log_lines(&store, name).await;
+        let left_out = logs
+            .iter()
+            .filter(|l| {
+                l.contains(&format!("additional item {resource}"))
+                    && l.contains("left out of the backup")
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(left_out.len(), 1, "{name}: {logs:#?}");
+        assert!(left_out[0].contains(why), "{name}: {}", left_out[0]);
+    }
+}

@@ -522,3 +522,84 @@ fn a_broken_applies_to_fails_the_load_naming_the_plugin() {
     }
     host_still_works(&runtime);
 }
+
+/// Limits whose CPU deadline is far below the wall-clock ceiling, so a
+/// test can tell which of the two stopped a call.
+fn ceiling_limits() -> Limits {
+    Limits {
+        deadline: Duration::from_millis(100),
+        wall_clock: Some(Duration::from_millis(600)),
+        ..Limits::default()
+    }
+}
+
+/// `std::thread::sleep(Duration::MAX)` is one WASI clock wait: no wasm
+/// runs, so epoch interruption alone never reaches it and the call would
+/// wait for ever. The wait is cut at the wall-clock ceiling and the call
+/// stopped there, with its own rule; the host serves the next call.
+#[test]
+fn a_sleep_in_wasi_is_stopped_at_the_wall_clock_ceiling() {
+    let started = Instant::now();
+    assert_eq!(
+        violation_of("sleep", ceiling_limits()),
+        Violation::WallClock(Duration::from_millis(600))
+    );
+    // Not for ever (the bound is a hang check, not a speed claim).
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // Unset, the ceiling is ten deadlines.
+    let limits = Limits {
+        deadline: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    assert_eq!(
+        violation_of("sleep", limits),
+        Violation::WallClock(Duration::from_millis(500))
+    );
+}
+
+/// Many short clock waits, each under every bound and none of them CPU
+/// time, add up past the ceiling: the epoch check between them stops the
+/// call.
+#[test]
+fn a_busy_poll_on_the_clock_is_stopped_at_the_wall_clock_ceiling() {
+    assert_eq!(
+        violation_of("clock-poll", ceiling_limits()),
+        Violation::WallClock(Duration::from_millis(600))
+    );
+}
+
+/// The ceiling holds in every call of the contract, not only execute.
+#[test]
+fn sleeps_in_progress_cancel_and_applies_to_are_stopped_too() {
+    let runtime = runtime();
+    let item = pod("web-0").id;
+    let ceiling = Violation::WallClock(Duration::from_millis(600));
+    let plugin = load_with(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("progress", "sleep"), ("cancel", "sleep")],
+        ceiling_limits(),
+    );
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let err = instance
+        .progress("op-1", &item, &backup(Phase::Backup))
+        .unwrap_err();
+    assert_eq!((err.call, &err.violation), (Call::Progress, &ceiling));
+    let err = instance
+        .cancel("op-1", &item, &backup(Phase::Backup))
+        .unwrap_err();
+    assert_eq!((err.call, &err.violation), (Call::Cancel, &ceiling));
+    assert!(err.to_string().contains("(rule: wall-clock)"), "{err}");
+
+    let err = iar::Plugin::from_file(
+        &runtime,
+        artifacts::HOSTILE.as_ref(),
+        settings(&[("applies-to", "sleep")], ceiling_limits()),
+    )
+    .unwrap_err();
+    let iar::LoadError::AppliesTo(call) = &err else {
+        panic!("expected an applies-to error, got {err}")
+    };
+    assert_eq!(call.violation, ceiling, "{err}");
+    host_still_works(&runtime);
+}

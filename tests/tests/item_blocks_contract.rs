@@ -196,7 +196,7 @@ fn a_call_to_an_interface_not_exported_is_refused() {
 /// Every hostile answer of `get-related-items` is refused at the boundary
 /// with the rule it broke, and the error names the plugin, the call and the
 /// item: an identifier with an empty name or resource
-/// (valid-resource-identifier), more identifiers than the limit
+/// (invalid-identifier), more identifiers than the limit
 /// (output-size), a panic (no-trap), an endless loop (cpu-deadline), the
 /// plugin's own error. After each, the same instance answers again.
 #[test]
@@ -216,13 +216,13 @@ fn hostile_related_items_are_refused_with_the_rule() {
     let cases: [Case; 6] = [
         (
             &[("related", "empty-name")],
-            "valid-resource-identifier",
-            "returned get-related-items entry 1 with an empty name",
+            "invalid-identifier",
+            "returned get-related-items entry 1 whose name \"\" is empty",
         ),
         (
             &[("related", "empty-resource")],
-            "valid-resource-identifier",
-            "entry 0 with an empty resource",
+            "invalid-identifier",
+            "entry 0 whose resource \"\" is empty",
         ),
         (
             &[("related", "count"), ("count", "6")],
@@ -366,7 +366,7 @@ fn relation_errors_name_the_plugin_and_the_rule() {
     for part in [
         "iar_guest_block_hostile",
         "pods shop/web",
-        "rule: valid-resource-identifier",
+        "rule: invalid-identifier",
     ] {
         assert!(e.contains(part), "{part:?} in {e}");
     }

@@ -115,24 +115,36 @@ fn act_on_item(
     outcome
 }
 
-/// Acts on one item and, with `follow_additional`, reads the additional
-/// items it names that no one has claimed yet. Returns its outcome and the
-/// items found.
+/// How the backup phase follows the additional items plugins name: claimed
+/// in `seen` (each read once), read from `cluster`, kept out when `filter`
+/// excludes them.
+struct Follow<'a> {
+    seen: &'a ClaimSet<ItemRef>,
+    cluster: &'a Arc<dyn ClusterReader>,
+    filter: Option<&'a BackupFilter>,
+}
+
+/// Acts on one item and, with `follow` (the backup phase), reads the
+/// additional items it names that no one has claimed yet. Returns its
+/// outcome and the items found.
 fn backup_one(
     instances: &mut [PluginInstance],
     item: Item,
     backup: &BackupRef,
     claimed: &OperationClaims,
-    seen: &ClaimSet<ItemRef>,
-    cluster: &Arc<dyn ClusterReader>,
-    follow_additional: bool,
+    follow: Option<&Follow<'_>>,
 ) -> (ItemOutcome, Vec<Item>) {
     let mut additional = Vec::new();
     let mut outcome = act_on_item(instances, item, backup, claimed, &mut additional);
     let mut found = Vec::new();
-    if !follow_additional {
+    let Some(Follow {
+        seen,
+        cluster,
+        filter,
+    }) = follow
+    else {
         return (outcome, found);
-    }
+    };
     // A name Kubernetes would refuse is not looked up, nor backed up.
     additional.retain(|id| match crate::store::tarball::item_path(id) {
         Ok(_) => true,
@@ -147,7 +159,15 @@ fn backup_one(
     // reads and backs it up.
     for id in additional.into_iter().filter(|id| seen.claim(id)) {
         match cluster.get_item(&id) {
-            Ok(Some(item)) => found.push(item),
+            Ok(Some(item)) => match filter.and_then(|f| f.excludes_additional(&item)) {
+                // Left out, and said so: the plugin named it, the spec
+                // keeps it out (no plugin sees it either).
+                Some(why) => outcome.logs.push(format!(
+                    "additional item {id} named by {} left out of the backup: {why}",
+                    outcome.id
+                )),
+                None => found.push(item),
+            },
             Ok(None) => outcome.warnings.push(format!(
                 "additional item {id} named by {} was not found",
                 outcome.id
@@ -190,7 +210,8 @@ fn fresh_instances(plugins: &[Plugin], cluster: &Arc<dyn ClusterReader>) -> Vec<
 /// (an `onError: Fail` fails every item of the block, unacted on) and starts
 /// its volume backups after its items; the wait for them and the post hooks
 /// are left to `work`'s runtime, so the worker goes on to the next block.
-/// `filter` keeps related items the spec does not select out of blocks.
+/// `filter` keeps related items the spec does not select out of blocks, and
+/// additional items it excludes out of the backup.
 /// Blocking: call from a blocking thread.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
@@ -246,6 +267,11 @@ pub fn run(
     });
     let wake = Condvar::new();
     let claimed = OperationClaims::new();
+    let follow = follow_additional.then_some(Follow {
+        seen: &seen,
+        cluster,
+        filter,
+    });
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
             scope.spawn(|| {
@@ -309,9 +335,7 @@ pub fn run(
                                     item,
                                     backup,
                                     &claimed,
-                                    &seen,
-                                    cluster,
-                                    follow_additional,
+                                    follow.as_ref(),
                                 )
                             }));
                         let (mut outcome, found) = acted.unwrap_or_else(|panic| {

@@ -162,14 +162,54 @@ impl BackupFilter {
         &self.selector
     }
 
+    /// Whether a listed item belongs to the backup: the selector, and not
+    /// labelled [`EXCLUDE_LABEL`]`=true`.
     pub fn matches(&self, item: &crate::Item) -> bool {
         self.selector.matches(
             &item.id.group,
             &item.id.resource,
             &item.id.namespace,
             || item.labels(),
-        )
+        ) && !excluded_by_label(item)
     }
+
+    /// Why an additional item a plugin named stays out of the backup, or
+    /// `None` when it goes in. Decided as Velero's item backupper decides
+    /// (`pkg/backup/item_backupper.go`): the namespace and resource
+    /// includes/excludes and the exclude label; not the label selector,
+    /// which chose what was listed, not what plugins may name; and a
+    /// cluster-scoped item (a PVC's PersistentVolume) is not held to the
+    /// namespace filter.
+    pub fn excludes_additional(&self, item: &crate::Item) -> Option<String> {
+        let id = &item.id;
+        if !self.selector.includes_resource(&id.group, &id.resource) {
+            return Some(format!(
+                "its resource {} is not included by the backup's includedResources/excludedResources",
+                id.group_resource()
+            ));
+        }
+        if !id.namespace.is_empty() && !self.selector.includes_namespace(&id.namespace) {
+            return Some(format!(
+                "its namespace {} is not included by the backup's includedNamespaces/excludedNamespaces",
+                id.namespace
+            ));
+        }
+        if excluded_by_label(item) {
+            return Some(format!("it is labelled {EXCLUDE_LABEL}=true"));
+        }
+        None
+    }
+}
+
+/// The label that keeps any object out of a backup, as in Velero.
+pub const EXCLUDE_LABEL: &str = "velero.io/exclude-from-backup";
+
+fn excluded_by_label(item: &crate::Item) -> bool {
+    item.value()
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(EXCLUDE_LABEL))
+        .and_then(Value::as_str)
+        == Some("true")
 }
 
 /// Parses a Go duration as Velero writes it ("4h0m0s", "90m", "1h30m").

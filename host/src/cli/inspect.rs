@@ -24,6 +24,16 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         "appliesTo": plugin.exports(Interface::ItemAction).then(|| selector(plugin.applies_to())),
         "blockAppliesTo": plugin.block_applies_to().map(selector),
         "initialMemory": plugin.shape().initial_memory,
+        "coreInstances": plugin.shape().core_instances,
+        "memories": plugin.shape().memories,
+        "tables": plugin.shape().tables,
+        // The limits in force for it unless its settings say otherwise:
+        // the CPU deadline and the wall-clock ceiling above it.
+        "limits": {
+            "deadline": humantime::format_duration(plugin.limits().deadline).to_string(),
+            "wallClock": humantime::format_duration(plugin.limits().wall_clock_ceiling()).to_string(),
+            "memoryBytes": plugin.limits().memory_bytes,
+        },
         "size": plugin.size(),
         "digest": format!("sha256:{}", plugin.digest()),
     });

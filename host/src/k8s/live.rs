@@ -22,6 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::RwLock;
 
+/// Longest a plugin's `cluster-get` waits for the API server (discovery
+/// included), within its call's wall-clock ceiling.
+pub const GET_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What discovery said about one resource.
 #[derive(Clone, Debug)]
 struct Resource {
@@ -157,6 +161,21 @@ impl LiveCluster {
     }
 }
 
+/// Characters left as they are in a path segment; everything else is
+/// percent-encoded. kube formats paths from the parts unescaped, and the
+/// identifier check already refuses what could change a path's meaning:
+/// this keeps that true should a check ever be loosened.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':');
+
+fn path_segment(part: &str) -> String {
+    percent_encoding::utf8_percent_encode(part, SEGMENT).to_string()
+}
+
 /// A listed object as an item: list responses leave out each object's
 /// apiVersion and kind, so they come from discovery.
 fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, String> {
@@ -182,7 +201,25 @@ impl ClusterReader for LiveCluster {
         self.handle.block_on(self.get_async(id))
     }
 
+    fn get_json_within(
+        &self,
+        id: &ItemRef,
+        budget: std::time::Duration,
+    ) -> Result<Option<Arc<str>>, String> {
+        let wait = budget.min(GET_TIMEOUT);
+        let answer = self
+            .handle
+            .block_on(tokio::time::timeout(wait, self.get_async(id)))
+            .map_err(|_| format!("reading {id}: no answer from the API server within {wait:?}"))?;
+        Ok(answer?.map(|v| crate::item::json_text(&v).into()))
+    }
+
     async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+        // Checked here too, whoever asks: a name can come from an object's
+        // own fields (a Pod's claimName), and kube formats URL paths from
+        // the parts as they are.
+        crate::identifier::check(id)
+            .map_err(|part| format!("reading {id}: {part} (rule: {})", crate::identifier::RULE))?;
         let gr = id.group_resource();
         let Some(r) = self.resource(&gr).await? else {
             return Ok(None);
@@ -190,9 +227,10 @@ impl ClusterReader for LiveCluster {
         if !r.gettable {
             return Err(format!("{gr} cannot be read with get"));
         }
-        let api = self.api(&r, Some(&id.namespace));
+        let namespace = path_segment(&id.namespace);
+        let api = self.api(&r, Some(&namespace));
         let found = api
-            .get_opt(&id.name)
+            .get_opt(&path_segment(&id.name))
             .await
             .map_err(|e| format!("reading {id}: {e}"))?;
         self.count(1);

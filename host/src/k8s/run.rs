@@ -179,8 +179,15 @@ pub async fn run(
         options.leader_lease,
     );
     let context = Arc::new(Context::new(controller, api.clone()));
+    let registry = plugins.registry.clone();
     elector
         .run(async {
+            // No backup starts (or resumes) before the plugin ConfigMaps
+            // have all loaded; `/readyz` says the same.
+            if !registry.is_synced() {
+                tracing::info!("waiting for the plugin ConfigMaps to load before reconciling");
+                registry.wait_synced().await;
+            }
             // On start the watch lists every Backup: those persisted and
             // unfinished are resumed by their first reconcile.
             let reconciling = Reconciler::new(api, watcher::Config::default())

@@ -26,6 +26,10 @@ pub enum Violation {
     #[error("ran past its CPU deadline of {0:?} and was stopped (rule: cpu-deadline)")]
     Deadline(Duration),
     #[error(
+        "ran past its wall-clock ceiling of {0:?} (time in host calls and WASI waits included) and was stopped (rule: wall-clock)"
+    )]
+    WallClock(Duration),
+    #[error(
         "tried to grow its memory to {requested} bytes, over its cap of {limit} (rule: memory-cap)"
     )]
     MemoryCap { limit: usize, requested: usize },
@@ -77,13 +81,11 @@ pub enum Violation {
         "returned post-operation items without an operation id (rule: post-operation-items-need-operation)"
     )]
     PostItemsWithoutOperation,
-    #[error(
-        "returned {list} entry {index} with an empty {field} (rule: valid-resource-identifier)"
-    )]
+    #[error("returned {list} entry {index} whose {part} (rule: invalid-identifier)")]
     InvalidIdentifier {
         list: &'static str,
         index: usize,
-        field: &'static str,
+        part: Box<crate::identifier::InvalidPart>,
     },
     #[error("reported {field} = {value}, which is negative (rule: progress-sane)")]
     NegativeProgress { field: &'static str, value: i64 },
@@ -104,6 +106,7 @@ impl Violation {
     pub fn rule(&self) -> &'static str {
         match self {
             Violation::Deadline(_) => "cpu-deadline",
+            Violation::WallClock(_) => "wall-clock",
             Violation::MemoryCap { .. } => "memory-cap",
             Violation::StackOverflow => "stack-limit",
             Violation::HostCalls { .. } => "host-call-limit",
@@ -118,7 +121,7 @@ impl Violation {
             Violation::EmptyOperationId => "operation-id-non-empty",
             Violation::DuplicateOperationId(_) => "operation-id-unique",
             Violation::PostItemsWithoutOperation => "post-operation-items-need-operation",
-            Violation::InvalidIdentifier { .. } => "valid-resource-identifier",
+            Violation::InvalidIdentifier { .. } => crate::identifier::RULE,
             Violation::NegativeProgress { .. }
             | Violation::InvalidTimestamp { .. }
             | Violation::TimestampOutOfRange { .. } => "progress-sane",
@@ -226,6 +229,8 @@ pub enum LoadError {
         "plugin {plugin:?}: declares a shared memory, which the memory cap cannot bound (rule: shared-memory)"
     )]
     SharedMemory { plugin: String },
+    #[error("plugin {plugin:?}: {reason} (rule: component-limits)")]
+    ComponentLimits { plugin: String, reason: String },
     #[error("plugin {plugin:?}: cannot be linked: {reason} (rule: imports-available)")]
     Link { plugin: String, reason: String },
     #[error("plugin {plugin:?}: compiling failed: {reason}")]

@@ -11,7 +11,7 @@ use crate::contract::latest;
 use crate::engine::deadline_ticks;
 use crate::item::{Item, ItemRef};
 use crate::limits::{Isolation, Limits};
-use crate::sandbox::{GuestLog, HostCallLimit, MemoryCapExceeded, State};
+use crate::sandbox::{GuestLog, HostCallLimit, MemoryCapExceeded, State, WallClockExceeded};
 use crate::selector::ResourceSelector;
 use std::sync::Arc;
 use wasmtime::component::ResourceTableError;
@@ -157,17 +157,33 @@ impl PluginInstance {
         // guest is charged only for the time it ran itself: time spent in
         // host calls (a slow cluster, a contended cache) extends the
         // deadline by as much, so the host's slowness never times out an
-        // innocent plugin.
+        // innocent plugin. The wall-clock ceiling counts everything, and
+        // the next check comes at whichever of the two is sooner.
         store.epoch_deadline_callback(|ctx| {
             let state = ctx.data();
+            let Some(wall_left) = state.wall_left() else {
+                return Err(WallClockExceeded {
+                    limit: state.wall_clock(),
+                }
+                .into());
+            };
             let used = state.guest_time();
             Ok(match state.deadline().checked_sub(used) {
-                Some(left) if !left.is_zero() => UpdateDeadline::Continue(deadline_ticks(left)),
+                Some(left) if !left.is_zero() => {
+                    UpdateDeadline::Continue(deadline_ticks(left.min(wall_left)))
+                }
                 _ => UpdateDeadline::Interrupt,
             })
         });
+        // Every host call is timed, WASI's included: a guest waiting in a
+        // sleep or a poll is not running, so the CPU deadline leaves that
+        // time out and only the wall-clock ceiling counts it.
+        store.call_hook(|mut ctx, hook| {
+            ctx.data_mut().on_call_hook(hook);
+            Ok(())
+        });
         store.data_mut().begin_call();
-        store.set_epoch_deadline(deadline_ticks(limits.deadline));
+        store.set_epoch_deadline(first_check(limits));
         self.instantiations += 1;
         match inner.exports.instantiate(&mut store) {
             Ok(guest) => {
@@ -219,10 +235,16 @@ impl PluginInstance {
         let live = self.live.as_mut().expect("instantiated above");
         live.store.data_mut().begin_call();
         live.store
-            .set_epoch_deadline(deadline_ticks(self.plugin.limits().deadline));
+            .set_epoch_deadline(first_check(self.plugin.limits()));
         let started = std::time::Instant::now();
-        let result = f(&live.guest, &mut live.store);
+        let mut result = f(&live.guest, &mut live.store);
         let took = started.elapsed();
+        // A guest whose last wait ended at the ceiling may return before
+        // the epoch callback sees it: the ceiling holds all the same.
+        let ceiling = live.store.data().wall_clock();
+        if result.is_ok() && took >= ceiling {
+            result = Err(WallClockExceeded { limit: ceiling }.into());
+        }
         let stderr = self.drain_output();
         match result {
             Ok(r) => {
@@ -360,7 +382,7 @@ impl PluginInstance {
 
     /// Asks the plugin's item-block action which items must be backed up in
     /// the same block as `item`. Every identifier is checked (rule
-    /// valid-resource-identifier) and their number bounded by the plugin's
+    /// invalid-identifier) and their number bounded by the plugin's
     /// `max_related_items` (rule output-size). Callers ask only for items
     /// [`Plugin::block_applies`] matches.
     pub fn get_related_items(
@@ -487,8 +509,17 @@ fn block(guest: &Guest) -> &latest::block_action::Guest {
         .expect("checked by call: item-block-action exported")
 }
 
+/// Epoch ticks to the first deadline check of a call: the CPU deadline or
+/// the wall-clock ceiling, whichever is sooner.
+fn first_check(limits: &Limits) -> u64 {
+    deadline_ticks(limits.deadline.min(limits.wall_clock_ceiling()))
+}
+
 /// Turns a wasmtime error into the rule it broke.
 fn classify(e: wasmtime::Error, limits: &Limits) -> Violation {
+    if let Some(wall) = e.downcast_ref::<WallClockExceeded>() {
+        return Violation::WallClock(wall.limit);
+    }
     if let Some(cap) = e.downcast_ref::<MemoryCapExceeded>() {
         return Violation::MemoryCap {
             limit: cap.limit,

@@ -136,6 +136,12 @@ impl Plugin {
                 plugin: plugin.clone(),
             });
         }
+        shape
+            .check_limits()
+            .map_err(|reason| LoadError::ComponentLimits {
+                plugin: plugin.clone(),
+                reason,
+            })?;
         let (version, interfaces) = check_version(&plugin, &shape)?;
         // Validate before compiling: a precise error, and no compiler time
         // spent on garbage.

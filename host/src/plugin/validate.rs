@@ -57,17 +57,18 @@ fn identifiers(
     ids.into_iter()
         .enumerate()
         .map(|(index, id)| {
-            for (field, v) in [("resource", &id.resource), ("name", &id.name)] {
-                if v.is_empty() {
-                    return Err(Violation::InvalidIdentifier { list, index, field });
-                }
-            }
-            Ok(ItemRef {
+            let id = ItemRef {
                 group: id.group,
                 resource: id.resource,
                 namespace: id.namespace,
                 name: id.name,
-            })
+            };
+            crate::identifier::check(&id).map_err(|part| Violation::InvalidIdentifier {
+                list,
+                index,
+                part: Box::new(part),
+            })?;
+            Ok(id)
         })
         .collect()
 }
@@ -307,9 +308,10 @@ mod tests {
             ),
             (
                 vec![id("configmaps", "a"), id("configmaps", "")],
-                "valid-resource-identifier",
+                "invalid-identifier",
             ),
-            (vec![id("", "a")], "valid-resource-identifier"),
+            (vec![id("", "a")], "invalid-identifier"),
+            (vec![id("configmaps", "a/log")], "invalid-identifier"),
         ];
         for (ids, rule) in cases {
             let err = related_items(ids.clone(), &limits).unwrap_err();
@@ -321,7 +323,11 @@ mod tests {
             Violation::InvalidIdentifier {
                 list: "get-related-items",
                 index: 1,
-                field: "name"
+                part: Box::new(crate::identifier::InvalidPart {
+                    field: "name",
+                    value: String::new(),
+                    problem: "is empty".into()
+                })
             }
         );
     }

@@ -50,6 +50,19 @@ impl PluginRegistry {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// Returns once the first full list of plugin ConfigMaps is applied:
+    /// a backup started before would run without the plugins it was meant
+    /// to have, and report no error.
+    pub async fn wait_synced(&self) {
+        // Subscribed before the check, so a publish in between still wakes.
+        let mut generations = self.subscribe();
+        while !self.is_synced() {
+            if generations.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Receives each new generation number.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()

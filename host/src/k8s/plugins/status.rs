@@ -69,6 +69,7 @@ impl Status {
             LoadError::Read { .. }
             | LoadError::Invalid { .. }
             | LoadError::SharedMemory { .. }
+            | LoadError::ComponentLimits { .. }
             | LoadError::Compile { .. } => Status::CompileError,
         }
     }

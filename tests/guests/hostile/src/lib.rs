@@ -35,11 +35,16 @@
 //! | `cluster-get` | calls `cluster-get` for the item itself `cluster-gets` times (config, default 100), then returns the item unchanged with annotation `hostile.iar.test/found` = how many were found; with `then` = `loop` it spins forever after the calls |
 //! | `remember` | returns the item with annotation `hostile.iar.test/previous` = the name of the item the previous call saw in this instance (`""` for the first), kept in a global |
 //! | `operation-fixed` | starts operation `op-fixed`; when the item's name ends in `-bad` it also returns the item `[1,2,3]` (which the boundary refuses) |
+//! | `sleep` | sleeps for `Duration::MAX` (one WASI clock wait, no CPU) |
+//! | `clock-poll` | sleeps 1 ms at a time for ever: many short clock waits, each under any bound |
+//! | `get-id` | calls `cluster-get` for the identifier in config `id-group`, `id-resource`, `id-namespace`, `id-name` and returns the item with annotation `hostile.iar.test/got` = `found:<the object's JSON>`, `none`, or `error:<message>` |
+//! | `additional-id` | returns the item unchanged, naming the identifier of `get-id` as an additional item |
 //!
 //! Any other value fails the item with a message listing the known ones, so
 //! a typo in a test does not pass as `ok`.
 //!
-//! `progress` picks what `progress` does: `complete` (completed, 1/1),
+//! `progress` picks what `progress` does: `sleep` (sleeps for
+//! `Duration::MAX`), `complete` (completed, 1/1),
 //! `fail` (`failed("progress failed on purpose")`), `retryable`
 //! (`retryable("not yet")`), `error` (completed with error
 //! `operation failed on purpose`), `loop` (spins forever), `panic`,
@@ -49,9 +54,12 @@
 //!
 //! `applies-to` picks what `applies-to` does: unset means every item;
 //! `fail` fails, `invalid-labels` returns the label selector `app in (`,
-//! `loop` spins forever, `panic` panics.
+//! `loop` spins forever, `panic` panics, `sleep` sleeps for
+//! `Duration::MAX`, `slow` sleeps `slow-ms` (default 1500) and then
+//! applies to every item (a slow but good load).
 //!
-//! `cancel` logs `cancel <operation id>` at warn level and succeeds.
+//! `cancel` logs `cancel <operation id>` at warn level and succeeds; with
+//! config `cancel` = `sleep` it sleeps for `Duration::MAX` first.
 
 use iar_sdk::bindings::exports::iar::plugin::item_action::Guest;
 use iar_sdk::bindings::iar::plugin::types::{
@@ -88,6 +96,10 @@ const BEHAVIORS: &[&str] = &[
     "cluster-get",
     "remember",
     "operation-fixed",
+    "sleep",
+    "clock-poll",
+    "get-id",
+    "additional-id",
 ];
 
 /// The name of the item the previous `remember` call saw: state that lives
@@ -177,6 +189,25 @@ fn identity(item: &Value) -> ResourceIdentifier {
         resource,
         namespace: str_at(item, "/metadata/namespace").to_string(),
         name: str_at(item, "/metadata/name").to_string(),
+    }
+}
+
+/// Waits on the monotonic clock for as long as a `Duration` can say.
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::MAX);
+    }
+}
+
+/// The identifier named in config (`id-group`, `id-resource`,
+/// `id-namespace`, `id-name`), exactly as written.
+fn configured_id() -> ResourceIdentifier {
+    let field = |key: &str| config(key).unwrap_or_default();
+    ResourceIdentifier {
+        group: field("id-group"),
+        resource: field("id-resource"),
+        namespace: field("id-namespace"),
+        name: field("id-name"),
     }
 }
 
@@ -276,6 +307,12 @@ impl Guest for Hostile {
             Some("fail") => return Err(failed("applies-to failed on purpose")),
             Some("invalid-labels") => selector.label_selector = "app in (".to_string(),
             Some("loop") => spin(),
+            Some("sleep") => sleep_forever(),
+            Some("slow") => std::thread::sleep(std::time::Duration::from_millis(
+                config("slow-ms")
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(1500),
+            )),
             Some("panic") => panic!("hostile plugin panicked on purpose in applies-to"),
             Some(other) => return Err(failed(format!("unknown applies-to {other:?}"))),
         }
@@ -390,6 +427,23 @@ impl Guest for Hostile {
                 }
                 annotate(&item, "hostile.iar.test/found", found.to_string())
             }
+            "sleep" => sleep_forever(),
+            "clock-poll" => loop {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            },
+            "get-id" => {
+                let got = match iar_sdk::bindings::iar::plugin::host::cluster_get(&configured_id())
+                {
+                    Ok(Some(json)) => format!("found:{json}"),
+                    Ok(None) => "none".to_string(),
+                    Err(e) => format!("error:{e}"),
+                };
+                annotate(&item, "hostile.iar.test/got", got)
+            }
+            "additional-id" => Ok(ExecuteOutput {
+                additional_items: vec![configured_id()],
+                ..unchanged()
+            }),
             "remember" => {
                 let name = str_at(&parse(&item)?, "/metadata/name").to_string();
                 let previous = {
@@ -440,6 +494,7 @@ impl Guest for Hostile {
                 progress.error = Some("operation failed on purpose".to_string());
             }
             Some("loop") => spin(),
+            Some("sleep") => sleep_forever(),
             Some("panic") => panic!("hostile plugin panicked on purpose in progress"),
             Some("negative-time") => {
                 progress.started = Some(Timestamp {
@@ -465,6 +520,9 @@ impl Guest for Hostile {
     }
 
     fn cancel(operation_id: String, _backup: Backup) -> Result<(), ActionError> {
+        if config("cancel").as_deref() == Some("sleep") {
+            sleep_forever();
+        }
         log(Level::Warn, &format!("cancel {operation_id}"));
         Ok(())
     }
