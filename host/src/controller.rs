@@ -32,6 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 pub mod gc;
+mod journal;
+
+use journal::Journal;
 
 /// Controller settings.
 #[derive(Clone, Debug)]
@@ -163,68 +166,6 @@ pub struct BackupRequest {
 /// Receives every line of every backup's log as it is written (a progress
 /// display, for example).
 pub type Observer = Box<dyn Fn(&str, &str) + Send + Sync>;
-
-/// Each backup's log, persisted as `<name>-logs.gz`; every line also goes to
-/// the host log and to the observer.
-#[derive(Default)]
-struct Journal {
-    lines: Mutex<HashMap<String, Vec<String>>>,
-    observer: Option<Observer>,
-}
-
-impl Journal {
-    fn line(&self, backup: &str, message: impl Into<String>) {
-        let message = message.into();
-        tracing::info!(backup, "{message}");
-        self.record(backup, message);
-    }
-
-    /// Records a line that is already in the host log (a plugin's own line,
-    /// forwarded by the boundary).
-    fn record(&self, backup: &str, message: String) {
-        if let Some(observe) = &self.observer {
-            observe(backup, &message);
-        }
-        let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        // The backup's name is copied only for its first line.
-        match lines.get_mut(backup) {
-            Some(backup_lines) => backup_lines.push(line),
-            None => {
-                lines.insert(backup.to_string(), vec![line]);
-            }
-        }
-    }
-
-    /// Continues a log a previous process persisted.
-    fn preload(&self, backup: &str, previous: Vec<String>) {
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        let current = lines.entry(backup.to_string()).or_default();
-        let new = std::mem::replace(current, previous);
-        current.extend(new);
-    }
-
-    fn has(&self, backup: &str) -> bool {
-        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.contains_key(backup)
-    }
-
-    fn lines(&self, backup: &str) -> Vec<String> {
-        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.get(backup).cloned().unwrap_or_default()
-    }
-
-    /// Drops a finished backup's lines; they are in its persisted log.
-    fn forget(&self, backup: &str) {
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.remove(backup);
-    }
-
-    fn backups(&self) -> Vec<String> {
-        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.keys().cloned().collect()
-    }
-}
 
 /// Where a backup's plugins come from: a fixed list (the CLI), or the
 /// current set of a registry that reloads them (the cluster). Each backup
@@ -1609,10 +1550,8 @@ impl PollWorker {
             Round::Cancel(reason) => cancel_call(instance, op, backup, reason),
         };
         let logs = instance.take_logs();
-        self.logs.extend(
-            logs.into_iter()
-                .map(|l| format!("plugin {plugin_name}: {}: {}", l.level, l.message)),
-        );
+        self.logs
+            .extend(logs.into_iter().map(|l| l.line(plugin_name)));
         update
     }
 }

@@ -203,6 +203,24 @@ pub(crate) fn one_line(message: String) -> String {
     clean
 }
 
+impl GuestLog {
+    /// The line as a backup's log holds it: `plugin NAME: LEVEL: message`.
+    pub fn line(&self, plugin: &str) -> String {
+        format!("{PLUGIN_LINE}{plugin}: {}: {}", self.level, self.message)
+    }
+}
+
+const PLUGIN_LINE: &str = "plugin ";
+
+/// The plugin that wrote a line made by [`GuestLog::line`]; `None` for the
+/// host's own lines. A plugin name has no `:` or space, and a message has
+/// no line breaks, so the prefix cannot be forged from inside a message.
+pub fn plugin_of_line(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix(PLUGIN_LINE)?;
+    let (name, _) = rest.split_once(": ")?;
+    (!name.is_empty() && !name.contains(' ')).then_some(name)
+}
+
 /// Longest log line kept; longer ones are cut.
 const MAX_LOG_LINE: usize = 4096;
 

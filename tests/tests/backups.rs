@@ -959,3 +959,37 @@ async fn additional_items_obey_the_backups_filters_and_the_exclude_label() {
         assert!(left_out[0].contains(why), "{name}: {}", left_out[0]);
     }
 }
+
+/// A plugin that logs its per-call maximum (1,000 lines of 4 KiB) on every
+/// item keeps only its first 1,000 and last 100 lines in the backup's log,
+/// with one line saying how many were dropped; the backup still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_plugin_keeps_a_bounded_log() {
+    let cluster = Cluster::new();
+    let (_store_dir, store) = local_store();
+    let runtime = runtime();
+    let flood = load(&runtime, artifacts::HOSTILE, &[("behavior", "log-flood")]);
+    let c = controller(vec![flood], store.clone(), &cluster);
+    let object = c
+        .run_backup(request("flooded", &cluster, shop_only()))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    let logs = log_lines(&store, "flooded").await;
+    let kept = logs
+        .iter()
+        .filter(|l| l.contains("plugin iar_guest_hostile: info: flood "))
+        .count();
+    assert_eq!(kept, 1100, "first 1,000 and last 100");
+    let summary: Vec<_> = logs
+        .iter()
+        .filter(|l| l.contains("(rule: log-bound)"))
+        .collect();
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    // Pod, PVC and ConfigMap in shop: 3,000 lines.
+    assert!(
+        summary[0].contains("logged 3000 lines") && summary[0].contains("1900 were dropped"),
+        "{}",
+        summary[0]
+    );
+}

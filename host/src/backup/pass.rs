@@ -83,12 +83,9 @@ fn act_on_item(
         // Claims the id as it is checked, so two workers cannot both get it.
         let claim = |id: &str| !claimed.claim(&(plugin.clone(), id.to_string()));
         let result = instance.execute(&current, backup, &claim);
-        outcome.logs.extend(
-            instance
-                .take_logs()
-                .into_iter()
-                .map(|l| format!("plugin {plugin}: {}: {}", l.level, l.message)),
-        );
+        outcome
+            .logs
+            .extend(instance.take_logs().into_iter().map(|l| l.line(&plugin)));
         match result {
             Ok(mut out) => {
                 if let Some(changed) = out.item.take() {

@@ -36,6 +36,7 @@
 //! | `remember` | returns the item with annotation `hostile.iar.test/previous` = the name of the item the previous call saw in this instance (`""` for the first), kept in a global |
 //! | `operation-fixed` | starts operation `op-fixed`; when the item's name ends in `-bad` it also returns the item `[1,2,3]` (which the boundary refuses) |
 //! | `sleep` | sleeps for `Duration::MAX` (one WASI clock wait, no CPU) |
+//! | `log-flood` | logs `log-lines` (default 1000) lines of 4 KiB at info level, then returns the item unchanged |
 //! | `clock-poll` | sleeps 1 ms at a time for ever: many short clock waits, each under any bound |
 //! | `get-id` | calls `cluster-get` for the identifier in config `id-group`, `id-resource`, `id-namespace`, `id-name` and returns the item with annotation `hostile.iar.test/got` = `found:<the object's JSON>`, `none`, or `error:<message>` |
 //! | `additional-id` | returns the item unchanged, naming the identifier of `get-id` as an additional item |
@@ -97,6 +98,7 @@ const BEHAVIORS: &[&str] = &[
     "remember",
     "operation-fixed",
     "sleep",
+    "log-flood",
     "clock-poll",
     "get-id",
     "additional-id",
@@ -428,6 +430,16 @@ impl Guest for Hostile {
                 annotate(&item, "hostile.iar.test/found", found.to_string())
             }
             "sleep" => sleep_forever(),
+            "log-flood" => {
+                let n: usize = config("log-lines")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1000);
+                let filler = "f".repeat(4000);
+                for i in 0..n {
+                    log(Level::Info, &format!("flood {i} {filler}"));
+                }
+                Ok(unchanged())
+            }
             "clock-poll" => loop {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             },
