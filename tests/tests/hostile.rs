@@ -603,3 +603,35 @@ fn sleeps_in_progress_cancel_and_applies_to_are_stopped_too() {
     assert_eq!(call.violation, ceiling, "{err}");
     host_still_works(&runtime);
 }
+
+/// Peak resident set of this process so far, in bytes.
+fn peak_rss() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .map_or(0, |kb| kb << 10)
+}
+
+/// 500 additional items whose names all point at one 4 MiB buffer in the
+/// guest: 2 GB if the host copied each. Lifting draws on a per-call budget
+/// (`iar::plugin::lift_budget`, 14 MiB with the default limits) before it
+/// copies, so the call is refused with output-size and the host's peak
+/// memory stays far below what the aliases add up to.
+#[test]
+fn aliased_outputs_cannot_make_the_host_allocate_more_than_the_budget() {
+    let before = peak_rss();
+    let violation = violation_of("alias", Limits::default());
+    let budget = iar::plugin::lift_budget(&Limits::default());
+    assert_eq!(violation, Violation::LiftBudget { limit: budget });
+    let grew = peak_rss().saturating_sub(before);
+    eprintln!(
+        "aliased output: peak RSS grew by {} MiB (budget {} MiB; the aliases add up to 2000 MiB)",
+        grew >> 20,
+        budget >> 20
+    );
+    // The guest's own 64 MiB memory and the budget, with room for the rest
+    // of the test process; nowhere near 2 GB.
+    assert!(grew < 512 << 20, "peak RSS grew by {} MiB", grew >> 20);
+}

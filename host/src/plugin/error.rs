@@ -68,6 +68,10 @@ pub enum Violation {
         limit: usize,
     },
     #[error(
+        "handed the host more than {limit} bytes of strings and lists in one call, counting every entry that points at the same buffer (rule: output-size)"
+    )]
+    LiftBudget { limit: usize },
+    #[error(
         "returned operation id {0:?} during the finalize phase; it was not recorded (rule: no-operation-in-finalize)"
     )]
     OperationInFinalize(String),
@@ -116,7 +120,7 @@ impl Violation {
             Violation::Action(_) => "plugin-error",
             Violation::ItemNotJson(_) | Violation::ItemNotObject(_) => "item-is-json-object",
             Violation::IdentityChanged { .. } => "item-identity-unchanged",
-            Violation::OutputTooLarge { .. } => "output-size",
+            Violation::OutputTooLarge { .. } | Violation::LiftBudget { .. } => "output-size",
             Violation::OperationInFinalize(_) => "no-operation-in-finalize",
             Violation::EmptyOperationId => "operation-id-non-empty",
             Violation::DuplicateOperationId(_) => "operation-id-unique",

@@ -153,6 +153,11 @@ impl PluginInstance {
         );
         let mut store = Store::new(inner.runtime.engine(), state);
         store.limiter(|s| &mut s.memory);
+        // Every string and list the host lifts out of the guest, in one
+        // call's result or one host call's arguments, draws on this budget
+        // before it is copied: entries that alias one buffer are counted
+        // each time, so a small guest cannot make the host allocate more.
+        store.set_hostcall_fuel(lift_budget(limits));
         // The epoch is wall-clock time. When it reaches the deadline, the
         // guest is charged only for the time it ran itself: time spent in
         // host calls (a slow cluster, a contended cache) extends the
@@ -509,6 +514,23 @@ fn block(guest: &Guest) -> &latest::block_action::Guest {
         .expect("checked by call: item-block-action exported")
 }
 
+/// Bytes the host lifts out of the guest in one call at most: everything
+/// the output limits allow (an item, the related items' identifiers at
+/// their longest, an operation id, messages), with room for the encoding.
+pub fn lift_budget(limits: &Limits) -> usize {
+    const IDENTIFIER_BYTES: usize = 4 * 256 + 64;
+    limits
+        .max_item_bytes
+        .saturating_add(limits.max_related_items.saturating_mul(IDENTIFIER_BYTES))
+        .saturating_add(limits.max_operation_id_bytes)
+        .saturating_add(limits.max_message_bytes.saturating_mul(2))
+        .saturating_add(64 << 10)
+}
+
+/// wasmtime's error when a lift runs out of `hostcall_fuel` (its type is
+/// private; the message is what it exposes).
+const LIFT_EXHAUSTED: &str = "fuel allocated for hostcalls has been exhausted";
+
 /// Epoch ticks to the first deadline check of a call: the CPU deadline or
 /// the wall-clock ceiling, whichever is sooner.
 fn first_check(limits: &Limits) -> u64 {
@@ -519,6 +541,11 @@ fn first_check(limits: &Limits) -> u64 {
 fn classify(e: wasmtime::Error, limits: &Limits) -> Violation {
     if let Some(wall) = e.downcast_ref::<WallClockExceeded>() {
         return Violation::WallClock(wall.limit);
+    }
+    if format!("{e:#}").contains(LIFT_EXHAUSTED) {
+        return Violation::LiftBudget {
+            limit: lift_budget(limits),
+        };
     }
     if let Some(cap) = e.downcast_ref::<MemoryCapExceeded>() {
         return Violation::MemoryCap {

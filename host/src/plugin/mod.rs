@@ -10,7 +10,7 @@ pub mod validate;
 
 pub use crate::contract::Interface;
 pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
-pub use instance::{PluginInstance, StdioCounts};
+pub use instance::{PluginInstance, StdioCounts, lift_budget};
 pub use relations::PluginRelation;
 pub use validate::{ExecuteResult, Phase, Progress};
 

@@ -36,6 +36,7 @@
 //! | `remember` | returns the item with annotation `hostile.iar.test/previous` = the name of the item the previous call saw in this instance (`""` for the first), kept in a global |
 //! | `operation-fixed` | starts operation `op-fixed`; when the item's name ends in `-bad` it also returns the item `[1,2,3]` (which the boundary refuses) |
 //! | `sleep` | sleeps for `Duration::MAX` (one WASI clock wait, no CPU) |
+//! | `alias` | names `alias-count` (default 500) additional items whose names all point at one 4 MiB buffer (2 GB if the host copied each) |
 //! | `log-flood` | logs `log-lines` (default 1000) lines of 4 KiB at info level, then returns the item unchanged |
 //! | `clock-poll` | sleeps 1 ms at a time for ever: many short clock waits, each under any bound |
 //! | `get-id` | calls `cluster-get` for the identifier in config `id-group`, `id-resource`, `id-namespace`, `id-name` and returns the item with annotation `hostile.iar.test/got` = `found:<the object's JSON>`, `none`, or `error:<message>` |
@@ -99,6 +100,7 @@ const BEHAVIORS: &[&str] = &[
     "operation-fixed",
     "sleep",
     "log-flood",
+    "alias",
     "clock-poll",
     "get-id",
     "additional-id",
@@ -430,6 +432,28 @@ impl Guest for Hostile {
                 annotate(&item, "hostile.iar.test/found", found.to_string())
             }
             "sleep" => sleep_forever(),
+            "alias" => {
+                let n: usize = config("alias-count")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(500);
+                let mut buffer = std::mem::ManuallyDrop::new("a".repeat(4 << 20));
+                let (ptr, len) = (buffer.as_mut_ptr(), buffer.len());
+                let additional_items = (0..n)
+                    .map(|_| ResourceIdentifier {
+                        group: String::new(),
+                        resource: "configmaps".to_string(),
+                        namespace: "shop".to_string(),
+                        // SAFETY: none, on purpose: every name owns the same
+                        // buffer. The host reads them before the guest could
+                        // free any; this instance is not used again.
+                        name: unsafe { String::from_raw_parts(ptr, len, len) },
+                    })
+                    .collect();
+                Ok(ExecuteOutput {
+                    additional_items,
+                    ..unchanged()
+                })
+            }
             "log-flood" => {
                 let n: usize = config("log-lines")
                     .and_then(|n| n.parse().ok())
