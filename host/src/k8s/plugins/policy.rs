@@ -373,6 +373,18 @@ mod tests {
         }
     }
 
+    /// The example in deploy/ parses and is the defaults, written out.
+    #[test]
+    fn the_deployed_policy_is_the_defaults() {
+        let text = include_str!("../../../../deploy/grant-policy.yaml");
+        let doc = serde_yaml::Deserializer::from_str(text)
+            .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+            .find(|d| d["kind"] == "ConfigMap")
+            .expect("the policy ConfigMap");
+        let policy = GrantPolicy::parse(doc["data"]["policy.yaml"].as_str().unwrap()).unwrap();
+        assert_eq!(policy, GrantPolicy::default());
+    }
+
     #[test]
     fn a_misspelt_policy_is_an_error_naming_it() {
         let err = GrantPolicy::parse("maxLimits: {deadlines: 5s}").unwrap_err();
