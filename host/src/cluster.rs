@@ -97,25 +97,30 @@ impl ClusterReader for NoCluster {
 
 /// Which resources a plugin may read through `cluster-get`, as globs over
 /// `resource.group` ("volumesnapshots.snapshot.storage.k8s.io", "pods").
+///
+/// Secrets (core `secrets`) are never matched by a glob: `*`, `secret*` or
+/// `*s` do not grant them, only the exact entry `secrets` does, since they
+/// hold credentials.
 #[derive(Clone, Debug)]
 pub struct ReadGrants {
     allow: Vec<glob::Pattern>,
-    deny: Vec<glob::Pattern>,
 }
 
+/// The one entry that grants Secrets.
+pub const SECRETS_GRANT: &str = "secrets";
+
 impl Default for ReadGrants {
-    /// Everything but Secrets: a plugin that needs Secrets must be granted
-    /// them by name, since they hold credentials.
+    /// Everything but Secrets (`*`): a plugin that needs Secrets must be
+    /// granted them by name.
     fn default() -> Self {
         ReadGrants {
             allow: vec![glob::Pattern::new("*").expect("valid glob")],
-            deny: vec![glob::Pattern::new("secrets").expect("valid glob")],
         }
     }
 }
 
 impl ReadGrants {
-    /// Exactly these resources (globs); nothing is denied beyond them.
+    /// Exactly these resources (globs; Secrets only by the entry `secrets`).
     pub fn only<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
         let allow = patterns
             .iter()
@@ -124,24 +129,31 @@ impl ReadGrants {
                     .map_err(|e| format!("invalid read grant {:?}: {e}", p.as_ref()))
             })
             .collect::<Result<_, _>>()?;
-        Ok(ReadGrants {
-            allow,
-            deny: Vec::new(),
-        })
+        Ok(ReadGrants { allow })
     }
 
     /// Nothing may be read.
     pub fn none() -> Self {
-        ReadGrants {
-            allow: Vec::new(),
-            deny: Vec::new(),
-        }
+        ReadGrants { allow: Vec::new() }
+    }
+
+    /// The entries as written (`*` for the default).
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.allow.iter().map(glob::Pattern::as_str)
     }
 
     pub fn allows(&self, gr: &GroupResource) -> bool {
+        if is_secrets(gr) {
+            return self.allow.iter().any(|p| p.as_str() == SECRETS_GRANT);
+        }
         let name = gr.to_string();
-        self.allow.iter().any(|p| p.matches(&name)) && !self.deny.iter().any(|p| p.matches(&name))
+        self.allow.iter().any(|p| p.matches(&name))
     }
+}
+
+/// Core Secrets, the one resource granted only by name.
+pub fn is_secrets(gr: &GroupResource) -> bool {
+    gr.group.is_empty() && gr.resource == SECRETS_GRANT
 }
 
 struct CachedFile {
@@ -452,10 +464,55 @@ mod tests {
         assert!(!only.allows(&gr("", "pods")));
         assert!(!ReadGrants::none().allows(&gr("", "pods")));
         assert!(
+            ReadGrants::only(&["secrets"])
+                .unwrap()
+                .allows(&gr("", "secrets"))
+        );
+        assert!(
             ReadGrants::only(&["[oops"])
                 .unwrap_err()
                 .contains("invalid read grant")
         );
+    }
+
+    /// No glob reaches Secrets, in a file plugin's grants as in any other:
+    /// only the exact entry `secrets` does.
+    #[test]
+    fn no_glob_grants_secrets() {
+        for glob in [
+            "*",
+            "secret*",
+            "*s",
+            "s*s",
+            "[s]ecrets",
+            "secret?",
+            "*.k8s.io",
+            "?ecrets",
+        ] {
+            let grants = ReadGrants::only(&[glob]).unwrap();
+            assert!(
+                !grants.allows(&gr("", "secrets")),
+                "{glob} must not grant Secrets"
+            );
+        }
+        assert!(ReadGrants::only(&["*"]).unwrap().allows(&gr("", "pods")));
+        assert!(
+            ReadGrants::only(&["secret*"])
+                .unwrap()
+                .allows(&gr("", "secretstores"))
+        );
+        // A resource named secrets in another group is not core Secrets.
+        assert!(
+            ReadGrants::only(&["*"])
+                .unwrap()
+                .allows(&gr("example.io", "secrets"))
+        );
+        assert!(
+            ReadGrants::only(&["pods", "secrets"])
+                .unwrap()
+                .allows(&gr("", "secrets"))
+        );
+        assert_eq!(ReadGrants::default().patterns().collect::<Vec<_>>(), ["*"]);
     }
 
     #[test]

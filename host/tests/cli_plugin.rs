@@ -159,3 +159,24 @@ async fn the_printed_manifest_applied_server_side_loads_ready() {
     }
     task.abort();
 }
+
+/// `iar controller --grant-policy` with a misspelt key does not start: it
+/// names the file and the key before connecting anywhere.
+#[test]
+fn the_controller_refuses_a_misspelt_grant_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "maxLimits: {deadlines: 1m}\n").unwrap();
+    let out = iar(&[
+        "controller",
+        "--store",
+        dir.path().to_str().unwrap(),
+        "--grant-policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("policy.yaml"), "{stderr}");
+    assert!(stderr.contains("deadlines"), "{stderr}");
+    assert!(stderr.contains("rule: grant-policy"), "{stderr}");
+}

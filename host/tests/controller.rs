@@ -269,6 +269,7 @@ async fn start_controller(
         runtime: runtime(),
         registry,
         files: plugins,
+        watch: Default::default(),
     };
     let task = tokio::spawn(async move {
         if let Err(e) = run(client, options, plugins, Some(tx)).await {

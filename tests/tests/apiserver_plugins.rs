@@ -53,14 +53,7 @@ async fn start_with_options(
     let client = server.client(User::Admin).await.expect("admin client");
     iar_apiserver::create_namespace(&client, namespace).await;
     let registry = PluginRegistry::new();
-    let task = tokio::spawn({
-        let (client, namespace, registry) =
-            (client.clone(), namespace.to_string(), registry.clone());
-        async move {
-            let result = watch_with(client, namespace, runtime, registry, options).await;
-            panic!("the watcher returned: {result:?}");
-        }
-    });
+    let task = spawn_watcher(&client, namespace, runtime, &registry, options);
     let harness = Harness {
         client,
         namespace: namespace.into(),
@@ -70,6 +63,20 @@ async fn start_with_options(
     harness.wait_set("the first sync", |_| true).await;
     assert!(harness.registry.is_synced());
     Some(harness)
+}
+
+fn spawn_watcher(
+    client: &kube::Client,
+    namespace: &str,
+    runtime: iar::Runtime,
+    registry: &Arc<PluginRegistry>,
+    options: WatchOptions,
+) -> tokio::task::JoinHandle<()> {
+    let (client, namespace, registry) = (client.clone(), namespace.to_string(), registry.clone());
+    tokio::spawn(async move {
+        let result = watch_with(client, namespace, runtime, registry, options).await;
+        panic!("the watcher returned: {result:?}");
+    })
 }
 
 fn bytes(path: &str) -> Vec<u8> {
@@ -115,6 +122,24 @@ fn with_component(mut cm: ConfigMap, component: &[u8]) -> ConfigMap {
 }
 
 impl Harness {
+    /// Stops this watcher and starts a new one on the same namespace with
+    /// an empty registry, as a restart of iar does; waits for its first
+    /// sync.
+    async fn restart(&mut self, options: WatchOptions) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        self.registry = PluginRegistry::new();
+        self.task = spawn_watcher(
+            &self.client,
+            &self.namespace,
+            runtime(),
+            &self.registry,
+            options,
+        );
+        self.wait_set("the first sync after the restart", |_| true)
+            .await;
+    }
+
     fn api(&self) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
@@ -160,6 +185,58 @@ impl Harness {
                     set.generation, set.plugins
                 ),
             }
+        }
+    }
+
+    /// Waits until an Event with `reason` on the ConfigMap has a note
+    /// containing `part`.
+    async fn wait_event(&self, name: &str, reason: &str, part: &str) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let notes: Vec<String> = events
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                })
+                .filter_map(|e| e.note)
+                .collect();
+            if notes.iter().any(|n| n.contains(part)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ConfigMap {name}: no {reason} Event naming {part:?} within {WITHIN:?}: {notes:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the ConfigMap's status message contains `part`.
+    async fn wait_message(&self, name: &str, part: &str) -> String {
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let message = self
+                .api()
+                .get(name)
+                .await
+                .ok()
+                .and_then(|cm| cm.metadata.annotations)
+                .and_then(|mut a| a.remove("iar.dev/status-message"))
+                .unwrap_or_default();
+            if message.contains(part) {
+                return message;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ConfigMap {name}: no status message with {part:?} within {WITHIN:?}; it says {message:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -481,10 +558,14 @@ async fn velero_plugin_config_reaches_the_plugin_config() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_writes_do_not_reload_and_a_reference_path_loads() {
-    let Some(h) = start("plugins-reference").await else {
+    let dir = tempfile::tempdir().unwrap();
+    let options = WatchOptions {
+        reference_dir: Some(dir.path().to_path_buf()),
+        ..WatchOptions::default()
+    };
+    let Some(h) = start_with_options("plugins-reference", runtime(), options).await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("labels.wasm");
     let labels = bytes(artifacts::LABELS);
     std::fs::write(&path, &labels).unwrap();
@@ -533,10 +614,9 @@ async fn status_writes_do_not_reload_and_a_reference_path_loads() {
     missing.metadata.name = Some("missing".into());
     h.apply(&missing).await;
     let annotations = h.wait_status("missing", "SourceInvalid").await;
-    assert!(
-        annotations["iar.dev/status-message"].contains("/nonexistent/labels.wasm"),
-        "{annotations:?}"
-    );
+    let message = &annotations["iar.dev/status-message"];
+    assert!(message.contains("/nonexistent/labels.wasm"), "{message}");
+    assert!(message.contains("rule: reference-dir"), "{message}");
 }
 
 /// The YAML `iar plugin configmap` prints (the same `manifest` function,
@@ -752,6 +832,7 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
     };
     let options = WatchOptions {
         extra_roots_pem: Some(server.ca_pem.clone()),
+        ..WatchOptions::default()
     };
     let Some(h) = start_with_options("plugins-https", runtime(), options).await else {
         return;
@@ -777,7 +858,13 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
     let mut wrong = with_data(by_url.clone(), configmap::KEY_SHA256, &"1".repeat(64));
     wrong.metadata.name = Some("wrong".into());
     h.apply(&wrong).await;
-    h.wait_status("wrong", "DigestMismatch").await;
+    let annotations = h.wait_status("wrong", "DigestMismatch").await;
+    let message = &annotations["iar.dev/status-message"];
+    assert!(message.contains(&"1".repeat(64)), "the expected: {message}");
+    assert!(
+        !message.contains(set.get("labels").unwrap().digest()),
+        "never the digest of what was read: {message}"
+    );
     // Nothing listens on port 1: the fetch fails, naming the URL.
     let unreachable = "https://127.0.0.1:1/labels.wasm";
     let mut missing = with_data(by_url, configmap::KEY_REFERENCE, unreachable);
@@ -790,8 +877,9 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
     );
 }
 
-/// Two ConfigMaps for one plugin name: the second is refused
-/// (`NameConflict`) and loads once the first no longer holds the name.
+/// Two ConfigMaps for one plugin name: the newer is refused
+/// (`NameConflict`, naming the older) and loads once the older no longer
+/// claims the name; the older takes it back as soon as it claims it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     let Some(h) = start("plugins-conflict").await else {
@@ -807,6 +895,8 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     .await;
     h.wait_set("labels loads", |s| s.get("labels").is_some())
         .await;
+    // creationTimestamp has one-second resolution: the second is newer.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let second = with_data(
         plugin_cm(
             "labels-2",
@@ -819,11 +909,15 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     );
     h.apply(&second).await;
     let annotations = h.wait_status("labels-2", "NameConflict").await;
+    let message = &annotations["iar.dev/status-message"];
+    assert!(message.contains("rule: plugin-name-unique"), "{message}");
     assert!(
-        annotations["iar.dev/status-message"].contains("rule: plugin-name-unique"),
-        "{annotations:?}"
+        message.contains("belongs to ConfigMap \"labels\", created earlier"),
+        "{message}"
     );
     assert_eq!(labels_after(&h.registry.current())["from"], "first");
+    // The holder's status names the one that waits.
+    h.wait_message("labels", "\"labels-2\" also claim it").await;
 
     // Disabling the holder frees the name.
     let first = plugin_cm(
@@ -842,15 +936,408 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     assert_eq!(set.plugins.len(), 1);
     h.wait_status("labels-2", "Ready").await;
 
-    // Enabled again, the first is now the one refused; deleting the
-    // second gives the name back.
+    // Enabled again, the first is the older: it takes the name back at
+    // once and the second waits again. (Before the oldest-wins rule the
+    // second kept it, and the first waited.)
     h.apply(&first).await;
-    h.wait_status("labels", "NameConflict").await;
-    h.delete("labels-2").await;
     h.wait_set("the first takes the name back", |s| {
         s.get("labels")
             .is_some_and(|_| labels_after(s)["from"] == "first")
     })
     .await;
+    h.wait_message("labels-2", "belongs to ConfigMap \"labels\"")
+        .await;
+    h.wait_status("labels-2", "NameConflict").await;
+    h.delete("labels-2").await;
     h.wait_status("labels", "Ready").await;
+}
+
+/// The oldest ConfigMap keeps a plugin name whatever order the watcher
+/// sees them in: after a restart the list comes in name order, and a newer
+/// ConfigMap whose name sorts first must not take the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_configmap_never_takes_a_plugin_name_even_across_a_restart() {
+    let Some(mut h) = start("plugins-conflict-restart").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    let named = |cm: &str, from: &str| {
+        with_data(
+            plugin_cm(
+                cm,
+                &h.namespace,
+                &labels,
+                Some(&format!("config: {{labels: from={from}}}")),
+            ),
+            configmap::KEY_NAME,
+            "labels",
+        )
+    };
+    h.apply(&named("zz-owner", "owner")).await;
+    h.wait_set("the owner loads", |s| s.get("labels").is_some())
+        .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.apply(&named("aa-intruder", "intruder")).await;
+    h.wait_status("aa-intruder", "NameConflict").await;
+    assert_eq!(labels_after(&h.registry.current())["from"], "owner");
+
+    h.restart(WatchOptions::default()).await;
+    let set = h.registry.current();
+    assert_eq!(set.plugins.len(), 1, "{:?}", names(&set));
+    assert_eq!(
+        labels_after(&set)["from"],
+        "owner",
+        "the older ConfigMap holds the name after the restart"
+    );
+    h.wait_message("aa-intruder", "belongs to ConfigMap \"zz-owner\"")
+        .await;
+    h.wait_message("zz-owner", "\"aa-intruder\" also claim it")
+        .await;
+}
+
+/// The Secret `db` in the harness's namespace, and the item for it.
+async fn secret_db(h: &Harness) -> iar::Item {
+    use k8s_openapi::api::core::v1::Secret;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("db".into()),
+            namespace: Some(h.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(BTreeMap::from([("password".into(), "hunter2".into())])),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(h.client.clone(), &h.namespace)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create the Secret");
+    iar::Item::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": h.namespace}}),
+        iar::resources::Catalog::builtin(),
+    )
+    .unwrap()
+}
+
+/// Runs the hostile guest's `cluster-get` (one read of the item itself)
+/// from the set's plugin `name` on `item`, against the live API server.
+async fn cluster_get_through(
+    h: &Harness,
+    name: &str,
+    item: &iar::Item,
+) -> Result<serde_json::Value, String> {
+    let plugin = h.registry.current().get(name).expect("loaded").clone();
+    let cluster: Arc<dyn iar::ClusterReader> = Arc::new(iar::k8s::live::LiveCluster::new(
+        h.client.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+    let item = item.clone();
+    tokio::task::spawn_blocking(move || {
+        plugin
+            .instance(cluster)
+            .execute(&item, &backup(iar::Phase::Backup), &never_seen)
+            .map(|out| out.item.map(|i| i.into_value()).unwrap_or_default())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap()
+}
+
+const CLUSTER_GET: &str = "config: {behavior: cluster-get, cluster-gets: '1'}\n";
+
+/// Under the default grant policy, a ConfigMap asking for Secrets or for
+/// more than 4x a default limit is `GrantRefused` with an Event naming
+/// what was refused and the rule, and is not loaded (an earlier good
+/// version keeps serving); `allowRead: ['*']` loads, and cannot read a
+/// Secret through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_asking_more_than_the_grant_policy_is_refused() {
+    let Some(h) = start("plugins-policy").await else {
+        return;
+    };
+    let hostile = bytes(artifacts::HOSTILE);
+    let item = secret_db(&h).await;
+
+    let star = plugin_cm(
+        "hostile",
+        &h.namespace,
+        &hostile,
+        Some(&format!("{CLUSTER_GET}allowRead: ['*']\n")),
+    );
+    h.apply(&star).await;
+    let set = h
+        .wait_set("hostile loads", |s| s.get("hostile").is_some())
+        .await;
+    let digest = set.get("hostile").unwrap().digest().to_string();
+    h.wait_status("hostile", "Ready").await;
+    let err = cluster_get_through(&h, "hostile", &item)
+        .await
+        .expect_err("'*' does not read Secrets");
+    assert!(
+        err.contains("reading secrets is not granted to this plugin"),
+        "{err}"
+    );
+
+    let cases = [
+        (
+            format!("{CLUSTER_GET}allowRead: ['*', secrets]\n"),
+            vec!["allowRead \"secrets\"", "`secrets`"],
+        ),
+        (
+            format!("{CLUSTER_GET}limits: {{memoryBytes: 1073741824, deadline: 10m}}\n"),
+            vec![
+                "limits.memoryBytes 1073741824 (at most 268435456)",
+                "limits.deadline 10m (at most 40s)",
+            ],
+        ),
+    ];
+    for (settings, named) in cases {
+        h.apply(&plugin_cm(
+            "hostile",
+            &h.namespace,
+            &hostile,
+            Some(&settings),
+        ))
+        .await;
+        let annotations = h.wait_status("hostile", "GrantRefused").await;
+        let message = &annotations["iar.dev/status-message"];
+        for part in named.iter().chain(&["rule: grant-policy", "stays loaded"]) {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        assert_eq!(
+            annotations[ANNOTATION_DIGEST],
+            format!("sha256:{digest}"),
+            "the version the policy allowed still serves"
+        );
+        h.wait_event("hostile", "GrantRefused", named[0]).await;
+        // Back to the allowed version between cases.
+        h.apply(&star).await;
+        h.wait_status("hostile", "Ready").await;
+    }
+
+    // Refused with no earlier version: nothing loaded.
+    h.apply(&plugin_cm(
+        "greedy",
+        &h.namespace,
+        &hostile,
+        Some("allowRead: [secrets]\n"),
+    ))
+    .await;
+    let annotations = h.wait_status("greedy", "GrantRefused").await;
+    assert!(!annotations.contains_key(ANNOTATION_DIGEST));
+    assert!(h.registry.current().get("greedy").is_none());
+}
+
+/// An operator's policy that lists `secrets` lets a ConfigMap that names
+/// them read a Secret; the same policy refuses what it does not list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_lists_secrets_lets_a_configmap_read_them_by_name() {
+    let policy = iar::k8s::plugins::GrantPolicy::parse(
+        "readable: [secrets, configmaps]\nisolation: [item]\n",
+    )
+    .unwrap();
+    let options = WatchOptions {
+        grant_policy: policy,
+        ..WatchOptions::default()
+    };
+    let Some(h) = start_with_options("plugins-policy-secrets", runtime(), options).await else {
+        return;
+    };
+    let hostile = bytes(artifacts::HOSTILE);
+    let item = secret_db(&h).await;
+    h.apply(&plugin_cm(
+        "reader",
+        &h.namespace,
+        &hostile,
+        Some(&format!(
+            "{CLUSTER_GET}allowRead: [secrets]\nlimits: {{isolation: item}}\n"
+        )),
+    ))
+    .await;
+    h.wait_set("reader loads", |s| s.get("reader").is_some())
+        .await;
+    let out = cluster_get_through(&h, "reader", &item)
+        .await
+        .expect("granted by name");
+    assert_eq!(
+        out["metadata"]["annotations"]["hostile.iar.test/found"],
+        "1"
+    );
+
+    // No allowRead is '*', and backup isolation: neither is in this policy.
+    h.apply(&plugin_cm("defaults", &h.namespace, &hostile, None))
+        .await;
+    let annotations = h.wait_status("defaults", "GrantRefused").await;
+    let message = &annotations["iar.dev/status-message"];
+    assert!(message.contains("allowRead \"*\""), "{message}");
+    assert!(message.contains("limits.isolation backup"), "{message}");
+}
+
+/// `data.reference` paths: only regular files under the configured
+/// directory. A file outside it (by path or by symlink) and a FIFO inside
+/// it are refused with the rule, without blocking the watcher (a good
+/// plugin applied after the FIFO loads), and a digest mismatch names only
+/// the expected digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_paths_must_be_regular_files_under_the_reference_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let options = WatchOptions {
+        reference_dir: Some(dir.path().to_path_buf()),
+        ..WatchOptions::default()
+    };
+    let Some(h) = start_with_options("plugins-reference-dir", runtime(), options).await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    std::fs::write(outside.path().join("labels.wasm"), &labels).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("labels.wasm"),
+        dir.path().join("escape.wasm"),
+    )
+    .unwrap();
+    let fifo = dir.path().join("fifo.wasm");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let by_reference = |name: &str, path: &std::path::Path| {
+        configmap::manifest(ManifestInput {
+            name: name.into(),
+            namespace: h.namespace.clone(),
+            component: labels.clone(),
+            settings: None,
+            order: None,
+            reference: Some(path.display().to_string()),
+        })
+        .unwrap()
+    };
+    h.apply(&by_reference("fifo", &fifo)).await;
+    h.apply(&plugin_cm("inline", &h.namespace, &labels, None))
+        .await;
+    for (name, path, reason) in [
+        (
+            "outside",
+            outside.path().join("labels.wasm"),
+            "is not under the reference directory",
+        ),
+        (
+            "escape",
+            dir.path().join("escape.wasm"),
+            "resolves to a file outside the reference directory",
+        ),
+    ] {
+        h.apply(&by_reference(name, &path)).await;
+        let annotations = h.wait_status(name, "SourceInvalid").await;
+        let message = &annotations["iar.dev/status-message"];
+        assert!(message.contains(reason), "{message}");
+        assert!(message.contains("rule: reference-dir"), "{message}");
+    }
+    let annotations = h.wait_status("fifo", "SourceInvalid").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("a FIFO, not a regular file"),
+        "{annotations:?}"
+    );
+    h.wait_set("the inline plugin loads beside them", |s| {
+        s.get("inline").is_some()
+    })
+    .await;
+    let set = h.registry.current();
+    assert_eq!(names(&set), ["inline"]);
+
+    // Inside the directory, under a digest it does not have.
+    std::fs::write(dir.path().join("labels.wasm"), &labels).unwrap();
+    let wrong = with_data(
+        by_reference("wrong", &dir.path().join("labels.wasm")),
+        configmap::KEY_SHA256,
+        &"2".repeat(64),
+    );
+    h.apply(&wrong).await;
+    let annotations = h.wait_status("wrong", "DigestMismatch").await;
+    let message = &annotations["iar.dev/status-message"];
+    assert!(message.contains(&"2".repeat(64)), "{message}");
+    assert!(
+        !message.contains(set.get("inline").unwrap().digest()),
+        "never the digest of what was read: {message}"
+    );
+}
+
+/// A TCP listener that accepts and never answers: an https server that
+/// hangs. Connections are held until the test ends.
+fn silent_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
+/// Loads run in parallel, each under a timeout: a plugin applied after
+/// one whose https server never answers loads while that one still waits,
+/// and after a restart the first sync is published once the hanging load
+/// times out (`LoadTimeout`), with the good plugin in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
+    let port = silent_server();
+    let options = WatchOptions {
+        read_timeout: Duration::from_secs(30),
+        ..WatchOptions::default()
+    };
+    let Some(mut h) = start_with_options("plugins-slow", runtime(), options).await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    let hanging = configmap::manifest(ManifestInput {
+        name: "hanging".into(),
+        namespace: h.namespace.clone(),
+        component: labels.clone(),
+        settings: None,
+        order: None,
+        reference: Some(format!("https://127.0.0.1:{port}/labels.wasm")),
+    })
+    .unwrap();
+    h.apply(&hanging).await;
+    // Let the watcher start on it first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.apply(&plugin_cm("labels", &h.namespace, &labels, None))
+        .await;
+    h.wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    let status = h
+        .api()
+        .get("hanging")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove(ANNOTATION_STATUS);
+    assert_eq!(
+        status, None,
+        "labels loaded while the hanging reference is still being read"
+    );
+
+    let started = Instant::now();
+    h.restart(WatchOptions {
+        read_timeout: Duration::from_secs(2),
+        ..WatchOptions::default()
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "the first sync waited for the timeout, not for the https client's own ({:?})",
+        started.elapsed()
+    );
+    assert_eq!(names(&h.registry.current()), ["labels"]);
+    let annotations = h.wait_status("hanging", "LoadTimeout").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("rule: load-timeout"),
+        "{annotations:?}"
+    );
 }

@@ -635,3 +635,52 @@ fn aliased_outputs_cannot_make_the_host_allocate_more_than_the_budget() {
     // of the test process; nowhere near 2 GB.
     assert!(grew < 512 << 20, "peak RSS grew by {} MiB", grew >> 20);
 }
+
+/// A plugin whose settings file says `allowRead: ['*']` (or any other glob)
+/// cannot read a Secret through `cluster-get`: only the exact entry
+/// `secrets` grants them, for file plugins as for ConfigMap ones.
+#[test]
+fn a_glob_grant_does_not_read_secrets() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("secret.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\ndata: {password: aHVudGVyMg==}\n",
+    )
+    .unwrap();
+    let cluster: Arc<dyn iar::ClusterReader> =
+        Arc::new(iar::ManifestCluster::new(vec![dir.path().to_path_buf()]));
+    let secret = iar::Item::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"}}),
+        iar::resources::Catalog::builtin(),
+    )
+    .unwrap();
+    let run = |allow_read: &str| {
+        let doc = format!(
+            "config: {{behavior: cluster-get, cluster-gets: '1'}}\nallowRead: {allow_read}\n"
+        );
+        let settings = iar::plugin::settings::SettingsDoc::parse(&doc)
+            .unwrap()
+            .into_settings([])
+            .unwrap();
+        let plugin =
+            iar::Plugin::from_file(&runtime, artifacts::HOSTILE.as_ref(), settings).unwrap();
+        plugin
+            .instance(cluster.clone())
+            .execute(&secret, &backup(Phase::Backup), &never_seen)
+            .map_err(|e| e.to_string())
+    };
+    for glob in ["['*']", "['secret*']", "['*s', '*.k8s.io']"] {
+        let err = run(glob).expect_err("a glob must not grant Secrets");
+        assert!(
+            err.contains("cluster-get: reading secrets is not granted to this plugin"),
+            "{glob}: {err}"
+        );
+    }
+    let out = run("[secrets]").expect("the exact entry grants Secrets");
+    let item = out.item.expect("annotated");
+    assert_eq!(
+        item.value()["metadata"]["annotations"]["hostile.iar.test/found"],
+        "1"
+    );
+}

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use iar::controller::Settings;
-use iar::k8s::plugins::PluginRegistry;
+use iar::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions};
 use iar::k8s::run::{Options, Plugins, run};
 use iar::store::BackupStore;
 use iar::{Runtime, RuntimeConfig};
@@ -24,6 +24,24 @@ pub struct ControllerArgs {
     /// `iar backup`, besides those registered as ConfigMaps.
     #[arg(long, value_name = "DIR")]
     plugins: Option<PathBuf>,
+    /// The grant policy (YAML): what any plugin ConfigMap may grant its
+    /// plugin (readable resources, maximum limits, isolation). Without
+    /// it: every resource but Secrets, limits up to 4x the defaults. Not
+    /// applied to --plugins, which are the operator's own.
+    #[arg(long, value_name = "FILE")]
+    grant_policy: Option<PathBuf>,
+    /// The directory a plugin ConfigMap's `data.reference` path must be
+    /// in (a volume mounted for plugins). Without it, path references are
+    /// refused; https references work either way.
+    #[arg(long, value_name = "DIR")]
+    plugin_reference_dir: Option<PathBuf>,
+    /// How long reading one plugin's component (https or file) may take.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    plugin_read_timeout: Duration,
+    /// How long verifying, compiling and calling applies-to of one plugin
+    /// may take, once a compile slot is free.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    plugin_compile_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served.
     #[arg(long, env = "IAR_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
@@ -63,6 +81,33 @@ fn parse_go_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    let grant_policy = match &args.grant_policy {
+        Some(path) => GrantPolicy::read(path)?,
+        None => GrantPolicy::default(),
+    };
+    if let Some(dir) = &args.plugin_reference_dir {
+        anyhow::ensure!(
+            dir.is_absolute() && dir.is_dir(),
+            "--plugin-reference-dir {}: not an absolute path to a directory",
+            dir.display()
+        );
+    }
+    tracing::info!(
+        readable = ?grant_policy.readable,
+        isolation = ?grant_policy.isolation,
+        "grant policy for plugin ConfigMaps ({}); at most {:?}",
+        args.grant_policy
+            .as_ref()
+            .map_or("the defaults".into(), |p| p.display().to_string()),
+        grant_policy.max_limits
+    );
+    let watch = WatchOptions {
+        grant_policy,
+        reference_dir: args.plugin_reference_dir.clone(),
+        read_timeout: args.plugin_read_timeout,
+        compile_timeout: args.plugin_compile_timeout,
+        ..WatchOptions::default()
+    };
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     tracing::info!(instances = %runtime.allocation(), "wasm runtime started");
     let file_plugins = match &args.plugins {
@@ -107,6 +152,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
             runtime,
             registry: PluginRegistry::new(),
             files: file_plugins,
+            watch,
         };
         run(client, options, plugins, None).await?;
         anyhow::Ok(())

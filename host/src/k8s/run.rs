@@ -5,7 +5,7 @@
 use super::crd::Backup;
 use super::leader::{Elector, LeaderError};
 use super::live::LiveCluster;
-use super::plugins::{PluginRegistry, watch};
+use super::plugins::{PluginRegistry, WatchOptions, watch_with};
 use super::reconcile::{Context, error_policy, patch_status, reconcile};
 use super::serve::{Health, serve};
 use crate::backup::object::{BackupObject, BackupStatus};
@@ -35,11 +35,15 @@ pub struct Options {
 
 /// Where plugins come from: the ConfigMaps of the namespace (hot
 /// reloaded into `registry`), and files loaded at start. A file plugin
-/// wins over a ConfigMap plugin of the same name.
+/// wins over a ConfigMap plugin of the same name, and is not bound by the
+/// grant policy in `watch` (the operator wrote it).
 pub struct Plugins {
     pub runtime: Runtime,
     pub registry: Arc<PluginRegistry>,
     pub files: Vec<Plugin>,
+    /// How ConfigMaps are loaded: the grant policy, the reference
+    /// directory, the timeouts.
+    pub watch: WatchOptions,
 }
 
 impl Plugins {
@@ -114,13 +118,15 @@ pub async fn run(
     {
         let (client, namespace) = (client.clone(), options.namespace.clone());
         let (runtime, registry) = (plugins.runtime.clone(), plugins.registry.clone());
+        let watch_options = plugins.watch.clone();
         tokio::spawn(async move {
             loop {
-                let watched = watch(
+                let watched = watch_with(
                     client.clone(),
                     namespace.clone(),
                     runtime.clone(),
                     registry.clone(),
+                    watch_options.clone(),
                 )
                 .await;
                 tracing::error!(

@@ -4,14 +4,20 @@
 //! change is verified, compiled and smoke-called off the async runtime,
 //! then published as a new [`PluginSet`] generation; a bad new version
 //! leaves the last good one loaded; each ConfigMap carries its status.
+//! What a ConfigMap may grant is bounded by the operator's
+//! [`GrantPolicy`]; loads run in parallel, each stage under a timeout.
 
 pub mod configmap;
 mod load;
+pub mod policy;
 pub mod registry;
 pub mod status;
 mod watcher;
 
-pub use load::LoadFailure;
+pub use load::{LoadFailure, NEVER_READ, read_path};
+pub use policy::GrantPolicy;
 pub use registry::{PluginRegistry, PluginSet};
 pub use status::Status;
-pub use watcher::{WatchError, WatchOptions, watch, watch_with};
+pub use watcher::{
+    DEFAULT_COMPILE_TIMEOUT, DEFAULT_READ_TIMEOUT, WatchError, WatchOptions, watch, watch_with,
+};

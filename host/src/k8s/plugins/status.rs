@@ -33,8 +33,12 @@ pub enum Status {
     SourceInvalid,
     /// `applies-to` failed or returned an invalid selector.
     AppliesToFailed,
-    /// Another ConfigMap already holds a plugin of this name.
+    /// An older ConfigMap holds a plugin of this name.
     NameConflict,
+    /// The settings ask for more than the operator's grant policy allows.
+    GrantRefused,
+    /// Reading, compiling or `applies-to` took longer than the load timeout.
+    LoadTimeout,
 }
 
 impl Status {
@@ -49,6 +53,8 @@ impl Status {
             Status::SourceInvalid => "SourceInvalid",
             Status::AppliesToFailed => "AppliesToFailed",
             Status::NameConflict => "NameConflict",
+            Status::GrantRefused => "GrantRefused",
+            Status::LoadTimeout => "LoadTimeout",
         }
     }
 
@@ -105,7 +111,14 @@ fn shorten(s: &str) -> String {
 
 pub(crate) struct StatusWriter {
     api: Api<ConfigMap>,
-    recorder: Recorder,
+    client: kube::Client,
+    reporter: Reporter,
+    /// Per ConfigMap, the note of its last Event and the recorder that
+    /// published it. kube's recorder folds a repeat of one reason on one
+    /// object into the first Event (a series) and keeps the first note,
+    /// so a second, different `GrantRefused` would show the first one's
+    /// reason; a new note gets a new recorder, and so an Event of its own.
+    recorders: std::sync::Mutex<std::collections::HashMap<String, (String, Recorder)>>,
 }
 
 impl StatusWriter {
@@ -115,14 +128,21 @@ impl StatusWriter {
             .or_else(|| std::env::var("HOSTNAME").ok());
         StatusWriter {
             api: Api::namespaced(client.clone(), namespace),
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: "iar".into(),
-                    instance,
-                },
-            ),
+            client,
+            reporter: Reporter {
+                controller: "iar".into(),
+                instance,
+            },
+            recorders: Default::default(),
         }
+    }
+
+    /// Drops what is kept for a deleted ConfigMap.
+    pub(crate) fn forget(&self, configmap: &str) {
+        self.recorders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(configmap);
     }
 
     /// Writes the annotations and the Event. Failures are logged, not
@@ -149,6 +169,17 @@ impl StatusWriter {
             Err(kube::Error::Api(s)) if s.code == 404 => return,
             Err(e) => tracing::warn!(configmap = %name, "cannot write the plugin status: {e}"),
         }
+        let recorder = {
+            let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+            match recorders.get(&name) {
+                Some((note, recorder)) if *note == message => recorder.clone(),
+                _ => {
+                    let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                    recorders.insert(name.clone(), (message.clone(), recorder.clone()));
+                    recorder
+                }
+            }
+        };
         let event = Event {
             type_: match report.status {
                 Status::Ready | Status::Disabled => EventType::Normal,
@@ -159,8 +190,7 @@ impl StatusWriter {
             action: "LoadPlugin".into(),
             secondary: None,
         };
-        if let Err(e) = self
-            .recorder
+        if let Err(e) = recorder
             .publish(&event, &report.configmap.object_ref(&()))
             .await
         {

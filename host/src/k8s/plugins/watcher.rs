@@ -1,20 +1,30 @@
 //! The watch loop: plugin ConfigMaps and Velero plugin-config ConfigMaps in
 //! one namespace, reconciled into the registry.
 
-use super::configmap::{self, LABEL, VELERO_LABEL};
+use super::configmap::{self, LABEL, PluginSpec, Source, VELERO_LABEL};
 use super::load::{self, LoadFailure};
+use super::policy::GrantPolicy;
 use super::registry::PluginRegistry;
 use super::status::{Report, Status, StatusWriter};
 use crate::engine::Runtime;
 use crate::plugin::Plugin;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// The default of [`WatchOptions::read_timeout`].
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default of [`WatchOptions::compile_timeout`]: a first compile of a
+/// 15 MB component (a JavaScript plugin) takes 35 s on an idle machine.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -27,11 +37,34 @@ pub enum WatchError {
 }
 
 /// Options of [`watch_with`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct WatchOptions {
     /// PEM certificates trusted for `https://` references besides the
     /// platform's roots (an internal CA).
     pub extra_roots_pem: Option<Vec<u8>>,
+    /// What any plugin ConfigMap may grant its plugin; one that asks for
+    /// more is `GrantRefused`.
+    pub grant_policy: GrantPolicy,
+    /// The directory `data.reference` paths must be in; `None` (the
+    /// default): path references are refused.
+    pub reference_dir: Option<PathBuf>,
+    /// How long reading one component (an https fetch, a file) may take.
+    pub read_timeout: Duration,
+    /// How long verifying, compiling and calling `applies-to` of one
+    /// component may take, once a compile slot is free.
+    pub compile_timeout: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            extra_roots_pem: None,
+            grant_policy: GrantPolicy::default(),
+            reference_dir: None,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            compile_timeout: DEFAULT_COMPILE_TIMEOUT,
+        }
+    }
 }
 
 /// Runs until the future is dropped: watches ConfigMaps labelled
@@ -75,31 +108,56 @@ pub async fn watch_with(
         .default_backoff()
         .map(|e| (Kind::Velero, e));
     let mut events = std::pin::pin!(futures::stream::select(plugins, velero));
+    let slots = std::thread::available_parallelism().map_or(1, usize::from);
     let mut state = State {
-        runtime,
+        loader: Loader {
+            runtime,
+            https,
+            reference_dir: options.reference_dir,
+            read_timeout: options.read_timeout,
+            compile_timeout: options.compile_timeout,
+            compile: Arc::new(Semaphore::new(slots)),
+        },
+        policy: options.grant_policy,
         registry,
         writer: StatusWriter::new(client, &namespace),
-        https,
         plugins: Store::default(),
         velero: Store::default(),
         loaded: BTreeMap::new(),
         attempts: BTreeMap::new(),
+        next_ticket: 0,
+        changed: false,
         published: false,
     };
-    while let Some((kind, event)) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(e) => {
-                tracing::warn!(%namespace, "watching plugin ConfigMaps: {e}; retrying");
-                continue;
+    // Loads run as tasks of their own, so that a slow one (an https
+    // server that trickles, a long compile) never holds up the others or
+    // the events; dropping the watch aborts them.
+    let mut loads: JoinSet<Job> = JoinSet::new();
+    loop {
+        tokio::select! {
+            next = events.next() => {
+                let Some((kind, event)) = next else { break };
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(%namespace, "watching plugin ConfigMaps: {e}; retrying");
+                        continue;
+                    }
+                };
+                let store = match kind {
+                    Kind::Plugin => &mut state.plugins,
+                    Kind::Velero => &mut state.velero,
+                };
+                if store.apply(event) {
+                    state.reconcile(&mut loads).await;
+                }
             }
-        };
-        let store = match kind {
-            Kind::Plugin => &mut state.plugins,
-            Kind::Velero => &mut state.velero,
-        };
-        if store.apply(event) {
-            state.reconcile().await;
+            Some(done) = loads.join_next(), if !loads.is_empty() => {
+                // A task's panic is caught inside it; a join error is an abort.
+                if let Ok(job) = done {
+                    state.finish(job).await;
+                }
+            }
         }
     }
     Err(WatchError::Ended { namespace })
@@ -157,9 +215,117 @@ impl Store {
 }
 
 struct Loaded {
-    name: String,
     order: i64,
     plugin: Plugin,
+}
+
+/// Which ConfigMap holds a plugin name. Of the ConfigMaps that claim one
+/// (a valid name, not `enabled: "false"`), the oldest `creationTimestamp`
+/// holds it, then the smaller uid: decided from the objects alone, so the
+/// order events arrive in, or a restart, never moves a name to a newer
+/// ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Holds its plugin's name (`None`: claims none, being disabled or
+    /// badly named); `rivals` are the newer ConfigMaps that claim it too.
+    Holds {
+        plugin: Option<String>,
+        rivals: Vec<String>,
+    },
+    /// An older ConfigMap holds the name.
+    Waits {
+        plugin: String,
+        winner: String,
+        why: String,
+    },
+}
+
+/// The plugin name a ConfigMap claims.
+fn claimed_name(cm: &ConfigMap) -> Option<String> {
+    let name = configmap::plugin_name(cm).ok()?;
+    let disabled = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(configmap::KEY_ENABLED))
+        .is_some_and(|v| v.trim() == "false");
+    (!disabled).then_some(name)
+}
+
+/// How old a ConfigMap is, oldest first: its creation time (none sorts
+/// last), its uid, its name.
+fn age(cm: &ConfigMap) -> impl Ord + use<> {
+    let created = cm.metadata.creation_timestamp.clone();
+    (
+        created.is_none(),
+        created,
+        cm.metadata.uid.clone().unwrap_or_default(),
+        name(cm),
+    )
+}
+
+/// Each claimed plugin name with its claimants, oldest first.
+fn claimants<'a>(
+    objects: impl IntoIterator<Item = &'a ConfigMap>,
+) -> BTreeMap<String, Vec<&'a ConfigMap>> {
+    let mut claims: BTreeMap<String, Vec<&ConfigMap>> = BTreeMap::new();
+    for cm in objects {
+        if let Some(plugin) = claimed_name(cm) {
+            claims.entry(plugin).or_default().push(cm);
+        }
+    }
+    for list in claims.values_mut() {
+        list.sort_by_cached_key(|cm| age(cm));
+    }
+    claims
+}
+
+fn claim_of(claims: &BTreeMap<String, Vec<&ConfigMap>>, cm: &ConfigMap) -> Claim {
+    let Some(plugin) = claimed_name(cm) else {
+        return Claim::Holds {
+            plugin: None,
+            rivals: Vec::new(),
+        };
+    };
+    let list = &claims[&plugin];
+    let winner = list[0];
+    if name(winner) == name(cm) {
+        return Claim::Holds {
+            plugin: Some(plugin),
+            rivals: list[1..].iter().map(|c| name(c)).collect(),
+        };
+    }
+    let (theirs, ours) = (
+        &winner.metadata.creation_timestamp,
+        &cm.metadata.creation_timestamp,
+    );
+    let why = match (theirs, ours) {
+        (Some(t), Some(o)) if t < o => format!("created earlier ({})", t.0),
+        (Some(t), Some(_)) => format!("created the same second ({}) with the smaller uid", t.0),
+        _ => "first by name (no creation times)".into(),
+    };
+    Claim::Waits {
+        plugin,
+        winner: name(winner),
+        why,
+    }
+}
+
+/// What a status message says about the claim, besides the outcome.
+fn claim_note(claim: &Claim) -> String {
+    match claim {
+        Claim::Holds {
+            plugin: Some(plugin),
+            rivals,
+        } if !rivals.is_empty() => format!(
+            "; plugin {plugin:?} is this ConfigMap's, the oldest of those claiming it: {} also claim it and are not loaded (rule: plugin-name-unique)",
+            rivals
+                .iter()
+                .map(|r| format!("{r:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => String::new(),
+    }
 }
 
 /// The last load attempted for a ConfigMap: what it was of, and how it
@@ -170,55 +336,157 @@ struct Attempt {
     resource_version: Option<String>,
     /// The Velero config it was made with (or the error finding it).
     velero: BTreeMap<String, String>,
-    /// For a `NameConflict`: the plugin name and the ConfigMap holding it.
-    conflict: Option<(String, String)>,
+    claim: Claim,
+    /// The ticket of the load running for it; a result with another
+    /// ticket is of a version since replaced, and dropped.
+    running: Option<u64>,
+    /// How it ended (status and message, without the claim's note).
+    settled: Option<(Status, String)>,
+}
+
+/// What a load task needs, cloned into each.
+#[derive(Clone)]
+struct Loader {
+    runtime: Runtime,
+    https: reqwest::Client,
+    reference_dir: Option<PathBuf>,
+    read_timeout: Duration,
+    compile_timeout: Duration,
+    /// Compiles at once: one per core. Waiting for a slot is not counted
+    /// against the compile timeout.
+    compile: Arc<Semaphore>,
+}
+
+/// A finished load task.
+struct Job {
+    configmap: String,
+    ticket: u64,
+    outcome: Outcome,
 }
 
 struct State {
-    runtime: Runtime,
+    loader: Loader,
+    policy: GrantPolicy,
     registry: Arc<PluginRegistry>,
     writer: StatusWriter,
-    https: reqwest::Client,
     plugins: Store,
     velero: Store,
     /// By ConfigMap name.
     loaded: BTreeMap<String, Loaded>,
     attempts: BTreeMap<String, Attempt>,
+    next_ticket: u64,
+    /// Whether `loaded` changed since the last published generation.
+    changed: bool,
     /// Whether a synced generation was published yet.
     published: bool,
 }
 
 enum Outcome {
-    Loaded(Loaded, std::time::Duration),
+    Loaded(Loaded, Duration),
     Disabled,
     Failed(LoadFailure),
 }
 
+impl Loader {
+    /// Reads, verifies and loads one plugin, each stage under its timeout.
+    async fn attempt(self, mut spec: PluginSpec, velero: BTreeMap<String, String>) -> Outcome {
+        let started = Instant::now();
+        let configmap = spec.configmap.clone();
+        let panicked = |e: tokio::task::JoinError| LoadFailure::Panicked {
+            configmap: configmap.clone(),
+            reason: e.to_string(),
+        };
+        let timed_out = |stage: String, after: Duration| {
+            Outcome::Failed(LoadFailure::TimedOut {
+                configmap: configmap.clone(),
+                stage,
+                after,
+            })
+        };
+        let reference = spec.source.describe();
+        let read = async {
+            match &spec.source {
+                Source::Inline(_) => Ok(None),
+                Source::Url(url) => load::fetch(&self.https, &configmap, url)
+                    .await
+                    .map(Some)
+                    .map_err(LoadFailure::from),
+                Source::Path(path) => {
+                    let (cm, path, dir) =
+                        (configmap.clone(), path.clone(), self.reference_dir.clone());
+                    tokio::task::spawn_blocking(move || load::read_path(&cm, &path, dir.as_deref()))
+                        .await
+                        .map_err(panicked)?
+                        .map(Some)
+                        .map_err(LoadFailure::from)
+                }
+            }
+        };
+        match tokio::time::timeout(self.read_timeout, read).await {
+            Err(_) => return timed_out(format!("reading {reference}"), self.read_timeout),
+            Ok(Err(failure)) => return Outcome::Failed(failure),
+            Ok(Ok(Some(bytes))) => spec.source = Source::Inline(bytes),
+            Ok(Ok(None)) => {}
+        }
+        // Never closed, so acquiring only waits.
+        let Ok(_slot) = self.compile.clone().acquire_owned().await else {
+            return Outcome::Failed(LoadFailure::Panicked {
+                configmap,
+                reason: "the compile slots are gone".into(),
+            });
+        };
+        let order = spec.order;
+        let runtime = self.runtime.clone();
+        // Compiling is CPU-heavy and blocking; it must not stall the
+        // async runtime the controller and the API server share. A load
+        // abandoned at its timeout runs on to its end on its thread; its
+        // result is dropped.
+        let compile = tokio::task::spawn_blocking(move || load::load(&runtime, &spec, velero));
+        match tokio::time::timeout(self.compile_timeout, compile).await {
+            Err(_) => timed_out(
+                "verifying, compiling and calling applies-to".into(),
+                self.compile_timeout,
+            ),
+            Ok(Ok(Ok(plugin))) => Outcome::Loaded(Loaded { order, plugin }, started.elapsed()),
+            Ok(Ok(Err(failure))) => Outcome::Failed(failure),
+            Ok(Err(e)) => Outcome::Failed(panicked(e)),
+        }
+    }
+}
+
 impl State {
-    async fn reconcile(&mut self) {
+    async fn reconcile(&mut self, loads: &mut JoinSet<Job>) {
         // Nothing is published from a partial view: a plugin whose Velero
         // config has not been listed yet would load with the wrong config.
         if !(self.plugins.synced && self.velero.synced) {
             return;
         }
-        let mut changed = !self.published;
         let objects = &self.plugins.objects;
         let before = self.loaded.len();
         self.loaded.retain(|cm, _| objects.contains_key(cm));
-        changed |= self.loaded.len() != before;
-        self.attempts.retain(|cm, _| objects.contains_key(cm));
-        // A ConfigMap refused for a name another one held is tried again
-        // once that one no longer holds it (deleted, disabled, renamed).
-        let loaded = &self.loaded;
-        self.attempts.retain(|_, a| match &a.conflict {
-            Some((plugin, other)) => loaded.get(other).is_some_and(|l| &l.name == plugin),
-            None => true,
+        self.changed |= self.loaded.len() != before;
+        // A deleted ConfigMap's running load is dropped when it ends.
+        let writer = &self.writer;
+        self.attempts.retain(|cm, _| {
+            let kept = objects.contains_key(cm);
+            if !kept {
+                writer.forget(cm);
+            }
+            kept
         });
+        let mut claims = {
+            let claimants = claimants(objects.values());
+            objects
+                .iter()
+                .map(|(n, cm)| (n.clone(), claim_of(&claimants, cm)))
+                .collect::<BTreeMap<_, _>>()
+        };
 
         let mut reports = Vec::new();
-        let names: Vec<String> = self.plugins.objects.keys().cloned().collect();
+        let names: Vec<String> = objects.keys().cloned().collect();
         for cm_name in names {
             let cm = &self.plugins.objects[&cm_name];
+            let claim = claims.remove(&cm_name).expect("a claim per ConfigMap");
             let velero = match configmap::plugin_name(cm) {
                 Ok(plugin) => {
                     configmap::velero_config(&cm_name, &plugin, self.velero.objects.values())
@@ -233,84 +501,188 @@ impl State {
             // Cheap checks first: an unchanged object is not hashed again
             // (a plugin ConfigMap can hold a MiB).
             if let Some(a) = self.attempts.get_mut(&cm_name) {
-                if resource_version.is_some()
+                let unchanged = (resource_version.is_some()
                     && a.resource_version == resource_version
-                    && a.velero == velero_key
-                {
-                    continue;
-                }
-                if a.fingerprint == configmap::fingerprint(cm, &velero_key) {
-                    a.resource_version = resource_version;
-                    a.velero = velero_key;
-                    continue;
+                    && a.velero == velero_key)
+                    || a.fingerprint == configmap::fingerprint(cm, &velero_key);
+                if unchanged {
+                    a.resource_version = resource_version.clone();
+                    a.velero = velero_key.clone();
+                    match (&a.claim, &claim) {
+                        (old, new) if old == new => continue,
+                        // Only who else claims the name changed: the
+                        // status says so, nothing reloads.
+                        (Claim::Holds { plugin: old, .. }, Claim::Holds { plugin: new, .. })
+                            if old == new =>
+                        {
+                            a.claim = claim;
+                            if let Some((status, message)) = &a.settled {
+                                let message = format!("{message}{}", claim_note(&a.claim));
+                                reports.push((cm.clone(), *status, message));
+                            }
+                            continue;
+                        }
+                        _ => {}
+                    }
                 }
             }
             let fingerprint = configmap::fingerprint(cm, &velero_key);
             let cm = cm.clone();
-            let parsed = configmap::parse(&cm);
-            let outcome = match (parsed, velero) {
-                (Err(e), _) | (Ok(_), Err(e)) => Outcome::Failed(e.into()),
-                (Ok(spec), Ok(velero)) => self.attempt(spec, velero).await,
+            let mut attempt = Attempt {
+                fingerprint,
+                resource_version,
+                velero: velero_key,
+                claim: claim.clone(),
+                running: None,
+                settled: None,
             };
-            let conflict = match &outcome {
-                Outcome::Failed(LoadFailure::NameConflict { plugin, other, .. }) => {
-                    Some((plugin.clone(), other.clone()))
-                }
-                _ => None,
-            };
-            let (status, message) = match outcome {
-                Outcome::Loaded(entry, took) => {
-                    let plugin = &entry.plugin;
-                    let message = format!(
-                        "plugin {:?} loaded: contract {}, sha256:{}, order {}, in {} ms",
-                        plugin.name(),
-                        plugin.version(),
-                        plugin.digest(),
-                        entry.order,
-                        took.as_millis()
-                    );
-                    tracing::info!(configmap = %cm_name, "{message}");
-                    self.loaded.insert(cm_name.clone(), entry);
-                    changed = true;
-                    (Status::Ready, message)
-                }
-                Outcome::Disabled => {
-                    changed |= self.loaded.remove(&cm_name).is_some();
-                    (
-                        Status::Disabled,
-                        format!(
-                            "ConfigMap {cm_name:?}: enabled is \"false\"; the plugin is not loaded"
-                        ),
-                    )
-                }
-                Outcome::Failed(failure) => {
-                    let status = failure.status();
-                    crate::metrics::global().load_failure(status.as_str());
-                    let kept = match self.loaded.get(&cm_name) {
-                        Some(l) => format!(
-                            "; the previous version (sha256:{}) stays loaded",
-                            l.plugin.digest()
-                        ),
-                        None => String::new(),
-                    };
-                    let message = format!("{failure}{kept}");
-                    tracing::warn!(configmap = %cm_name, "{message}");
-                    (status, message)
-                }
-            };
-            self.attempts.insert(
-                cm_name,
-                Attempt {
-                    fingerprint,
-                    resource_version,
-                    velero: velero_key,
-                    conflict,
+            let outcome = match claim {
+                Claim::Waits {
+                    plugin,
+                    winner,
+                    why,
+                } => Some(Outcome::Failed(LoadFailure::NameConflict {
+                    configmap: cm_name.clone(),
+                    plugin,
+                    winner,
+                    why,
+                })),
+                Claim::Holds { .. } => match (configmap::parse(&cm), velero) {
+                    (Err(e), _) | (Ok(_), Err(e)) => Some(Outcome::Failed(e.into())),
+                    (Ok(spec), _) if !spec.enabled => Some(Outcome::Disabled),
+                    (Ok(spec), Ok(velero)) => {
+                        let refused = self.policy.refusals(&spec.settings);
+                        if refused.is_empty() {
+                            let ticket = self.next_ticket;
+                            self.next_ticket += 1;
+                            attempt.running = Some(ticket);
+                            let loader = self.loader.clone();
+                            let configmap = cm_name.clone();
+                            loads.spawn(async move {
+                                let outcome =
+                                    std::panic::AssertUnwindSafe(loader.attempt(spec, velero))
+                                        .catch_unwind()
+                                        .await
+                                        .unwrap_or_else(|panic| {
+                                            Outcome::Failed(LoadFailure::Panicked {
+                                                configmap: configmap.clone(),
+                                                reason: panic_reason(&panic),
+                                            })
+                                        });
+                                Job {
+                                    configmap,
+                                    ticket,
+                                    outcome,
+                                }
+                            });
+                            None
+                        } else {
+                            Some(Outcome::Failed(LoadFailure::GrantRefused {
+                                configmap: cm_name.clone(),
+                                plugin: spec.name,
+                                refused,
+                            }))
+                        }
+                    }
                 },
-            );
-            reports.push((cm, status, message));
+            };
+            self.attempts.insert(cm_name.clone(), attempt);
+            if let Some(outcome) = outcome {
+                reports.push(self.settle(&cm_name, cm, outcome));
+            }
         }
+        self.publish_and_report(reports).await;
+    }
 
-        if changed {
+    /// A load task ended: its outcome counts if it is still the attempt
+    /// of its ConfigMap's current version.
+    async fn finish(&mut self, job: Job) {
+        let current = self
+            .attempts
+            .get(&job.configmap)
+            .is_some_and(|a| a.running == Some(job.ticket));
+        let Some(cm) = self.plugins.objects.get(&job.configmap).cloned() else {
+            return;
+        };
+        if !current {
+            return;
+        }
+        if let Some(a) = self.attempts.get_mut(&job.configmap) {
+            a.running = None;
+        }
+        let report = self.settle(&job.configmap, cm, job.outcome);
+        self.publish_and_report(vec![report]).await;
+    }
+
+    /// Applies an outcome to the loaded set and the attempt; the report to
+    /// write.
+    fn settle(
+        &mut self,
+        cm_name: &str,
+        cm: ConfigMap,
+        outcome: Outcome,
+    ) -> (ConfigMap, Status, String) {
+        let (status, message) = match outcome {
+            Outcome::Loaded(entry, took) => {
+                let plugin = &entry.plugin;
+                let message = format!(
+                    "plugin {:?} loaded: contract {}, sha256:{}, order {}, in {} ms",
+                    plugin.name(),
+                    plugin.version(),
+                    plugin.digest(),
+                    entry.order,
+                    took.as_millis()
+                );
+                tracing::info!(configmap = %cm_name, "{message}");
+                self.loaded.insert(cm_name.to_string(), entry);
+                self.changed = true;
+                (Status::Ready, message)
+            }
+            Outcome::Disabled => {
+                self.changed |= self.loaded.remove(cm_name).is_some();
+                (
+                    Status::Disabled,
+                    format!(
+                        "ConfigMap {cm_name:?}: enabled is \"false\"; the plugin is not loaded"
+                    ),
+                )
+            }
+            Outcome::Failed(failure) => {
+                let status = failure.status();
+                crate::metrics::global().load_failure(status.as_str());
+                // A name taken by an older ConfigMap is not kept serving
+                // from this one: the older one holds it now.
+                if matches!(failure, LoadFailure::NameConflict { .. }) {
+                    self.changed |= self.loaded.remove(cm_name).is_some();
+                }
+                let kept = match self.loaded.get(cm_name) {
+                    Some(l) => format!(
+                        "; the previous version (sha256:{}) stays loaded",
+                        l.plugin.digest()
+                    ),
+                    None => String::new(),
+                };
+                let message = format!("{failure}{kept}");
+                tracing::warn!(configmap = %cm_name, "{message}");
+                (status, message)
+            }
+        };
+        let note = match self.attempts.get_mut(cm_name) {
+            Some(a) => {
+                a.settled = Some((status, message.clone()));
+                claim_note(&a.claim)
+            }
+            None => String::new(),
+        };
+        (cm, status, format!("{message}{note}"))
+    }
+
+    /// Publishes a generation when the loaded set changed, but the first
+    /// one only once every load of the first sync has ended (each bounded
+    /// by its timeouts); then writes the statuses.
+    async fn publish_and_report(&mut self, reports: Vec<(ConfigMap, Status, String)>) {
+        let idle = self.attempts.values().all(|a| a.running.is_none());
+        if (self.published && self.changed) || (!self.published && idle) {
             let set = self
                 .loaded
                 .values()
@@ -318,6 +690,7 @@ impl State {
                 .collect();
             self.registry.publish(set, true);
             self.published = true;
+            self.changed = false;
         }
         let generation = self.registry.current().generation;
         for (configmap, status, message) in reports {
@@ -334,52 +707,106 @@ impl State {
             self.writer.write(&report, generation).await;
         }
     }
+}
 
-    async fn attempt(
-        &self,
-        mut spec: configmap::PluginSpec,
-        velero: BTreeMap<String, String>,
-    ) -> Outcome {
-        if !spec.enabled {
-            return Outcome::Disabled;
+fn panic_reason(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, plugin: &str, created: i64, uid: &str, enabled: bool) -> ConfigMap {
+        let mut data = BTreeMap::from([(configmap::KEY_NAME.to_string(), plugin.to_string())]);
+        if !enabled {
+            data.insert(configmap::KEY_ENABLED.into(), "false".into());
         }
-        if let Some((other, _)) = self
-            .loaded
-            .iter()
-            .find(|(cm, l)| **cm != spec.configmap && l.name == spec.name)
-        {
-            return Outcome::Failed(LoadFailure::NameConflict {
-                configmap: spec.configmap.clone(),
-                plugin: spec.name.clone(),
-                other: other.clone(),
-            });
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                creation_timestamp: Some(Time(
+                    k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + created).unwrap(),
+                )),
+                ..ObjectMeta::default()
+            },
+            data: Some(data),
+            ..ConfigMap::default()
         }
-        let started = Instant::now();
-        if let configmap::Source::Url(url) = &spec.source {
-            match load::fetch(&self.https, &spec.configmap, url).await {
-                Ok(bytes) => spec.source = configmap::Source::Inline(bytes),
-                Err(e) => return Outcome::Failed(e.into()),
+    }
+
+    fn winners(objects: &[ConfigMap]) -> BTreeMap<String, String> {
+        claimants(objects)
+            .into_iter()
+            .map(|(plugin, list)| (plugin, name(list[0])))
+            .collect()
+    }
+
+    /// The oldest claimant holds a name, then the smaller uid; the order
+    /// the objects are seen in changes nothing (a restart lists them in
+    /// another order than their events came in), and a disabled ConfigMap
+    /// claims nothing.
+    #[test]
+    fn the_oldest_configmap_holds_a_name_whatever_the_order() {
+        let objects = [
+            cm("aa-newer", "labels", 20, "u1", true),
+            cm("zz-older", "labels", 10, "u9", true),
+            cm("tie-b", "tie", 5, "b", true),
+            cm("tie-a", "tie", 5, "c", true),
+            cm("tie-c", "tie", 5, "a", true),
+            cm("off-oldest", "off", 1, "0", false),
+            cm("off-on", "off", 2, "1", true),
+        ];
+        let expected = BTreeMap::from([
+            ("labels".to_string(), "zz-older".to_string()),
+            ("tie".to_string(), "tie-c".to_string()),
+            ("off".to_string(), "off-on".to_string()),
+        ]);
+        let mut order: Vec<ConfigMap> = objects.to_vec();
+        for shift in 0..order.len() {
+            order.rotate_left(1);
+            assert_eq!(winners(&order), expected, "rotation {shift}");
+            order.reverse();
+            assert_eq!(winners(&order), expected, "reversed, rotation {shift}");
+        }
+        let claims = claimants(&objects);
+        match claim_of(&claims, &objects[0]) {
+            Claim::Waits { winner, why, .. } => {
+                assert_eq!(winner, "zz-older");
+                assert!(why.starts_with("created earlier"), "{why}");
             }
+            other => panic!("{other:?}"),
         }
-        let runtime = self.runtime.clone();
-        let configmap = spec.configmap.clone();
-        let (name, order) = (spec.name.clone(), spec.order);
-        // Compiling is CPU-heavy and blocking; it must not stall the
-        // async runtime the controller and the API server share.
-        match tokio::task::spawn_blocking(move || load::load(&runtime, &spec, velero)).await {
-            Ok(Ok(plugin)) => Outcome::Loaded(
-                Loaded {
-                    name,
-                    order,
-                    plugin,
-                },
-                started.elapsed(),
-            ),
-            Ok(Err(failure)) => Outcome::Failed(failure),
-            Err(e) => Outcome::Failed(LoadFailure::Panicked {
-                configmap,
-                reason: e.to_string(),
-            }),
+        assert_eq!(
+            claim_of(&claims, &objects[1]),
+            Claim::Holds {
+                plugin: Some("labels".into()),
+                rivals: vec!["aa-newer".into()]
+            }
+        );
+        match claim_of(&claims, &objects[2]) {
+            Claim::Waits { winner, why, .. } => {
+                assert_eq!(winner, "tie-c");
+                assert!(why.contains("smaller uid"), "{why}");
+            }
+            other => panic!("{other:?}"),
         }
+        assert_eq!(
+            claim_of(&claims, &objects[5]),
+            Claim::Holds {
+                plugin: None,
+                rivals: vec![]
+            }
+        );
+        let note = claim_note(&claim_of(&claims, &objects[1]));
+        assert!(note.contains("\"aa-newer\""), "{note}");
+        assert!(note.contains("rule: plugin-name-unique"), "{note}");
     }
 }

@@ -1,0 +1,406 @@
+//! The grant policy: what a plugin ConfigMap may ask for. Whoever can
+//! create a ConfigMap in iar's namespace writes its `settings.yaml`, and
+//! with it the plugin's read grants and limits; iar's service account
+//! reads the whole cluster. The policy is the operator's bound on that: a
+//! file (`iar controller --grant-policy FILE`) the operator mounts, or the
+//! defaults below. A ConfigMap that asks for more is refused whole
+//! (`GrantRefused`), never trimmed: a plugin that silently got less than
+//! it asked for would fail later, further from the cause. Plugins from
+//! files (`--plugins DIR`) are the operator's own and are not bound by it.
+
+use crate::cluster::SECRETS_GRANT;
+use crate::limits::{Isolation, Limits};
+use crate::plugin::PluginSettings;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How many times the default limits the default policy allows.
+pub const DEFAULT_HEADROOM: usize = 4;
+
+/// The operator's bound on what any plugin ConfigMap may ask. Unknown
+/// fields are errors, so a misspelt rule never leaves a default in force
+/// unnoticed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct GrantPolicy {
+    /// The resources a ConfigMap's `allowRead` may name, as globs over
+    /// `resource.group` like `allowRead` itself. Secrets only when the
+    /// exact entry `secrets` is here (no glob covers them). Default `["*"]`:
+    /// every resource but Secrets.
+    pub readable: Vec<String>,
+    /// The most a ConfigMap's `limits` may ask, field by field. Default:
+    /// [`DEFAULT_HEADROOM`] times each default limit.
+    pub max_limits: MaxLimits,
+    /// The `isolation` values a ConfigMap may choose. Default both.
+    pub isolation: Vec<Isolation>,
+}
+
+/// The largest value each limit may have. A limit added to [`Limits`]
+/// gets a field here and a line in [`MaxLimits::exceeded`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaxLimits {
+    #[serde(with = "humantime_serde_compat")]
+    pub deadline: Duration,
+    /// The wall-clock ceiling in force (`wallClock`, or ten deadlines).
+    #[serde(with = "humantime_serde_compat")]
+    pub wall_clock: Duration,
+    pub memory_bytes: usize,
+    pub max_item_bytes: usize,
+    pub max_related_items: usize,
+    pub max_operation_id_bytes: usize,
+    pub max_message_bytes: usize,
+    pub max_log_lines: usize,
+    pub max_stdio_bytes: usize,
+    pub max_host_calls: usize,
+    pub max_resources: usize,
+}
+
+impl Default for GrantPolicy {
+    fn default() -> Self {
+        GrantPolicy {
+            readable: vec!["*".into()],
+            max_limits: MaxLimits::default(),
+            isolation: vec![Isolation::Item, Isolation::Backup],
+        }
+    }
+}
+
+impl Default for MaxLimits {
+    fn default() -> Self {
+        MaxLimits::times(&Limits::default(), DEFAULT_HEADROOM)
+    }
+}
+
+impl MaxLimits {
+    /// `factor` times each of `limits`.
+    pub fn times(limits: &Limits, factor: usize) -> MaxLimits {
+        let n = |v: usize| v.saturating_mul(factor);
+        MaxLimits {
+            deadline: limits
+                .deadline
+                .saturating_mul(u32::try_from(factor).unwrap_or(u32::MAX)),
+            wall_clock: limits
+                .wall_clock_ceiling()
+                .saturating_mul(u32::try_from(factor).unwrap_or(u32::MAX)),
+            memory_bytes: n(limits.memory_bytes),
+            max_item_bytes: n(limits.max_item_bytes),
+            max_related_items: n(limits.max_related_items),
+            max_operation_id_bytes: n(limits.max_operation_id_bytes),
+            max_message_bytes: n(limits.max_message_bytes),
+            max_log_lines: n(limits.max_log_lines),
+            max_stdio_bytes: n(limits.max_stdio_bytes),
+            max_host_calls: n(limits.max_host_calls),
+            max_resources: n(limits.max_resources),
+        }
+    }
+
+    /// Each limit of `asked` over its maximum, as `limits.KEY ASKED (at
+    /// most MAX)`.
+    pub fn exceeded(&self, asked: &Limits) -> Vec<String> {
+        let mut over = Vec::new();
+        let mut check = |key: &str, asked: usize, max: usize| {
+            if asked > max {
+                over.push(format!("limits.{key} {asked} (at most {max})"));
+            }
+        };
+        check("memoryBytes", asked.memory_bytes, self.memory_bytes);
+        check("maxItemBytes", asked.max_item_bytes, self.max_item_bytes);
+        check(
+            "maxRelatedItems",
+            asked.max_related_items,
+            self.max_related_items,
+        );
+        check(
+            "maxOperationIdBytes",
+            asked.max_operation_id_bytes,
+            self.max_operation_id_bytes,
+        );
+        check(
+            "maxMessageBytes",
+            asked.max_message_bytes,
+            self.max_message_bytes,
+        );
+        check("maxLogLines", asked.max_log_lines, self.max_log_lines);
+        check("maxStdioBytes", asked.max_stdio_bytes, self.max_stdio_bytes);
+        check("maxHostCalls", asked.max_host_calls, self.max_host_calls);
+        check("maxResources", asked.max_resources, self.max_resources);
+        let mut check_duration = |key: &str, asked: Duration, max: Duration| {
+            if asked > max {
+                over.push(format!(
+                    "limits.{key} {} (at most {})",
+                    humantime::format_duration(asked),
+                    humantime::format_duration(max)
+                ));
+            }
+        };
+        check_duration("deadline", asked.deadline, self.deadline);
+        check_duration("wallClock", asked.wall_clock_ceiling(), self.wall_clock);
+        over
+    }
+}
+
+/// Why a policy file cannot be used; iar does not start with one.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("grant policy {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("grant policy {path}: {reason} (rule: grant-policy)")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+impl GrantPolicy {
+    /// Parses a policy document (YAML or JSON) and checks its globs; empty
+    /// text is the defaults.
+    pub fn parse(text: &str) -> Result<GrantPolicy, String> {
+        let policy: GrantPolicy = if text.trim().is_empty() {
+            GrantPolicy::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|e| e.to_string())?
+        };
+        for entry in &policy.readable {
+            glob::Pattern::new(entry)
+                .map_err(|e| format!("readable entry {entry:?} is not a glob: {e}"))?;
+        }
+        Ok(policy)
+    }
+
+    /// Reads the policy file an operator mounted.
+    pub fn read(path: &Path) -> Result<GrantPolicy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        GrantPolicy::parse(&text).map_err(|reason| PolicyError::Invalid {
+            path: path.into(),
+            reason,
+        })
+    }
+
+    /// Everything `settings` asks beyond this policy, one entry each; empty
+    /// when the policy allows it all.
+    pub fn refusals(&self, settings: &PluginSettings) -> Vec<String> {
+        let mut refused = Vec::new();
+        for asked in settings.grants.patterns() {
+            if !self.readable.iter().any(|p| covers(p, asked)) {
+                let hint = if asked == SECRETS_GRANT {
+                    "; Secrets only when the policy lists `secrets`"
+                } else if asked == "*" {
+                    "; `*` is also what no allowRead means"
+                } else {
+                    ""
+                };
+                refused.push(format!(
+                    "allowRead {asked:?} (the policy makes readable {:?}{hint})",
+                    self.readable
+                ));
+            }
+        }
+        refused.extend(self.max_limits.exceeded(&settings.limits));
+        let isolation = settings.limits.isolation;
+        if !self.isolation.contains(&isolation) {
+            refused.push(format!(
+                "limits.isolation {} (the policy allows {})",
+                isolation_name(isolation),
+                self.isolation
+                    .iter()
+                    .map(|i| isolation_name(*i))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        refused
+    }
+}
+
+fn isolation_name(i: Isolation) -> &'static str {
+    match i {
+        Isolation::Item => "item",
+        Isolation::Backup => "backup",
+    }
+}
+
+fn has_meta(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// Whether every resource the grant `asked` matches is one `policy`
+/// matches. Decided conservatively (a `false` may be a glob the policy
+/// does cover, never the reverse): the same entry; a literal the policy's
+/// glob matches; anything under `*`; a glob under `*SUFFIX` whose own
+/// literal tail ends with SUFFIX. Secrets only by `secrets` on both sides.
+pub fn covers(policy: &str, asked: &str) -> bool {
+    if asked == SECRETS_GRANT || policy == SECRETS_GRANT {
+        return policy == asked;
+    }
+    if policy == asked || policy == "*" {
+        return true;
+    }
+    let Ok(pattern) = glob::Pattern::new(policy) else {
+        return false;
+    };
+    if !has_meta(asked) {
+        return pattern.matches(asked);
+    }
+    match policy.strip_prefix('*') {
+        Some(suffix) if !has_meta(suffix) => {
+            let tail = asked
+                .rfind(['*', '?', ']'])
+                .map_or(asked, |i| &asked[i + 1..]);
+            tail.ends_with(suffix)
+        }
+        _ => false,
+    }
+}
+
+/// Durations written as humans do: "40s", "500ms".
+mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::settings::SettingsDoc;
+
+    fn settings(doc: &str) -> PluginSettings {
+        SettingsDoc::parse(doc).unwrap().into_settings([]).unwrap()
+    }
+
+    #[test]
+    fn the_defaults_allow_the_default_settings_and_four_times_the_limits() {
+        let policy = GrantPolicy::default();
+        assert!(policy.refusals(&settings("")).is_empty());
+        assert_eq!(policy.max_limits.deadline, Duration::from_secs(40));
+        assert_eq!(policy.max_limits.memory_bytes, 256 << 20);
+        assert!(
+            policy
+                .refusals(&settings(
+                    "allowRead: ['*', pods, '*.snapshot.storage.k8s.io']\nlimits: {deadline: 40s, memoryBytes: 268435456, isolation: item}"
+                ))
+                .is_empty()
+        );
+        assert_eq!(GrantPolicy::parse("").unwrap(), policy);
+        assert_eq!(GrantPolicy::parse("{}").unwrap(), policy);
+    }
+
+    #[test]
+    fn secrets_and_oversized_limits_are_refused_each_by_name() {
+        let policy = GrantPolicy::default();
+        let refused = policy.refusals(&settings(
+            "allowRead: ['*', secrets]\nlimits: {deadline: 10m, memoryBytes: 4294967296, maxHostCalls: 40000, maxLogLines: 4001}",
+        ));
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        assert!(
+            refused[0].starts_with("allowRead \"secrets\""),
+            "{refused:?}"
+        );
+        assert!(refused[0].contains("`secrets`"), "{refused:?}");
+        assert!(
+            refused.contains(&"limits.memoryBytes 4294967296 (at most 268435456)".to_string()),
+            "{refused:?}"
+        );
+        assert!(
+            refused.contains(&"limits.maxLogLines 4001 (at most 4000)".to_string()),
+            "{refused:?}"
+        );
+        assert!(
+            refused.contains(&"limits.deadline 10m (at most 40s)".to_string()),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_policy_file_bounds_reads_limits_and_isolation() {
+        let policy = GrantPolicy::parse(
+            "readable: [pods, secrets, '*.snapshot.storage.k8s.io']\nmaxLimits: {deadline: 5s, memoryBytes: 33554432}\nisolation: [item]\n",
+        )
+        .unwrap();
+        // The other maxima keep their defaults.
+        assert_eq!(policy.max_limits.max_host_calls, 40_000);
+        let ok = settings(
+            "allowRead: [pods, secrets, volumesnapshots.snapshot.storage.k8s.io, '*.snapshot.storage.k8s.io']\nlimits: {deadline: 5s, memoryBytes: 33554432, isolation: item}",
+        );
+        assert!(
+            policy.refusals(&ok).is_empty(),
+            "{:?}",
+            policy.refusals(&ok)
+        );
+        // No allowRead is `*`, which this policy does not cover; the default
+        // limits (10 s, 64 MiB, backup) are over it too.
+        let refused = policy.refusals(&settings(""));
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        assert!(refused[0].contains("no allowRead"), "{refused:?}");
+        assert!(
+            refused.contains(&"limits.isolation backup (the policy allows item)".to_string()),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn coverage_is_never_wider_than_the_policy() {
+        let yes = [
+            ("*", "*"),
+            ("*", "*.k8s.io"),
+            ("*", "pods"),
+            ("pods", "pods"),
+            ("*.k8s.io", "volumesnapshots.snapshot.storage.k8s.io"),
+            ("*.k8s.io", "*.snapshot.storage.k8s.io"),
+            ("*.k8s.io", "v?lumes.storage.k8s.io"),
+            ("secrets", "secrets"),
+        ];
+        let no = [
+            ("*", "secrets"),
+            ("secret*", "secrets"),
+            ("secrets", "*"),
+            ("pods", "*"),
+            ("*.k8s.io", "*"),
+            ("*.k8s.io", "*.io"),
+            ("*.k8s.io", "*s"),
+            ("p?ds", "p*ds"),
+            ("pods", "p*"),
+            ("*.k8s.io", "[a-z].k8s.i?"),
+        ];
+        for (policy, asked) in yes {
+            assert!(covers(policy, asked), "{policy} covers {asked}");
+        }
+        for (policy, asked) in no {
+            assert!(!covers(policy, asked), "{policy} does not cover {asked}");
+        }
+    }
+
+    /// The example in deploy/ parses and is the defaults, written out.
+    #[test]
+    fn the_deployed_policy_is_the_defaults() {
+        let text = include_str!("../../../../deploy/grant-policy.yaml");
+        let doc = serde_yaml::Deserializer::from_str(text)
+            .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+            .find(|d| d["kind"] == "ConfigMap")
+            .expect("the policy ConfigMap");
+        let policy = GrantPolicy::parse(doc["data"]["policy.yaml"].as_str().unwrap()).unwrap();
+        assert_eq!(policy, GrantPolicy::default());
+    }
+
+    #[test]
+    fn a_misspelt_policy_is_an_error_naming_it() {
+        let err = GrantPolicy::parse("maxLimits: {deadlines: 5s}").unwrap_err();
+        assert!(err.contains("deadlines"), "{err}");
+        let err = GrantPolicy::parse("readabel: [pods]").unwrap_err();
+        assert!(err.contains("readabel"), "{err}");
+        let err = GrantPolicy::parse("readable: ['[']").unwrap_err();
+        assert!(err.contains("not a glob"), "{err}");
+        let err = GrantPolicy::parse("isolation: [none]").unwrap_err();
+        assert!(err.contains("none"), "{err}");
+    }
+}
