@@ -414,6 +414,8 @@ pub struct HookTarget {
 
 impl HookTarget {
     /// `pod`'s volumes under a `--volume-data` root (see [`volume_dir`]).
+    /// A volume whose names break Kubernetes' rules gets no directory: the
+    /// hook does not see it (its volume backup, if any, fails saying why).
     pub fn for_pod(pod: &Item, volume_data: Option<&std::path::Path>) -> HookTarget {
         let mut volume_dirs = BTreeMap::new();
         if let Some(root) = volume_data {
@@ -430,10 +432,9 @@ impl HookTarget {
                 let pvc = v
                     .pointer("/persistentVolumeClaim/claimName")
                     .and_then(Value::as_str);
-                volume_dirs.insert(
-                    name.to_string(),
-                    volume_dir(root, &pod.id.namespace, &pod.id.name, name, pvc),
-                );
+                if let Ok(dir) = volume_dir(root, &pod.id.namespace, &pod.id.name, name, pvc) {
+                    volume_dirs.insert(name.to_string(), dir);
+                }
             }
         }
         HookTarget {
