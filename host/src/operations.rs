@@ -14,6 +14,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
 /// Lifecycle of one operation, serialized as Velero's strings.
+///
+/// `Canceled` is iar's own (an operation its backup gave up on, cancelled
+/// through the plugin): Velero knows only the other four. In the
+/// Velero-layout file it is written as `Failed` with the error
+/// `canceled: <reason>` (see [`OperationStatus`]), and read back as
+/// `Canceled`, so `iar describe` and a resumed backup still see it ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperationPhase {
     New,
@@ -22,6 +28,10 @@ pub enum OperationPhase {
     Failed,
     Canceled,
 }
+
+/// How a `Canceled` operation's error begins in the Velero-layout file,
+/// where its phase is `Failed`.
+pub const CANCELED_PREFIX: &str = "canceled: ";
 
 impl OperationPhase {
     /// Completed, Failed or Canceled: no more progress calls.
@@ -61,27 +71,90 @@ pub struct OperationSpec {
 }
 
 /// Velero's `itemoperation.OperationStatus`; every field but the phase is
-/// `omitempty` there, so it is here.
+/// `omitempty` there, so it is here. Serialized in Velero's vocabulary:
+/// phase `Canceled` is written `Failed` with the error prefixed by
+/// [`CANCELED_PREFIX`], and read back as `Canceled` (a file written before,
+/// with `Canceled` itself, still reads).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(into = "StatusWire", from = "StatusWire")]
 pub struct OperationStatus {
     pub phase: OperationPhase,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub n_completed: i64,
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub n_total: i64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub operation_units: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
     pub created: Option<SystemTime>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
     pub started: Option<SystemTime>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
     pub updated: Option<SystemTime>,
+}
+
+/// [`OperationStatus`] as written: the same fields, in Velero's phases.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusWire {
+    phase: OperationPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    error: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    n_completed: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    n_total: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    operation_units: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    created: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    started: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    updated: Option<SystemTime>,
+}
+
+impl From<OperationStatus> for StatusWire {
+    fn from(s: OperationStatus) -> Self {
+        let (phase, error) = match s.phase {
+            OperationPhase::Canceled => (
+                OperationPhase::Failed,
+                format!("{CANCELED_PREFIX}{}", s.error),
+            ),
+            phase => (phase, s.error),
+        };
+        StatusWire {
+            phase,
+            error,
+            n_completed: s.n_completed,
+            n_total: s.n_total,
+            operation_units: s.operation_units,
+            description: s.description,
+            created: s.created,
+            started: s.started,
+            updated: s.updated,
+        }
+    }
+}
+
+impl From<StatusWire> for OperationStatus {
+    fn from(w: StatusWire) -> Self {
+        let (phase, error) = match (w.phase, w.error.strip_prefix(CANCELED_PREFIX)) {
+            (OperationPhase::Failed, Some(reason)) => {
+                (OperationPhase::Canceled, reason.to_string())
+            }
+            (phase, _) => (phase, w.error),
+        };
+        OperationStatus {
+            phase,
+            error,
+            n_completed: w.n_completed,
+            n_total: w.n_total,
+            operation_units: w.operation_units,
+            description: w.description,
+            created: w.created,
+            started: w.started,
+            updated: w.updated,
+        }
+    }
 }
 
 impl Operation {

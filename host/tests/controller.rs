@@ -586,6 +586,25 @@ async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data
         "the plugin answered the cancel: {}",
         ops[0].status.error
     );
+    // Velero's vocabulary in the Velero-layout file: Failed, "canceled: …".
+    let raw: Value = {
+        let file = store_dir
+            .path()
+            .join("backups/doomed/doomed-itemoperations.json.gz");
+        let mut json = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(file).unwrap())
+            .read_to_string(&mut json)
+            .unwrap();
+        serde_json::from_str(&json).unwrap()
+    };
+    assert_eq!(raw[0]["status"]["phase"], "Failed", "{raw}");
+    assert!(
+        raw[0]["status"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("canceled: "),
+        "{raw}"
+    );
     // The plugin's cancel ran (its log line) and the data is kept.
     let logs = store.get_logs("doomed").await.unwrap().unwrap();
     assert!(

@@ -444,3 +444,53 @@ async fn concurrent_progress_reads_and_syncs_end_persisted_exactly() {
     }
     assert_eq!(progress, changes, "no update lost");
 }
+
+/// A Canceled operation is written in Velero's vocabulary: phase `Failed`
+/// with the error `canceled: <reason>` in the very file Velero reads
+/// (`<backup>-itemoperations.json.gz`), and read back as Canceled, so a
+/// resumed backup knows it ended (terminal: never polled again). A file
+/// written before, with `Canceled` itself, still reads. Before, the file
+/// held `"phase": "Canceled"`, which Velero does not know.
+#[tokio::test]
+async fn canceled_is_written_as_velero_failed_and_read_back_as_canceled() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(&dir);
+    let map = OperationsMap::new();
+    let mut canceled = op("b1", 1);
+    canceled.status.phase = OperationPhase::Canceled;
+    canceled.status.error = "the backup was deleted; cancel requested".into();
+    map.add("b1", canceled.clone()).await;
+    map.add("b1", op("b1", 2)).await;
+    assert!(map.sync("b1", &store).await.unwrap());
+
+    let file = dir.path().join("backups/b1/b1-itemoperations.json.gz");
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&file).unwrap())
+        .read_to_string(&mut json)
+        .unwrap();
+    let raw: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(raw[0]["status"]["phase"], "Failed", "{raw}");
+    assert_eq!(
+        raw[0]["status"]["error"],
+        "canceled: the backup was deleted; cancel requested"
+    );
+    assert_eq!(raw[1]["status"]["phase"], "New");
+    assert!(!json.contains("\"Canceled\""), "{json}");
+
+    // After a restart: Canceled again, with the reason as it was.
+    let restarted = OperationsMap::new();
+    assert_eq!(restarted.load("b1", &store).await.unwrap(), 2);
+    let ops = restarted.get("b1").await.unwrap();
+    assert_eq!(ops[0], canceled);
+    assert!(ops[0].status.phase.is_terminal());
+
+    // What an earlier iar wrote.
+    let mut legacy = serde_json::to_value(&canceled).unwrap();
+    legacy["status"]["phase"] = json!("Canceled");
+    legacy["status"]["error"] = json!("gone");
+    let read: Operation = serde_json::from_value(legacy).unwrap();
+    assert_eq!(read.status.phase, OperationPhase::Canceled);
+    assert_eq!(read.status.error, "gone");
+}
+
