@@ -7,6 +7,7 @@
 //! every other backup; here each backup has its own lock.
 
 use crate::item::ItemRef;
+use crate::metrics::Metrics;
 use crate::store::{BackupFile, BackupStore, StoreError};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashMap;
@@ -34,9 +35,54 @@ pub enum OperationPhase {
 pub const CANCELED_PREFIX: &str = "canceled: ";
 
 impl OperationPhase {
+    pub const ALL: [OperationPhase; 5] = [
+        Self::New,
+        Self::InProgress,
+        Self::Completed,
+        Self::Failed,
+        Self::Canceled,
+    ];
+
     /// Completed, Failed or Canceled: no more progress calls.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Canceled)
+    }
+
+    /// The name, as the `iar_operations{phase}` label shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::New => "New",
+            Self::InProgress => "InProgress",
+            Self::Completed => "Completed",
+            Self::Failed => "Failed",
+            Self::Canceled => "Canceled",
+        }
+    }
+}
+
+/// How many operations are in each phase (indexed as
+/// [`OperationPhase::ALL`]): what the map adds to or takes from the
+/// `iar_operations` gauge when a backup's list changes.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct PhaseCounts([i64; 5]);
+
+impl PhaseCounts {
+    fn of(ops: &[Operation]) -> Self {
+        let mut c = PhaseCounts::default();
+        for op in ops {
+            c.0[op.status.phase as usize] += 1;
+        }
+        c
+    }
+
+    /// Moves the gauge of `m` from `self` to `after`.
+    fn publish(self, after: PhaseCounts, m: &Metrics) {
+        if self == after {
+            return;
+        }
+        for (i, phase) in OperationPhase::ALL.iter().enumerate() {
+            m.operations_in_phase(phase.as_str(), after.0[i] - self.0[i]);
+        }
     }
 }
 
@@ -302,17 +348,37 @@ type Slot = Arc<tokio::sync::Mutex<Entry>>;
 
 /// Per-backup operation lists, one lock per backup.
 ///
+/// Every change is counted into the process's `iar_operations{phase}`
+/// gauge as it is made (and taken out again when a backup is removed or
+/// the map dropped), so `/metrics` serves the gauge without reading the
+/// map.
+///
 /// The outer std `RwLock` is held only to find or insert a backup's slot,
 /// never across an `.await`; each slot has its own tokio mutex, which
 /// [`OperationsMap::sync`] holds across the upload.
-#[derive(Default)]
 pub struct OperationsMap {
     backups: RwLock<HashMap<String, Slot>>,
+    metrics: &'static Metrics,
+}
+
+impl Default for OperationsMap {
+    fn default() -> Self {
+        Self::with_metrics(crate::metrics::global())
+    }
 }
 
 impl OperationsMap {
+    /// A map counting into the process's metrics.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A map counting into `metrics` (a test's own registry).
+    pub fn with_metrics(metrics: &'static Metrics) -> Self {
+        OperationsMap {
+            backups: RwLock::default(),
+            metrics,
+        }
     }
 
     fn slot(&self, backup: &str) -> Option<Slot> {
@@ -333,6 +399,7 @@ impl OperationsMap {
     pub async fn insert_loaded(&self, backup: &str, ops: Vec<Operation>) {
         let slot = self.slot_or_insert(backup);
         let mut entry = slot.lock().await;
+        PhaseCounts::of(&entry.ops).publish(PhaseCounts::of(&ops), self.metrics);
         entry.ops = ops;
         entry.dirty = false;
     }
@@ -341,6 +408,7 @@ impl OperationsMap {
     pub async fn add(&self, backup: &str, op: Operation) {
         let slot = self.slot_or_insert(backup);
         let mut entry = slot.lock().await;
+        PhaseCounts::default().publish(PhaseCounts::of(std::slice::from_ref(&op)), self.metrics);
         entry.ops.push(op);
         entry.dirty = true;
     }
@@ -362,7 +430,9 @@ impl OperationsMap {
             return false;
         };
         let mut entry = slot.lock().await;
+        let before = PhaseCounts::of(&entry.ops);
         let changed = f(&mut entry.ops);
+        before.publish(PhaseCounts::of(&entry.ops), self.metrics);
         entry.dirty |= changed;
         changed
     }
@@ -394,9 +464,11 @@ impl OperationsMap {
         }
         // Every operation serializes: one with unwritable times is failed
         // with the reason rather than failing the file for all the others.
+        let before = PhaseCounts::of(&entry.ops);
         for op in entry.ops.iter_mut() {
             op.fail_unwritable_times();
         }
+        before.publish(PhaseCounts::of(&entry.ops), self.metrics);
         store
             .put_json(backup, BackupFile::ItemOperations, &entry.ops)
             .await?;
@@ -415,6 +487,7 @@ impl OperationsMap {
             .await?
             .unwrap_or_default();
         let n = ops.len();
+        PhaseCounts::of(&entry.ops).publish(PhaseCounts::of(&ops), self.metrics);
         entry.ops = ops;
         entry.dirty = false;
         Ok(n)
@@ -427,7 +500,8 @@ impl OperationsMap {
             map.remove(backup)
         };
         if let Some(slot) = slot {
-            drop(slot.lock().await);
+            let entry = slot.lock().await;
+            PhaseCounts::of(&entry.ops).publish(PhaseCounts::default(), self.metrics);
         }
     }
 
@@ -437,6 +511,23 @@ impl OperationsMap {
         let mut names: Vec<String> = map.keys().cloned().collect();
         names.sort();
         names
+    }
+}
+
+/// The operations of a dropped map are no longer this process's: they
+/// leave the gauge.
+impl Drop for OperationsMap {
+    fn drop(&mut self) {
+        let map = self
+            .backups
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for slot in map.values() {
+            // Nothing else can hold the lock: every user borrows the map.
+            if let Ok(entry) = slot.try_lock() {
+                PhaseCounts::of(&entry.ops).publish(PhaseCounts::default(), self.metrics);
+            }
+        }
     }
 }
 

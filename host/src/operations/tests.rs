@@ -494,3 +494,46 @@ async fn canceled_is_written_as_velero_failed_and_read_back_as_canceled() {
     assert_eq!(read.status.error, "gone");
 }
 
+/// `iar_operations{phase}` is kept as operations change (added, updated,
+/// loaded, removed, the map dropped), so a scrape only reads it: the
+/// gauge always equals a count of the map's operations by phase.
+#[tokio::test]
+async fn the_phase_gauge_follows_every_change() {
+    let metrics: &'static crate::metrics::Metrics = Box::leak(Box::default());
+    let gauge = |phase: &str| -> i64 {
+        let text = metrics.encode();
+        let line = format!("iar_operations{{phase=\"{phase}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(&dir);
+    let map = OperationsMap::with_metrics(metrics);
+    for i in 0..3 {
+        map.add("b1", op("b1", i)).await;
+    }
+    map.add("b2", op("b2", 9)).await;
+    assert_eq!(gauge("New"), 4);
+    map.update("b1", |ops| complete(ops)).await;
+    map.update("b1", |ops| {
+        ops[1].status.phase = OperationPhase::Canceled;
+        true
+    })
+    .await;
+    assert_eq!(
+        [gauge("New"), gauge("Completed"), gauge("Canceled")],
+        [2, 1, 1]
+    );
+    map.sync("b1", &store).await.unwrap();
+    map.load("b1", &store).await.unwrap();
+    assert_eq!(
+        [gauge("New"), gauge("Completed"), gauge("Canceled")],
+        [2, 1, 1],
+        "loading what was persisted changes nothing"
+    );
+    map.remove("b1").await;
+    assert_eq!([gauge("New"), gauge("Completed")], [1, 0]);
+    drop(map);
+    assert_eq!(gauge("New"), 0);
+}
