@@ -431,13 +431,7 @@ impl Controller {
     /// ([`ControllerError::Exists`], [`LeaseError::Held`]); any error once
     /// the backup exists ends it Failed with the reason, and is returned.
     pub async fn run_backup(&self, req: BackupRequest) -> Result<BackupObject, ControllerError> {
-        let invalid = |reason: String| ControllerError::Invalid {
-            name: req.name.clone(),
-            reason,
-        };
-        let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
-        spec::operation_timeout(&req.spec).map_err(invalid)?;
-        expiry::effective_ttl(&req.spec, self.settings.default_backup_ttl).map_err(invalid)?;
+        let filter = self.validate(&req)?;
         let lease = self
             .store
             .acquire_lease(&req.name, self.settings.lease_duration)
@@ -458,12 +452,25 @@ impl Controller {
     /// finalizing (or Failed, returned as the error). The caller holds the
     /// backup's lease; [`Controller::step`] takes it from there.
     pub async fn start(&self, req: BackupRequest) -> Result<BackupObject, ControllerError> {
-        let filter =
-            BackupFilter::from_spec(&req.spec).map_err(|reason| ControllerError::Invalid {
-                name: req.name.clone(),
-                reason,
-            })?;
+        let filter = self.validate(&req)?;
         self.create_and_run(req, filter).await
+    }
+
+    /// What makes a request one that can never run, checked before any
+    /// lease is taken or anything written: a name the store cannot hold
+    /// every file of (over Kubernetes' 253 characters, or a lease file name
+    /// over 255 bytes; [`BackupStore::check_backup_name`]), or a spec that
+    /// does not parse. Retrying such a request cannot help.
+    pub fn validate(&self, req: &BackupRequest) -> Result<BackupFilter, ControllerError> {
+        self.store.check_backup_name(&req.name)?;
+        let invalid = |reason: String| ControllerError::Invalid {
+            name: req.name.clone(),
+            reason,
+        };
+        let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
+        spec::operation_timeout(&req.spec).map_err(invalid)?;
+        expiry::effective_ttl(&req.spec, self.settings.default_backup_ttl).map_err(invalid)?;
+        Ok(filter)
     }
 
     /// Steps a backup until it ends, sleeping between polls.

@@ -51,7 +51,8 @@ pub struct Metrics {
     operations: Family<PhaseLabels, Gauge>,
     backups: Family<PhaseLabels, Gauge>,
     /// The last phase of each backup, by `namespace/name`, that
-    /// `backups` counts.
+    /// `backups` counts: a phase change moves one backup between two
+    /// counts.
     backup_phases: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
@@ -77,7 +78,8 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    fn new() -> Self {
+    /// A registry of its own; the process's is [`global`].
+    pub fn new() -> Self {
         let mut registry = Registry::with_prefix("iar");
         let calls = Family::<CallLabels, Counter>::default();
         let latency = Family::<LatencyLabels, Histogram>::new_with_constructor(
@@ -186,46 +188,51 @@ impl Metrics {
             .inc();
     }
 
-    /// Sets the gauge of each phase to its count; phases not in `counts`
-    /// that were set before drop to zero (so a scrape never shows a backup
-    /// in two phases).
-    fn set_phases(family: &Family<PhaseLabels, Gauge>, counts: &[(String, i64)]) {
-        family.clear();
-        for (phase, n) in counts {
-            family
+    /// Adds `delta` to the count of operations in `phase` (negative when
+    /// they leave it). The operations map calls this as its operations
+    /// change, so a scrape reads the gauge and copies nothing.
+    pub fn operations_in_phase(&self, phase: &str, delta: i64) {
+        if delta != 0 {
+            self.operations
                 .get_or_create(&PhaseLabels {
-                    phase: phase.clone(),
+                    phase: phase.to_string(),
                 })
-                .set(*n);
+                .inc_by(delta);
         }
     }
 
-    pub fn set_operations(&self, counts: &[(String, i64)]) {
-        Self::set_phases(&self.operations, counts);
-    }
-
     /// Records a backup's phase (`backup`: `namespace/name`); the
-    /// `backups` gauge counts each backup in its latest phase.
+    /// `backups` gauge counts each backup in its latest phase, moved from
+    /// its previous phase's count to the new one's (a phase left by every
+    /// backup shows 0).
     pub fn backup_phase(&self, backup: &str, phase: &str) {
         let mut phases = self.backup_phases.lock().unwrap_or_else(|p| p.into_inner());
-        phases.insert(backup.to_string(), phase.to_string());
-        self.count_backups(&phases);
+        let before = phases.insert(backup.to_string(), phase.to_string());
+        if before.as_deref() != Some(phase) {
+            self.move_backup(before.as_deref(), Some(phase));
+        }
     }
 
     /// A backup garbage collection deleted is no longer counted.
     pub fn backup_deleted(&self, backup: &str) {
         let mut phases = self.backup_phases.lock().unwrap_or_else(|p| p.into_inner());
-        phases.remove(backup);
-        self.count_backups(&phases);
+        if let Some(before) = phases.remove(backup) {
+            self.move_backup(Some(&before), None);
+        }
     }
 
-    fn count_backups(&self, phases: &std::collections::HashMap<String, String>) {
-        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
-        for phase in phases.values() {
-            *counts.entry(phase.clone()).or_default() += 1;
+    fn move_backup(&self, from: Option<&str>, to: Option<&str>) {
+        let gauge = |phase: &str| {
+            self.backups.get_or_create(&PhaseLabels {
+                phase: phase.to_string(),
+            })
+        };
+        if let Some(from) = from {
+            gauge(from).dec();
         }
-        let counts: Vec<(String, i64)> = counts.into_iter().collect();
-        Self::set_phases(&self.backups, &counts);
+        if let Some(to) = to {
+            gauge(to).inc();
+        }
     }
 
     /// The Prometheus text exposition (OpenMetrics) of every metric.
@@ -234,6 +241,12 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -7,6 +7,7 @@
 //! every other backup; here each backup has its own lock.
 
 use crate::item::ItemRef;
+use crate::metrics::Metrics;
 use crate::store::{BackupFile, BackupStore, StoreError};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashMap;
@@ -14,6 +15,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
 /// Lifecycle of one operation, serialized as Velero's strings.
+///
+/// `Canceled` is iar's own (an operation its backup gave up on, cancelled
+/// through the plugin): Velero knows only the other four. In the
+/// Velero-layout file it is written as `Failed` with the error
+/// `canceled: <reason>` (see [`OperationStatus`]), and read back as
+/// `Canceled`, so `iar describe` and a resumed backup still see it ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperationPhase {
     New,
@@ -23,10 +30,59 @@ pub enum OperationPhase {
     Canceled,
 }
 
+/// How a `Canceled` operation's error begins in the Velero-layout file,
+/// where its phase is `Failed`.
+pub const CANCELED_PREFIX: &str = "canceled: ";
+
 impl OperationPhase {
+    pub const ALL: [OperationPhase; 5] = [
+        Self::New,
+        Self::InProgress,
+        Self::Completed,
+        Self::Failed,
+        Self::Canceled,
+    ];
+
     /// Completed, Failed or Canceled: no more progress calls.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Canceled)
+    }
+
+    /// The name, as the `iar_operations{phase}` label shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::New => "New",
+            Self::InProgress => "InProgress",
+            Self::Completed => "Completed",
+            Self::Failed => "Failed",
+            Self::Canceled => "Canceled",
+        }
+    }
+}
+
+/// How many operations are in each phase (indexed as
+/// [`OperationPhase::ALL`]): what the map adds to or takes from the
+/// `iar_operations` gauge when a backup's list changes.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct PhaseCounts([i64; 5]);
+
+impl PhaseCounts {
+    fn of(ops: &[Operation]) -> Self {
+        let mut c = PhaseCounts::default();
+        for op in ops {
+            c.0[op.status.phase as usize] += 1;
+        }
+        c
+    }
+
+    /// Moves the gauge of `m` from `self` to `after`.
+    fn publish(self, after: PhaseCounts, m: &Metrics) {
+        if self == after {
+            return;
+        }
+        for (i, phase) in OperationPhase::ALL.iter().enumerate() {
+            m.operations_in_phase(phase.as_str(), after.0[i] - self.0[i]);
+        }
     }
 }
 
@@ -61,27 +117,90 @@ pub struct OperationSpec {
 }
 
 /// Velero's `itemoperation.OperationStatus`; every field but the phase is
-/// `omitempty` there, so it is here.
+/// `omitempty` there, so it is here. Serialized in Velero's vocabulary:
+/// phase `Canceled` is written `Failed` with the error prefixed by
+/// [`CANCELED_PREFIX`], and read back as `Canceled` (a file written before,
+/// with `Canceled` itself, still reads).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(into = "StatusWire", from = "StatusWire")]
 pub struct OperationStatus {
     pub phase: OperationPhase,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub n_completed: i64,
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub n_total: i64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub operation_units: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
     pub created: Option<SystemTime>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
     pub started: Option<SystemTime>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
     pub updated: Option<SystemTime>,
+}
+
+/// [`OperationStatus`] as written: the same fields, in Velero's phases.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusWire {
+    phase: OperationPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    error: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    n_completed: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    n_total: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    operation_units: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    created: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    started: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339")]
+    updated: Option<SystemTime>,
+}
+
+impl From<OperationStatus> for StatusWire {
+    fn from(s: OperationStatus) -> Self {
+        let (phase, error) = match s.phase {
+            OperationPhase::Canceled => (
+                OperationPhase::Failed,
+                format!("{CANCELED_PREFIX}{}", s.error),
+            ),
+            phase => (phase, s.error),
+        };
+        StatusWire {
+            phase,
+            error,
+            n_completed: s.n_completed,
+            n_total: s.n_total,
+            operation_units: s.operation_units,
+            description: s.description,
+            created: s.created,
+            started: s.started,
+            updated: s.updated,
+        }
+    }
+}
+
+impl From<StatusWire> for OperationStatus {
+    fn from(w: StatusWire) -> Self {
+        let (phase, error) = match (w.phase, w.error.strip_prefix(CANCELED_PREFIX)) {
+            (OperationPhase::Failed, Some(reason)) => {
+                (OperationPhase::Canceled, reason.to_string())
+            }
+            (phase, _) => (phase, w.error),
+        };
+        OperationStatus {
+            phase,
+            error,
+            n_completed: w.n_completed,
+            n_total: w.n_total,
+            operation_units: w.operation_units,
+            description: w.description,
+            created: w.created,
+            started: w.started,
+            updated: w.updated,
+        }
+    }
 }
 
 impl Operation {
@@ -229,17 +348,37 @@ type Slot = Arc<tokio::sync::Mutex<Entry>>;
 
 /// Per-backup operation lists, one lock per backup.
 ///
+/// Every change is counted into the process's `iar_operations{phase}`
+/// gauge as it is made (and taken out again when a backup is removed or
+/// the map dropped), so `/metrics` serves the gauge without reading the
+/// map.
+///
 /// The outer std `RwLock` is held only to find or insert a backup's slot,
 /// never across an `.await`; each slot has its own tokio mutex, which
 /// [`OperationsMap::sync`] holds across the upload.
-#[derive(Default)]
 pub struct OperationsMap {
     backups: RwLock<HashMap<String, Slot>>,
+    metrics: &'static Metrics,
+}
+
+impl Default for OperationsMap {
+    fn default() -> Self {
+        Self::with_metrics(crate::metrics::global())
+    }
 }
 
 impl OperationsMap {
+    /// A map counting into the process's metrics.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A map counting into `metrics` (a test's own registry).
+    pub fn with_metrics(metrics: &'static Metrics) -> Self {
+        OperationsMap {
+            backups: RwLock::default(),
+            metrics,
+        }
     }
 
     fn slot(&self, backup: &str) -> Option<Slot> {
@@ -260,6 +399,7 @@ impl OperationsMap {
     pub async fn insert_loaded(&self, backup: &str, ops: Vec<Operation>) {
         let slot = self.slot_or_insert(backup);
         let mut entry = slot.lock().await;
+        PhaseCounts::of(&entry.ops).publish(PhaseCounts::of(&ops), self.metrics);
         entry.ops = ops;
         entry.dirty = false;
     }
@@ -268,6 +408,7 @@ impl OperationsMap {
     pub async fn add(&self, backup: &str, op: Operation) {
         let slot = self.slot_or_insert(backup);
         let mut entry = slot.lock().await;
+        PhaseCounts::default().publish(PhaseCounts::of(std::slice::from_ref(&op)), self.metrics);
         entry.ops.push(op);
         entry.dirty = true;
     }
@@ -289,7 +430,9 @@ impl OperationsMap {
             return false;
         };
         let mut entry = slot.lock().await;
+        let before = PhaseCounts::of(&entry.ops);
         let changed = f(&mut entry.ops);
+        before.publish(PhaseCounts::of(&entry.ops), self.metrics);
         entry.dirty |= changed;
         changed
     }
@@ -321,9 +464,11 @@ impl OperationsMap {
         }
         // Every operation serializes: one with unwritable times is failed
         // with the reason rather than failing the file for all the others.
+        let before = PhaseCounts::of(&entry.ops);
         for op in entry.ops.iter_mut() {
             op.fail_unwritable_times();
         }
+        before.publish(PhaseCounts::of(&entry.ops), self.metrics);
         store
             .put_json(backup, BackupFile::ItemOperations, &entry.ops)
             .await?;
@@ -342,6 +487,7 @@ impl OperationsMap {
             .await?
             .unwrap_or_default();
         let n = ops.len();
+        PhaseCounts::of(&entry.ops).publish(PhaseCounts::of(&ops), self.metrics);
         entry.ops = ops;
         entry.dirty = false;
         Ok(n)
@@ -354,7 +500,8 @@ impl OperationsMap {
             map.remove(backup)
         };
         if let Some(slot) = slot {
-            drop(slot.lock().await);
+            let entry = slot.lock().await;
+            PhaseCounts::of(&entry.ops).publish(PhaseCounts::default(), self.metrics);
         }
     }
 
@@ -364,6 +511,23 @@ impl OperationsMap {
         let mut names: Vec<String> = map.keys().cloned().collect();
         names.sort();
         names
+    }
+}
+
+/// The operations of a dropped map are no longer this process's: they
+/// leave the gauge.
+impl Drop for OperationsMap {
+    fn drop(&mut self) {
+        let map = self
+            .backups
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for slot in map.values() {
+            // Nothing else can hold the lock: every user borrows the map.
+            if let Ok(entry) = slot.try_lock() {
+                PhaseCounts::of(&entry.ops).publish(PhaseCounts::default(), self.metrics);
+            }
+        }
     }
 }
 

@@ -270,6 +270,81 @@ async fn ten_blocks_on_two_workers_each_post_hook_after_its_own_volume() {
     );
 }
 
+/// A hostile pod manifest whose claim is `../outside` (and another whose
+/// volume name is `../../outside`), opted in to a volume backup, with a
+/// directory there for the traversal to reach: its volume backup fails
+/// naming the pod, the volume, the claim and the rule, the backup ends
+/// PartiallyFailed with that error, nothing outside `--volume-data/shop` is
+/// read into the store, and the hook sees no directory for it. Before, the
+/// claim was joined to the root as written and the outside file backed up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_name_that_climbs_out_of_the_volume_data_is_refused() {
+    let e = env();
+    std::fs::create_dir_all(e.data.join("outside")).unwrap();
+    std::fs::write(e.data.join("outside/credentials"), b"not yours").unwrap();
+    let hook =
+        "test -z \"$IAR_VOLUME_DIR_DATA\" && touch \"$IAR_VOLUME_DATA/$IAR_POD_NAME.no-dir\"";
+    for (pod, volume) in [
+        (
+            "climb-0",
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": "../outside"}}),
+        ),
+        ("climb-1", json!({"name": "../../outside", "emptyDir": {}})),
+    ] {
+        let opt_in = volume["name"].as_str().unwrap().to_string();
+        let doc = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "namespace": "shop", "annotations": {
+                "backup.velero.io/backup-volumes": opt_in,
+                "pre.hook.backup.velero.io/command": serde_json::to_string(&["sh", "-c", hook]).unwrap(),
+            }},
+            "spec": {"containers": [{"name": "app", "image": "app"}], "volumes": [volume]}});
+        std::fs::write(e.items.join(format!("{pod}.json")), doc.to_string()).unwrap();
+    }
+    let object = backup(&e, "climb", true, 1).await;
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    let vols = volumes(&e.store, "climb").await;
+    assert_eq!(vols.len(), 2, "{vols:?}");
+    for v in &vols {
+        assert_eq!(v.phase, VolumePhase::Failed, "{v:?}");
+        let error = v.error.as_deref().unwrap();
+        assert!(
+            error.contains(&format!("of pod shop/{}", v.pod_name))
+                && error.contains(&format!("volume {}", v.volume))
+                && error.contains("(rule: invalid-identifier)"),
+            "{error}"
+        );
+        assert!(
+            e.data.join(format!("{}.no-dir", v.pod_name)).exists(),
+            "{}",
+            v.pod_name
+        );
+    }
+    assert!(vols.iter().any(|v| {
+        v.error
+            .as_deref()
+            .unwrap()
+            .contains("claimName \"../outside\" is not a DNS-1123 subdomain")
+    }));
+    assert!(vols.iter().any(|v| {
+        v.error
+            .as_deref()
+            .unwrap()
+            .contains("volume name \"../../outside\" is not a DNS-1123 label")
+    }));
+    let r = results(&e.store, "climb").await;
+    let errors: Vec<String> = r.errors.all().map(|s| s.to_string()).collect();
+    assert!(
+        errors.iter().any(|m| m.contains("invalid-identifier")),
+        "{errors:#?}"
+    );
+    let stored = e
+        .store
+        .count_under("backups/climb/volumes/data")
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "nothing was read into the store");
+}
+
 async fn backup_with_spec(
     e: &Env,
     name: &str,

@@ -716,6 +716,60 @@ fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     assert!(line.contains(&format!("{size}/{size}")), "{line}");
 }
 
+/// `iar backup --exec-hooks-locally` started with store credentials in its
+/// environment (`AWS_SECRET_ACCESS_KEY`, `AZURE_STORAGE_ACCOUNT_KEY`): the
+/// hook, a pod annotation's command, sees neither; it gets `PATH`, `LANG`
+/// and its `IAR_*` variables. Before, the hook inherited iar's whole
+/// environment and could read the store's keys.
+#[test]
+fn a_local_hook_does_not_see_the_store_credentials() {
+    let items = tempfile::tempdir().unwrap();
+    let dump = serde_json::to_string(&["sh", "-c", "env > \"$IAR_VOLUME_DATA/hook-env\""]).unwrap();
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop", "annotations": {
+            "pre.hook.backup.velero.io/command": dump,
+        }},
+        "spec": {"containers": [{"name": "db", "image": "db"}]}
+    });
+    std::fs::write(items.path().join("db.json"), pod.to_string()).unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    let wasm = Path::new(artifacts::LABELS);
+    std::fs::copy(wasm, plugins.path().join(wasm.file_name().unwrap())).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY";
+    let out = iar_command(&[
+        "backup",
+        "creds",
+        "--items",
+        items.path().to_str().unwrap(),
+        "--plugins",
+        plugins.path().to_str().unwrap(),
+        "--store",
+        store.path().to_str().unwrap(),
+        "--volume-data",
+        data.path().to_str().unwrap(),
+        "--exec-hooks-locally",
+    ])
+    .env("AWS_SECRET_ACCESS_KEY", secret)
+    .env("AZURE_STORAGE_ACCOUNT_KEY", secret)
+    .output()
+    .expect("running iar backup");
+    assert!(out.status.success(), "{}", text(&out));
+    let env = std::fs::read_to_string(data.path().join("hook-env")).expect("the hook ran");
+    assert!(
+        !env.contains(secret),
+        "the hook saw the store's key:\n{env}"
+    );
+    assert!(!env.contains("AWS_") && !env.contains("AZURE_"), "{env}");
+    assert!(
+        env.contains("IAR_POD_NAME=db-0") && env.contains("LANG=C.UTF-8"),
+        "{env}"
+    );
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+}
+
 /// A real `iar backup` killed (SIGKILL) while a block waits for its slow
 /// volume backup, after the pod's pre hook ran, then `iar resume`: the
 /// backup ends Failed (its items were never written), the volume backup

@@ -587,6 +587,25 @@ async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data
         "the plugin answered the cancel: {}",
         ops[0].status.error
     );
+    // Velero's vocabulary in the Velero-layout file: Failed, "canceled: …".
+    let raw: Value = {
+        let file = store_dir
+            .path()
+            .join("backups/doomed/doomed-itemoperations.json.gz");
+        let mut json = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(file).unwrap())
+            .read_to_string(&mut json)
+            .unwrap();
+        serde_json::from_str(&json).unwrap()
+    };
+    assert_eq!(raw[0]["status"]["phase"], "Failed", "{raw}");
+    assert!(
+        raw[0]["status"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("canceled: "),
+        "{raw}"
+    );
     // The plugin's cancel ran (its log line) and the data is kept.
     let logs = store.get_logs("doomed").await.unwrap().unwrap();
     assert!(
@@ -942,8 +961,13 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
 }
 
 /// deploy/'s RBAC: the controller running as its service account completes
-/// a backup, deletes an expired one's resource, and may not write what is
-/// not its own.
+/// a backup, and one of the whole cluster (every resource kube-apiserver
+/// serves is listed: the enumerated reads are enough), deletes an expired
+/// one's resource, and may not write what is not its own, nor read what is
+/// not an object: a Secret's subresource, `pods/log`, `pods/exec`,
+/// `nodes/proxy` are refused (403, by RBAC, not "not found"). Before, a
+/// wildcard read granted every subresource too, so the test could not
+/// fail on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_deploy_rbac_is_enough_and_no_more() {
     let Some(server) = server().await else { return };
@@ -977,6 +1001,18 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     create_backup(&admin, "iar-system", "rbac", spec(shop)).await;
     let done = wait_phase(&admin, "iar-system", "rbac", BackupPhase::Completed).await;
     assert_eq!(done.status.unwrap().progress.items_backed_up, 1);
+    // Every namespace and cluster-scoped resource: each resource discovery
+    // shows is listed, so a resource the role misses fails this backup.
+    let everything = BackupSpec {
+        included_namespaces: Some(vec!["*".into()]),
+        included_resources: None,
+        ..spec(shop)
+    };
+    create_backup(&admin, "iar-system", "rbac-all", everything).await;
+    let all = wait_phase(&admin, "iar-system", "rbac-all", BackupPhase::Completed).await;
+    let status = all.status.unwrap();
+    assert_eq!(status.errors, 0, "{status:?}");
+    assert!(status.progress.items_backed_up >= 1, "{status:?}");
     // The finalizer it added, it can remove: a deleted Backup goes.
     Api::<Backup>::namespaced(admin.clone(), "iar-system")
         .delete("rbac", &DeleteParams::default())
@@ -1035,6 +1071,45 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
             .map(|_| ()),
         "delete a namespace",
     );
+    // Nor any read that is not of an object. Each object exists where it
+    // matters, so a 404 could only come from an allowed request.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-0"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+    }))
+    .unwrap();
+    Api::namespaced(admin.clone(), shop)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(admin.clone(), shop)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    for path in [
+        format!("/api/v1/namespaces/{shop}/secrets/x/status"),
+        format!("/api/v1/namespaces/{shop}/secrets/x/proxy"),
+        format!("/api/v1/namespaces/{shop}/pods/web-0/log"),
+        format!("/api/v1/namespaces/{shop}/pods/web-0/exec?command=ls&stdout=true"),
+        format!("/api/v1/namespaces/{shop}/pods/web-0/attach?stdout=true"),
+        format!("/api/v1/namespaces/{shop}/pods/web-0/proxy/"),
+        format!("/api/v1/namespaces/{shop}/services/web/proxy/"),
+        "/api/v1/nodes/node-0/proxy/".to_string(),
+        "/api/v1/nodes/node-0/proxy/configz".to_string(),
+    ] {
+        let request = axum::http::Request::get(path.as_str())
+            .body(Vec::new())
+            .unwrap();
+        match sa.request_text(request).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => {}
+            other => panic!("GET {path}: expected 403, got {other:?}"),
+        }
+    }
+    // While the objects themselves stay readable.
+    Api::<Secret>::namespaced(sa.clone(), shop)
+        .get("x")
+        .await
+        .unwrap();
 }
 
 /// Creates each object of a multi-document YAML file (RBAC kinds only).

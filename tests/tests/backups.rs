@@ -581,6 +581,63 @@ async fn a_second_backup_of_the_same_name_is_refused() {
     );
 }
 
+/// A backup name the store cannot hold every file of is refused at once,
+/// before any lease is taken or anything written, with an error that says
+/// why and what the limit is: over Kubernetes' 253 characters, or short
+/// enough for Kubernetes but too long for a file name of the backup's
+/// (its lease file, `<name>-lease-<20 digits>.json`, over 255 bytes with
+/// the local store's staging suffix). The
+/// longest name allowed backs up. Before, the lease's create failed with
+/// the file system's "File name too long" (the controller retried it every
+/// 5 s for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_name_too_long_for_the_store_is_refused_with_the_limit() {
+    let cluster = Cluster::new();
+    let (store_dir, store) = local_store();
+    let runtime = runtime();
+    let c = controller(
+        vec![load(&runtime, artifacts::LABELS, &[])],
+        store.clone(),
+        &cluster,
+    );
+    for (len, says) in [
+        (
+            254,
+            "254 bytes long, over the 253 Kubernetes allows an object name (rule: name-length)",
+        ),
+        (
+            240,
+            "its lease file name (aaaaaaaaaaaaaaaaaaaa…-lease-<generation>.json) would be 272 bytes, over the 250 bytes a store file name may have (255, less the `#<n>` of a local store's staged write); a backup name may have at most 218 bytes (rule: name-length)",
+        ),
+        (
+            209,
+            "would have a name of 251 bytes, over the 250 bytes a store file name may have (255, less the `#<n>` of a local store's staged write); a backup name may have at most 208 bytes (rule: name-length)",
+        ),
+    ] {
+        let name = "a".repeat(len);
+        let err = c
+            .run_backup(request(&name, &cluster, json!({})))
+            .await
+            .expect_err("refused");
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!("invalid backup name \"{name}\": "))
+                && message.ends_with(says),
+            "{len}: {message}"
+        );
+        assert!(
+            !store_dir.path().join("backups").join(&name).exists(),
+            "{len}: nothing is written"
+        );
+    }
+    let longest = "b".repeat(208);
+    let object = c
+        .run_backup(request(&longest, &cluster, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+}
+
 /// Waits (polling, no fixed sleep) until the backup's lease is free.
 async fn wait_for_lease_expiry(store: &BackupStore, name: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -190,13 +190,54 @@ fn lying_about_operations_is_refused() {
     );
 }
 
+/// The guest tries a file, two directories, its environment and a TCP
+/// connection to a port a real listener holds on loopback: all are denied,
+/// and the listener saw no connection. (Before, the guest dialed port 80,
+/// where nothing listens, so the test passed whether or not TCP was
+/// allowed.)
 #[test]
 fn files_environment_and_network_are_out_of_reach() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let runtime = runtime();
+    let plugin = load_with(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", "escape"), ("escape-port", &port)],
+        Limits::default(),
+    );
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let err = instance
+        .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+        .expect_err("escape fails, saying what it reached");
     assert_eq!(
-        violation_of("escape", Limits::default()),
+        err.violation,
         Violation::Action(ActionError::Failed(
             "sandbox: file=denied; dir=denied; env=empty; socket=denied".into()
         ))
+    );
+    // A connect the kernel completed would be waiting in the backlog.
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => panic!("accept: {e}"),
+        Ok((_, from)) => panic!("the guest connected to the listener from {from}"),
+    }
+    // And the listener does take connections: the probe is real.
+    std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    let mut accepted = false;
+    for _ in 0..100 {
+        match listener.accept() {
+            Ok(_) => {
+                accepted = true;
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    assert!(
+        accepted,
+        "the listener accepts a connection from outside the sandbox"
     );
 }
 

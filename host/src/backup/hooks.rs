@@ -414,6 +414,8 @@ pub struct HookTarget {
 
 impl HookTarget {
     /// `pod`'s volumes under a `--volume-data` root (see [`volume_dir`]).
+    /// A volume whose names break Kubernetes' rules gets no directory: the
+    /// hook does not see it (its volume backup, if any, fails saying why).
     pub fn for_pod(pod: &Item, volume_data: Option<&std::path::Path>) -> HookTarget {
         let mut volume_dirs = BTreeMap::new();
         if let Some(root) = volume_data {
@@ -430,10 +432,9 @@ impl HookTarget {
                 let pvc = v
                     .pointer("/persistentVolumeClaim/claimName")
                     .and_then(Value::as_str);
-                volume_dirs.insert(
-                    name.to_string(),
-                    volume_dir(root, &pod.id.namespace, &pod.id.name, name, pvc),
-                );
+                if let Ok(dir) = volume_dir(root, &pod.id.namespace, &pod.id.name, name, pvc) {
+                    volume_dirs.insert(name.to_string(), dir);
+                }
             }
         }
         HookTarget {
@@ -462,8 +463,16 @@ impl HookRunner for SkippingRunner {
     }
 }
 
+/// A hook's `PATH` when iar's own environment has none.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The variables a hook gets besides its `IAR_*` ones; every other variable
+/// of iar's environment is withheld.
+pub const HOOK_ENV: [&str; 2] = ["PATH", "LANG"];
+
 /// Runs each hook's command as a local process (argv as given, no shell),
 /// in its own process group so that a timeout kills everything it started.
+/// Its environment is cleared first (see the module's documentation).
 pub struct LocalProcessRunner {
     /// `--volume-data`: the working directory, `IAR_VOLUME_DATA`.
     pub volume_data: PathBuf,
@@ -494,7 +503,11 @@ impl HookRunner for LocalProcessRunner {
         use tokio::io::AsyncReadExt;
         let h = &hook.hook;
         let mut cmd = tokio::process::Command::new(&h.command[0]);
+        let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
         cmd.args(&h.command[1..])
+            .env_clear()
+            .env("PATH", path)
+            .env("LANG", "C.UTF-8")
             .current_dir(&self.volume_data)
             .env("IAR_VOLUME_DATA", &self.volume_data)
             .env("IAR_POD_NAMESPACE", &target.pod.namespace)
@@ -836,6 +849,59 @@ mod tests {
             std::fs::read_to_string(dir.path().join("prod/db-data/marker")).unwrap(),
             "prod/db-0 pre app\n"
         );
+    }
+
+    /// A hook's environment is cleared: it sees `PATH`, `LANG` and its
+    /// `IAR_*` variables, and none of iar's own (this test process's
+    /// `CARGO_*` variables, which cargo sets for it, stand for the store's
+    /// credentials). Before, the hook inherited everything.
+    #[tokio::test]
+    async fn local_hook_sees_only_its_own_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        // What the shell itself sets (its working directory, its level).
+        let shell = ["PWD", "SHLVL", "_", "OLDPWD"];
+        let inherited: Vec<String> = std::env::vars()
+            .map(|(k, _)| k)
+            .filter(|k| {
+                !HOOK_ENV.contains(&k.as_str())
+                    && !k.starts_with("IAR_")
+                    && !shell.contains(&k.as_str())
+            })
+            .collect();
+        assert!(
+            inherited.iter().any(|k| k.starts_with("CARGO_")),
+            "cargo sets CARGO_* for tests: {inherited:?}"
+        );
+        let runner = LocalProcessRunner {
+            volume_data: dir.path().into(),
+        };
+        let h = hook(
+            &["sh", "-c", "env > \"$IAR_VOLUME_DATA/env\""],
+            OnError::Fail,
+            Duration::from_secs(10),
+        );
+        assert_eq!(
+            runner.run(&target(dir.path()), &h).await,
+            HookStatus::Succeeded
+        );
+        let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+        let names: Vec<&str> = env
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, _)| k)
+            .collect();
+        for name in &names {
+            assert!(
+                HOOK_ENV.contains(name) || name.starts_with("IAR_") || shell.contains(name),
+                "{name} reached the hook: {env}"
+            );
+        }
+        for name in &inherited {
+            assert!(!names.contains(&name.as_str()), "{name} leaked: {env}");
+        }
+        assert!(env.contains("LANG=C.UTF-8"), "{env}");
+        assert!(env.lines().any(|l| l.starts_with("PATH=/")), "{env}");
+        assert!(env.contains("IAR_POD_NAME=db-0"), "{env}");
     }
 
     /// A failing hook reports its exit code and the tail of its stderr; a

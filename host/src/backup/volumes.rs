@@ -34,17 +34,43 @@ use tokio::sync::{Semaphore, mpsc, watch};
 pub const CHUNK: usize = 4 << 20;
 
 /// Where a pod volume's data lives under a `--volume-data` root.
+///
+/// Every name joined to the root is checked first by the rule Kubernetes
+/// gives it (namespace and volume: DNS-1123 label; pod and claim: DNS-1123
+/// subdomain), so a name from a pod manifest (`claimName: ../../..`) can
+/// never point outside the root; one that breaks its rule is refused with
+/// an error naming the name and the rule (`invalid-identifier`), which the
+/// volume backup's error prefixes with the pod and the volume.
 pub fn volume_dir(
     root: &Path,
     namespace: &str,
     pod: &str,
     volume: &str,
     pvc: Option<&str>,
-) -> PathBuf {
-    match pvc {
+) -> Result<PathBuf, String> {
+    use crate::store::names::{dns_label, dns_subdomain};
+    let checks = [
+        (
+            "namespace",
+            namespace,
+            dns_label(namespace),
+            "DNS-1123 label",
+        ),
+        ("pod name", pod, dns_subdomain(pod), "DNS-1123 subdomain"),
+        ("volume name", volume, dns_label(volume), "DNS-1123 label"),
+    ];
+    let claim = pvc.map(|c| ("claimName", c, dns_subdomain(c), "DNS-1123 subdomain"));
+    for (what, value, verdict, rule) in checks.into_iter().chain(claim) {
+        if let Err(why) = verdict {
+            return Err(format!(
+                "{what} {value:?} is not a {rule} ({why}); nothing is read for it (rule: invalid-identifier)"
+            ));
+        }
+    }
+    Ok(match pvc {
         Some(pvc) => root.join(namespace).join(pvc),
         None => root.join(namespace).join(".pods").join(pod).join(volume),
-    }
+    })
 }
 
 pub fn volume_backups_key(backup: &str) -> String {
@@ -461,7 +487,8 @@ async fn back_up(
         &request.pod.name,
         &request.volume,
         request.pvc.as_deref(),
-    );
+    )
+    .map_err(Stop::Failed)?;
     let listing = {
         let shown = dir.display().to_string();
         let dir = dir.clone();
@@ -851,6 +878,63 @@ mod tests {
             .finished()
             .await;
         assert!(done.error.unwrap().contains(".pods/web-0/scratch"));
+    }
+
+    /// A claim, volume, pod or namespace name that breaks its Kubernetes
+    /// rule (`../..`, a `/`, an upper-case letter) is refused before any
+    /// path is built: the volume backup fails naming the pod, the volume,
+    /// the name and the rule, and nothing outside `--volume-data` is read,
+    /// although a directory is there for the traversal to reach. Before,
+    /// the names were joined as written and the outside directory was read.
+    #[tokio::test]
+    async fn names_that_break_kubernetes_rules_are_refused_before_any_read() {
+        let s = setup();
+        // `<data>/ns/../outside` exists, with a file that must never reach
+        // the store.
+        std::fs::create_dir_all(s.data.join("outside")).unwrap();
+        std::fs::write(s.data.join("outside/key"), b"outside").unwrap();
+        let b = LocalDirBackupper::new(s.data.clone(), s.store.clone(), 1);
+        let cases = [
+            (
+                ("ns", "web-0", "data", Some("../outside")),
+                "claimName \"../outside\"",
+            ),
+            (("ns", "web-0", "data", Some("../../outside")), "claimName"),
+            (
+                ("ns", "web-0", "data", Some("Upper")),
+                "claimName \"Upper\"",
+            ),
+            (("ns", "web-0", "../../outside", None), "volume name"),
+            (("ns", "..", "x", None), "pod name \"..\""),
+            (("..", "web-0", "outside", None), "namespace \"..\""),
+        ];
+        for ((ns, pod, volume, pvc), what) in cases {
+            let done = b
+                .start(request("b8", ns, pod, volume, pvc))
+                .await
+                .finished()
+                .await;
+            assert_eq!(done.phase, VolumePhase::Failed, "{done:?}");
+            let e = done.error.unwrap();
+            assert!(
+                e.starts_with(&format!("volume {volume}"))
+                    && e.contains(&format!("of pod {ns}/{pod}")),
+                "{e}"
+            );
+            assert!(e.contains(what), "{e}");
+            assert!(e.contains("(rule: invalid-identifier)"), "{e}");
+            assert!(!e.contains("does not exist"), "no path was tried: {e}");
+        }
+        // Nothing was read into the store for any of them.
+        assert_eq!(data_objects(&s.store, "b8").await, 0);
+        let names = [Some("../outside"), Some("a/b"), Some(&"x".repeat(254)[..])];
+        for pvc in names {
+            assert!(volume_dir(&s.data, "ns", "p", "v", pvc).is_err(), "{pvc:?}");
+        }
+        assert_eq!(
+            volume_dir(&s.data, "ns", "p", "v", Some("db-data.1")).unwrap(),
+            s.data.join("ns/db-data.1")
+        );
     }
 
     /// Cancel stops a volume backup in progress (it ends Canceled short of

@@ -42,8 +42,11 @@ pub struct ControllerArgs {
     /// may take, once a compile slot is free.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
     plugin_compile_timeout: Duration,
-    /// Where /healthz, /readyz and /metrics are served.
-    #[arg(long, env = "IAR_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Where /healthz, /readyz and /metrics are served: `IP:PORT`, or an
+    /// IP alone for port 8080 (what deploy/ passes: the pod's IP, from the
+    /// downward API). Loopback by default, so that `iar controller` run
+    /// outside a pod serves no one else.
+    #[arg(long, env = "IAR_LISTEN", value_parser = parse_listen, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// The leader-election Lease's name.
     #[arg(long, default_value = "iar-controller")]
@@ -74,6 +77,17 @@ pub struct ControllerArgs {
     /// their Backup resources.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
     gc_period: Duration,
+}
+
+/// `IP:PORT` (`[v6]:PORT`), or a bare IPv4 or IPv6 address for port 8080:
+/// `status.podIP` cannot be bracketed or given a port in a pod spec.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| {
+            s.parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 8080))
+        })
+        .map_err(|_| format!("{s:?} is neither IP:PORT nor an IP address"))
 }
 
 fn parse_go_duration(s: &str) -> Result<Duration, String> {
@@ -166,4 +180,41 @@ pub struct CrdArgs {}
 pub fn crd(_args: CrdArgs) -> anyhow::Result<ExitCode> {
     out!("{}", iar::k8s::crd::definition_yaml());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    /// Outside a pod, and without IAR_LISTEN, probes and metrics listen on
+    /// loopback only (before: 0.0.0.0:8080, every interface); deploy/
+    /// passes the pod's IP, a bare address that means port 8080.
+    #[test]
+    fn the_listen_address_is_loopback_unless_given() {
+        if std::env::var_os("IAR_LISTEN").is_none() {
+            let cli = Cli::try_parse_from(["iar", "--store", "s"]).unwrap();
+            assert_eq!(cli.args.listen, "127.0.0.1:8080".parse().unwrap());
+            assert!(cli.args.listen.ip().is_loopback());
+        }
+        for (given, want) in [
+            ("10.1.2.3", "10.1.2.3:8080"),
+            ("fd00::1", "[fd00::1]:8080"),
+            ("0.0.0.0:9090", "0.0.0.0:9090"),
+            ("[::1]:81", "[::1]:81"),
+        ] {
+            assert_eq!(
+                parse_listen(given).unwrap(),
+                want.parse().unwrap(),
+                "{given}"
+            );
+        }
+        assert!(parse_listen("pod-ip").is_err());
+    }
 }

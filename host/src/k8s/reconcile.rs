@@ -278,6 +278,26 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
                     .into_iter()
                     .collect(),
             };
+            // A request that can never run (a name too long for the store,
+            // a spec that does not parse) ends Failed on the resource at
+            // once, with the reason: there is no backup in the store to
+            // fail, and a retry every few seconds would fail the same way.
+            if let Err(e) = c.validate(&request) {
+                tracing::warn!(backup = %name, "refused: {e}");
+                let status = BackupStatus {
+                    phase: BackupPhase::Failed,
+                    failure_reason: e.to_string(),
+                    completion_timestamp: Some(crate::backup::object::rfc3339(now)),
+                    ..BackupStatus::default()
+                };
+                patch_status(&ctx.api, &name, &status)
+                    .await
+                    .map_err(|source| ReconcileError::Status {
+                        name: name.clone(),
+                        source,
+                    })?;
+                return Ok(Action::await_change());
+            }
             let stepped = c
                 .with_lease(&name, async {
                     c.start(request).await?;

@@ -444,3 +444,96 @@ async fn concurrent_progress_reads_and_syncs_end_persisted_exactly() {
     }
     assert_eq!(progress, changes, "no update lost");
 }
+
+/// A Canceled operation is written in Velero's vocabulary: phase `Failed`
+/// with the error `canceled: <reason>` in the very file Velero reads
+/// (`<backup>-itemoperations.json.gz`), and read back as Canceled, so a
+/// resumed backup knows it ended (terminal: never polled again). A file
+/// written before, with `Canceled` itself, still reads. Before, the file
+/// held `"phase": "Canceled"`, which Velero does not know.
+#[tokio::test]
+async fn canceled_is_written_as_velero_failed_and_read_back_as_canceled() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(&dir);
+    let map = OperationsMap::new();
+    let mut canceled = op("b1", 1);
+    canceled.status.phase = OperationPhase::Canceled;
+    canceled.status.error = "the backup was deleted; cancel requested".into();
+    map.add("b1", canceled.clone()).await;
+    map.add("b1", op("b1", 2)).await;
+    assert!(map.sync("b1", &store).await.unwrap());
+
+    let file = dir.path().join("backups/b1/b1-itemoperations.json.gz");
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&file).unwrap())
+        .read_to_string(&mut json)
+        .unwrap();
+    let raw: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(raw[0]["status"]["phase"], "Failed", "{raw}");
+    assert_eq!(
+        raw[0]["status"]["error"],
+        "canceled: the backup was deleted; cancel requested"
+    );
+    assert_eq!(raw[1]["status"]["phase"], "New");
+    assert!(!json.contains("\"Canceled\""), "{json}");
+
+    // After a restart: Canceled again, with the reason as it was.
+    let restarted = OperationsMap::new();
+    assert_eq!(restarted.load("b1", &store).await.unwrap(), 2);
+    let ops = restarted.get("b1").await.unwrap();
+    assert_eq!(ops[0], canceled);
+    assert!(ops[0].status.phase.is_terminal());
+
+    // What an earlier iar wrote.
+    let mut legacy = serde_json::to_value(&canceled).unwrap();
+    legacy["status"]["phase"] = json!("Canceled");
+    legacy["status"]["error"] = json!("gone");
+    let read: Operation = serde_json::from_value(legacy).unwrap();
+    assert_eq!(read.status.phase, OperationPhase::Canceled);
+    assert_eq!(read.status.error, "gone");
+}
+
+/// `iar_operations{phase}` is kept as operations change (added, updated,
+/// loaded, removed, the map dropped), so a scrape only reads it: the
+/// gauge always equals a count of the map's operations by phase.
+#[tokio::test]
+async fn the_phase_gauge_follows_every_change() {
+    let metrics: &'static crate::metrics::Metrics = Box::leak(Box::default());
+    let gauge = |phase: &str| -> i64 {
+        let text = metrics.encode();
+        let line = format!("iar_operations{{phase=\"{phase}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(&dir);
+    let map = OperationsMap::with_metrics(metrics);
+    for i in 0..3 {
+        map.add("b1", op("b1", i)).await;
+    }
+    map.add("b2", op("b2", 9)).await;
+    assert_eq!(gauge("New"), 4);
+    map.update("b1", |ops| complete(ops)).await;
+    map.update("b1", |ops| {
+        ops[1].status.phase = OperationPhase::Canceled;
+        true
+    })
+    .await;
+    assert_eq!(
+        [gauge("New"), gauge("Completed"), gauge("Canceled")],
+        [2, 1, 1]
+    );
+    map.sync("b1", &store).await.unwrap();
+    map.load("b1", &store).await.unwrap();
+    assert_eq!(
+        [gauge("New"), gauge("Completed"), gauge("Canceled")],
+        [2, 1, 1],
+        "loading what was persisted changes nothing"
+    );
+    map.remove("b1").await;
+    assert_eq!([gauge("New"), gauge("Completed")], [1, 0]);
+    drop(map);
+    assert_eq!(gauge("New"), 0);
+}

@@ -17,7 +17,7 @@
 //! renew before its own expiry (a taker may act from then on). This assumes
 //! clocks that agree to well under the lease duration, as Kubernetes Leases do.
 
-use super::{BACKUPS, BackupStore, StoreError};
+use super::{BACKUPS, BackupStore, FILE_NAME_LIMIT, MAX_FILE_NAME, StoreError};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions};
@@ -100,7 +100,33 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 fn key(backup: &str, generation: u64) -> String {
-    format!("{BACKUPS}/{backup}/{backup}-lease-{generation:020}.json")
+    format!("{BACKUPS}/{backup}/{}", file_name(backup, generation))
+}
+
+fn file_name(backup: &str, generation: u64) -> String {
+    format!("{backup}-lease-{generation:020}.json")
+}
+
+/// The longest backup name whose lease file name fits in
+/// [`MAX_FILE_NAME`] bytes (the generation is always 20 digits).
+pub const MAX_LEASED_NAME: usize = MAX_FILE_NAME - "-lease-00000000000000000000.json".len();
+
+/// Refuses a backup whose lease file name would be longer than
+/// [`MAX_FILE_NAME`] bytes: a local store cannot create it (ENAMETOOLONG),
+/// and a backup without a lease must never start. Checked before any
+/// lease is read or taken, so the error is this one and says what to do.
+pub fn check_lease_key(backup: &str) -> Result<(), StoreError> {
+    let file = file_name(backup, 0);
+    if file.len() > MAX_FILE_NAME {
+        return Err(StoreError::Name {
+            name: backup.to_string(),
+            reason: format!(
+                "its lease file name ({backup:.20}…-lease-<generation>.json) would be {} bytes, {FILE_NAME_LIMIT}; a backup name may have at most {MAX_LEASED_NAME} bytes (rule: name-length)",
+                file.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The generation a key of this backup's lease chain holds; `None` for
@@ -116,6 +142,7 @@ impl BackupStore {
     /// The newest lease generation of a backup, if any.
     pub async fn current_lease(&self, backup: &str) -> Result<Option<LeaseRecord>, StoreError> {
         self.path(backup, super::BackupFile::Metadata)?;
+        check_lease_key(backup)?;
         let listing = match self
             .store
             .list_with_delimiter(Some(&Path::from(format!("{BACKUPS}/{backup}"))))
@@ -339,5 +366,42 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(third.record.generation, 3);
+    }
+
+    /// A lease file name longer than 255 bytes (250, leaving room for the
+    /// local store's staging suffix) is refused before the store is
+    /// touched, with the limit and the longest name that fits (218 bytes):
+    /// the lease of the longest such name is taken, one byte more is
+    /// refused by rule rather than failing in the file system (before, a
+    /// local store answered "File name too long", and the controller
+    /// retried it every 5 s). Lengths are bytes: a multi-byte name counts
+    /// its bytes.
+    #[tokio::test]
+    async fn a_lease_key_over_255_bytes_is_refused_by_rule() {
+        assert_eq!(MAX_LEASED_NAME, 218);
+        let (dir, store) = store();
+        let fits = "a".repeat(MAX_LEASED_NAME);
+        assert_eq!(file_name(&fits, 7).len(), 250);
+        check_lease_key(&fits).unwrap();
+        let lease = store
+            .acquire_lease(&fits, Duration::from_secs(60))
+            .await
+            .unwrap();
+        lease.release().await.unwrap();
+        for over in ["a".repeat(MAX_LEASED_NAME + 1), "é".repeat(110)] {
+            let err = store
+                .acquire_lease(&over, Duration::from_secs(60))
+                .await
+                .unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                matches!(err, LeaseError::Store(StoreError::Name { .. }))
+                    && msg.contains("over the 250 bytes a store file name may have (255, less")
+                    && msg.contains("at most 218 bytes")
+                    && msg.ends_with("(rule: name-length)"),
+                "{msg}"
+            );
+            assert!(!dir.path().join("backups").join(&over).exists());
+        }
     }
 }

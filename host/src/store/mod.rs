@@ -81,6 +81,21 @@ impl BackupFile {
 }
 
 const BACKUPS: &str = "backups";
+
+/// What [`BackupStore::set_aside`] puts between a key and the time.
+const SET_ASIDE: &str = ".corrupt-";
+
+/// Kubernetes' limit on an object name, a backup's included.
+pub const MAX_BACKUP_NAME: usize = 253;
+
+/// The longest file name (one key segment) a store is trusted to hold: the
+/// 255 bytes (`NAME_MAX`) of Linux file systems, where a local store lives,
+/// less 5 for the `#<n>` suffix object_store's local store writes a file
+/// under before it renames it into place.
+pub const MAX_FILE_NAME: usize = 250;
+
+/// How a refused name's reason states the limit.
+const FILE_NAME_LIMIT: &str = "over the 250 bytes a store file name may have (255, less the `#<n>` of a local store's staged write)";
 const UNSUPPORTED: &str = "unsupported scheme; use a path, file://, s3://, gs:// or az://";
 
 #[derive(Clone)]
@@ -200,9 +215,54 @@ impl BackupStore {
         if backup.is_empty() {
             return Err(bad("empty".into()));
         }
+        if backup.len() > MAX_BACKUP_NAME {
+            return Err(bad(format!(
+                "{} bytes long, over the {MAX_BACKUP_NAME} Kubernetes allows an object name (rule: name-length)",
+                backup.len()
+            )));
+        }
         PathPart::parse(backup).map_err(|e| bad(e.to_string()))?;
         let key = file.key(backup);
         Ok((Path::from(key.as_str()), key))
+    }
+
+    /// Refuses, before anything is written, a backup name the store cannot
+    /// hold every file of: empty, not one path segment, longer than
+    /// Kubernetes' [`MAX_BACKUP_NAME`], or so long that one of its file
+    /// names (its lease's, `<name>-lease-<20 digits>.json`, or a file set
+    /// aside as `<name>-itemoperations.json.gz.corrupt-<seconds>`) would be
+    /// over [`MAX_FILE_NAME`] bytes, which a local store cannot create. A
+    /// name refused here is refused for good: retrying cannot help.
+    pub fn check_backup_name(&self, backup: &str) -> Result<(), StoreError> {
+        self.path(backup, BackupFile::Metadata)?;
+        lease::check_lease_key(backup)?;
+        let longest = [
+            BackupFile::Contents,
+            BackupFile::ItemOperations,
+            BackupFile::Results,
+            BackupFile::Logs,
+            BackupFile::VolumeBackups,
+            BackupFile::HookLedger,
+        ]
+        .into_iter()
+        .map(|f| f.key(backup))
+        .max_by_key(String::len)
+        .expect("not empty");
+        let aside = format!(
+            "{}{SET_ASIDE}0000000000",
+            longest.rsplit('/').next().unwrap_or("")
+        );
+        if aside.len() > MAX_FILE_NAME {
+            return Err(StoreError::Name {
+                name: backup.to_string(),
+                reason: format!(
+                    "a file of it set aside ({backup:.20}…{SET_ASIDE}<seconds>) would have a name of {} bytes, {FILE_NAME_LIMIT}; a backup name may have at most {} bytes (rule: name-length)",
+                    aside.len(),
+                    MAX_FILE_NAME - (aside.len() - backup.len()),
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Validates a free-form key: it must lie under `backups/<valid name>/`,
@@ -402,7 +462,7 @@ impl BackupStore {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let aside = format!("{key}.corrupt-{secs}");
+        let aside = format!("{key}{SET_ASIDE}{secs}");
         self.store
             .rename(&path, &Path::from(aside.as_str()))
             .await

@@ -364,7 +364,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// kube-apiserver first if needed), stopped when the binary exits. `None`
 /// when tests must skip because `IAR_KUBE_APISERVER` is unset and Go is
 /// absent; that is written to stderr past the test harness's capture, so a
-/// skip is never silent. Panics if the server cannot start.
+/// skip is never silent, and under `CI=true` it is a failure instead
+/// ([`skip_or_fail`]). Panics if the server cannot start.
 pub async fn shared() -> Option<&'static ApiServer> {
     static SHARED: OnceLock<Result<Option<ApiServer>, String>> = OnceLock::new();
 
@@ -398,15 +399,32 @@ pub async fn shared() -> Option<&'static ApiServer> {
     match shared {
         Ok(Some(server)) => Some(server),
         Ok(None) => {
-            loud(&format!(
-                "\n!!! SKIPPED a real-API-server test: {ENV_KUBE_APISERVER} is unset and `go` \
-                 is not on PATH, so there is no kube-apiserver to run. Install Go or set \
-                 {ENV_KUBE_APISERVER} to a kube-apiserver binary. !!!\n"
+            skip_or_fail(&format!(
+                "a real-API-server test: {ENV_KUBE_APISERVER} is unset and `go` is not on \
+                 PATH, so there is no kube-apiserver to run. Install Go or set \
+                 {ENV_KUBE_APISERVER} to a kube-apiserver binary."
             ));
             None
         }
         Err(e) => panic!("the shared API server did not start: {e}"),
     }
+}
+
+/// Whether this is a CI run (`CI=true`, as GitHub Actions, GitLab and
+/// `.ci/run` set it): there, a test whose tool is missing fails rather
+/// than skips, so a green run means every test ran.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// What a test does when a tool it needs is missing: under `CI=true` it
+/// panics with `what`; elsewhere it says loudly, past the harness's
+/// capture, that it SKIPPED `what`, and the caller returns.
+pub fn skip_or_fail(what: &str) {
+    if in_ci() {
+        panic!("CI=true, so a missing tool fails the test instead of skipping it: {what}");
+    }
+    loud(&format!("\n!!! SKIPPED {what} !!!\n"));
 }
 
 /// Writes to the real stderr: `eprintln!` is captured by the test harness

@@ -24,7 +24,7 @@
 //! | `operation` | starts operation `op-<name>` whose post-operation item is the item itself, in every phase (in finalize that is a violation) |
 //! | `empty-operation-id` | returns operation id `""` |
 //! | `post-items-without-operation` | names a post-operation item but no operation |
-//! | `escape` | tries files, directories, environment and network, then fails with `sandbox: file=<denied\|OPENED>; dir=<denied\|LISTED>; env=<empty\|LEAKED>; socket=<denied\|CONNECTED>` |
+//! | `escape` | tries files, directories, environment and network (a TCP connect to `127.0.0.1:<escape-port>`, config, default 80), then fails with `sandbox: file=<denied\|OPENED>; dir=<denied\|LISTED>; env=<empty\|LEAKED>; socket=<denied\|CONNECTED>` |
 //! | `oversized` | returns the item with a 20 MiB annotation |
 //! | `many-additional` | names 100 000 additional items |
 //! | `stdout` | writes 1 MiB to stdout and 1 MiB to stderr, then returns the item unchanged |
@@ -275,10 +275,16 @@ fn escape() -> String {
     } else {
         "LEAKED"
     };
-    let socket = match std::net::TcpStream::connect("127.0.0.1:80") {
+    // The test listens on this port, so a connection would be accepted if
+    // the sandbox let one out.
+    let port = config("escape-port").unwrap_or_else(|| "80".into());
+    let socket = match std::net::TcpStream::connect(format!("127.0.0.1:{port}")) {
         Ok(_) => "CONNECTED",
         Err(e) => {
-            log(Level::Debug, &format!("escape: connect 127.0.0.1:80: {e}"));
+            log(
+                Level::Debug,
+                &format!("escape: connect 127.0.0.1:{port}: {e}"),
+            );
             "denied"
         }
     };
