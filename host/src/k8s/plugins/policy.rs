@@ -301,7 +301,8 @@ mod tests {
         let refused = policy.refusals(&settings(
             "allowRead: ['*', secrets]\nlimits: {deadline: 10m, memoryBytes: 4294967296, maxHostCalls: 40000, maxLogLines: 4001}",
         ));
-        assert_eq!(refused.len(), 4, "{refused:?}");
+        // The 10 m deadline also implies a 100 m wall-clock ceiling.
+        assert_eq!(refused.len(), 5, "{refused:?}");
         assert!(
             refused[0].starts_with("allowRead \"secrets\""),
             "{refused:?}"
@@ -317,6 +318,10 @@ mod tests {
         );
         assert!(
             refused.contains(&"limits.deadline 10m (at most 40s)".to_string()),
+            "{refused:?}"
+        );
+        assert!(
+            refused.contains(&"limits.wallClock 1h 40m (at most 6m 40s)".to_string()),
             "{refused:?}"
         );
     }
@@ -340,7 +345,8 @@ mod tests {
         // No allowRead is `*`, which this policy does not cover; the default
         // limits (10 s, 64 MiB, backup) are over it too.
         let refused = policy.refusals(&settings(""));
-        assert_eq!(refused.len(), 4, "{refused:?}");
+        // The 10 m deadline also implies a 100 m wall-clock ceiling.
+        assert_eq!(refused.len(), 5, "{refused:?}");
         assert!(refused[0].contains("no allowRead"), "{refused:?}");
         assert!(
             refused.contains(&"limits.isolation backup (the policy allows item)".to_string()),
