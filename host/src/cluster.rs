@@ -480,7 +480,9 @@ mod tests {
         for i in 0..50 {
             std::fs::write(
                 dir.path().join(format!("cm-{i}.yaml")),
-                format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: shop}}\n"),
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: shop}}\n"
+                ),
             )
             .unwrap();
         }
@@ -504,7 +506,9 @@ mod tests {
         // Appended in place: the directory's listing does not change.
         let file = dir.path().join("cm-0.yaml");
         let mut text = std::fs::read_to_string(&file).unwrap();
-        text.push_str("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop}\n");
+        text.push_str(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop}\n",
+        );
         std::fs::write(&file, text).unwrap();
         std::thread::sleep(MISS_RESCAN);
         assert!(cluster.get(&id("late")).unwrap().is_some());

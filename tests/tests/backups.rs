@@ -1050,3 +1050,55 @@ async fn a_flooding_plugin_keeps_a_bounded_log() {
         summary[0]
     );
 }
+
+/// A backup taken over after a restart runs the plugins it started with,
+/// name and digest: a different component loaded under the same name (an
+/// update, or another ConfigMap that claimed the name) does not inherit its
+/// operations. They fail, naming the rule, and the log names both digests;
+/// the impostor is never asked for their progress (it would have said
+/// "completed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_backup_keeps_its_plugin_set_and_no_impostor_inherits_it() {
+    let cluster = Cluster::new();
+    let (_store_dir, store) = local_store();
+    let mut c = controller(example_plugins(), store.clone(), &cluster);
+    c.settings.lease_duration = Duration::from_millis(300);
+    let c = Arc::new(c);
+    let req = request("pinned", &cluster, shop_only());
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.run_backup(req).await }
+    });
+    wait_for(|| async { matches!(store.get_json::<BackupObject>("pinned", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    running.abort();
+    let _ = running.await;
+
+    let runtime = runtime();
+    let impostor = iar::Plugin::from_bytes(
+        &runtime,
+        "iar_plugin_pvc_snapshot",
+        &std::fs::read(artifacts::HOSTILE).unwrap(),
+        settings(&[("progress", "complete")], Limits::default()),
+    )
+    .unwrap();
+    let mut plugins = example_plugins();
+    plugins.retain(|p| p.name() != "iar_plugin_pvc_snapshot");
+    plugins.push(impostor.clone());
+    let fresh = controller(plugins, store.clone(), &cluster);
+    wait_for_lease_expiry(&store, "pinned").await;
+    let object = fresh.resume("pinned").await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    let (_, ops, _) = persisted(&store, "pinned").await;
+    assert_eq!(ops[0].status.phase, OperationPhase::Failed);
+    assert!(
+        ops[0].status.error.contains("(rule: pinned-plugin-set)"),
+        "{}",
+        ops[0].status.error
+    );
+    let logs = log_lines(&store, "pinned").await;
+    assert!(
+        logs.iter().any(|l| l.contains("rule: pinned-plugin-set")
+            && l.contains(&format!("sha256:{}", impostor.digest()))),
+        "{logs:#?}"
+    );
+}

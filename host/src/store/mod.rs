@@ -57,6 +57,9 @@ pub enum BackupFile {
     /// One hook record per pod and phase, written before a post hook starts
     /// and again when it ends, so a resumed backup never runs one twice.
     HookLedger,
+    /// The plugins a backup was pinned to (name and digest): a process
+    /// that takes it over runs exactly those or fails their operations.
+    PluginSet,
 }
 
 impl BackupFile {
@@ -70,6 +73,7 @@ impl BackupFile {
             BackupFile::Logs => format!("{backup}-logs.gz"),
             BackupFile::VolumeBackups => format!("{backup}-volumebackups.json.gz"),
             BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
+            BackupFile::PluginSet => format!("{backup}-plugins.json.gz"),
         };
         format!("{BACKUPS}/{backup}/{file}")
     }
@@ -243,6 +247,7 @@ impl BackupStore {
             BackupFile::Logs,
             BackupFile::VolumeBackups,
             BackupFile::HookLedger,
+            BackupFile::PluginSet,
         ]
         .into_iter()
         .map(|f| f.key(backup))
