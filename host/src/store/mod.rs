@@ -4,6 +4,7 @@
 
 pub mod delete;
 pub mod faulty;
+mod fence;
 pub mod lease;
 pub mod names;
 pub mod tarball;
@@ -42,6 +43,8 @@ pub enum StoreError {
     Exists { url: String, key: String },
     #[error("invalid backup name {name:?}: {reason}")]
     Name { name: String, reason: String },
+    #[error("backup {backup:?}: not written: {reason} (rule: lease-fence)")]
+    Fenced { backup: String, reason: String },
 }
 
 /// The files of one backup.
@@ -107,6 +110,8 @@ pub struct BackupStore {
     store: Arc<dyn ObjectStore>,
     url: String,
     puts: Arc<AtomicU64>,
+    /// The leases this process holds, which its writes are checked against.
+    fences: Arc<fence::Fences>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -199,6 +204,7 @@ impl BackupStore {
             store,
             url: url.to_string(),
             puts: Arc::new(AtomicU64::new(0)),
+            fences: Arc::default(),
         }
     }
 
@@ -299,6 +305,13 @@ impl BackupStore {
     /// like [`BackupStore::put`].
     pub async fn put_key(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
         let path = self.checked_key(key)?;
+        if let Some(backup) = key
+            .strip_prefix(BACKUPS)
+            .and_then(|k| k.strip_prefix('/'))
+            .and_then(|k| k.split('/').next())
+        {
+            self.check_fence(backup).await?;
+        }
         self.store
             .put(&path, bytes.into())
             .await
@@ -371,6 +384,7 @@ impl BackupStore {
         bytes: Bytes,
     ) -> Result<(), StoreError> {
         let (path, key) = self.path(backup, file)?;
+        self.check_fence(backup).await?;
         self.store
             .put(&path, bytes.into())
             .await
