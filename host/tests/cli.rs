@@ -1079,7 +1079,7 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
     let mut first = Command::new(env!("CARGO_BIN_EXE_iar"));
     first.args(["backup", "fenced", "--items", cluster.to_str().unwrap()]);
     common(&mut first);
-    let mut first = first
+    let first = first
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
