@@ -179,7 +179,14 @@ struct Cache {
     /// Every manifest file under the paths, rebuilt when a listing changes.
     all: Vec<PathBuf>,
     all_set: std::collections::HashSet<PathBuf>,
+    /// When a miss last re-checked every file, and how many times one did.
+    last_full_scan: Option<std::time::Instant>,
+    full_scans: u64,
 }
+
+/// How often a miss may re-check every manifest file: a file edited in
+/// place to add an object (playing a controller) is seen within this.
+pub const MISS_RESCAN: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A directory (or files) of manifests playing the part of a cluster. Every
 /// answer reflects the files as they are on disk at that moment, so editing
@@ -247,7 +254,8 @@ impl Cache {
     }
 
     /// Brings the list of files up to date: a `stat` per directory.
-    fn update_listing(&mut self, paths: &[PathBuf]) -> Result<(), String> {
+    /// Returns whether the listing changed.
+    fn update_listing(&mut self, paths: &[PathBuf]) -> Result<bool, String> {
         let mut changed = self.all.is_empty();
         for path in paths {
             changed |= self.relist(path)?;
@@ -260,7 +268,7 @@ impl Cache {
             self.all_set = all.iter().cloned().collect();
             self.all = all;
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Re-reads a file if it changed since it was parsed.
@@ -312,6 +320,11 @@ impl ManifestCluster {
             cache: RwLock::new(Cache::default()),
         }
     }
+
+    /// How many lookups that missed re-checked every file.
+    pub fn full_scans(&self) -> u64 {
+        self.cache.read().map_or(0, |c| c.full_scans)
+    }
 }
 
 impl ManifestCluster {
@@ -357,7 +370,7 @@ impl ManifestCluster {
         // file is re-read so that concurrent lookups do not parse it twice
         // (atomicity is the point: listing, files and index change together).
         let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
-        cache.update_listing(&self.paths)?;
+        let relisted = cache.update_listing(&self.paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some((file, _)) = cache.index.get(id).cloned()
             && cache.all_set.contains(&file)
@@ -368,9 +381,21 @@ impl ManifestCluster {
             }
         }
         // A miss, or the object moved: every file, changed ones re-read.
+        // At most once per MISS_RESCAN unless the listing changed: misses
+        // in between (a plugin asking for names that do not exist, as fast
+        // as it can) are answered from the last scan instead of each
+        // taking a `stat` of every file under the write lock.
+        let recent = cache
+            .last_full_scan
+            .is_some_and(|at| at.elapsed() < MISS_RESCAN);
+        if recent && !relisted {
+            return Ok(None);
+        }
         for file in cache.all.clone() {
             cache.refresh(&file, self.catalog)?;
         }
+        cache.last_full_scan = Some(std::time::Instant::now());
+        cache.full_scans += 1;
         let listed = cache
             .index
             .get(id)
@@ -444,6 +469,57 @@ impl ClusterReader for ManifestCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lookups of names that do not exist, as fast as a plugin can make
+    /// them, re-check every file at most once per MISS_RESCAN; an object
+    /// added in place to a file is still found once that has passed, and a
+    /// new file at once.
+    #[test]
+    fn misses_rescan_the_files_at_most_once_per_period() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..50 {
+            std::fs::write(
+                dir.path().join(format!("cm-{i}.yaml")),
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: shop}}\n"
+                ),
+            )
+            .unwrap();
+        }
+        let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+        let id = |name: &str| ItemRef {
+            group: String::new(),
+            resource: "configmaps".into(),
+            namespace: "shop".into(),
+            name: name.into(),
+        };
+        let started = std::time::Instant::now();
+        for i in 0..2000 {
+            assert_eq!(cluster.get(&id(&format!("missing-{i}"))).unwrap(), None);
+        }
+        let periods = started.elapsed().as_millis() / MISS_RESCAN.as_millis() + 1;
+        assert!(
+            u128::from(cluster.full_scans()) <= periods,
+            "{} full scans in {periods} periods",
+            cluster.full_scans()
+        );
+        // Appended in place: the directory's listing does not change.
+        let file = dir.path().join("cm-0.yaml");
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        text.push_str(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop}\n",
+        );
+        std::fs::write(&file, text).unwrap();
+        std::thread::sleep(MISS_RESCAN);
+        assert!(cluster.get(&id("late")).unwrap().is_some());
+        // A new file changes the listing: found at once.
+        std::fs::write(
+            dir.path().join("new.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: new, namespace: shop}\n",
+        )
+        .unwrap();
+        assert!(cluster.get(&id("new")).unwrap().is_some());
+    }
 
     fn gr(group: &str, resource: &str) -> GroupResource {
         GroupResource {

@@ -167,6 +167,23 @@ pub struct BackupRequest {
 /// display, for example).
 pub type Observer = Box<dyn Fn(&str, &str) + Send + Sync>;
 
+/// One plugin of a backup's pinned set, as the store records it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct PinnedPlugin {
+    name: String,
+    /// sha256 of the component, hex.
+    digest: String,
+}
+
+impl PinnedPlugin {
+    fn of(plugin: &Plugin) -> Self {
+        PinnedPlugin {
+            name: plugin.name().to_string(),
+            digest: plugin.digest().to_string(),
+        }
+    }
+}
+
 /// Where a backup's plugins come from: a fixed list (the CLI), or the
 /// current set of a registry that reloads them (the cluster). Each backup
 /// pins the set it started with until it ends.
@@ -284,6 +301,70 @@ impl Controller {
     pub fn with_status_sink(mut self, sink: StatusSink) -> Self {
         self.status_sink = Some(sink);
         self
+    }
+
+    /// Pins a new backup to the source's current set and records the set
+    /// (names and digests) with the backup, before any plugin runs.
+    async fn pin_new(&self, backup: &str) -> Result<(), StoreError> {
+        let set = self.plugins_for(backup);
+        let recorded: Vec<PinnedPlugin> = set.iter().map(PinnedPlugin::of).collect();
+        self.store
+            .put_json(backup, BackupFile::PluginSet, &recorded)
+            .await
+    }
+
+    /// Pins a backup this process takes over (after a restart, or from
+    /// another replica) to the set it recorded: each recorded plugin whose
+    /// name and digest are loaded now. A plugin of that name with another
+    /// digest (an update, or another ConfigMap that claimed the name) does
+    /// not inherit the backup's operations: they fail, naming both digests.
+    /// A backup recorded before iar kept sets takes the current set.
+    async fn pin_recorded(&self, backup: &str) -> Result<(), ControllerError> {
+        if self
+            .pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(backup)
+        {
+            return Ok(());
+        }
+        let read = self.store.get_json(backup, BackupFile::PluginSet).await;
+        let mut notes = Vec::new();
+        let recorded: Option<Vec<PinnedPlugin>> = self
+            .readable(backup, BackupFile::PluginSet, read, &mut notes)
+            .await?;
+        for note in notes {
+            self.journal.line(backup, note);
+        }
+        let Some(recorded) = recorded else {
+            self.plugins_for(backup);
+            return Ok(());
+        };
+        let current = (self.plugins)();
+        let mut set = Vec::new();
+        for want in &recorded {
+            match current.iter().find(|p| p.name() == want.name) {
+                Some(p) if p.digest() == want.digest => set.push(p.clone()),
+                found => {
+                    let now = match found {
+                        Some(p) => format!("the one loaded now is sha256:{}", p.digest()),
+                        None => "none of that name is loaded now".to_string(),
+                    };
+                    self.journal.line(
+                        backup,
+                        format!(
+                            "plugin {:?}: the version this backup started with (sha256:{}) is not loaded here and {now}; its operations fail rather than pass to another plugin (rule: pinned-plugin-set)",
+                            want.name, want.digest
+                        ),
+                    );
+                }
+            }
+        }
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(backup.to_string(), set);
+        Ok(())
     }
 
     /// The plugins of a backup: the set it was pinned to, or the source's
@@ -538,7 +619,7 @@ impl Controller {
         self.set_phase(&mut run, BackupPhase::New).await?;
         run.object.status.start_timestamp = Some(rfc3339(SystemTime::now()));
         self.set_phase(&mut run, BackupPhase::InProgress).await?;
-        self.plugins_for(&req.name);
+        self.pin_new(&req.name).await?;
         match self.first_pass(&mut run, &req, &filter).await {
             Ok(()) => Ok(run.object),
             Err(e) => Err(self.fail(&mut run, e).await),
@@ -844,6 +925,7 @@ impl Controller {
     /// The persisted state of a backup, with its log continued from the
     /// store when this process has none of it yet (a resume).
     async fn load_run(&self, name: &str, object: BackupObject) -> Result<Run, ControllerError> {
+        self.pin_recorded(name).await?;
         let mut notes = Vec::new();
         let read = self.store.get_json(name, BackupFile::Results).await;
         let results: Results = self
@@ -1546,7 +1628,9 @@ impl PollWorker {
         } = *shared;
         let plugin_name = &op.spec.backup_item_action;
         let Some(plugin) = plugins.iter().find(|p| p.name() == plugin_name) else {
-            return Update::Failed(format!("plugin {plugin_name:?} is not loaded"));
+            return Update::Failed(format!(
+                "plugin {plugin_name:?} that started it is not in this backup's plugin set here (not loaded, or loaded at another digest; see the backup's log) (rule: pinned-plugin-set)"
+            ));
         };
         let instance = self
             .instances

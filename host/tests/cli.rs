@@ -1019,3 +1019,116 @@ fn gc_deletes_the_expired_backups_iar_backup_made() {
         .collect();
     assert_eq!(left, ["long"]);
 }
+
+/// Every file under `backups/<name>/` of a local store, by path.
+fn store_files(store: &Path, name: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let dir = store.join("backups").join(name);
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_file() {
+            files.insert(
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&path).unwrap(),
+            );
+        }
+    }
+    files
+}
+
+fn phase_of(store: &Path, name: &str) -> Option<String> {
+    let text = std::fs::read(store.join("backups").join(name).join("velero-backup.json")).ok()?;
+    let object: Value = serde_json::from_slice(&text).ok()?;
+    object["status"]["phase"].as_str().map(String::from)
+}
+
+/// Fencing: an `iar backup` process is paused (SIGSTOP) while it waits on
+/// an operation, past its lease; another process takes the backup over and
+/// finishes it; the first is resumed (SIGCONT). It writes nothing: every
+/// file of the backup is byte for byte what the second left, and it ends
+/// saying it lost its lease. On resuming, its overdue renewal and its
+/// overdue poll race: the renewal, noticing the takeover, often wins even
+/// without fencing, so this test alone does not prove the fence; the one
+/// in tests/tests/backups.rs (`a_holder_past_its_lease_writes_nothing_after_a_takeover`),
+/// whose renewal hangs, fails without it. Here the whole process is real.
+#[test]
+fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, plugins, store) = (
+        dir.path().join("cluster"),
+        dir.path().join("plugins"),
+        dir.path().join("store"),
+    );
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(
+        repo().join("examples/cluster/shop.yaml"),
+        cluster.join("shop.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        artifacts::PVC_SNAPSHOT,
+        plugins.join("iar_plugin_pvc_snapshot.wasm"),
+    )
+    .unwrap();
+    let common = |cmd: &mut Command| {
+        cmd.args(["--plugins", plugins.to_str().unwrap()])
+            .args(["--store", store.to_str().unwrap()])
+            .args(["--lease-duration", "1500ms", "--sync-period", "100ms"]);
+    };
+    let mut first = Command::new(env!("CARGO_BIN_EXE_iar"));
+    first.args(["backup", "fenced", "--items", cluster.to_str().unwrap()]);
+    common(&mut first);
+    let first = first
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while phase_of(&store, "fenced").as_deref() != Some("WaitingForPluginOperations") {
+        assert!(std::time::Instant::now() < deadline, "never waited");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = first.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Past its lease: the store now says anyone may take it over.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    std::fs::write(
+        cluster.join("snapshot.yaml"),
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: data-web-0-fenced, namespace: shop, creationTimestamp: \"2026-11-30T01:00:00Z\"}\nstatus: {readyToUse: true, creationTime: \"2026-11-30T01:00:04Z\"}\n",
+    )
+    .unwrap();
+    let mut second = Command::new(env!("CARGO_BIN_EXE_iar"));
+    second.args(["resume", "fenced"]);
+    common(&mut second);
+    let out = second.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(phase_of(&store, "fenced").as_deref(), Some("Completed"));
+    let finished = store_files(&store, "fenced");
+
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the first must not end well: {stderr}"
+    );
+    assert!(stderr.contains("lease"), "{stderr}");
+    assert_eq!(
+        store_files(&store, "fenced"),
+        finished,
+        "the resumed holder wrote to the store: {stderr}"
+    );
+}

@@ -1618,3 +1618,23 @@ async fn a_backup_created_at_start_waits_for_the_plugins_to_load() {
         "the labels plugin ran: {web}"
     );
 }
+
+/// `cluster-get` for resources that do not exist, repeated: discovery runs
+/// again at most once per REDISCOVER_AFTER, not twice per lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_unknown_resources_do_not_rerun_discovery_each_time() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    let live = LiveCluster::new(admin, tokio::runtime::Handle::current());
+    for i in 0..50 {
+        let id = ItemRef {
+            group: "nowhere.example.com".into(),
+            resource: format!("things{i}"),
+            namespace: "shop".into(),
+            name: "x".into(),
+        };
+        assert_eq!(iar::ClusterReader::get_async(&live, &id).await, Ok(None));
+    }
+    // One discovery (two requests) for the first lookup; none after.
+    assert!(live.requests() <= 4, "{} requests", live.requests());
+}

@@ -1050,3 +1050,149 @@ async fn a_flooding_plugin_keeps_a_bounded_log() {
         summary[0]
     );
 }
+
+/// A backup taken over after a restart runs the plugins it started with,
+/// name and digest: a different component loaded under the same name (an
+/// update, or another ConfigMap that claimed the name) does not inherit its
+/// operations. They fail, naming the rule, and the log names both digests;
+/// the impostor is never asked for their progress (it would have said
+/// "completed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_backup_keeps_its_plugin_set_and_no_impostor_inherits_it() {
+    let cluster = Cluster::new();
+    let (_store_dir, store) = local_store();
+    let mut c = controller(example_plugins(), store.clone(), &cluster);
+    c.settings.lease_duration = Duration::from_millis(300);
+    let c = Arc::new(c);
+    let req = request("pinned", &cluster, shop_only());
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.run_backup(req).await }
+    });
+    wait_for(|| async { matches!(store.get_json::<BackupObject>("pinned", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    running.abort();
+    let _ = running.await;
+
+    let runtime = runtime();
+    let impostor = iar::Plugin::from_bytes(
+        &runtime,
+        "iar_plugin_pvc_snapshot",
+        &std::fs::read(artifacts::HOSTILE).unwrap(),
+        settings(&[("progress", "complete")], Limits::default()),
+    )
+    .unwrap();
+    let mut plugins = example_plugins();
+    plugins.retain(|p| p.name() != "iar_plugin_pvc_snapshot");
+    plugins.push(impostor.clone());
+    let fresh = controller(plugins, store.clone(), &cluster);
+    wait_for_lease_expiry(&store, "pinned").await;
+    let object = fresh.resume("pinned").await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::PartiallyFailed);
+    let (_, ops, _) = persisted(&store, "pinned").await;
+    assert_eq!(ops[0].status.phase, OperationPhase::Failed);
+    assert!(
+        ops[0].status.error.contains("(rule: pinned-plugin-set)"),
+        "{}",
+        ops[0].status.error
+    );
+    let logs = log_lines(&store, "pinned").await;
+    assert!(
+        logs.iter().any(|l| l.contains("rule: pinned-plugin-set")
+            && l.contains(&format!("sha256:{}", impostor.digest()))),
+        "{logs:#?}"
+    );
+}
+
+/// Every file under `backups/<name>/` of a local store.
+fn files_of(store_dir: &Path, name: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(store_dir.join("backups").join(name))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Fencing: a holder whose lease renewal hangs keeps working (its poll
+/// loop runs on) past its lease, while another process takes the backup
+/// over and finishes it. Every write the first then tries is refused
+/// (rule lease-fence): the backup's files stay exactly as the second left
+/// them, and the first ends with the refusal. Before, its next poll
+/// rewrote the operations, the log and the object over the finished
+/// backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
+    let cluster = Cluster::new();
+    let store_dir = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(FaultyStore::new(object_store_local(store_dir.path())));
+    let store = BackupStore::from_object_store(faulty.clone(), "faulty://test");
+    let mut c = controller(example_plugins(), store.clone(), &cluster);
+    c.settings.lease_duration = Duration::from_millis(600);
+    let c = Arc::new(c);
+    let req = request("hung", &cluster, shop_only());
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.run_backup(req).await }
+    });
+    let plain = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    wait_for(|| async { matches!(plain.get_json::<BackupObject>("hung", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    // Its next renewal hangs; its work goes on.
+    let hang = faulty.pause_puts_to("hung-lease-00000000000000000001.json");
+    wait_for_lease_expiry(&plain, "hung").await;
+
+    cluster.snapshot("hung", json!({"readyToUse": true}));
+    let other = controller(example_plugins(), plain.clone(), &cluster);
+    let object = other.resume("hung").await.unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+    let finished = files_of(store_dir.path(), "hung");
+
+    // The first sees the snapshot ready too and tries to write what it
+    // found, round after round (a refused write is retried like any store
+    // error): for 40 of its sync periods, nothing it writes lands.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!running.is_finished());
+    assert_eq!(
+        files_of(store_dir.path(), "hung"),
+        finished,
+        "the holder past its lease wrote to the store"
+    );
+    let logs = log_lines(&plain, "hung").await;
+    assert!(
+        logs.iter().all(|l| !l.contains("rule: lease-fence")),
+        "the refusals are the first's, not in the finished log"
+    );
+    // Its renewal goes through at last (to its own, older generation,
+    // which decides nothing), sees the takeover, and the first stops.
+    drop(hang);
+    let outcome = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the first ends once it sees the takeover")
+        .unwrap();
+    let err = outcome.expect_err("the first cannot finish").to_string();
+    assert!(
+        err.contains("(rule: lease-fence)") || err.contains("lost its lease"),
+        "{err}"
+    );
+    // What its hung renewal finally wrote is its own generation's lease
+    // file, older than the taker's: nothing else changed.
+    let mut after = files_of(store_dir.path(), "hung");
+    after.remove("hung-lease-00000000000000000001.json");
+    let mut expected = finished.clone();
+    expected.remove("hung-lease-00000000000000000001.json");
+    assert_eq!(after, expected);
+    assert_eq!(
+        plain
+            .current_lease("hung")
+            .await
+            .unwrap()
+            .unwrap()
+            .generation,
+        2,
+        "the taker's generation is still the newest"
+    );
+}

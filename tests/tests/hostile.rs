@@ -657,9 +657,10 @@ fn peak_rss() -> usize {
 
 /// 500 additional items whose names all point at one 4 MiB buffer in the
 /// guest: 2 GB if the host copied each. Lifting draws on a per-call budget
-/// (`iar::plugin::lift_budget`, 14 MiB with the default limits) before it
-/// copies, so the call is refused with output-size and the host's peak
-/// memory stays far below what the aliases add up to.
+/// (`iar::plugin::lift_budget`: the memory cap plus the output limits,
+/// 78 MiB with the defaults) before it copies, so the call is refused with
+/// output-size and the host's peak memory stays far below what the aliases
+/// add up to.
 #[test]
 fn aliased_outputs_cannot_make_the_host_allocate_more_than_the_budget() {
     let before = peak_rss();

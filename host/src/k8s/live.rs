@@ -42,7 +42,12 @@ pub struct LiveCluster {
     resources: RwLock<Option<Arc<HashMap<GroupResource, Resource>>>>,
     page_size: u32,
     requests: AtomicU64,
+    discovered_at: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long an unknown resource is taken as unknown before a lookup may
+/// run discovery again.
+pub const REDISCOVER_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl LiveCluster {
     /// `handle`: the runtime the client's connections live on; plugin
@@ -54,6 +59,7 @@ impl LiveCluster {
             resources: RwLock::new(None),
             page_size: 500,
             requests: AtomicU64::new(0),
+            discovered_at: std::sync::Mutex::new(None),
         }
     }
 
@@ -97,6 +103,8 @@ impl LiveCluster {
         }
         let map = Arc::new(map);
         *self.resources.write().await = Some(map.clone());
+        *self.discovered_at.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(std::time::Instant::now());
         Ok(map)
     }
 
@@ -107,11 +115,21 @@ impl LiveCluster {
         self.discover().await
     }
 
-    /// The resource named, discovering again once when it is unknown (a
-    /// CRD created since the last discovery).
+    /// The resource named, discovering again when it is unknown (a CRD
+    /// created since the last discovery), but at most once per
+    /// [`REDISCOVER_AFTER`]: a plugin asking for resources that do not
+    /// exist cannot make every lookup two discovery requests.
     async fn resource(&self, gr: &GroupResource) -> Result<Option<Resource>, String> {
         if let Some(r) = self.resources().await?.get(gr) {
             return Ok(Some(r.clone()));
+        }
+        let recent = self
+            .discovered_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < REDISCOVER_AFTER);
+        if recent {
+            return Ok(None);
         }
         Ok(self.discover().await?.get(gr).cloned())
     }

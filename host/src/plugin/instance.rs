@@ -514,13 +514,18 @@ fn block(guest: &Guest) -> &latest::block_action::Guest {
         .expect("checked by call: item-block-action exported")
 }
 
-/// Bytes the host lifts out of the guest in one call at most: everything
-/// the output limits allow (an item, the related items' identifiers at
-/// their longest, an operation id, messages), with room for the encoding.
+/// Bytes the host lifts out of the guest in one call at most: as much as
+/// the guest's whole memory cap, plus everything the output limits allow
+/// (an item, the related items' identifiers at their longest, an
+/// operation id, messages). Without aliasing a guest cannot hand over more
+/// than its memory, so an honest answer that is merely too large still
+/// reaches the boundary's size checks and their precise errors; with
+/// aliasing, it cannot make the host copy more than this.
 pub fn lift_budget(limits: &Limits) -> usize {
     const IDENTIFIER_BYTES: usize = 4 * 256 + 64;
     limits
-        .max_item_bytes
+        .memory_bytes
+        .saturating_add(limits.max_item_bytes)
         .saturating_add(limits.max_related_items.saturating_mul(IDENTIFIER_BYTES))
         .saturating_add(limits.max_operation_id_bytes)
         .saturating_add(limits.max_message_bytes.saturating_mul(2))

@@ -17,11 +17,14 @@
 //! renew before its own expiry (a taker may act from then on). This assumes
 //! clocks that agree to well under the lease duration, as Kubernetes Leases do.
 
+use super::fence::Fence;
 use super::{BACKUPS, BackupStore, FILE_NAME_LIMIT, MAX_FILE_NAME, StoreError};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,17 @@ pub struct Lease {
     backup: String,
     record: LeaseRecord,
     duration: Duration,
+    /// What this process's writes of the backup are checked against.
+    fence: Arc<Fence>,
+}
+
+impl Drop for Lease {
+    /// Dropped without [`Lease::release`]: the lease is left to expire, and
+    /// this process writes nothing more for the backup (a task that
+    /// outlived the run that held it stops at its next write).
+    fn drop(&mut self) {
+        self.fence.abandoned.store(true, Ordering::Release);
+    }
 }
 
 /// This process, as a lease holder: host, pid, and a per-process nonce so a
@@ -219,11 +233,18 @@ impl BackupStore {
                     for old in generation.saturating_sub(2).max(1)..generation {
                         let _ = self.store.delete(&Path::from(key(backup, old))).await;
                     }
+                    let fence = Arc::new(Fence {
+                        generation,
+                        expires: std::sync::Mutex::new(now + duration),
+                        abandoned: AtomicBool::new(false),
+                    });
+                    self.fences.set(backup, fence.clone());
                     return Ok(Lease {
                         store: self.clone(),
                         backup: backup.into(),
                         record,
                         duration,
+                        fence,
                     });
                 }
                 Err(object_store::Error::AlreadyExists { .. }) => continue,
@@ -276,6 +297,7 @@ impl Lease {
         next.expires = rfc3339(now + self.duration);
         self.write(&next).await?;
         self.record = next;
+        *self.fence.expires.lock().unwrap_or_else(|p| p.into_inner()) = now + self.duration;
         Ok(())
     }
 
@@ -292,6 +314,8 @@ impl Lease {
 
     /// Marks the lease free at once, unless someone else holds it by now.
     pub async fn release(self) -> Result<(), StoreError> {
+        // Given back, not abandoned: this process's fence on it goes.
+        self.store.fences.clear(&self.backup, &self.fence);
         match self.store.current_lease(&self.backup).await? {
             Some(current) if current.generation == self.record.generation => {}
             _ => return Ok(()),

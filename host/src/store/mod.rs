@@ -4,6 +4,7 @@
 
 pub mod delete;
 pub mod faulty;
+mod fence;
 pub mod lease;
 pub mod names;
 pub mod tarball;
@@ -42,6 +43,8 @@ pub enum StoreError {
     Exists { url: String, key: String },
     #[error("invalid backup name {name:?}: {reason}")]
     Name { name: String, reason: String },
+    #[error("backup {backup:?}: not written: {reason} (rule: lease-fence)")]
+    Fenced { backup: String, reason: String },
 }
 
 /// The files of one backup.
@@ -57,6 +60,9 @@ pub enum BackupFile {
     /// One hook record per pod and phase, written before a post hook starts
     /// and again when it ends, so a resumed backup never runs one twice.
     HookLedger,
+    /// The plugins a backup was pinned to (name and digest): a process
+    /// that takes it over runs exactly those or fails their operations.
+    PluginSet,
 }
 
 impl BackupFile {
@@ -70,6 +76,7 @@ impl BackupFile {
             BackupFile::Logs => format!("{backup}-logs.gz"),
             BackupFile::VolumeBackups => format!("{backup}-volumebackups.json.gz"),
             BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
+            BackupFile::PluginSet => format!("{backup}-plugins.json.gz"),
         };
         format!("{BACKUPS}/{backup}/{file}")
     }
@@ -103,6 +110,8 @@ pub struct BackupStore {
     store: Arc<dyn ObjectStore>,
     url: String,
     puts: Arc<AtomicU64>,
+    /// The leases this process holds, which its writes are checked against.
+    fences: Arc<fence::Fences>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -195,6 +204,7 @@ impl BackupStore {
             store,
             url: url.to_string(),
             puts: Arc::new(AtomicU64::new(0)),
+            fences: Arc::default(),
         }
     }
 
@@ -243,6 +253,7 @@ impl BackupStore {
             BackupFile::Logs,
             BackupFile::VolumeBackups,
             BackupFile::HookLedger,
+            BackupFile::PluginSet,
         ]
         .into_iter()
         .map(|f| f.key(backup))
@@ -294,6 +305,13 @@ impl BackupStore {
     /// like [`BackupStore::put`].
     pub async fn put_key(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
         let path = self.checked_key(key)?;
+        if let Some(backup) = key
+            .strip_prefix(BACKUPS)
+            .and_then(|k| k.strip_prefix('/'))
+            .and_then(|k| k.split('/').next())
+        {
+            self.check_fence(backup).await?;
+        }
         self.store
             .put(&path, bytes.into())
             .await
@@ -366,6 +384,7 @@ impl BackupStore {
         bytes: Bytes,
     ) -> Result<(), StoreError> {
         let (path, key) = self.path(backup, file)?;
+        self.check_fence(backup).await?;
         self.store
             .put(&path, bytes.into())
             .await

@@ -1,0 +1,99 @@
+//! Fencing a backup's writes by its lease. A process that holds a lease
+//! (or held one and never gave it back) checks, before each write of one of
+//! that backup's files, that its generation is still the newest in the
+//! store and has not expired by its own clock; otherwise the write is
+//! refused (rule `lease-fence`) and nothing is written.
+//!
+//! So a holder paused past its lease (a stopped process, a hung renewal)
+//! writes nothing once it resumes after another process took over, and a
+//! task that outlives its lease (a post hook, a volume backup left
+//! running) stops at its next write. The check is a listing just before
+//! the put, not part of it: a holder paused between the two could still
+//! write once. Closing that needs the put itself conditional on the lease
+//! (an ETag precondition), which object_store's local store does not offer;
+//! docs/decisions.md says more.
+
+use super::{BackupStore, StoreError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// The lease this process holds (or held) on one backup, as its writes
+/// see it.
+#[derive(Debug)]
+pub(crate) struct Fence {
+    pub(super) generation: u64,
+    pub(super) expires: Mutex<SystemTime>,
+    /// Set when the lease was dropped without being released: whatever of
+    /// this process still writes for the backup is working past its lease.
+    pub(super) abandoned: AtomicBool,
+}
+
+/// Every fence of one store, by backup. Shared by the store's clones.
+#[derive(Debug, Default)]
+pub(super) struct Fences(Mutex<HashMap<String, Arc<Fence>>>);
+
+impl Fences {
+    pub(super) fn set(&self, backup: &str, fence: Arc<Fence>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(backup.to_string(), fence);
+    }
+
+    /// Forgets the fence, if it is still `fence` (a released lease).
+    pub(super) fn clear(&self, backup: &str, fence: &Arc<Fence>) {
+        let mut fences = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if fences.get(backup).is_some_and(|f| Arc::ptr_eq(f, fence)) {
+            fences.remove(backup);
+        }
+    }
+
+    fn get(&self, backup: &str) -> Option<Arc<Fence>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(backup)
+            .cloned()
+    }
+}
+
+impl BackupStore {
+    /// Refuses a write of `backup`'s files when this process's lease on it
+    /// is no longer its own. No fence (no lease taken here): unchecked.
+    pub(super) async fn check_fence(&self, backup: &str) -> Result<(), StoreError> {
+        let Some(fence) = self.fences.get(backup) else {
+            return Ok(());
+        };
+        let refuse = |reason: String| StoreError::Fenced {
+            backup: backup.to_string(),
+            reason,
+        };
+        if fence.abandoned.load(Ordering::Acquire) {
+            return Err(refuse(format!(
+                "this process gave up its lease (generation {}) without releasing it",
+                fence.generation
+            )));
+        }
+        let expires = *fence.expires.lock().unwrap_or_else(|p| p.into_inner());
+        if expires <= SystemTime::now() {
+            return Err(refuse(format!(
+                "its lease (generation {}) expired at {} unrenewed",
+                fence.generation,
+                humantime::format_rfc3339_millis(expires)
+            )));
+        }
+        match self.current_lease(backup).await? {
+            Some(current) if current.generation == fence.generation => Ok(()),
+            Some(current) => Err(refuse(format!(
+                "{} took its lease over (generation {}, this process held {})",
+                current.holder, current.generation, fence.generation
+            ))),
+            None => Err(refuse(format!(
+                "its lease (generation {}) is gone from the store",
+                fence.generation
+            ))),
+        }
+    }
+}
