@@ -64,6 +64,11 @@ pub struct Settings {
     /// How often the cluster controller's leader sweeps the store for
     /// expired backups (Velero's GC controller: 1h).
     pub gc_period: Duration,
+    /// How many backups list the cluster and run their item pass at once;
+    /// the others wait their turn (their lease kept). A burst of Backups
+    /// queues instead of listing the cluster and taking instances for all
+    /// of them at once.
+    pub concurrent_passes: usize,
 }
 
 impl Default for Settings {
@@ -78,6 +83,7 @@ impl Default for Settings {
             exec_hooks_locally: false,
             default_backup_ttl: crate::backup::expiry::DEFAULT_TTL,
             gc_period: Duration::from_secs(3600),
+            concurrent_passes: 2,
         }
     }
 }
@@ -167,6 +173,19 @@ pub struct BackupRequest {
 /// display, for example).
 pub type Observer = Box<dyn Fn(&str, &str) + Send + Sync>;
 
+/// A turn at a first pass; dropping it lets the next backup in.
+struct PassTurn<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    running: &'a std::sync::atomic::AtomicUsize,
+}
+
+impl Drop for PassTurn<'_> {
+    fn drop(&mut self) {
+        self.running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// One plugin of a backup's pinned set, as the store records it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct PinnedPlugin {
@@ -216,6 +235,12 @@ pub struct Controller {
     /// instances live for the backup (isolation `backup`).
     pollers: Mutex<HashMap<String, Poller>>,
     status_sink: Option<StatusSink>,
+    /// Turns at a first pass, `settings.concurrent_passes` of them (made
+    /// on first use, so settings changed after `new` count).
+    passes: std::sync::OnceLock<tokio::sync::Semaphore>,
+    /// First passes running now, and the most that ever ran at once.
+    passes_running: std::sync::atomic::AtomicUsize,
+    passes_high_water: std::sync::atomic::AtomicUsize,
 }
 
 /// Where a backup stands while the controller drives it.
@@ -288,6 +313,9 @@ impl Controller {
             pinned: Mutex::new(HashMap::new()),
             pollers: Mutex::new(HashMap::new()),
             status_sink: None,
+            passes: std::sync::OnceLock::new(),
+            passes_running: Default::default(),
+            passes_high_water: Default::default(),
         }
     }
 
@@ -301,6 +329,43 @@ impl Controller {
     pub fn with_status_sink(mut self, sink: StatusSink) -> Self {
         self.status_sink = Some(sink);
         self
+    }
+
+    /// Waits for a turn at a first pass (listing and the item pass), held
+    /// until the returned guard drops.
+    async fn pass_turn(&self, backup: &str) -> PassTurn<'_> {
+        use std::sync::atomic::Ordering;
+        let passes = self
+            .passes
+            .get_or_init(|| tokio::sync::Semaphore::new(self.settings.concurrent_passes.max(1)));
+        let permit = match passes.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.journal.line(
+                    backup,
+                    format!(
+                        "waiting for a turn: {} backups are listing and running their plugins",
+                        self.settings.concurrent_passes.max(1)
+                    ),
+                );
+                passes
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed")
+            }
+        };
+        let now = self.passes_running.fetch_add(1, Ordering::AcqRel) + 1;
+        self.passes_high_water.fetch_max(now, Ordering::AcqRel);
+        PassTurn {
+            _permit: permit,
+            running: &self.passes_running,
+        }
+    }
+
+    /// The most first passes that ran at once in this controller.
+    pub fn concurrent_passes_seen(&self) -> usize {
+        self.passes_high_water
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Pins a new backup to the source's current set and records the set
@@ -637,6 +702,7 @@ impl Controller {
             name: req.name.clone(),
             reason,
         };
+        let turn = self.pass_turn(run.name()).await;
         // Manifests named by the request, or the cluster's own objects.
         // When the cluster is those very manifests (`iar backup`), it lists
         // them through its parse cache: the plugins' lookups and finalize
@@ -685,6 +751,9 @@ impl Controller {
                 }
             }
         };
+        // The turn covers listing and the plugins; waiting on volumes and
+        // post hooks does not hold one.
+        drop(turn);
         self.journal
             .line(run.name(), format!("{} item blocks formed", pass.blocks));
         for w in pass.warnings {

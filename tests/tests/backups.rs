@@ -1196,3 +1196,54 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
         "the taker's generation is still the newest"
     );
 }
+
+/// A burst of backups queues for its turn at listing and running plugins:
+/// with two turns, six backups started at once never have more than two
+/// first passes running, each waiting one says so in its log, and all
+/// complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_backups_takes_turns_at_their_passes() {
+    let cluster = Cluster::new();
+    let (_store_dir, store) = local_store();
+    let runtime = runtime();
+    let slow = load(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", "nap"), ("nap-ms", "150")],
+    );
+    let settings = Settings {
+        sync_period: Duration::from_millis(50),
+        concurrent_passes: 2,
+        workers: 1,
+        ..Settings::default()
+    };
+    let c = Arc::new(Controller::new(
+        vec![slow],
+        store.clone(),
+        Arc::new(ManifestCluster::new(vec![cluster.path()])),
+        settings,
+    ));
+    let names: Vec<String> = (0..6).map(|i| format!("burst-{i}")).collect();
+    let runs: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (c, req) = (c.clone(), request(name, &cluster, shop_only()));
+            tokio::spawn(async move { c.run_backup(req).await })
+        })
+        .collect();
+    for run in runs {
+        let object = run.await.unwrap().unwrap();
+        assert_eq!(object.status.phase, BackupPhase::Completed);
+    }
+    assert_eq!(
+        c.concurrent_passes_seen(),
+        2,
+        "the bound was reached, not passed"
+    );
+    let mut waited = 0;
+    for name in &names {
+        let logs = log_lines(&store, name).await;
+        waited += usize::from(logs.iter().any(|l| l.contains("waiting for a turn")));
+    }
+    assert!(waited >= 4, "{waited} of 6 waited for a turn");
+}

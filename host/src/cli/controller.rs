@@ -48,6 +48,10 @@ pub struct ControllerArgs {
     /// outside a pod serves no one else.
     #[arg(long, env = "IAR_LISTEN", value_parser = parse_listen, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// How many backups list the cluster and run their plugins at once;
+    /// more wait their turn (a burst of Backups queues).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrent_backups: u16,
     /// The leader-election Lease's name.
     #[arg(long, default_value = "iar-controller")]
     lease_name: String,
@@ -137,6 +141,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         workers: args.workers.map_or(defaults.workers, usize::from),
         default_backup_ttl: args.default_backup_ttl,
         gc_period: args.gc_period,
+        concurrent_passes: usize::from(args.concurrent_backups),
         ..defaults
     };
     let identity = args.identity.clone().unwrap_or_else(|| {

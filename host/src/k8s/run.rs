@@ -196,7 +196,11 @@ pub async fn run(
             }
             // On start the watch lists every Backup: those persisted and
             // unfinished are resumed by their first reconcile.
+            // Reconciles at once are bounded too (kube-runtime's default is
+            // unbounded); the heavy part of each, a backup's first pass,
+            // takes a turn of `Settings::concurrent_passes`.
             let reconciling = Reconciler::new(api, watcher::Config::default())
+                .with_config(kube::runtime::controller::Config::default().concurrency(16))
                 .run(reconcile, error_policy, context.clone())
                 .for_each(|result| async move {
                     if let Err(e) = result {

@@ -37,6 +37,7 @@
 //! | `operation-fixed` | starts operation `op-fixed`; when the item's name ends in `-bad` it also returns the item `[1,2,3]` (which the boundary refuses) |
 //! | `sleep` | sleeps for `Duration::MAX` (one WASI clock wait, no CPU) |
 //! | `alias` | names `alias-count` (default 500) additional items whose names all point at one 4 MiB buffer (2 GB if the host copied each) |
+//! | `nap` | sleeps `nap-ms` (default 200) and returns the item unchanged: a slow, well-behaved plugin |
 //! | `log-flood` | logs `log-lines` (default 1000) lines of 4 KiB at info level, then returns the item unchanged |
 //! | `clock-poll` | sleeps 1 ms at a time for ever: many short clock waits, each under any bound |
 //! | `get-id` | calls `cluster-get` for the identifier in config `id-group`, `id-resource`, `id-namespace`, `id-name` and returns the item with annotation `hostile.iar.test/got` = `found:<the object's JSON>`, `none`, or `error:<message>` |
@@ -101,6 +102,7 @@ const BEHAVIORS: &[&str] = &[
     "sleep",
     "log-flood",
     "alias",
+    "nap",
     "clock-poll",
     "get-id",
     "additional-id",
@@ -459,6 +461,11 @@ impl Guest for Hostile {
                     additional_items,
                     ..unchanged()
                 })
+            }
+            "nap" => {
+                let ms = config("nap-ms").and_then(|n| n.parse().ok()).unwrap_or(200);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(unchanged())
             }
             "log-flood" => {
                 let n: usize = config("log-lines")
