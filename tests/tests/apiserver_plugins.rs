@@ -1346,3 +1346,56 @@ async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
         "{annotations:?}"
     );
 }
+
+/// A plugin whose `applies-to` sleeps in WASI (for ever, as far as it
+/// knows) does not stall the watcher: while it is still loading, another
+/// plugin loads and then reloads with new config; the sleeper itself is
+/// stopped at its wall-clock ceiling and its ConfigMap says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sleeping_in_applies_to_stalls_no_other_load() {
+    let Some(h) = start("plugins-sleep").await else {
+        return;
+    };
+    let labels = bytes(artifacts::LABELS);
+    h.apply(&plugin_cm(
+        "sleeper",
+        &h.namespace,
+        &bytes(artifacts::HOSTILE),
+        Some("config: {applies-to: sleep}\nlimits: {deadline: 1s, wallClock: 15s}\n"),
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: round=one}\n"),
+    ))
+    .await;
+    h.wait_set("labels loads", |s| s.get("labels").is_some())
+        .await;
+    h.apply(&plugin_cm(
+        "labels",
+        &h.namespace,
+        &labels,
+        Some("config: {labels: round=two}\n"),
+    ))
+    .await;
+    h.wait_set("labels reloads", |s| {
+        s.get("labels").is_some() && labels_after(s)["round"] == "two"
+    })
+    .await;
+    // Both happened inside the sleeper's 15 s ceiling.
+    assert!(
+        started.elapsed() < Duration::from_secs(14),
+        "the other loads waited for the sleeper ({:?})",
+        started.elapsed()
+    );
+    assert!(h.registry.current().get("sleeper").is_none());
+    let annotations = h.wait_status("sleeper", "AppliesToFailed").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("rule: wall-clock"),
+        "{annotations:?}"
+    );
+}
