@@ -414,6 +414,13 @@ fn pool() -> PoolingAllocationConfig {
         .total_tables(POOL_INSTANCES * 4)
         .max_memories_per_module(4)
         .max_tables_per_module(8)
+        // Per component as well (unlimited in wasmtime by default): the
+        // load-time check (`ComponentShape::check_limits`) refuses more
+        // with a rule name; these keep the pool itself from being the
+        // only other bound.
+        .max_core_instances_per_component(crate::contract::MAX_CORE_INSTANCES)
+        .max_memories_per_component(crate::contract::MAX_MEMORIES)
+        .max_tables_per_component(crate::contract::MAX_TABLES)
         .table_elements(crate::sandbox::MAX_TABLE_ELEMENTS)
         .max_memory_size(1 << 32)
         // A dropped instance's slot is reset in place: the kernel's
