@@ -93,7 +93,7 @@ impl From<types::Backup> for Backup {
 /// there is written back with every other field copied as it came; the
 /// whole object is parsed only when [`Item::json`] or [`Item::json_mut`]
 /// asks for it. On the bench Pod this made the labels call's guest work
-/// about half (see the README's Performance section).
+/// about half (see docs/performance.md).
 #[derive(Clone, Debug)]
 pub struct Item {
     repr: Repr,

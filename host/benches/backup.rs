@@ -57,7 +57,7 @@ fn backup_10k_items(c: &mut Criterion, rt: &Tokio) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(30))
         .throughput(Throughput::Elements(ITEMS as u64));
-    // Item-block workers: the scaling the README reports. The ratio of
+    // Item-block workers: the scaling docs/performance.md reports. The ratio of
     // three plugins to none at equal workers is measured interleaved by
     // `examples/backup_ratio.rs`; these rows are the absolute figures.
     for (name, plugins, operations, workers) in [
@@ -318,7 +318,7 @@ fn volume_file(seed: usize) -> Vec<u8> {
 
 /// One pod's 64 MB volume through `--volume-data` (read, chunked, hashed,
 /// compressed, written to the store), next to `tar | gzip` of the same
-/// directory in the same run: the README's volume throughput.
+/// directory in the same run: the volume throughput in docs/performance.md.
 fn backup_volume(c: &mut Criterion, rt: &Tokio) {
     let cluster = tempfile::tempdir().unwrap();
     let pod = json!({"apiVersion": "v1", "kind": "Pod",

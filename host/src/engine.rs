@@ -25,7 +25,7 @@ pub struct RuntimeConfig {
     /// Instances come from a pool of pre-reserved slots (wasmtime's pooling
     /// allocator) whose pages stay resident between instances and are reset
     /// in place, rather than from fresh mappings: a fresh instance costs
-    /// about half as much (see the README's Performance section). On by
+    /// about half as much (see docs/performance.md). On by
     /// default. The pool caps live instances at [`POOL_INSTANCES`]; when it
     /// cannot be set up (address space, or a kernel without `PAGEMAP_SCAN`,
     /// before Linux 6.7) the runtime allocates on demand and logs why.
