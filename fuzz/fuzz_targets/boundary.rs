@@ -7,7 +7,8 @@
 //! still reads as an item and keeps the input's API group, kind, namespace
 //! and name; an operation id is non-empty, within its limit, not seen
 //! before and never returned in finalize; post-operation items come only
-//! with an operation id; every identifier names a resource and a name; the
+//! with an operation id; every identifier names a resource and a name and
+//! obeys Kubernetes' naming rules (`identifier::check`); the
 //! related items are within their limit. Of an accepted `progress`: counts
 //! are not negative, messages are within their limit, timestamps are the
 //! ones returned, and the operation they go into can be written to the
@@ -199,6 +200,12 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
     {
         assert!(
             !id.resource.is_empty() && !id.name.is_empty(),
+            "{id:?} accepted"
+        );
+        // Whatever passed the boundary obeys Kubernetes' naming rules, so
+        // no accepted identifier can change the URL path it is read from.
+        assert!(
+            iar::identifier::check(id).is_ok() && !id.namespace.contains('/'),
             "{id:?} accepted"
         );
     }
