@@ -9,6 +9,7 @@
 //! with rule `invalid-identifier`, never looked up and answered "not found".
 
 use crate::item::ItemRef;
+use crate::store::names;
 
 /// The rule every refusal names.
 pub const RULE: &str = "invalid-identifier";
@@ -24,26 +25,48 @@ pub struct InvalidPart {
     pub problem: String,
 }
 
-/// Longest DNS-1123 label (namespaces, resources).
-const LABEL_MAX: usize = 63;
-/// Longest DNS-1123 subdomain (API groups) and object name.
-const SUBDOMAIN_MAX: usize = 253;
-
 /// Checks all four parts. An empty group is the core group and an empty
 /// namespace a cluster-scoped object; resource and name must be set.
+///
+/// The rules are the store's (`store::names`), the ones item paths obey,
+/// and narrowed where a URL path needs it: each label of a group at most
+/// 63, as DNS has it, and a name without `?`, `#` or whitespace, which
+/// would end or split the path it is put in.
 pub fn check(id: &ItemRef) -> Result<(), InvalidPart> {
     if !id.group.is_empty() {
-        dns_subdomain(&id.group).map_err(|p| part("group", &id.group, p))?;
+        names::dns_subdomain(&id.group)
+            .and_then(|()| id.group.split('.').try_for_each(names::dns_label))
+            .map_err(|why| part("group", &id.group, "a DNS-1123 subdomain", why))?;
     }
-    resource(&id.resource).map_err(|p| part("resource", &id.resource, p))?;
+    names::dns_label(&id.resource).map_err(|why| {
+        part(
+            "resource",
+            &id.resource,
+            "a resource name (a DNS-1123 label; subresources such as pods/log cannot be named)",
+            why,
+        )
+    })?;
     if !id.namespace.is_empty() {
-        dns_label(&id.namespace).map_err(|p| part("namespace", &id.namespace, p))?;
+        names::dns_label(&id.namespace)
+            .map_err(|why| part("namespace", &id.namespace, "a DNS-1123 label", why))?;
     }
-    name(&id.name).map_err(|p| part("name", &id.name, p))?;
+    names::path_segment(&id.name)
+        .and_then(|()| {
+            match id
+                .name
+                .chars()
+                .find(|c| matches!(c, '?' | '#') || c.is_whitespace())
+            {
+                Some(c) => Err(format!("contains {c:?}")),
+                None => Ok(()),
+            }
+        })
+        .map_err(|why| part("name", &id.name, "an object name", why))?;
     Ok(())
 }
 
-fn part(field: &'static str, value: &str, problem: String) -> InvalidPart {
+/// A refusal of one part: `is empty`, or `is not WHAT: WHY`.
+fn part(field: &'static str, value: &str, what: &str, why: String) -> InvalidPart {
     // The value is the plugin's: bounded, so a refusal cannot be made huge.
     let mut value = value.to_string();
     if value.len() > 300 {
@@ -54,72 +77,16 @@ fn part(field: &'static str, value: &str, problem: String) -> InvalidPart {
         value.truncate(cut);
         value.push('…');
     }
+    let problem = if why == "empty" {
+        "is empty".to_string()
+    } else {
+        format!("is not {what}: {why}")
+    };
     InvalidPart {
         field,
         value,
         problem,
     }
-}
-
-fn alnum(c: char) -> bool {
-    c.is_ascii_lowercase() || c.is_ascii_digit()
-}
-
-/// A DNS-1123 label: 1–63 of `[a-z0-9-]`, starting and ending alphanumeric
-/// (namespaces).
-fn dns_label(s: &str) -> Result<(), String> {
-    const WHAT: &str = "is not a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63)";
-    let ok = !s.is_empty()
-        && s.len() <= LABEL_MAX
-        && s.chars().all(|c| alnum(c) || c == '-')
-        && s.starts_with(alnum)
-        && s.ends_with(alnum);
-    if ok { Ok(()) } else { Err(WHAT.into()) }
-}
-
-/// A DNS-1123 subdomain: dot-separated labels, at most 253 (API groups).
-fn dns_subdomain(s: &str) -> Result<(), String> {
-    const WHAT: &str =
-        "is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)";
-    let ok = s.len() <= SUBDOMAIN_MAX && s.split('.').all(|l| dns_label(l).is_ok());
-    if ok { Ok(()) } else { Err(WHAT.into()) }
-}
-
-/// A resource's plural name: a DNS-1123 label, so never a subresource
-/// (`pods/log`, `nodes/proxy`).
-fn resource(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("is empty".into());
-    }
-    dns_label(s).map_err(|_| {
-        "is not a resource name (a DNS-1123 label; subresources such as pods/log cannot be named)"
-            .into()
-    })
-}
-
-/// An object's name, by the rule every Kubernetes resource at least obeys
-/// (a path segment: not `.` or `..`, no `/` or `%`, at most 253), narrowed
-/// by what a URL path must never carry: `?`, `#`, whitespace and control
-/// characters. No kind allows those in names that a backup reads.
-fn name(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("is empty".into());
-    }
-    if s.len() > SUBDOMAIN_MAX {
-        return Err(format!("is longer than {SUBDOMAIN_MAX} bytes"));
-    }
-    if s == "." || s == ".." {
-        return Err("is a relative path segment".into());
-    }
-    if let Some(c) = s
-        .chars()
-        .find(|c| matches!(c, '/' | '%' | '?' | '#') || c.is_whitespace() || c.is_control())
-    {
-        return Err(format!(
-            "contains {c:?}, which no object name may (rule of path segment names)"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ mod humantime_option {
 }
 
 /// Durations in settings files are written as humans do: "10s", "500ms".
-mod humantime_serde_compat {
+pub(crate) mod humantime_serde_compat {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 

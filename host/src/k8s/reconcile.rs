@@ -249,6 +249,20 @@ pub fn made_for(stored: &BackupObject, resource_uid: Option<&str>) -> bool {
         .is_none_or(|uid| resource_uid == Some(uid.as_str()))
 }
 
+/// [`patch_status`] as a reconcile's error, naming the Backup.
+async fn write_status(
+    ctx: &Context,
+    name: &str,
+    status: &BackupStatus,
+) -> Result<(), ReconcileError> {
+    patch_status(&ctx.api, name, status)
+        .await
+        .map_err(|source| ReconcileError::Status {
+            name: name.to_string(),
+            source,
+        })
+}
+
 async fn read_stored(c: &Controller, name: &str) -> Result<Option<BackupObject>, ReconcileError> {
     c.store
         .get_json(name, BackupFile::Metadata)
@@ -290,12 +304,7 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
                     completion_timestamp: Some(crate::backup::object::rfc3339(now)),
                     ..BackupStatus::default()
                 };
-                patch_status(&ctx.api, &name, &status)
-                    .await
-                    .map_err(|source| ReconcileError::Status {
-                        name: name.clone(),
-                        source,
-                    })?;
+                write_status(ctx, &name, &status).await?;
                 return Ok(Action::await_change());
             }
             let stepped = c
@@ -314,12 +323,7 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
             after_step(ctx, &name, stepped).await
         }
         Decision::Mirror(status) => {
-            patch_status(&ctx.api, &name, &status)
-                .await
-                .map_err(|source| ReconcileError::Status {
-                    name: name.clone(),
-                    source,
-                })?;
+            write_status(ctx, &name, &status).await?;
             Ok(until_expiry(c, &status, now))
         }
         Decision::Orphaned => {
@@ -397,12 +401,7 @@ async fn after_step(
         Ok(Step::Done(object)) => {
             ctx.polled(name, true);
             c.release(name).await;
-            patch_status(&ctx.api, name, &object.status)
-                .await
-                .map_err(|source| ReconcileError::Status {
-                    name: name.into(),
-                    source,
-                })?;
+            write_status(ctx, name, &object.status).await?;
             Ok(Action::await_change())
         }
         // Another process drives it (a replica that led before, whose

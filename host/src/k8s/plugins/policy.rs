@@ -41,10 +41,10 @@ pub struct GrantPolicy {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct MaxLimits {
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::limits::humantime_serde_compat")]
     pub deadline: Duration,
     /// The wall-clock ceiling in force (`wallClock`, or ten deadlines).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::limits::humantime_serde_compat")]
     pub wall_clock: Duration,
     pub memory_bytes: usize,
     pub max_item_bytes: usize,
@@ -251,21 +251,6 @@ pub fn covers(policy: &str, asked: &str) -> bool {
             tail.ends_with(suffix)
         }
         _ => false,
-    }
-}
-
-/// Durations written as humans do: "40s", "500ms".
-mod humantime_serde_compat {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
     }
 }
 
