@@ -23,7 +23,7 @@ pub mod authoring;
 pub mod backup;
 pub mod cluster;
 pub mod contract;
-pub mod controller;
+pub mod phases;
 pub mod engine;
 pub mod identifier;
 pub mod item;

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::VolumeBackup;
-use iar::controller::{BackupRequest, Controller, Settings};
+use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::operations::Operation;
 use iar::settings_file::SettingsFile;
 use iar::store::{BackupFile, BackupStore};
@@ -176,7 +176,7 @@ fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Controller> {
+fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<PhaseMachine> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     let plugins = load_plugins(&runtime, &args.plugins, &args.config)?;
     let store = BackupStore::open(&args.store.store)?;
@@ -192,7 +192,7 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<Contro
         exec_hooks_locally: args.exec_hooks_locally,
         ..defaults
     };
-    Ok(Controller::new(plugins, store, cluster, settings)
+    Ok(PhaseMachine::new(plugins, store, cluster, settings)
         .with_observer(super::progress::observer()))
 }
 
@@ -252,7 +252,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
         BackupPhase::New | BackupPhase::InProgress => Vec::new(),
         // Ended, or being deleted (resume refuses it, saying so).
         phase if !phase.is_running() => Vec::new(),
-        _ => iar::controller::recorded_sources(&object)?,
+        _ => iar::phases::recorded_sources(&object)?,
     };
     // Finalize must run with the settings the backup started with.
     let mut runner = args.runner;
@@ -433,14 +433,14 @@ fn expires(object: &BackupObject) -> &str {
 /// deleted; one line per backup deleted (or that would be) or failed.
 /// Exits 1 if any failed.
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
-    use iar::controller::gc::Outcome;
+    use iar::phases::gc::Outcome;
     let store = BackupStore::open(&args.store.store)?;
     let settings = Settings {
         lease_duration: args.lease_duration,
         ..Settings::default()
     };
     // No plugins and no cluster: a sweep reads and deletes store files only.
-    let c = Controller::new(Vec::new(), store, Arc::new(iar::NoCluster), settings);
+    let c = PhaseMachine::new(Vec::new(), store, Arc::new(iar::NoCluster), settings);
     let swept =
         tokio_runtime()?.block_on(c.collect_garbage(std::time::SystemTime::now(), args.dry_run))?;
     let (mut deleted, mut failed, mut kept) = (0, 0, 0);

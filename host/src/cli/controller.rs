@@ -1,7 +1,7 @@
 //! `iar controller` and `iar crd`.
 
 use anyhow::Context;
-use iar::controller::Settings;
+use iar::phases::Settings;
 use iar::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions};
 use iar::k8s::run::{Options, Plugins, run};
 use iar::store::BackupStore;

@@ -14,7 +14,7 @@ pub fn interactive() -> bool {
 
 /// An observer for the controller: on a terminal, shows each backup's latest
 /// log line on a spinner; otherwise does nothing (log lines are printed).
-pub fn observer() -> iar::controller::Observer {
+pub fn observer() -> iar::phases::Observer {
     if !interactive() {
         return Box::new(|_, _| {});
     }

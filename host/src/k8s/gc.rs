@@ -1,16 +1,16 @@
 //! Garbage collection in the cluster: the leader sweeps the store every
-//! `gc_period` ([`Controller::collect_garbage`]) and deletes the Backup
+//! `gc_period` ([`PhaseMachine::collect_garbage`]) and deletes the Backup
 //! resource each deleted backup was made for. The data goes first: a
 //! resource whose deletion then fails is left with a status and no stored
 //! backup, and its next reconcile deletes it ([`Decision::Collected`]).
 //!
-//! [`Controller::collect_garbage`]: crate::controller::Controller::collect_garbage
+//! [`PhaseMachine::collect_garbage`]: crate::phases::PhaseMachine::collect_garbage
 //! [`Decision::Collected`]: super::reconcile::Decision::Collected
 
 use super::crd::Backup;
 use super::reconcile::{Context, made_for};
 use crate::backup::object::BackupObject;
-use crate::controller::gc::Outcome;
+use crate::phases::gc::Outcome;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use std::time::SystemTime;

@@ -1,12 +1,12 @@
 //! Reconciling `backups.iar.dev` resources: each reconcile is one step of
-//! the phase machine ([`Controller::step`]) under the backup's store lease;
+//! the phase machine ([`PhaseMachine::step`]) under the backup's store lease;
 //! polling is a requeue, not a sleeping loop. What to do is decided by
 //! [`decide`] from the persisted backup and the resource's status alone,
 //! so any replica can take over at any point.
 //!
 //! Each Backup carries the finalizer [`FINALIZER`]: deleting the resource
 //! of an unfinished backup cancels its operations and ends it Failed
-//! ([`Controller::cancel`]) before the resource goes; its data stays.
+//! ([`PhaseMachine::cancel`]) before the resource goes; its data stays.
 //!
 //! A finished backup's reconcile comes back at its expiration; an expired
 //! backup is deleted from the store and its resource with it (the
@@ -17,8 +17,8 @@ use super::crd::Backup;
 use super::gc::{delete_with_uid, deleted};
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
-use crate::controller::gc::Outcome;
-use crate::controller::{BackupRequest, Controller, ControllerError, Step};
+use crate::phases::gc::Outcome;
+use crate::phases::{BackupRequest, PhaseMachine, PhaseError, Step};
 use crate::store::lease::LeaseError;
 use crate::store::{BackupFile, StoreError};
 use kube::ResourceExt;
@@ -100,7 +100,7 @@ pub enum ReconcileError {
         source: StoreError,
     },
     #[error(transparent)]
-    Backup(#[from] ControllerError),
+    Backup(#[from] PhaseError),
     #[error("backup {name}: writing its status: {source}")]
     Status {
         name: String,
@@ -152,7 +152,7 @@ impl ReconcileError {
 
 /// What every reconcile shares.
 pub struct Context {
-    pub controller: Arc<Controller>,
+    pub controller: Arc<PhaseMachine>,
     pub api: Api<Backup>,
     /// When each waiting backup was last polled: a reconcile triggered by
     /// a status change does not poll again before the sync period is up.
@@ -160,7 +160,7 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(controller: Arc<Controller>, api: Api<Backup>) -> Self {
+    pub fn new(controller: Arc<PhaseMachine>, api: Api<Backup>) -> Self {
         Context {
             controller,
             api,
@@ -263,7 +263,7 @@ async fn write_status(
         })
 }
 
-async fn read_stored(c: &Controller, name: &str) -> Result<Option<BackupObject>, ReconcileError> {
+async fn read_stored(c: &PhaseMachine, name: &str) -> Result<Option<BackupObject>, ReconcileError> {
     c.store
         .get_json(name, BackupFile::Metadata)
         .await
@@ -353,7 +353,7 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
 
 /// A finished backup comes back at its expiration (at the latest after a
 /// gc period, so that no requeue is years long).
-fn until_expiry(c: &Controller, status: &BackupStatus, now: SystemTime) -> Action {
+fn until_expiry(c: &PhaseMachine, status: &BackupStatus, now: SystemTime) -> Action {
     match expiry::expires_at(status) {
         Ok(Some(at)) => Action::requeue(
             at.duration_since(now)
@@ -380,7 +380,7 @@ async fn expire(ctx: &Context, name: &str, now: SystemTime) -> Result<Action, Re
         // Changed since it was read (or a clock between them): look again.
         Ok(_) => Ok(Action::requeue(c.settings.sync_period)),
         // The sweep (or another process) is deleting it now.
-        Err(ControllerError::Lease(LeaseError::Held { .. })) => {
+        Err(PhaseError::Lease(LeaseError::Held { .. })) => {
             Ok(Action::requeue(c.settings.lease_duration / 3))
         }
         Err(e) => Err(e.into()),
@@ -390,7 +390,7 @@ async fn expire(ctx: &Context, name: &str, now: SystemTime) -> Result<Action, Re
 async fn after_step(
     ctx: &Context,
     name: &str,
-    stepped: Result<Step, ControllerError>,
+    stepped: Result<Step, PhaseError>,
 ) -> Result<Action, ReconcileError> {
     let c = &ctx.controller;
     match stepped {
@@ -406,7 +406,7 @@ async fn after_step(
         }
         // Another process drives it (a replica that led before, whose
         // lease in the store has not expired yet): try again later.
-        Err(ControllerError::Lease(LeaseError::Held { .. })) => {
+        Err(PhaseError::Lease(LeaseError::Held { .. })) => {
             c.release(name).await;
             Ok(Action::requeue(c.settings.lease_duration / 3))
         }
@@ -441,7 +441,7 @@ mod tests {
     /// controller share it).
     #[test]
     fn each_phase_has_one_plan() {
-        use crate::controller::{Plan, plan};
+        use crate::phases::{Plan, plan};
         use BackupPhase::*;
         let table = [
             (New, Plan::FailInterrupted),

@@ -9,12 +9,12 @@ use super::plugins::{PluginRegistry, WatchOptions, watch_with};
 use super::reconcile::{Context, error_policy, patch_status, reconcile};
 use super::serve::{Health, serve};
 use crate::backup::object::{BackupObject, BackupStatus};
-use crate::controller::{Controller, PluginSource, Settings, StatusSink};
+use crate::phases::{PhaseMachine, PluginSource, Settings, StatusSink};
 use crate::store::BackupStore;
 use crate::{Plugin, Runtime};
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::{Controller as Reconciler, watcher};
+use kube::runtime::{Controller, watcher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -138,7 +138,7 @@ pub async fn run(
     }
     let registry = plugins.registry.clone();
     let controller = Arc::new(
-        Controller::new(Vec::new(), options.store, cluster, options.settings)
+        PhaseMachine::new(Vec::new(), options.store, cluster, options.settings)
             .with_plugin_source(plugins.source())
             .with_status_sink(sink),
     );
@@ -199,7 +199,7 @@ pub async fn run(
             // Reconciles at once are bounded too (kube-runtime's default is
             // unbounded); the heavy part of each, a backup's first pass,
             // takes a turn of `Settings::concurrent_passes`.
-            let reconciling = Reconciler::new(api, watcher::Config::default())
+            let reconciling = Controller::new(api, watcher::Config::default())
                 .with_config(kube::runtime::controller::Config::default().concurrency(16))
                 .run(reconcile, error_policy, context.clone())
                 .for_each(|result| async move {

@@ -1,6 +1,6 @@
 //! `/healthz`, `/readyz` and `/metrics` for probes and Prometheus.
 
-use crate::controller::Controller;
+use crate::phases::PhaseMachine;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Health {
     /// Set once the plugins are loaded and the API server has answered.
     pub ready: AtomicBool,
-    pub controller: Arc<Controller>,
+    pub controller: Arc<PhaseMachine>,
 }
 
 async fn healthz() -> &'static str {

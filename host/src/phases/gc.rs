@@ -10,7 +10,7 @@
 //! interruption leaves something a later sweep recognises and finishes: a
 //! `Deleting` object, or a directory holding only a free lease.
 
-use super::{Controller, ControllerError};
+use super::{PhaseMachine, PhaseError};
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase};
 use crate::store::delete::{KeyRole, key_role};
@@ -75,7 +75,7 @@ pub fn verdict(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, S
     }
 }
 
-impl Controller {
+impl PhaseMachine {
     /// One sweep over every backup in the store. Only listing the store
     /// can fail the sweep; each backup's own error is its outcome.
     pub async fn collect_garbage(
@@ -100,7 +100,7 @@ impl Controller {
         name: &str,
         now: SystemTime,
         dry_run: bool,
-    ) -> Result<Outcome, ControllerError> {
+    ) -> Result<Outcome, PhaseError> {
         // A first look without the lease: taking it writes to the store,
         // and most backups in a sweep stay.
         let Some(object) = self.stored(name).await? else {
@@ -119,7 +119,7 @@ impl Controller {
         let (outcome, generation) = self
             .with_lease(name, async {
                 let generation = self.store.current_lease(name).await?.map(|l| l.generation);
-                Ok::<_, ControllerError>((self.delete_files(name, now).await?, generation))
+                Ok::<_, PhaseError>((self.delete_files(name, now).await?, generation))
             })
             .await?;
         // The lease was released above; its files go last, so that until
@@ -132,13 +132,13 @@ impl Controller {
         Ok(outcome)
     }
 
-    async fn stored(&self, name: &str) -> Result<Option<BackupObject>, ControllerError> {
+    async fn stored(&self, name: &str) -> Result<Option<BackupObject>, PhaseError> {
         Ok(self.store.get_json(name, BackupFile::Metadata).await?)
     }
 
     /// Under the lease: the object read again and judged again, marked
     /// `Deleting`, every other file deleted, the object last.
-    async fn delete_files(&self, name: &str, now: SystemTime) -> Result<Outcome, ControllerError> {
+    async fn delete_files(&self, name: &str, now: SystemTime) -> Result<Outcome, PhaseError> {
         let Some(found) = self.stored(name).await? else {
             return Ok(Outcome::Kept(Kept::NoObject));
         };
@@ -169,7 +169,7 @@ impl Controller {
     /// A backup directory with no object: if it holds only a lease that
     /// is free (taking it proves that), a deletion stopped before its
     /// last step, and the lease files go. Anything else is left.
-    async fn tidy(&self, name: &str) -> Result<Outcome, ControllerError> {
+    async fn tidy(&self, name: &str) -> Result<Outcome, PhaseError> {
         let keys = self.store.backup_keys(name).await?;
         let only_leases = !keys.is_empty()
             && keys
@@ -184,7 +184,7 @@ impl Controller {
                 if self.stored(name).await?.is_some() {
                     return Ok(None);
                 }
-                Ok::<_, ControllerError>(
+                Ok::<_, PhaseError>(
                     self.store.current_lease(name).await?.map(|l| l.generation),
                 )
             })
@@ -194,7 +194,7 @@ impl Controller {
                 self.store.delete_leases_through(name, generation).await?;
                 Ok(Outcome::Tidied)
             }
-            Ok(None) | Err(ControllerError::Lease(LeaseError::Held { .. })) => {
+            Ok(None) | Err(PhaseError::Lease(LeaseError::Held { .. })) => {
                 Ok(Outcome::Kept(Kept::NoObject))
             }
             Err(e) => Err(e),
@@ -202,8 +202,8 @@ impl Controller {
     }
 }
 
-fn invalid(name: &str, reason: String) -> ControllerError {
-    ControllerError::Invalid {
+fn invalid(name: &str, reason: String) -> PhaseError {
+    PhaseError::Invalid {
         name: name.to_string(),
         reason,
     }
@@ -213,7 +213,7 @@ fn invalid(name: &str, reason: String) -> ControllerError {
 mod tests {
     use super::*;
     use crate::backup::object::rfc3339;
-    use crate::controller::Settings;
+    use crate::phases::Settings;
     use crate::store::BackupStore;
     use crate::store::faulty::FaultyStore;
     use bytes::Bytes;
@@ -222,12 +222,12 @@ mod tests {
 
     const HOUR: Duration = Duration::from_secs(3600);
 
-    fn controller(store: BackupStore) -> Controller {
+    fn controller(store: BackupStore) -> PhaseMachine {
         let settings = Settings {
             lease_duration: Duration::from_secs(30),
             ..Settings::default()
         };
-        Controller::new(Vec::new(), store, Arc::new(crate::NoCluster), settings)
+        PhaseMachine::new(Vec::new(), store, Arc::new(crate::NoCluster), settings)
     }
 
     fn temp_store() -> (tempfile::TempDir, BackupStore) {
@@ -418,7 +418,7 @@ mod tests {
         );
         // Nothing drives a backup being deleted.
         let err = c.resume("b").await.unwrap_err();
-        assert!(matches!(err, ControllerError::Deleting(_)), "{err}");
+        assert!(matches!(err, PhaseError::Deleting(_)), "{err}");
 
         let o = outcomes(&c.collect_garbage(now - 2 * HOUR, false).await.unwrap());
         assert_eq!(o, [("b".to_string(), "deleted".to_string())]);

@@ -1,0 +1,100 @@
+//! Finalizing: the actions run again on post-operation items and the
+//! tarball is rewritten.
+
+use crate::item::ItemRef;
+use crate::plugin::Phase;
+use crate::store::tarball;
+use crate::store::BackupFile;
+use std::collections::BTreeMap;
+
+use super::*;
+use super::first_pass::{item_bytes, record_messages};
+
+impl PhaseMachine {
+    /// Runs the actions again, in the finalize phase, on every post-operation
+    /// item read again from the cluster, and rewrites the tarball: those
+    /// entries replaced or appended, every other entry kept byte for byte.
+    pub(super) async fn finalize(&self, run: &mut Run) -> Result<(), PhaseError> {
+        let name = run.name().to_string();
+        let ops = self.operations.get(&name).await.unwrap_or_default();
+        let mut wanted: Vec<ItemRef> = ops
+            .iter()
+            .flat_map(|o| o.spec.post_operation_items.clone())
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        let mut items = Vec::new();
+        for id in &wanted {
+            // The operation named the object; its identity is the one it
+            // was backed up under.
+            let read = self.cluster.get_item_async(id).await.map(|found| {
+                found.map(|mut item| {
+                    item.id = id.clone();
+                    item
+                })
+            });
+            match read {
+                Ok(Some(item)) => items.push(item),
+                Ok(None) => run.results.warnings.add(
+                    &id.namespace,
+                    format!("post-operation item {id} was not found when finalizing"),
+                ),
+                Err(e) => run
+                    .results
+                    .errors
+                    .add(&id.namespace, format!("post-operation item {id}: {e}")),
+            }
+        }
+        let outcomes = self
+            .run_pass(
+                &name,
+                items,
+                run.backup_ref(Phase::Finalize),
+                false,
+                None,
+                None,
+            )
+            .await?
+            .outcomes;
+        let mut replace = BTreeMap::new();
+        for outcome in &outcomes {
+            record_messages(
+                &mut run.results,
+                &self.journal,
+                &run.object.metadata.name,
+                outcome,
+            );
+            if let Some(value) = &outcome.stored {
+                match tarball::item_path(&outcome.id) {
+                    Ok(path) => {
+                        replace.insert(path, item_bytes(value));
+                    }
+                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
+                }
+            }
+        }
+        self.journal.line(
+            &name,
+            format!("finalize: {} post-operation items updated", replace.len()),
+        );
+        if !replace.is_empty() {
+            let current = self
+                .store
+                .get(&name, BackupFile::Contents)
+                .await?
+                .ok_or_else(|| PhaseError::Invalid {
+                    name: name.clone(),
+                    reason: "its contents tarball is missing".into(),
+                })?;
+            let rewritten = self
+                .blocking(&name, "rewriting the tarball", move || {
+                    tarball::rewrite(&current, &replace)
+                })
+                .await?;
+            self.store
+                .put(&name, BackupFile::Contents, rewritten.into())
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,409 @@
+//! The first pass: listing and filtering the items, the plugins' pass over
+//! their blocks, and the tarball; it ends waiting or finalizing.
+
+use crate::backup::block_work::BlockWork;
+use crate::backup::blocks::Relation;
+use crate::backup::expiry;
+use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
+use crate::backup::pass::{self, ItemOutcome, PassOutput};
+use crate::backup::spec::BackupFilter;
+use crate::item::{Item, ItemRef};
+use crate::operations::{Operation, OperationSpec};
+use crate::plugin::{BackupRef, Phase};
+use crate::resources::Catalog;
+use crate::store::tarball;
+use crate::store::{BackupFile, StoreError};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::*;
+
+/// A turn at a first pass; dropping it lets the next backup in.
+pub(super) struct PassTurn<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    running: &'a std::sync::atomic::AtomicUsize,
+}
+
+impl Drop for PassTurn<'_> {
+    fn drop(&mut self) {
+        self.running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+pub(super) fn new_uid(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let h = hex::encode(Sha256::digest(format!(
+        "{name}/{}/{}",
+        now.as_nanos(),
+        std::process::id()
+    )));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// An item as the tarball holds it: compact JSON, as Velero writes items
+/// (`json.Marshal`), and the text the item already has when a plugin
+/// changed it or it crossed into one, so nothing is serialized again.
+pub(super) fn item_bytes(item: &Item) -> Vec<u8> {
+    item.json().as_bytes().to_vec()
+}
+
+impl PhaseMachine {
+    /// Waits for a turn at a first pass (listing and the item pass), held
+    /// until the returned guard drops.
+    pub(super) async fn pass_turn(&self, backup: &str) -> PassTurn<'_> {
+        use std::sync::atomic::Ordering;
+        let passes = self
+            .passes
+            .get_or_init(|| tokio::sync::Semaphore::new(self.settings.concurrent_passes.max(1)));
+        let permit = match passes.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.journal.line(
+                    backup,
+                    format!(
+                        "waiting for a turn: {} backups are listing and running their plugins",
+                        self.settings.concurrent_passes.max(1)
+                    ),
+                );
+                passes
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed")
+            }
+        };
+        let now = self.passes_running.fetch_add(1, Ordering::AcqRel) + 1;
+        self.passes_high_water.fetch_max(now, Ordering::AcqRel);
+        PassTurn {
+            _permit: permit,
+            running: &self.passes_running,
+        }
+    }
+
+    /// The most first passes that ran at once in this controller.
+    pub fn concurrent_passes_seen(&self) -> usize {
+        self.passes_high_water
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(super) async fn create_and_run(
+        &self,
+        req: BackupRequest,
+        filter: BackupFilter,
+    ) -> Result<BackupObject, PhaseError> {
+        let mut object = BackupObject::new(
+            &req.name,
+            &req.namespace,
+            &new_uid(&req.name),
+            req.spec.clone(),
+        );
+        let sources: Vec<String> = req
+            .sources
+            .iter()
+            .map(|p| {
+                std::path::absolute(p)
+                    .unwrap_or_else(|_| p.clone())
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        object.metadata.annotations.insert(
+            SOURCES_ANNOTATION.into(),
+            serde_json::to_string(&sources).expect("strings serialize"),
+        );
+        object.metadata.annotations.extend(req.annotations.clone());
+        // The expiration is fixed when the backup is first written, as
+        // Velero fixes it when it accepts a backup.
+        expiry::effective_ttl(&req.spec, self.settings.default_backup_ttl)
+            .and_then(|ttl| expiry::stamp(&mut object, ttl, SystemTime::now()))
+            .map_err(|reason| PhaseError::Invalid {
+                name: req.name.clone(),
+                reason,
+            })?;
+        // Velero refuses a second backup of the same name; so does iar,
+        // rather than overwrite one (or a half-done one that could resume).
+        // A conditional create, so that of two processes that both found
+        // the name free exactly one creates it.
+        self.store
+            .create_json(&req.name, BackupFile::Metadata, &object)
+            .await
+            .map_err(|e| match e {
+                StoreError::Exists { .. } => PhaseError::Exists {
+                    name: req.name.clone(),
+                    store: self.store.url().to_string(),
+                },
+                e => e.into(),
+            })?;
+        let mut run = Run {
+            object,
+            results: Results::default(),
+        };
+        self.set_phase(&mut run, BackupPhase::New).await?;
+        run.object.status.start_timestamp = Some(rfc3339(SystemTime::now()));
+        self.set_phase(&mut run, BackupPhase::InProgress).await?;
+        self.pin_new(&req.name).await?;
+        match self.first_pass(&mut run, &req, &filter).await {
+            Ok(()) => Ok(run.object),
+            Err(e) => Err(self.fail(&mut run, e).await),
+        }
+    }
+
+    /// From InProgress to waiting or finalizing: the items listed and
+    /// filtered, the plugins' pass over their blocks (volume backups and
+    /// post hooks included), then the tarball and the operations.
+    pub(super) async fn first_pass(
+        &self,
+        run: &mut Run,
+        req: &BackupRequest,
+        filter: &BackupFilter,
+    ) -> Result<(), PhaseError> {
+        let turn = self.pass_turn(run.name()).await;
+        let items = self.selected_items(run, req, filter).await?;
+        let work = self.block_work(run).await?;
+        let pass = self.item_pass(run, items, &work, filter).await?;
+        // The turn covers listing and the plugins; waiting on volumes and
+        // post hooks does not hold one.
+        drop(turn);
+        self.journal
+            .line(run.name(), format!("{} item blocks formed", pass.blocks));
+        for w in pass.warnings {
+            self.journal.line(run.name(), format!("warning: {w}"));
+            run.results.warnings.add("", w);
+        }
+        for e in pass.errors {
+            self.journal.line(run.name(), format!("error: {e}"));
+            run.results.errors.add("", e);
+        }
+        self.finish_blocks(run, &work).await?;
+        let attempted = self.store_outcomes(run, &pass.outcomes).await?;
+        let next = if attempted == 0 {
+            BackupPhase::finalizing(run.partially_failed())
+        } else {
+            BackupPhase::waiting(run.partially_failed())
+        };
+        self.set_phase(run, next).await.map_err(PhaseError::from)
+    }
+
+    /// The items the backup's spec selects: the manifests named by the
+    /// request, or the cluster's own objects, filtered. An identity
+    /// Kubernetes would refuse never reaches a plugin or the tarball: the
+    /// item is an error, named.
+    async fn selected_items(
+        &self,
+        run: &mut Run,
+        req: &BackupRequest,
+        filter: &BackupFilter,
+    ) -> Result<Vec<Item>, PhaseError> {
+        let items_error = |reason: String| PhaseError::Items {
+            name: req.name.clone(),
+            reason,
+        };
+        // When the cluster is those very manifests (`iar backup`), it lists
+        // them through its parse cache: the plugins' lookups and finalize
+        // then parse no file a second time.
+        let items = if req.sources.is_empty() {
+            self.cluster.list(filter).await.map_err(items_error)?
+        } else if let Some(listed) = self.cluster.list_sources(&req.sources, filter).await {
+            listed.map_err(items_error)?
+        } else {
+            crate::manifests::read_items(&req.sources, Catalog::builtin())
+                .map_err(|e| items_error(e.to_string()))?
+        };
+        let mut selected = Vec::new();
+        for item in items.into_iter().filter(|i| filter.matches(i)) {
+            match tarball::item_path(&item.id) {
+                Ok(_) => selected.push(item),
+                Err(e) => run.results.errors.add(&item.id.namespace, e),
+            }
+        }
+        self.journal.line(
+            run.name(),
+            format!("{} items selected by the spec", selected.len()),
+        );
+        Ok(selected)
+    }
+
+    /// The plugins' pass over the items. Volume backups start while it
+    /// still runs: their progress is persisted from then on, once per sync
+    /// period.
+    async fn item_pass(
+        &self,
+        run: &Run,
+        items: Vec<Item>,
+        work: &Arc<BlockWork>,
+        filter: &BackupFilter,
+    ) -> Result<PassOutput, PhaseError> {
+        let name = run.name();
+        let pass = self.run_pass(
+            name,
+            items,
+            run.backup_ref(Phase::Backup),
+            true,
+            Some(work.clone()),
+            Some(filter.clone()),
+        );
+        tokio::pin!(pass);
+        let mut tick = tokio::time::interval(self.settings.sync_period);
+        loop {
+            tokio::select! {
+                pass = &mut pass => return pass,
+                _ = tick.tick() => self.persist_volume_progress(name, work).await?,
+            }
+        }
+    }
+
+    /// Writes the pass's items into the tarball and registers the
+    /// operations its plugins started (persisted even when there are none,
+    /// so describe and resume always find the file); returns how many.
+    async fn store_outcomes(
+        &self,
+        run: &mut Run,
+        outcomes: &[ItemOutcome],
+    ) -> Result<u64, PhaseError> {
+        let mut entries: Vec<(String, Vec<u8>)> =
+            vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
+        // Post-operation items go last, in their own gzip member: finalize
+        // rewrites that member alone (see `store::tarball`).
+        let post_operation: HashSet<&ItemRef> = outcomes
+            .iter()
+            .flat_map(|o| &o.operations)
+            .flat_map(|op| &op.post_operation_items)
+            .collect();
+        let mut tail = Vec::new();
+        let mut attempted = 0;
+        self.operations.insert_loaded(run.name(), Vec::new()).await;
+        for outcome in outcomes {
+            record_messages(
+                &mut run.results,
+                &self.journal,
+                &run.object.metadata.name,
+                outcome,
+            );
+            if let Some(value) = &outcome.stored {
+                match tarball::item_path(&outcome.id) {
+                    Ok(path) => {
+                        let part = if post_operation.contains(&outcome.id) {
+                            &mut tail
+                        } else {
+                            &mut entries
+                        };
+                        part.push((path, item_bytes(value)));
+                        run.object.status.progress.items_backed_up += 1;
+                    }
+                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
+                }
+            }
+            for op in &outcome.operations {
+                attempted += 1;
+                let spec = OperationSpec {
+                    backup_name: run.name().to_string(),
+                    backup_uid: run.object.metadata.uid.clone(),
+                    backup_item_action: op.plugin.clone(),
+                    resource_identifier: op.item.clone(),
+                    operation_id: op.operation_id.clone(),
+                    post_operation_items: op.post_operation_items.clone(),
+                };
+                self.operations
+                    .add(run.name(), Operation::new(spec, op.created))
+                    .await;
+            }
+        }
+        run.object.status.progress.total_items = outcomes.len() as u64;
+        run.object.status.backup_item_operations_attempted = attempted;
+        self.journal.line(
+            run.name(),
+            format!(
+                "{} of {} items backed up, {attempted} operations started",
+                run.object.status.progress.items_backed_up,
+                outcomes.len()
+            ),
+        );
+        let split = !post_operation.is_empty();
+        // Compressing every item is CPU work: off the runtime's threads.
+        let contents = self
+            .blocking(run.name(), "building the tarball", move || {
+                if !split {
+                    tarball::build(entries)
+                } else {
+                    tarball::build_split(entries, tail)
+                }
+            })
+            .await?;
+        self.store
+            .put(run.name(), BackupFile::Contents, contents.into())
+            .await?;
+        self.operations.update(run.name(), |_| true).await;
+        self.operations.sync(run.name(), &self.store).await?;
+        Ok(attempted)
+    }
+
+    /// Runs the plugins over `items` on a blocking thread (wasm calls
+    /// block), with this pass's block relations.
+    pub(super) async fn run_pass(
+        &self,
+        name: &str,
+        items: Vec<Item>,
+        backup: BackupRef,
+        follow_additional: bool,
+        work: Option<Arc<BlockWork>>,
+        filter: Option<BackupFilter>,
+    ) -> Result<PassOutput, PhaseError> {
+        let plugins = self.plugins_for(name);
+        let cluster = self.cluster.clone();
+        let workers = self.settings.workers;
+        // wasm calls block: the pass runs on a blocking thread.
+        tokio::task::spawn_blocking(move || {
+            // Plugin relations: one adapter per plugin exporting the 1.1.0
+            // `item-block-action`, for this pass only (its instances follow
+            // the plugin's isolation like the actions' do).
+            let relations: Vec<Box<dyn Relation>> = plugins
+                .iter()
+                .filter_map(|p| {
+                    crate::plugin::PluginRelation::new(p.clone(), cluster.clone(), backup.clone())
+                })
+                .map(|r| Box::new(r) as Box<dyn Relation>)
+                .collect();
+            let relations: Vec<&dyn Relation> = relations.iter().map(|r| r.as_ref()).collect();
+            pass::run(
+                &plugins,
+                items,
+                &backup,
+                &cluster,
+                workers,
+                follow_additional,
+                &relations,
+                work.as_ref(),
+                filter.as_ref(),
+            )
+        })
+        .await
+        .map_err(|e| PhaseError::Panicked {
+            name: name.to_string(),
+            what: "the item pass",
+            reason: e.to_string(),
+        })
+    }
+}
+
+pub(super) fn record_messages(results: &mut Results, journal: &Journal, backup: &str, outcome: &ItemOutcome) {
+    for line in &outcome.logs {
+        journal.record(backup, line.clone());
+    }
+    for e in &outcome.errors {
+        results.errors.add(&outcome.id.namespace, e.clone());
+    }
+    for w in &outcome.warnings {
+        results.warnings.add(&outcome.id.namespace, w.clone());
+    }
+}

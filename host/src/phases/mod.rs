@@ -1,0 +1,558 @@
+//! The phase machine: New → InProgress → WaitingForPluginOperations[PartiallyFailed]
+//! → Finalizing[PartiallyFailed] → Completed / PartiallyFailed / Failed.
+//!
+//! Every phase change is persisted before the next phase starts, so a killed
+//! process leaves a backup that [`PhaseMachine::resume`] can continue: one found
+//! InProgress is marked Failed (its items were never all written), one found
+//! waiting or finalizing continues from its persisted operations, with each
+//! operation's timeout still counted from its original creation.
+
+use crate::backup::expiry;
+use crate::backup::object::{BackupObject, BackupPhase, Results, rfc3339};
+use crate::backup::spec::{self, BackupFilter};
+use crate::cluster::ClusterReader;
+use crate::operations::OperationsMap;
+use crate::plugin::{BackupRef, Phase, Plugin};
+use crate::store::lease::{Lease, LeaseError};
+use crate::store::{BackupFile, BackupStore, StoreError};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+mod blocks;
+mod finalize;
+mod first_pass;
+pub mod gc;
+mod journal;
+mod plugin_set;
+mod poller;
+mod resume;
+mod waiting;
+
+use journal::Journal;
+use poller::{Poller, Round};
+pub use resume::recorded_sources;
+
+/// PhaseMachine settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often progress is polled and persisted (at most once per period
+    /// per backup, and always on a phase change).
+    pub sync_period: Duration,
+    /// Default operation timeout; a backup's `spec.itemOperationTimeout` wins.
+    pub operation_timeout: Duration,
+    /// Worker threads running item actions.
+    pub workers: usize,
+    /// How long this process's lease on a backup lasts unrenewed (renewed
+    /// every third of it): after a crash, another process may take the
+    /// backup over this long after the last renewal.
+    pub lease_duration: Duration,
+    /// `--volume-data`: one directory per `namespace/pvc` that pod volume
+    /// backups read; without it no volume is backed up (a warning says so).
+    pub volume_data: Option<std::path::PathBuf>,
+    /// How many volume backups run at once.
+    pub volume_concurrency: usize,
+    /// `--exec-hooks-locally`: run backup hooks as local processes;
+    /// otherwise they are recorded as skipped, with a warning.
+    pub exec_hooks_locally: bool,
+    /// The ttl of a backup whose spec sets none (or zero): Velero's
+    /// `--default-backup-ttl`, 720h.
+    pub default_backup_ttl: Duration,
+    /// How often the cluster controller's leader sweeps the store for
+    /// expired backups (Velero's GC controller: 1h).
+    pub gc_period: Duration,
+    /// How many backups list the cluster and run their item pass at once;
+    /// the others wait their turn (their lease kept). A burst of Backups
+    /// queues instead of listing the cluster and taking instances for all
+    /// of them at once.
+    pub concurrent_passes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            sync_period: Duration::from_secs(10),
+            operation_timeout: Duration::from_secs(4 * 3600),
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            lease_duration: Duration::from_secs(15),
+            volume_data: None,
+            volume_concurrency: 4,
+            exec_hooks_locally: false,
+            default_backup_ttl: crate::backup::expiry::DEFAULT_TTL,
+            gc_period: Duration::from_secs(3600),
+            concurrent_passes: 2,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PhaseError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("backup {0:?} not found in the store")]
+    NotFound(String),
+    #[error("backup {name:?} already exists in {store}; choose another name")]
+    Exists { name: String, store: String },
+    #[error("backup {name:?}: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error("backup {name:?}: reading items: {reason}")]
+    Items { name: String, reason: String },
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("backup {name:?}: {what} panicked: {reason}")]
+    Panicked {
+        name: String,
+        what: &'static str,
+        reason: String,
+    },
+    #[error("backup {name:?}: cannot resume: {reason}")]
+    Sources { name: String, reason: String },
+    #[error(
+        "backup {0:?} is being deleted (phase Deleting); the next garbage collection (`iar gc`, or the controller's sweep) finishes it"
+    )]
+    Deleting(String),
+}
+
+/// What a caller wants to back up.
+#[derive(Clone, Debug)]
+pub struct BackupRequest {
+    pub name: String,
+    pub namespace: String,
+    /// A Velero Backup `spec` (filters, itemOperationTimeout).
+    pub spec: serde_json::Value,
+    /// Manifest files or directories: the items, and the cluster.
+    pub sources: Vec<PathBuf>,
+    /// Recorded on the Backup object (iar records the plugin settings it
+    /// was run with, for `resume`).
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Receives every line of every backup's log as it is written (a progress
+/// display, for example).
+pub type Observer = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Where a backup's plugins come from: a fixed list (the CLI), or the
+/// current set of a registry that reloads them (the cluster). Each backup
+/// pins the set it started with until it ends.
+pub type PluginSource = Arc<dyn Fn() -> Vec<Plugin> + Send + Sync>;
+
+/// Told of every phase change once it is persisted (the controller in a
+/// cluster copies it into the Backup resource's status). Must not block.
+pub type StatusSink = Arc<dyn Fn(&BackupObject) + Send + Sync>;
+
+/// What one [`PhaseMachine::step`] leaves to do.
+#[derive(Debug)]
+pub enum Step {
+    /// Call `step` again after this long (operations still running).
+    Requeue(Duration),
+    /// The backup is in a terminal phase.
+    Done(Box<BackupObject>),
+}
+
+/// Runs backups through their phases.
+pub struct PhaseMachine {
+    plugins: PluginSource,
+    pub store: BackupStore,
+    pub operations: Arc<OperationsMap>,
+    pub cluster: Arc<dyn ClusterReader>,
+    pub settings: Settings,
+    journal: Journal,
+    /// The plugin set each running backup started with.
+    pinned: Mutex<HashMap<String, Vec<Plugin>>>,
+    /// Each waiting backup's poller, kept between steps so that its
+    /// instances live for the backup (isolation `backup`).
+    pollers: Mutex<HashMap<String, Poller>>,
+    status_sink: Option<StatusSink>,
+    /// Turns at a first pass, `settings.concurrent_passes` of them (made
+    /// on first use, so settings changed after `new` count).
+    passes: std::sync::OnceLock<tokio::sync::Semaphore>,
+    /// First passes running now, and the most that ever ran at once.
+    passes_running: std::sync::atomic::AtomicUsize,
+    passes_high_water: std::sync::atomic::AtomicUsize,
+}
+
+/// Where a backup stands while the controller drives it.
+struct Run {
+    object: BackupObject,
+    results: Results,
+}
+
+impl Run {
+    fn name(&self) -> &str {
+        &self.object.metadata.name
+    }
+
+    fn partially_failed(&self) -> bool {
+        self.results.errors.count() > 0
+    }
+
+    fn backup_ref(&self, phase: Phase) -> BackupRef {
+        BackupRef {
+            name: self.object.metadata.name.clone(),
+            namespace: self.object.metadata.namespace.clone(),
+            uid: self.object.metadata.uid.clone(),
+            spec: self.object.spec.clone(),
+            phase,
+        }
+    }
+}
+
+impl PhaseMachine {
+    pub fn new(
+        plugins: Vec<Plugin>,
+        store: BackupStore,
+        cluster: Arc<dyn ClusterReader>,
+        settings: Settings,
+    ) -> Self {
+        PhaseMachine {
+            plugins: Arc::new(move || plugins.clone()),
+            store,
+            operations: Arc::new(OperationsMap::new()),
+            cluster,
+            settings,
+            journal: Journal::default(),
+            pinned: Mutex::new(HashMap::new()),
+            pollers: Mutex::new(HashMap::new()),
+            status_sink: None,
+            passes: std::sync::OnceLock::new(),
+            passes_running: Default::default(),
+            passes_high_water: Default::default(),
+        }
+    }
+
+    /// Plugins from `source`, asked when a backup starts (or is taken over
+    /// after a restart) and pinned for it.
+    pub fn with_plugin_source(mut self, source: PluginSource) -> Self {
+        self.plugins = source;
+        self
+    }
+
+    pub fn with_status_sink(mut self, sink: StatusSink) -> Self {
+        self.status_sink = Some(sink);
+        self
+    }
+
+    /// Calls `observer(backup, line)` for every log line of every backup.
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.journal.observer = Some(observer);
+        self
+    }
+
+    /// Persists the backup object, results and log. Called on every phase change.
+    async fn persist(&self, run: &Run) -> Result<(), StoreError> {
+        let name = run.name();
+        self.store
+            .put_json(name, BackupFile::Results, &run.results)
+            .await?;
+        self.store.put_logs(name, &self.journal.lines(name)).await?;
+        // The object last: its phase is what resume trusts.
+        self.store
+            .put_json(name, BackupFile::Metadata, &run.object)
+            .await
+    }
+
+    async fn set_phase(&self, run: &mut Run, phase: BackupPhase) -> Result<(), StoreError> {
+        run.object.status.phase = phase;
+        run.object.status.errors = run.results.errors.count();
+        run.object.status.warnings = run.results.warnings.count();
+        if phase.is_terminal() {
+            run.object.status.completion_timestamp = Some(rfc3339(SystemTime::now()));
+        }
+        self.journal.line(run.name(), format!("phase {phase}"));
+        self.persist(run).await?;
+        if let Some(sink) = &self.status_sink {
+            sink(&run.object);
+        }
+        Ok(())
+    }
+
+    /// The backups this controller holds anything for (operations, log
+    /// lines), sorted. Empty between backups: a long-running process
+    /// forgets each backup when it ends, whatever the outcome.
+    pub async fn tracked_backups(&self) -> Vec<String> {
+        let mut names = self.operations.backups();
+        names.extend(self.journal.backups());
+        names.extend(
+            self.pinned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned(),
+        );
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    async fn forget(&self, name: &str) {
+        self.operations.remove(name).await;
+        self.journal.forget(name);
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        self.pollers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    /// Drops what this process holds for a backup it no longer drives (it
+    /// ended, or another process took it over).
+    pub async fn release(&self, name: &str) {
+        self.forget(name).await;
+    }
+
+    /// Runs `work` while holding `lease`, renewing it every third of its
+    /// duration, and releases it at the end. If the lease is lost (another
+    /// process took it over after it expired) `work` is dropped where it
+    /// stands and nothing more is written: the other process drives the
+    /// backup now.
+    async fn leased<T>(
+        &self,
+        mut lease: Lease,
+        work: impl Future<Output = Result<T, PhaseError>>,
+    ) -> Result<T, PhaseError> {
+        let result = {
+            let keep = async {
+                loop {
+                    tokio::time::sleep(lease.renew_every()).await;
+                    match lease.renew().await {
+                        Ok(()) => {}
+                        // Transient: retried until the lease expires.
+                        Err(LeaseError::Store(e)) => {
+                            tracing::warn!("renewing a backup lease failed, will retry: {e}");
+                        }
+                        Err(lost) => return lost,
+                    }
+                }
+            };
+            tokio::select! {
+                r = work => r,
+                lost = keep => Err(PhaseError::Lease(lost)),
+            }
+        };
+        // A lost lease is someone else's now; a failed release expires.
+        if !matches!(result, Err(PhaseError::Lease(_)))
+            && let Err(e) = lease.release().await
+        {
+            tracing::warn!("releasing a backup lease failed: {e}");
+        }
+        result
+    }
+
+    /// Ends a backup Failed with the error that stopped it, so that nothing
+    /// is left InProgress for `resume` to guess about; returns the error.
+    /// A lost lease is not a failure of the backup (another process drives
+    /// it) and writes nothing.
+    async fn fail(&self, run: &mut Run, error: PhaseError) -> PhaseError {
+        if matches!(error, PhaseError::Lease(_)) || !run.object.status.phase.is_running() {
+            return error;
+        }
+        run.object.status.failure_reason = error.to_string();
+        self.journal
+            .line(run.name(), format!("backup failed: {error}"));
+        if let Err(e) = self.set_phase(run, BackupPhase::Failed).await {
+            tracing::error!(
+                backup = %run.name(),
+                "recording the failure failed too: {e}; the store still says {}",
+                run.object.status.phase
+            );
+        }
+        error
+    }
+
+    /// Runs a whole backup: first pass, waiting for operations, finalize.
+    /// Another process creating or driving the same backup makes this fail
+    /// ([`PhaseError::Exists`], [`LeaseError::Held`]); any error once
+    /// the backup exists ends it Failed with the reason, and is returned.
+    pub async fn run_backup(&self, req: BackupRequest) -> Result<BackupObject, PhaseError> {
+        let filter = self.validate(&req)?;
+        let lease = self
+            .store
+            .acquire_lease(&req.name, self.settings.lease_duration)
+            .await?;
+        let name = req.name.clone();
+        let result = self
+            .leased(lease, async {
+                self.create_and_run(req, filter).await?;
+                self.steps(&name).await
+            })
+            .await;
+        self.forget(&name).await;
+        result
+    }
+
+    /// Starts a backup that does not exist yet: creates it and runs its
+    /// first pass, which ends with the backup waiting for its operations or
+    /// finalizing (or Failed, returned as the error). The caller holds the
+    /// backup's lease; [`PhaseMachine::step`] takes it from there.
+    pub async fn start(&self, req: BackupRequest) -> Result<BackupObject, PhaseError> {
+        let filter = self.validate(&req)?;
+        self.create_and_run(req, filter).await
+    }
+
+    /// What makes a request one that can never run, checked before any
+    /// lease is taken or anything written: a name the store cannot hold
+    /// every file of (over Kubernetes' 253 characters, or a lease file name
+    /// over 255 bytes; [`BackupStore::check_backup_name`]), or a spec that
+    /// does not parse. Retrying such a request cannot help.
+    pub fn validate(&self, req: &BackupRequest) -> Result<BackupFilter, PhaseError> {
+        self.store.check_backup_name(&req.name)?;
+        let invalid = |reason: String| PhaseError::Invalid {
+            name: req.name.clone(),
+            reason,
+        };
+        let filter = BackupFilter::from_spec(&req.spec).map_err(invalid)?;
+        spec::operation_timeout(&req.spec).map_err(invalid)?;
+        expiry::effective_ttl(&req.spec, self.settings.default_backup_ttl).map_err(invalid)?;
+        Ok(filter)
+    }
+
+    /// Steps a backup until it ends, sleeping between polls.
+    async fn steps(&self, name: &str) -> Result<BackupObject, PhaseError> {
+        loop {
+            match self.step(name).await? {
+                Step::Requeue(after) => tokio::time::sleep(after).await,
+                Step::Done(object) => return Ok(*object),
+            }
+        }
+    }
+
+    /// Runs `work` on a backup under its lease (taken here, renewed while
+    /// `work` runs, released after): what the cluster controller wraps
+    /// each reconcile in, so that two processes never drive one backup.
+    pub async fn with_lease<T>(
+        &self,
+        name: &str,
+        work: impl Future<Output = Result<T, PhaseError>>,
+    ) -> Result<T, PhaseError> {
+        let lease = self
+            .store
+            .acquire_lease(name, self.settings.lease_duration)
+            .await?;
+        self.leased(lease, work).await
+    }
+
+    /// One step of the phase machine, decided by the phase the store holds
+    /// (not by anything this process remembers), so that any process may
+    /// take the next step after a restart or a change of leader:
+    ///
+    /// - New / InProgress: the first pass never finished (it runs inside
+    ///   [`PhaseMachine::start`]); the backup is failed, with the reason.
+    /// - waiting: every pending operation is polled once; when none is
+    ///   left the backup moves to finalizing and the step asks to be run
+    ///   again at once, otherwise after the rest of the sync period.
+    /// - finalizing: the finalize pass, then the terminal phase.
+    ///
+    /// The caller holds the backup's lease. An error once the backup
+    /// exists ends it Failed (a lost lease excepted) and is returned.
+    pub async fn step(&self, name: &str) -> Result<Step, PhaseError> {
+        let object: BackupObject = self
+            .store
+            .get_json(name, BackupFile::Metadata)
+            .await?
+            .ok_or_else(|| PhaseError::NotFound(name.into()))?;
+        if object.status.phase.is_terminal() {
+            return Ok(Step::Done(Box::new(object)));
+        }
+        if object.status.phase == BackupPhase::Deleting {
+            return Err(PhaseError::Deleting(name.into()));
+        }
+        let mut run = self.load_run(name, object).await?;
+        match self.advance(&mut run).await {
+            Ok(step) => Ok(step),
+            Err(e) => Err(self.fail(&mut run, e).await),
+        }
+    }
+
+    async fn advance(&self, run: &mut Run) -> Result<Step, PhaseError> {
+        match plan(run.object.status.phase) {
+            Plan::FailInterrupted => {
+                // Its items were never all written: it cannot be continued.
+                // What its blocks left unfinished is failed and said.
+                self.interrupted_blocks(run).await?;
+                run.object.status.failure_reason = format!(
+                    "found in phase {} after a restart: the process running it ended before its items were written",
+                    run.object.status.phase
+                );
+                self.set_phase(run, BackupPhase::Failed).await?;
+                Ok(Step::Done(Box::new(run.object.clone())))
+            }
+            Plan::Poll => {
+                self.ensure_operations(run).await?;
+                let round = std::time::Instant::now();
+                if self.poll_round(run, Round::Poll).await? {
+                    self.finish_waiting(run).await?;
+                    let next = BackupPhase::finalizing(run.partially_failed());
+                    self.set_phase(run, next).await?;
+                    Ok(Step::Requeue(Duration::ZERO))
+                } else {
+                    // A period is from the start of one poll to the start
+                    // of the next.
+                    Ok(Step::Requeue(
+                        self.settings.sync_period.saturating_sub(round.elapsed()),
+                    ))
+                }
+            }
+            Plan::Finalize => {
+                self.ensure_operations(run).await?;
+                self.finalize(run).await?;
+                let done = if run.partially_failed() {
+                    BackupPhase::PartiallyFailed
+                } else {
+                    BackupPhase::Completed
+                };
+                self.set_phase(run, done).await?;
+                Ok(Step::Done(Box::new(run.object.clone())))
+            }
+            Plan::Nothing => Ok(Step::Done(Box::new(run.object.clone()))),
+        }
+    }
+
+    /// Runs CPU-bound work (the tarball's compression) on a blocking
+    /// thread, so that no runtime thread stalls behind it.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        name: &str,
+        what: &'static str,
+        work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> Result<T, PhaseError> {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| PhaseError::Panicked {
+                name: name.to_string(),
+                what,
+                reason: e.to_string(),
+            })?
+            .map_err(|e| PhaseError::Invalid {
+                name: name.to_string(),
+                reason: format!("{what}: {e}"),
+            })
+    }
+}
+
+/// What a step does in a phase: the decision of [`PhaseMachine::step`],
+/// kept apart from the doing so that it can be tested alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// New or InProgress found by a step: the first pass was interrupted.
+    FailInterrupted,
+    Poll,
+    Finalize,
+    Nothing,
+}
+
+pub fn plan(phase: BackupPhase) -> Plan {
+    match phase {
+        BackupPhase::New | BackupPhase::InProgress => Plan::FailInterrupted,
+        BackupPhase::WaitingForPluginOperations
+        | BackupPhase::WaitingForPluginOperationsPartiallyFailed => Plan::Poll,
+        BackupPhase::Finalizing | BackupPhase::FinalizingPartiallyFailed => Plan::Finalize,
+        BackupPhase::Completed
+        | BackupPhase::PartiallyFailed
+        | BackupPhase::Failed
+        | BackupPhase::Deleting => Plan::Nothing,
+    }
+}
