@@ -1,5 +1,5 @@
 //! A Velero Backup `spec` as a user writes it (`iar backup --spec`):
-//! `iar::backup::spec::BackupFilter::from_spec` and `operation_timeout`.
+//! `iar::select::BackupFilter::from_spec` and `operation_timeout`.
 //!
 //! Properties: a spec that is accepted never selects more than it says. When
 //! `includedNamespaces` (or `includedResources`) is a non-empty array with no

@@ -1,5 +1,5 @@
 //! Kubernetes label selectors as `kubectl -l` and a plugin's applies-to
-//! write them (`iar::labels::LabelSelector::from_str`).
+//! write them (`iar::select::LabelSelector::from_str`).
 //!
 //! Properties: an error names the input it refused; a selector that parses
 //! re-parses from its Display form to an equal selector, and that form is a
@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use iar::labels::LabelSelector;
+use iar::select::LabelSelector;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,4 +1,4 @@
-//! A plugin's applies-to answer (`iar::selector::CompiledSelector::compile`
+//! A plugin's applies-to answer (`iar::select::CompiledSelector::compile`
 //! against the builtin resource catalog, then `matches`).
 //!
 //! Input is text, one field per line so seeds stay readable:
@@ -18,9 +18,9 @@
 
 use std::collections::BTreeMap;
 
-use iar::labels::LabelSelector;
+use iar::select::LabelSelector;
 use iar::resources::Catalog;
-use iar::selector::{CompiledSelector, ResourceSelector};
+use iar::select::{CompiledSelector, ResourceSelector};
 use libfuzzer_sys::fuzz_target;
 
 fn list(line: &str) -> Vec<String> {

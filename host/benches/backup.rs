@@ -2,7 +2,7 @@
 //! `cargo bench -p iar --bench backup`; compare the functions of a group in
 //! the same run (the machines are shared and noisy).
 //!
-//! `backup-10k-items`: one `Controller::run_backup` of 10,000 items (2,500
+//! `backup-10k-items`: one `PhaseMachine::run_backup` of 10,000 items (2,500
 //! Pods of ~2.5 KB each mounting a PVC, 2,500 bound PVCs, 2,500 PVs, 2,500
 //! ConfigMaps over 10 namespaces, as JSON `List`s in a directory that is
 //! both the items and the cluster, as `iar backup --items DIR` has it),
@@ -25,8 +25,8 @@
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use iar::backup::object::BackupPhase;
-use iar::controller::BackupRequest;
 use iar::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
+use iar::phases::BackupRequest;
 use iar::store::{BackupFile, BackupStore};
 use iar::{ItemRef, ManifestCluster};
 use serde_json::json;

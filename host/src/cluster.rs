@@ -1,10 +1,10 @@
 //! Read-only cluster lookups offered to plugins (`cluster-get`), and which
 //! resources an operator lets a plugin read.
 
-use crate::backup::spec::BackupFilter;
 use crate::item::{Item, ItemRef};
 use crate::manifests;
 use crate::resources::{Catalog, GroupResource};
+use crate::select::BackupFilter;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // each includer uses its part
 
-use iar::controller::{BackupRequest, Controller, Settings};
+use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::store::BackupStore;
 use iar::{BackupRef, ManifestCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
@@ -181,7 +181,7 @@ pub fn fresh_controller(
     cluster: &Path,
     workers: usize,
     volume_data: Option<&Path>,
-) -> (tempfile::TempDir, Controller) {
+) -> (tempfile::TempDir, PhaseMachine) {
     let dir = tempfile::tempdir().unwrap();
     let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
     let settings = Settings {
@@ -193,7 +193,7 @@ pub fn fresh_controller(
     let cluster = Arc::new(ManifestCluster::new(vec![cluster.to_path_buf()]));
     (
         dir,
-        Controller::new(plugins.to_vec(), store, cluster, settings),
+        PhaseMachine::new(plugins.to_vec(), store, cluster, settings),
     )
 }
 

@@ -2,7 +2,7 @@
 //! common kind, placed in a namespace and given labels that a plugin's
 //! selector asks for, so the checks reach the plugin's real code paths.
 
-use crate::selector::ResourceSelector;
+use crate::select::applies_to::ResourceSelector;
 use serde_json::{Value, json};
 
 /// Objects of common kinds, shaped to match `selector` where it names

@@ -18,9 +18,10 @@
 //! directory per volume because a pod has several volumes and one hook may
 //! touch any of them, as a command exec'd in the container would.
 
-use crate::backup::spec::{BackupFilter, parse_go_duration};
+use crate::backup::spec::parse_go_duration;
 use crate::backup::volumes::volume_dir;
 use crate::item::{Item, ItemRef};
+use crate::select::BackupFilter;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;

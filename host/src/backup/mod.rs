@@ -1,4 +1,4 @@
-//! Backups: the Velero objects iar persists, the spec's filters, and the
+//! Backups: the Velero objects iar persists, the spec's scalar fields, and the
 //! pass of item actions over a set of items.
 
 pub mod block_work;
@@ -12,4 +12,3 @@ pub mod volume_policy;
 pub mod volumes;
 
 pub use object::{BackupObject, BackupPhase, Results};
-pub use spec::BackupFilter;

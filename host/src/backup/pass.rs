@@ -12,10 +12,10 @@
 
 use crate::backup::block_work::BlockWork;
 use crate::backup::blocks::{ClaimSet, Relation, form_blocks};
-use crate::backup::spec::BackupFilter;
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use crate::plugin::{BackupRef, Plugin, PluginInstance};
+use crate::select::BackupFilter;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 

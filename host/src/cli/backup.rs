@@ -3,8 +3,8 @@
 use anyhow::{Context, bail};
 use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::VolumeBackup;
-use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::operations::Operation;
+use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::settings_file::SettingsFile;
 use iar::store::{BackupFile, BackupStore};
 use iar::{ManifestCluster, Plugin, Runtime, RuntimeConfig};

@@ -1,9 +1,9 @@
 //! `iar controller` and `iar crd`.
 
 use anyhow::Context;
-use iar::phases::Settings;
 use iar::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions};
 use iar::k8s::run::{Options, Plugins, run};
+use iar::phases::Settings;
 use iar::store::BackupStore;
 use iar::{Runtime, RuntimeConfig};
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 use anyhow::Context;
 use iar::plugin::Interface;
-use iar::selector::ResourceSelector;
+use iar::select::ResourceSelector;
 use iar::{Plugin, PluginSettings, Runtime, RuntimeConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;

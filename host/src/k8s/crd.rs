@@ -125,7 +125,7 @@ mod tests {
         }))
         .unwrap();
         let value = spec.to_value();
-        let filter = crate::backup::spec::BackupFilter::from_spec(&value).unwrap();
+        let filter = crate::select::BackupFilter::from_spec(&value).unwrap();
         let pod = |ns: &str, app: &str| {
             crate::Item::from_value(
                 serde_json::json!({"apiVersion": "v1", "kind": "Pod",

@@ -18,7 +18,7 @@ use super::gc::{delete_with_uid, deleted};
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
 use crate::phases::gc::Outcome;
-use crate::phases::{BackupRequest, PhaseMachine, PhaseError, Step};
+use crate::phases::{BackupRequest, PhaseError, PhaseMachine, Step};
 use crate::store::lease::LeaseError;
 use crate::store::{BackupFile, StoreError};
 use kube::ResourceExt;

@@ -93,7 +93,11 @@ impl PhaseMachine {
     /// the volume backups' progress once per sync period and at the end;
     /// records every hook run and every volume backup that did not complete
     /// in the results and the log.
-    pub(super) async fn finish_blocks(&self, run: &mut Run, work: &BlockWork) -> Result<(), PhaseError> {
+    pub(super) async fn finish_blocks(
+        &self,
+        run: &mut Run,
+        work: &BlockWork,
+    ) -> Result<(), PhaseError> {
         let name = run.name().to_string();
         let report = {
             let finished = work.finish();

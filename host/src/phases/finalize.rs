@@ -3,12 +3,12 @@
 
 use crate::item::ItemRef;
 use crate::plugin::Phase;
-use crate::store::tarball;
 use crate::store::BackupFile;
+use crate::store::tarball;
 use std::collections::BTreeMap;
 
-use super::*;
 use super::first_pass::{item_bytes, record_messages};
+use super::*;
 
 impl PhaseMachine {
     /// Runs the actions again, in the finalize phase, on every post-operation

@@ -6,11 +6,11 @@ use crate::backup::blocks::Relation;
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
 use crate::backup::pass::{self, ItemOutcome, PassOutput};
-use crate::backup::spec::BackupFilter;
 use crate::item::{Item, ItemRef};
 use crate::operations::{Operation, OperationSpec};
 use crate::plugin::{BackupRef, Phase};
 use crate::resources::Catalog;
+use crate::select::BackupFilter;
 use crate::store::tarball;
 use crate::store::{BackupFile, StoreError};
 use std::collections::HashSet;
@@ -396,7 +396,12 @@ impl PhaseMachine {
     }
 }
 
-pub(super) fn record_messages(results: &mut Results, journal: &Journal, backup: &str, outcome: &ItemOutcome) {
+pub(super) fn record_messages(
+    results: &mut Results,
+    journal: &Journal,
+    backup: &str,
+    outcome: &ItemOutcome,
+) {
     for line in &outcome.logs {
         journal.record(backup, line.clone());
     }

@@ -10,7 +10,7 @@
 //! interruption leaves something a later sweep recognises and finishes: a
 //! `Deleting` object, or a directory holding only a free lease.
 
-use super::{PhaseMachine, PhaseError};
+use super::{PhaseError, PhaseMachine};
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase};
 use crate::store::delete::{KeyRole, key_role};
@@ -184,9 +184,7 @@ impl PhaseMachine {
                 if self.stored(name).await?.is_some() {
                     return Ok(None);
                 }
-                Ok::<_, PhaseError>(
-                    self.store.current_lease(name).await?.map(|l| l.generation),
-                )
+                Ok::<_, PhaseError>(self.store.current_lease(name).await?.map(|l| l.generation))
             })
             .await;
         match taken {

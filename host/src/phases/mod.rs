@@ -9,10 +9,11 @@
 
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, Results, rfc3339};
-use crate::backup::spec::{self, BackupFilter};
+use crate::backup::spec;
 use crate::cluster::ClusterReader;
 use crate::operations::OperationsMap;
 use crate::plugin::{BackupRef, Phase, Plugin};
+use crate::select::BackupFilter;
 use crate::store::lease::{Lease, LeaseError};
 use crate::store::{BackupFile, BackupStore, StoreError};
 use std::collections::{BTreeMap, HashMap};

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-
 /// What one poll learned about one operation.
 #[derive(Debug)]
 pub(super) enum Update {

@@ -96,7 +96,11 @@ impl PhaseMachine {
 
     /// The persisted state of a backup, with its log continued from the
     /// store when this process has none of it yet (a resume).
-    pub(super) async fn load_run(&self, name: &str, object: BackupObject) -> Result<Run, PhaseError> {
+    pub(super) async fn load_run(
+        &self,
+        name: &str,
+        object: BackupObject,
+    ) -> Result<Run, PhaseError> {
         self.pin_recorded(name).await?;
         let mut notes = Vec::new();
         let read = self.store.get_json(name, BackupFile::Results).await;

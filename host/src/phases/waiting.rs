@@ -2,15 +2,15 @@
 //! cancelling a backup's operations.
 
 use crate::backup::object::{BackupObject, BackupPhase};
-use crate::backup::spec::{self};
+use crate::backup::spec;
 use crate::operations::{Operation, OperationPhase};
 use crate::plugin::Phase;
 use crate::store::BackupFile;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use super::*;
 use super::poller::{Poller, Update, apply, poll_threads};
+use super::*;
 
 impl PhaseMachine {
     pub(super) fn timeout_for(&self, run: &Run) -> Duration {

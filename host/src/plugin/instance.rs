@@ -12,7 +12,7 @@ use crate::engine::deadline_ticks;
 use crate::item::{Item, ItemRef};
 use crate::limits::{Isolation, Limits};
 use crate::sandbox::{GuestLog, HostCallLimit, MemoryCapExceeded, State, WallClockExceeded};
-use crate::selector::ResourceSelector;
+use crate::select::applies_to::ResourceSelector;
 use std::sync::Arc;
 use wasmtime::component::ResourceTableError;
 use wasmtime::{Store, UpdateDeadline};

@@ -19,7 +19,7 @@ use crate::contract::{self, ComponentShape, v1};
 use crate::engine::Runtime;
 use crate::limits::Limits;
 use crate::resources::Catalog;
-use crate::selector::{CompiledSelector, ResourceSelector};
+use crate::select::applies_to::{CompiledSelector, ResourceSelector};
 use exports::Exports;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
