@@ -1,4 +1,3 @@
-
 use super::faulty::FaultyStore;
 use super::*;
 use serde_json::{Value, json};

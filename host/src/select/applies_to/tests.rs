@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn strings(v: &[&str]) -> Vec<String> {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 const BYTES: &[u8] = b"\0asm component bytes";
