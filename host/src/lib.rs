@@ -37,7 +37,6 @@ pub mod plugin;
 pub mod resources;
 pub mod sandbox;
 pub mod select;
-pub mod settings_file;
 pub mod store;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};

@@ -207,8 +207,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("memoryByte"), "{err}");
-        let err = crate::settings_file::SettingsFile::parse("limits:\n  memoryByte: 1048576\n")
-            .unwrap_err();
+        let err =
+            crate::plugin::SettingsFile::parse("limits:\n  memoryByte: 1048576\n").unwrap_err();
         assert!(err.contains("unknown field `memoryByte`"), "{err}");
     }
 

@@ -5,7 +5,7 @@
 
 use crate::item::ItemRef;
 use crate::plugin::Phase;
-use crate::settings_file::SettingsFile;
+use crate::plugin::SettingsFile;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;

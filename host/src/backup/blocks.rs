@@ -12,36 +12,11 @@
 
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
+use crate::plugin::Relation;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Mutex;
-
-/// A source of related items beyond the built-in ones: an `item-block-action`
-/// plugin, or a closure in tests. `name` is used in error messages.
-pub trait Relation: Send + Sync {
-    fn name(&self) -> &str;
-    /// The items that must be in the same block as `item`.
-    fn related(&self, item: &Item) -> Result<Vec<ItemRef>, String>;
-}
-
-/// A named closure as a [`Relation`].
-pub struct FnRelation<F> {
-    pub name: String,
-    pub f: F,
-}
-
-impl<F> Relation for FnRelation<F>
-where
-    F: Fn(&Item) -> Result<Vec<ItemRef>, String> + Send + Sync,
-{
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn related(&self, item: &Item) -> Result<Vec<ItemRef>, String> {
-        (self.f)(item)
-    }
-}
 
 /// Items backed up together. The first is the one the block grew from.
 #[derive(Clone, Debug, PartialEq)]

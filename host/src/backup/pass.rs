@@ -11,9 +11,10 @@
 //! backed up exactly once.
 
 use crate::backup::block_work::BlockWork;
-use crate::backup::blocks::{ClaimSet, Relation, form_blocks};
+use crate::backup::blocks::{ClaimSet, form_blocks};
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
+use crate::plugin::Relation;
 use crate::plugin::{BackupRef, Plugin, PluginInstance};
 use crate::select::BackupFilter;
 use std::collections::{HashSet, VecDeque};

@@ -5,7 +5,7 @@ use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::VolumeBackup;
 use iar::operations::Operation;
 use iar::phases::{BackupRequest, PhaseMachine, Settings};
-use iar::settings_file::SettingsFile;
+use iar::plugin::SettingsFile;
 use iar::store::{BackupFile, BackupStore};
 use iar::{ManifestCluster, Plugin, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use iar::authoring::conformance;
-use iar::settings_file::SettingsFile;
+use iar::plugin::SettingsFile;
 use iar::{Runtime, RuntimeConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -2,12 +2,12 @@
 //! their blocks, and the tarball; it ends waiting or finalizing.
 
 use crate::backup::block_work::BlockWork;
-use crate::backup::blocks::Relation;
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
 use crate::backup::pass::{self, ItemOutcome, PassOutput};
 use crate::item::{Item, ItemRef};
 use crate::operations::{Operation, OperationSpec};
+use crate::plugin::Relation;
 use crate::plugin::{BackupRef, Phase};
 use crate::resources::Catalog;
 use crate::select::BackupFilter;

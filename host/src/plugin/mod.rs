@@ -11,7 +11,8 @@ pub mod validate;
 pub use crate::contract::Interface;
 pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
 pub use instance::{PluginInstance, StdioCounts, lift_budget};
-pub use relations::PluginRelation;
+pub use relations::{FnRelation, PluginRelation, Relation};
+pub use settings::{PluginSettings, SettingsFile};
 pub use validate::{ExecuteResult, Phase, Progress};
 
 use crate::cluster::{NoCluster, ReadGrants};
@@ -25,16 +26,6 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-
-/// How the operator configured one plugin.
-#[derive(Clone, Debug, Default)]
-pub struct PluginSettings {
-    pub limits: Limits,
-    /// Answers to the guest's `config(key)`.
-    pub config: BTreeMap<String, String>,
-    /// What the guest may read through `cluster-get`.
-    pub grants: ReadGrants,
-}
 
 /// The backup a call belongs to, as the guest sees it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

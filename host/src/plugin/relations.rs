@@ -2,10 +2,35 @@
 //! [`crate::backup::blocks::form_blocks`].
 
 use super::{BackupRef, Plugin, PluginInstance};
-use crate::backup::blocks::Relation;
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use std::sync::{Arc, Mutex};
+
+/// A source of related items beyond the built-in ones: an `item-block-action`
+/// plugin, or a closure in tests. `name` is used in error messages.
+pub trait Relation: Send + Sync {
+    fn name(&self) -> &str;
+    /// The items that must be in the same block as `item`.
+    fn related(&self, item: &Item) -> Result<Vec<ItemRef>, String>;
+}
+
+/// A named closure as a [`Relation`].
+pub struct FnRelation<F> {
+    pub name: String,
+    pub f: F,
+}
+
+impl<F> Relation for FnRelation<F>
+where
+    F: Fn(&Item) -> Result<Vec<ItemRef>, String> + Send + Sync,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn related(&self, item: &Item) -> Result<Vec<ItemRef>, String> {
+        (self.f)(item)
+    }
+}
 
 /// Relations from one plugin that exports `item-block-action`, for one
 /// backup pass (the `backup` every `get-related-items` call belongs to).

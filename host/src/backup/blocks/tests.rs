@@ -1,4 +1,5 @@
 use super::*;
+use crate::plugin::FnRelation;
 use crate::resources::Catalog;
 use serde_json::json;
 use std::sync::Arc;

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::resources::Catalog;
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! so every rule is unit-tested without a server.
 
 use crate::plugin::PluginSettings;
-use crate::plugin::settings::SettingsDoc;
+use crate::plugin::SettingsFile;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
@@ -256,7 +256,7 @@ pub fn parse(cm: &ConfigMap) -> Result<PluginSpec, ConfigMapError> {
         configmap: configmap.clone(),
         reason,
     };
-    let settings = SettingsDoc::parse(data.get(KEY_SETTINGS).map_or("", String::as_str))
+    let settings = SettingsFile::parse(data.get(KEY_SETTINGS).map_or("", String::as_str))
         .and_then(|doc| doc.into_settings([]))
         .map_err(settings_error)?;
     Ok(PluginSpec {

@@ -257,10 +257,10 @@ pub fn covers(policy: &str, asked: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::settings::SettingsDoc;
+    use crate::plugin::SettingsFile;
 
     fn settings(doc: &str) -> PluginSettings {
-        SettingsDoc::parse(doc).unwrap().into_settings([]).unwrap()
+        SettingsFile::parse(doc).unwrap().into_settings([]).unwrap()
     }
 
     #[test]
