@@ -1,8 +1,8 @@
 //! `iar controller` and `iar crd`.
 
 use anyhow::Context;
+use iar::k8s::controller::{Options, Plugins, run};
 use iar::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions};
-use iar::k8s::run::{Options, Plugins, run};
 use iar::phases::Settings;
 use iar::store::BackupStore;
 use iar::{Runtime, RuntimeConfig};

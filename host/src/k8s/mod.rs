@@ -14,11 +14,12 @@ pub async fn client() -> Result<kube::Client, kube::Error> {
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+pub mod controller;
 pub mod crd;
-pub mod gc;
 pub mod leader;
 pub mod live;
 pub mod plugins;
 pub mod reconcile;
-pub mod run;
+pub mod resource;
 pub mod serve;
+pub mod sweep;

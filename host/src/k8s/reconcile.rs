@@ -10,11 +10,11 @@
 //!
 //! A finished backup's reconcile comes back at its expiration; an expired
 //! backup is deleted from the store and its resource with it (the
-//! leader's periodic sweep, `super::gc`, does the same for every backup
+//! leader's periodic sweep, `super::sweep`, does the same for every backup
 //! in the store).
 
 use super::crd::Backup;
-use super::gc::{delete_with_uid, deleted};
+use super::resource::{RESOURCE_UID_ANNOTATION, delete_with_uid, deleted, made_for, patch_status};
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, BackupStatus};
 use crate::phases::gc::Outcome;
@@ -22,16 +22,12 @@ use crate::phases::{BackupRequest, PhaseError, PhaseMachine, Step};
 use crate::store::lease::LeaseError;
 use crate::store::{BackupFile, StoreError};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event, finalizer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-/// Recorded on the persisted backup: the uid of the resource it was made
-/// for, so a later resource of the same name is not mistaken for it.
-pub const RESOURCE_UID_ANNOTATION: &str = "iar.dev/resource-uid";
 
 /// The finalizer iar puts on every Backup it reconciles, so that it hears
 /// of a deletion even while it is down: an unfinished backup is cancelled
@@ -186,19 +182,6 @@ impl Context {
     }
 }
 
-/// Writes a backup's status onto its resource (a merge patch of the status
-/// subresource: nothing else of the object is touched).
-pub async fn patch_status(
-    api: &Api<Backup>,
-    name: &str,
-    status: &BackupStatus,
-) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({ "status": status });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-}
-
 /// One reconcile: a Backup without the finalizer gets it first (and is
 /// reconciled again by that change); a deleted one is cleaned up.
 pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
@@ -236,17 +219,6 @@ async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, Reconcile
     }
     ctx.polled(&name, true);
     Ok(Action::await_change())
-}
-
-/// Whether a stored backup was made for the resource with this uid: it
-/// records the uid it was made for; one that records none (made before the
-/// annotation existed) is taken to be this resource's.
-pub fn made_for(stored: &BackupObject, resource_uid: Option<&str>) -> bool {
-    stored
-        .metadata
-        .annotations
-        .get(RESOURCE_UID_ANNOTATION)
-        .is_none_or(|uid| resource_uid == Some(uid.as_str()))
 }
 
 /// [`patch_status`] as a reconcile's error, naming the Backup.

@@ -6,7 +6,8 @@ use super::crd::Backup;
 use super::leader::{Elector, LeaderError};
 use super::live::LiveCluster;
 use super::plugins::{PluginRegistry, WatchOptions, watch_with};
-use super::reconcile::{Context, error_policy, patch_status, reconcile};
+use super::reconcile::{Context, error_policy, reconcile};
+use super::resource::patch_status;
 use super::serve::{Health, serve};
 use crate::backup::object::{BackupObject, BackupStatus};
 use crate::phases::{PhaseMachine, PluginSource, Settings, StatusSink};
@@ -209,7 +210,7 @@ pub async fn run(
                 });
             tokio::select! {
                 () = reconciling => {}
-                () = super::gc::sweep_forever(&context) => {}
+                () = super::sweep::sweep_forever(&context) => {}
             }
         })
         .await?;
