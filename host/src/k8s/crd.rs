@@ -3,10 +3,11 @@
 //! the spec reaches plugins exactly as Velero would hand it to them.
 
 use crate::backup::object::BackupStatus;
+use k8s_openapi::api::core::v1::TypedLocalObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// What to back up. Every field is optional; an empty spec backs up every
 /// listable object in the cluster.
@@ -58,33 +59,6 @@ pub struct BackupSpec {
     pub resource_policy: Option<TypedLocalObjectReference>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LabelSelector {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub match_labels: Option<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub match_expressions: Option<Vec<LabelSelectorRequirement>>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LabelSelectorRequirement {
-    pub key: String,
-    pub operator: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub values: Option<Vec<String>>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TypedLocalObjectReference {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_group: Option<String>,
-    pub kind: String,
-    pub name: String,
-}
-
 fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
@@ -103,7 +77,30 @@ impl BackupSpec {
 pub fn definition()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     use kube::CustomResourceExt;
-    Backup::crd()
+    let mut crd = serde_json::to_value(Backup::crd()).expect("a CRD serializes");
+    kubernetes_formats(&mut crd);
+    serde_json::from_value(crd).expect("only formats changed")
+}
+
+/// schemars names Rust's unsigned integers `uint64` and `uint32`, formats
+/// Kubernetes does not know (`kubectl apply` warns about each); the API
+/// server's own are `int64` and `int32`. The schema's `minimum: 0` keeps
+/// them unsigned.
+fn kubernetes_formats(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(format) = map.get_mut("format") {
+                match format.as_str() {
+                    Some("uint64") => *format = "int64".into(),
+                    Some("uint32" | "uint16" | "uint8") => *format = "int32".into(),
+                    _ => {}
+                }
+            }
+            map.values_mut().for_each(kubernetes_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(kubernetes_formats),
+        _ => {}
+    }
 }
 
 /// The CRD as YAML, ready for `kubectl apply -f -`.
@@ -163,6 +160,62 @@ mod tests {
             "backupItemOperationsAttempted",
         ] {
             assert!(status.get(field).is_some(), "status.{field} missing");
+        }
+    }
+
+    /// Every format in the CRD's schema is one the API server knows:
+    /// `kubectl apply` warned `unrecognized format "uint64"` before.
+    #[test]
+    fn the_schema_uses_only_formats_kubernetes_knows() {
+        fn formats(value: &serde_json::Value, found: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    if let Some(f) = map.get("format").and_then(|f| f.as_str()) {
+                        found.push(f.to_string());
+                    }
+                    map.values().for_each(|v| formats(v, found));
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| formats(v, found)),
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        formats(&serde_json::to_value(definition()).unwrap(), &mut found);
+        assert!(found.iter().any(|f| f == "int64"), "{found:?}");
+        // apiextensions-apiserver's list (pkg/apiserver/validation/formats.go).
+        let known = [
+            "bsonobjectid",
+            "uri",
+            "email",
+            "hostname",
+            "ipv4",
+            "ipv6",
+            "cidr",
+            "mac",
+            "uuid",
+            "uuid3",
+            "uuid4",
+            "uuid5",
+            "isbn",
+            "isbn10",
+            "isbn13",
+            "creditcard",
+            "ssn",
+            "hexcolor",
+            "rgbcolor",
+            "byte",
+            "password",
+            "date",
+            "duration",
+            "datetime",
+            "date-time",
+            "int32",
+            "int64",
+            "float",
+            "double",
+        ];
+        for f in &found {
+            assert!(known.contains(&f.as_str()), "unknown format {f:?}");
         }
     }
 }
