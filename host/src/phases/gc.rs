@@ -58,7 +58,7 @@ pub enum Kept {
 
 /// Whether a stored backup goes now. `Deleting` always does: a deletion
 /// once begun is finished.
-pub fn verdict(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, String> {
+pub fn why_kept(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, String> {
     let status = &object.status;
     if status.phase == BackupPhase::Deleting {
         return Ok(None);
@@ -110,7 +110,7 @@ impl PhaseMachine {
                 self.tidy(name).await
             };
         };
-        if let Some(kept) = verdict(&object, now).map_err(|r| invalid(name, r))? {
+        if let Some(kept) = why_kept(&object, now).map_err(|r| invalid(name, r))? {
             return Ok(Outcome::Kept(kept));
         }
         if dry_run {
@@ -142,7 +142,7 @@ impl PhaseMachine {
         let Some(found) = self.stored(name).await? else {
             return Ok(Outcome::Kept(Kept::NoObject));
         };
-        if let Some(kept) = verdict(&found, now).map_err(|r| invalid(name, r))? {
+        if let Some(kept) = why_kept(&found, now).map_err(|r| invalid(name, r))? {
             return Ok(Outcome::Kept(kept));
         }
         if found.status.phase != BackupPhase::Deleting {

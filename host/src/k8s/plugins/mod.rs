@@ -7,6 +7,7 @@
 //! What a ConfigMap may grant is bounded by the operator's
 //! [`GrantPolicy`]; loads run in parallel, each stage under a timeout.
 
+mod claims;
 pub mod configmap;
 mod load;
 pub mod policy;
