@@ -12,7 +12,7 @@
 
 use iar::Item;
 use iar::backup::spec::{BackupFilter, operation_timeout};
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 

@@ -24,7 +24,7 @@ use iar::item::{ItemRef, group_of};
 use iar::item_scan::{self, Scanned};
 use iar::operations::{Operation, OperationSpec};
 use iar::plugin::validate::{self, Phase};
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::{Item, Limits};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use iar::Item;
 use iar::manifests::parse_documents;
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use iar::select::LabelSelector;
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::select::{CompiledSelector, ResourceSelector};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,7 +4,7 @@
 //! compare the three in the same run (the machines are shared and noisy).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::{Item, NoCluster, Plugin, Runtime, RuntimeConfig};
 use iar_tests::fixtures::{bench_pod, native_label};
 use std::hint::black_box;

@@ -1,9 +1,9 @@
 //! Read-only cluster lookups offered to plugins (`cluster-get`), and which
 //! resources an operator lets a plugin read.
 
+use crate::catalog::{Catalog, GroupResource};
 use crate::item::{Item, ItemRef};
 use crate::manifests;
-use crate::resources::{Catalog, GroupResource};
 use crate::select::BackupFilter;
 use serde_json::Value;
 use std::collections::HashMap;

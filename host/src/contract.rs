@@ -344,7 +344,7 @@ mod tests {
             assert!(err.contains(what), "{err}");
         }
         // Loading refuses it with the rule's name, before compiling.
-        let runtime = crate::engine::Runtime::new(crate::engine::RuntimeConfig {
+        let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeConfig {
             cache_dir: None,
             ..Default::default()
         })

@@ -1,7 +1,7 @@
 //! Items: Kubernetes objects as JSON, with the identity the host checks.
 
+use crate::catalog::{Catalog, GroupResource};
 use crate::item_scan::Identity;
-use crate::resources::{Catalog, GroupResource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;

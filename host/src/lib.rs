@@ -2,7 +2,7 @@
 //! (Velero's BackupItemAction v2) as sandboxed WebAssembly components.
 //!
 //! Data flows one way: sources (files, a cluster) → [`plugin`] (the
-//! host/guest boundary) → results. Nothing outside [`plugin`], [`engine`]
+//! host/guest boundary) → results. Nothing outside [`plugin`], [`runtime`]
 //! and [`sandbox`] knows wasm exists.
 
 // Boundary errors carry the plugin, the item and the rule by design; they are
@@ -21,9 +21,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod authoring;
 pub mod backup;
+pub mod catalog;
 pub mod cluster;
 pub mod contract;
-pub mod engine;
 pub mod identifier;
 pub mod item;
 pub mod item_scan;
@@ -34,15 +34,15 @@ pub mod metrics;
 pub mod operations;
 pub mod phases;
 pub mod plugin;
-pub mod resources;
+pub mod runtime;
 pub mod sandbox;
 pub mod select;
 pub mod store;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
-pub use engine::{Allocation, Runtime, RuntimeConfig};
 pub use item::{Item, ItemRef};
 pub use limits::{Isolation, Limits};
 pub use plugin::{
     BackupRef, CallError, LoadError, Phase, Plugin, PluginInstance, PluginSettings, Violation,
 };
+pub use runtime::{Allocation, Runtime, RuntimeConfig};

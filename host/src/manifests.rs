@@ -1,8 +1,8 @@
 //! Reading Kubernetes manifests from files: YAML (multi-document) or JSON,
 //! `List` kinds expanded, directories walked in name order.
 
+use crate::catalog::Catalog;
 use crate::item::Item;
-use crate::resources::Catalog;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -8,12 +8,12 @@ use super::diff::json_diff;
 use super::generate;
 use super::stubs::StrictCluster;
 use crate::Runtime;
+use crate::catalog::Catalog;
 use crate::item::Item;
 use crate::plugin::{
     ActionError, BackupRef, CallError, ExecuteResult, Interface, LoadError, Phase, Plugin,
     PluginSettings, Violation,
 };
-use crate::resources::Catalog;
 use serde_json::{Value, json};
 use std::sync::Arc;
 

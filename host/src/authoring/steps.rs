@@ -4,9 +4,9 @@
 use super::expect::{Budget, check_error, check_execute, compile_pattern, describe_error};
 use super::stubs::StrictCluster;
 use super::testfile::{Expect, ExpectProgress, Step};
+use crate::catalog::Catalog;
 use crate::item::Item;
 use crate::plugin::{BackupRef, CallError, ExecuteResult, Phase, PluginInstance, Progress};
-use crate::resources::Catalog;
 use anyhow::anyhow;
 use serde_json::Value;
 

@@ -4,9 +4,9 @@
 //! it answered, for `iar run --record`.
 
 use super::testfile::{ObjectRef, RecordedGet, Recording};
+use crate::catalog::Catalog;
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
-use crate::resources::Catalog;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -2,8 +2,8 @@
 //! (warm) instance and on a fresh instance per call.
 
 use anyhow::Context;
+use iar::catalog::Catalog;
 use iar::plugin::SettingsFile;
-use iar::resources::Catalog;
 use iar::{
     BackupRef, ClusterReader, Item, ManifestCluster, NoCluster, Phase, Plugin, Runtime,
     RuntimeConfig,

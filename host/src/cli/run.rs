@@ -1,8 +1,8 @@
 //! `iar run`: plugins on one item, no cluster needed.
 
 use anyhow::{Context, bail};
+use iar::catalog::Catalog;
 use iar::plugin::{CallError, Phase};
-use iar::resources::Catalog;
 use iar::{
     BackupRef, ClusterReader, Item, ManifestCluster, NoCluster, Plugin, PluginSettings, Runtime,
     RuntimeConfig,

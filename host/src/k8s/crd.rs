@@ -127,7 +127,7 @@ mod tests {
             crate::Item::from_value(
                 serde_json::json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": "p", "namespace": ns, "labels": {"app": app}}}),
-                crate::resources::Catalog::builtin(),
+                crate::catalog::Catalog::builtin(),
             )
             .unwrap()
         };

@@ -10,9 +10,9 @@
 //! [`get`]: ClusterReader::get
 //! [`get_async`]: ClusterReader::get_async
 
+use crate::catalog::GroupResource;
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
-use crate::resources::GroupResource;
 use crate::select::BackupFilter;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};

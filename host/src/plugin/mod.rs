@@ -15,11 +15,11 @@ pub use relations::{FnRelation, PluginRelation, Relation};
 pub use settings::{PluginSettings, SettingsFile};
 pub use validate::{ExecuteResult, Phase, Progress};
 
+use crate::catalog::Catalog;
 use crate::cluster::{NoCluster, ReadGrants};
 use crate::contract::{self, ComponentShape, v1};
-use crate::engine::Runtime;
 use crate::limits::Limits;
-use crate::resources::Catalog;
+use crate::runtime::Runtime;
 use crate::select::applies_to::{CompiledSelector, ResourceSelector};
 use exports::Exports;
 use sha2::{Digest, Sha256};
@@ -136,7 +136,7 @@ impl Plugin {
         let (version, interfaces) = check_version(&plugin, &shape)?;
         // Validate before compiling: a precise error, and no compiler time
         // spent on garbage.
-        wasmparser::Validator::new_with_features(crate::engine::validator_features())
+        wasmparser::Validator::new_with_features(crate::runtime::validator_features())
             .validate_all(bytes)
             .map_err(|e| invalid(format!("invalid component: {e}")))?;
         let digest = hex::encode(Sha256::digest(bytes));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use glob::Pattern;
 
-use crate::resources::Catalog;
+use crate::catalog::Catalog;
 use crate::select::labels::{LabelSelector, LabelSelectorError};
 
 /// A plugin's `AppliesTo` answer as written.

@@ -2,7 +2,7 @@
 //! of a Velero Backup `spec`, compiled once.
 
 use super::applies_to::{CompiledSelector, ResourceSelector, SelectorError};
-use crate::resources::Catalog;
+use crate::catalog::Catalog;
 use serde_json::Value;
 
 /// Which items a backup takes, compiled from its spec. The include/exclude

@@ -1,6 +1,6 @@
 use super::*;
+use crate::catalog::Catalog;
 use crate::plugin::FnRelation;
-use crate::resources::Catalog;
 use serde_json::json;
 use std::sync::Arc;
 

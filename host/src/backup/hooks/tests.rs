@@ -1,5 +1,5 @@
 use super::*;
-use crate::resources::Catalog;
+use crate::catalog::Catalog;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

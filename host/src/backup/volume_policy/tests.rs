@@ -1,5 +1,5 @@
 use super::*;
-use crate::resources::Catalog;
+use crate::catalog::Catalog;
 use VolumeAction::*;
 use serde_json::json;
 

@@ -5,8 +5,8 @@
 
 use super::configmap::{self, ConfigMapError, MAX_REFERENCED_BYTES, PluginSpec, Source};
 use super::status::Status;
-use crate::engine::Runtime;
 use crate::plugin::{LoadError, Plugin};
+use crate::runtime::Runtime;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Component, Path};
