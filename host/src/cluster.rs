@@ -11,6 +11,70 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+/// Why a cluster could not answer. What a plugin sees of it is its text;
+/// the host keeps the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A manifest file or directory could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest did not parse.
+    #[error(transparent)]
+    Manifest(#[from] manifests::ManifestError),
+    /// An object that lacks what an item needs (a kind the catalog knows,
+    /// a name).
+    #[error("{0}")]
+    NotAnItem(#[from] crate::item::ItemError),
+    /// An identifier that breaks Kubernetes' naming rules; never sent.
+    #[error("reading {id}: {part} (rule: {rule})", rule = crate::identifier::RULE)]
+    InvalidIdentifier {
+        id: ItemRef,
+        part: Box<crate::identifier::InvalidPart>,
+    },
+    /// A resource that exists but cannot be read with `get`.
+    #[error("{0} cannot be read with get")]
+    NotGettable(GroupResource),
+    /// No answer within the time the caller had.
+    #[error("reading {id}: no answer from the API server within {wait:?}")]
+    TimedOut {
+        id: ItemRef,
+        wait: std::time::Duration,
+    },
+    /// The API server refused or failed the request.
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// This cluster cannot list its objects.
+    #[error("this cluster cannot list its objects")]
+    CannotList,
+    /// A thread panicked while holding the manifest cache.
+    #[error("the manifest cache is poisoned (a lookup panicked)")]
+    Poisoned,
+    /// Host code panicked answering (a cluster reader's bug): an error for
+    /// the one lookup, not the end of the backup.
+    #[error("host code panicked: {0} (rule: host-panic)")]
+    Panicked(String),
+    /// A cluster's own refusal, as text (test and authoring clusters).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl ClusterError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ClusterError + '_ {
+        move |source| ClusterError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 /// The cluster a backup reads: `cluster-get` for plugins, the items to back
 /// up, and post-operation items when finalizing. A directory of manifests
 /// ([`ManifestCluster`]) or a live API server (`k8s::live::LiveCluster`).
@@ -18,11 +82,11 @@ use std::time::SystemTime;
 pub trait ClusterReader: Send + Sync {
     /// `Ok(None)` when the object does not exist. Called from blocking
     /// threads (plugin calls); async code calls [`ClusterReader::get_async`].
-    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String>;
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError>;
 
     /// The object as compact JSON text, what `cluster-get` hands a plugin.
     /// A cluster that keeps objects' text answers without serializing.
-    fn get_json(&self, id: &ItemRef) -> Result<Option<Arc<str>>, String> {
+    fn get_json(&self, id: &ItemRef) -> Result<Option<Arc<str>>, ClusterError> {
         Ok(self.get(id)?.map(|v| crate::item::json_text(&v).into()))
     }
 
@@ -33,22 +97,22 @@ pub trait ClusterReader: Send + Sync {
         &self,
         id: &ItemRef,
         budget: std::time::Duration,
-    ) -> Result<Option<Arc<str>>, String> {
+    ) -> Result<Option<Arc<str>>, ClusterError> {
         let _ = budget;
         self.get_json(id)
     }
 
     /// [`ClusterReader::get`] for async callers: a cluster that answers
     /// over the network overrides it, so that no runtime thread blocks.
-    async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         self.get(id)
     }
 
     /// Every object the backup's filter selects. A cluster that cannot
     /// list says so.
-    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
+    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
         let _ = filter;
-        Err("this cluster cannot list its objects".into())
+        Err(ClusterError::CannotList)
     }
 
     /// The objects of the manifests `sources` that the filter selects, when
@@ -60,25 +124,25 @@ pub trait ClusterReader: Send + Sync {
         &self,
         sources: &[PathBuf],
         filter: &BackupFilter,
-    ) -> Option<Result<Vec<Item>, String>> {
+    ) -> Option<Result<Vec<Item>, ClusterError>> {
         let _ = (sources, filter);
         None
     }
 
     /// The object as an [`Item`], for backing it up; an object without the
     /// identity an item needs is an error.
-    fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+    fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
         self.get(id)?.map(to_item).transpose()
     }
 
     /// [`ClusterReader::get_item`] for async callers (finalize).
-    async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+    async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
         self.get_async(id).await?.map(to_item).transpose()
     }
 }
 
-fn to_item(value: Value) -> Result<Item, String> {
-    Item::from_value(value, Catalog::builtin()).map_err(|e| e.to_string())
+fn to_item(value: Value) -> Result<Item, ClusterError> {
+    Ok(Item::from_value(value, Catalog::builtin())?)
 }
 
 /// No cluster at all: every lookup finds nothing.
@@ -86,11 +150,11 @@ pub struct NoCluster;
 
 #[async_trait::async_trait]
 impl ClusterReader for NoCluster {
-    fn get(&self, _id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, _id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         Ok(None)
     }
 
-    async fn list(&self, _filter: &BackupFilter) -> Result<Vec<Item>, String> {
+    async fn list(&self, _filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
         Ok(Vec::new())
     }
 }
@@ -198,15 +262,15 @@ pub struct ManifestCluster {
     cache: RwLock<Cache>,
 }
 
-fn modified(path: &Path) -> Result<(Option<SystemTime>, u64), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn modified(path: &Path) -> Result<(Option<SystemTime>, u64), ClusterError> {
+    let meta = std::fs::metadata(path).map_err(ClusterError::io(path))?;
     Ok((meta.modified().ok(), meta.len()))
 }
 
 impl Cache {
     /// Re-lists the directories under `path` whose mtime changed; returns
     /// whether any did.
-    fn relist(&mut self, path: &Path) -> Result<bool, String> {
+    fn relist(&mut self, path: &Path) -> Result<bool, ClusterError> {
         if !path.is_dir() {
             return Ok(false);
         }
@@ -219,10 +283,8 @@ impl Cache {
         {
             let mut files = Vec::new();
             let mut subdirs = Vec::new();
-            for entry in std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))? {
-                let entry = entry
-                    .map_err(|e| format!("{}: {e}", path.display()))?
-                    .path();
+            for entry in std::fs::read_dir(path).map_err(ClusterError::io(path))? {
+                let entry = entry.map_err(ClusterError::io(path))?.path();
                 if entry.is_dir() {
                     subdirs.push(entry);
                 } else if manifests::is_manifest(&entry) {
@@ -255,7 +317,7 @@ impl Cache {
 
     /// Brings the list of files up to date: a `stat` per directory.
     /// Returns whether the listing changed.
-    fn update_listing(&mut self, paths: &[PathBuf]) -> Result<bool, String> {
+    fn update_listing(&mut self, paths: &[PathBuf]) -> Result<bool, ClusterError> {
         let mut changed = self.all.is_empty();
         for path in paths {
             changed |= self.relist(path)?;
@@ -272,7 +334,7 @@ impl Cache {
     }
 
     /// Re-reads a file if it changed since it was parsed.
-    fn refresh(&mut self, file: &Path, catalog: &Catalog) -> Result<(), String> {
+    fn refresh(&mut self, file: &Path, catalog: &Catalog) -> Result<(), ClusterError> {
         let (modified, len) = match modified(file) {
             Ok(m) => m,
             Err(_) => {
@@ -290,7 +352,7 @@ impl Cache {
             .get(file)
             .is_some_and(|c| c.modified == modified && c.len == len && modified.is_some());
         if !fresh {
-            let items = manifests::read_file(file, catalog).map_err(|e| e.to_string())?;
+            let items = manifests::read_file(file, catalog)?;
             for (at, item) in items.iter().enumerate() {
                 self.index.insert(item.id.clone(), (file.to_path_buf(), at));
             }
@@ -362,14 +424,18 @@ impl ManifestCluster {
     }
 
     /// Finds an object as the files are now and answers from it.
-    fn find<R>(&self, id: &ItemRef, answer: impl Fn(&Item) -> R) -> Result<Option<R>, String> {
+    fn find<R>(
+        &self,
+        id: &ItemRef,
+        answer: impl Fn(&Item) -> R,
+    ) -> Result<Option<R>, ClusterError> {
         if let Some(found) = self.get_unchanged(id, &answer) {
             return Ok(Some(found));
         }
         // The write lock guards the parse cache; it is held while a changed
         // file is re-read so that concurrent lookups do not parse it twice
         // (atomicity is the point: listing, files and index change together).
-        let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
+        let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
         let relisted = cache.update_listing(&self.paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some((file, _)) = cache.index.get(id).cloned()
@@ -414,14 +480,14 @@ impl ClusterReader for ManifestCluster {
     /// through the parse cache: the lookups that follow in the same backup
     /// (item blocks, additional items, post-operation items) find them
     /// parsed, and the items listed share their JSON with the cache.
-    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
+    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
         let mut files = Vec::new();
         for path in &self.paths {
-            files.extend(manifests::manifest_files(path).map_err(|e| e.to_string())?);
+            files.extend(manifests::manifest_files(path)?);
         }
         // The write lock is held across the reads, as in `find`: listing,
         // files and index change together.
-        let mut cache = self.cache.write().map_err(|_| "manifest cache poisoned")?;
+        let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
         cache.update_listing(&self.paths)?;
         let mut items = Vec::new();
         for file in &files {
@@ -437,7 +503,7 @@ impl ClusterReader for ManifestCluster {
         &self,
         sources: &[PathBuf],
         filter: &BackupFilter,
-    ) -> Option<Result<Vec<Item>, String>> {
+    ) -> Option<Result<Vec<Item>, ClusterError>> {
         if sources == self.paths.as_slice() {
             Some(self.list(filter).await)
         } else {
@@ -445,23 +511,23 @@ impl ClusterReader for ManifestCluster {
         }
     }
 
-    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         self.find(id, |item| item.value().clone())
     }
 
     /// The cached item itself: a clone shares its value and text.
-    fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+    fn get_item(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
         self.find(id, Item::clone)
     }
 
-    async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, String> {
+    async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
         self.get_item(id)
     }
 
     /// The text each cached object keeps (written on its first lookup):
     /// a plugin polling the same VolumeSnapshot is answered with a copy of
     /// the same bytes.
-    fn get_json(&self, id: &ItemRef) -> Result<Option<Arc<str>>, String> {
+    fn get_json(&self, id: &ItemRef) -> Result<Option<Arc<str>>, ClusterError> {
         self.find(id, |item| item.json().clone())
     }
 }

@@ -521,7 +521,8 @@ impl host::Host for State {
         let answer = self
             .cluster
             .get_json_within(&id, budget)
-            .map(|v| v.map(|t| t.to_string()));
+            .map(|v| v.map(|t| t.to_string()))
+            .map_err(|e| e.to_string());
         if self.wall_left().is_none() {
             return Err(self.past_ceiling());
         }

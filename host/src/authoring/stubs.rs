@@ -5,7 +5,7 @@
 
 use super::testfile::{ObjectRef, RecordedGet, Recording};
 use crate::catalog::Catalog;
-use crate::cluster::ClusterReader;
+use crate::cluster::{ClusterError, ClusterReader};
 use crate::item::{Item, ItemRef};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,7 +62,7 @@ impl StrictCluster {
 }
 
 impl ClusterReader for StrictCluster {
-    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         let mut s = self.lock();
         s.reads.insert(id.clone());
         match s.objects.get(id) {
@@ -108,7 +108,7 @@ impl RecordingCluster {
 }
 
 impl ClusterReader for RecordingCluster {
-    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         let answer = self.inner.get(id)?;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let key = ObjectRef::from(id);

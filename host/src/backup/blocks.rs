@@ -10,7 +10,7 @@
 //! the backup did not collect is read from the cluster; one that does not
 //! exist is skipped with a warning.
 
-use crate::cluster::ClusterReader;
+use crate::cluster::{ClusterError, ClusterReader};
 use crate::item::{Item, ItemRef};
 use crate::plugin::Relation;
 use serde_json::Value;
@@ -174,13 +174,12 @@ pub fn form_blocks(
                     cluster.get_item(&id)
                 }))
                 .unwrap_or_else(|panic| {
-                    Err(format!(
-                        "host code panicked: {} (rule: host-panic)",
+                    Err(ClusterError::Panicked(
                         panic
                             .downcast_ref::<&str>()
                             .map(|s| s.to_string())
                             .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_default()
+                            .unwrap_or_default(),
                     ))
                 });
                 match read {

@@ -11,7 +11,7 @@
 //! [`get_async`]: ClusterReader::get_async
 
 use crate::catalog::GroupResource;
-use crate::cluster::ClusterReader;
+use crate::cluster::{ClusterError, ClusterReader};
 use crate::item::{Item, ItemRef};
 use crate::select::BackupFilter;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -80,11 +80,11 @@ impl LiveCluster {
 
     /// Every resource at its group's preferred version, from aggregated
     /// discovery (two requests however many groups there are).
-    async fn discover(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, String> {
+    async fn discover(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, ClusterError> {
         let discovery = Discovery::new(self.client.clone())
             .run_aggregated()
             .await
-            .map_err(|e| format!("discovery: {e}"))?;
+            .map_err(|e| api_error("discovery".into(), e))?;
         self.count(2);
         let mut map = HashMap::new();
         for group in discovery.groups() {
@@ -108,7 +108,7 @@ impl LiveCluster {
         Ok(map)
     }
 
-    async fn resources(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, String> {
+    async fn resources(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, ClusterError> {
         if let Some(known) = self.resources.read().await.clone() {
             return Ok(known);
         }
@@ -119,7 +119,7 @@ impl LiveCluster {
     /// created since the last discovery), but at most once per
     /// [`REDISCOVER_AFTER`]: a plugin asking for resources that do not
     /// exist cannot make every lookup two discovery requests.
-    async fn resource(&self, gr: &GroupResource) -> Result<Option<Resource>, String> {
+    async fn resource(&self, gr: &GroupResource) -> Result<Option<Resource>, ClusterError> {
         if let Some(r) = self.resources().await?.get(gr) {
             return Ok(Some(r.clone()));
         }
@@ -148,7 +148,7 @@ impl LiveCluster {
         namespace: Option<&str>,
         filter: &BackupFilter,
         out: &mut Vec<Item>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let api = self.api(r, namespace);
         let mut params = ListParams::default().limit(self.page_size);
         if !filter.label_selector().is_empty() {
@@ -156,11 +156,12 @@ impl LiveCluster {
         }
         loop {
             let page = api.list(&params).await.map_err(|e| {
-                format!(
-                    "listing {}{}: {e}",
+                let what = format!(
+                    "listing {}{}",
                     GroupResource::new(&r.api.group, &r.api.plural),
                     namespace.map(|n| format!(" in {n}")).unwrap_or_default()
-                )
+                );
+                api_error(what, e)
             })?;
             self.count(1);
             for object in page.items {
@@ -194,10 +195,18 @@ fn path_segment(part: &str) -> String {
     percent_encoding::utf8_percent_encode(part, SEGMENT).to_string()
 }
 
+fn api_error(what: String, e: impl std::error::Error + Send + Sync + 'static) -> ClusterError {
+    ClusterError::Api {
+        what,
+        source: Box::new(e),
+    }
+}
+
 /// A listed object as an item: list responses leave out each object's
 /// apiVersion and kind, so they come from discovery.
-fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, String> {
-    let mut value = serde_json::to_value(&object).map_err(|e| e.to_string())?;
+fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, ClusterError> {
+    let mut value = serde_json::to_value(&object)
+        .map_err(|e| api_error(format!("{} from the API server", api.kind), e))?;
     if let Value::Object(map) = &mut value {
         map.insert("apiVersion".into(), Value::String(api.api_version.clone()));
         map.insert("kind".into(), Value::String(api.kind.clone()));
@@ -213,7 +222,7 @@ fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, String> {
 
 #[async_trait::async_trait]
 impl ClusterReader for LiveCluster {
-    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         // Plugin calls run on blocking threads, which may wait on the
         // runtime; tokio refuses (panics) if a runtime thread tries.
         self.handle.block_on(self.get_async(id))
@@ -223,34 +232,39 @@ impl ClusterReader for LiveCluster {
         &self,
         id: &ItemRef,
         budget: std::time::Duration,
-    ) -> Result<Option<Arc<str>>, String> {
+    ) -> Result<Option<Arc<str>>, ClusterError> {
         let wait = budget.min(GET_TIMEOUT);
         let answer = self
             .handle
             .block_on(tokio::time::timeout(wait, self.get_async(id)))
-            .map_err(|_| format!("reading {id}: no answer from the API server within {wait:?}"))?;
+            .map_err(|_| ClusterError::TimedOut {
+                id: id.clone(),
+                wait,
+            })?;
         Ok(answer?.map(|v| crate::item::json_text(&v).into()))
     }
 
-    async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         // Checked here too, whoever asks: a name can come from an object's
         // own fields (a Pod's claimName), and kube formats URL paths from
         // the parts as they are.
-        crate::identifier::check(id)
-            .map_err(|part| format!("reading {id}: {part} (rule: {})", crate::identifier::RULE))?;
+        crate::identifier::check(id).map_err(|part| ClusterError::InvalidIdentifier {
+            id: id.clone(),
+            part: Box::new(part),
+        })?;
         let gr = id.group_resource();
         let Some(r) = self.resource(&gr).await? else {
             return Ok(None);
         };
         if !r.gettable {
-            return Err(format!("{gr} cannot be read with get"));
+            return Err(ClusterError::NotGettable(gr));
         }
         let namespace = path_segment(&id.namespace);
         let api = self.api(&r, Some(&namespace));
         let found = api
             .get_opt(&path_segment(&id.name))
             .await
-            .map_err(|e| format!("reading {id}: {e}"))?;
+            .map_err(|e| api_error(format!("reading {id}"), e))?;
         self.count(1);
         Ok(match found {
             None => None,
@@ -258,7 +272,7 @@ impl ClusterReader for LiveCluster {
         })
     }
 
-    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, String> {
+    async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
         let resources = self.discover().await?;
         let mut names: Vec<&GroupResource> = resources.keys().collect();
         names.sort();

@@ -6,6 +6,7 @@ use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
 use crate::backup::pass::{self, ItemOutcome, PassOutput};
 use crate::catalog::Catalog;
+use crate::cluster::ClusterError;
 use crate::item::{Item, ItemRef};
 use crate::operations::{Operation, OperationSpec};
 use crate::plugin::Relation;
@@ -205,9 +206,9 @@ impl PhaseMachine {
         req: &BackupRequest,
         filter: &BackupFilter,
     ) -> Result<Vec<Item>, PhaseError> {
-        let items_error = |reason: String| PhaseError::Items {
+        let items_error = |source: ClusterError| PhaseError::Items {
             name: req.name.clone(),
-            reason,
+            source,
         };
         // When the cluster is those very manifests (`iar backup`), it lists
         // them through its parse cache: the plugins' lookups and finalize
@@ -218,7 +219,7 @@ impl PhaseMachine {
             listed.map_err(items_error)?
         } else {
             crate::manifests::read_items(&req.sources, Catalog::builtin())
-                .map_err(|e| items_error(e.to_string()))?
+                .map_err(|e| items_error(e.into()))?
         };
         let mut selected = Vec::new();
         for item in items.into_iter().filter(|i| filter.matches(i)) {

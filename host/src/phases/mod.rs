@@ -97,8 +97,12 @@ pub enum PhaseError {
     Exists { name: String, store: String },
     #[error("backup {name:?}: {reason}")]
     Invalid { name: String, reason: String },
-    #[error("backup {name:?}: reading items: {reason}")]
-    Items { name: String, reason: String },
+    #[error("backup {name:?}: reading items: {source}")]
+    Items {
+        name: String,
+        #[source]
+        source: crate::cluster::ClusterError,
+    },
     #[error(transparent)]
     Lease(#[from] LeaseError),
     #[error("backup {name:?}: {what} panicked: {reason}")]

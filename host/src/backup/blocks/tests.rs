@@ -9,9 +9,11 @@ use std::sync::Arc;
 struct Objects(HashMap<ItemRef, Value>);
 
 impl ClusterReader for Objects {
-    fn get(&self, id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, id: &ItemRef) -> Result<Option<Value>, crate::cluster::ClusterError> {
         if id.name == "unreadable" {
-            return Err("connection refused".into());
+            return Err(crate::cluster::ClusterError::Refused(
+                "connection refused".into(),
+            ));
         }
         Ok(self.0.get(id).cloned())
     }
