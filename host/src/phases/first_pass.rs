@@ -392,7 +392,7 @@ impl PhaseMachine {
         .map_err(|e| PhaseError::Panicked {
             name: name.to_string(),
             what: "the item pass",
-            reason: e.to_string(),
+            source: e,
         })
     }
 }

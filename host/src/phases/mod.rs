@@ -105,11 +105,19 @@ pub enum PhaseError {
     },
     #[error(transparent)]
     Lease(#[from] LeaseError),
-    #[error("backup {name:?}: {what} panicked: {reason}")]
+    #[error("backup {name:?}: {what} panicked: {source}")]
     Panicked {
         name: String,
         what: &'static str,
-        reason: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error("backup {name:?}: {what}: {source}")]
+    Io {
+        name: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
     },
     #[error("backup {name:?}: cannot resume: {reason}")]
     Sources { name: String, reason: String },
@@ -529,11 +537,12 @@ impl PhaseMachine {
             .map_err(|e| PhaseError::Panicked {
                 name: name.to_string(),
                 what,
-                reason: e.to_string(),
+                source: e,
             })?
-            .map_err(|e| PhaseError::Invalid {
+            .map_err(|source| PhaseError::Io {
                 name: name.to_string(),
-                reason: format!("{what}: {e}"),
+                what,
+                source,
             })
     }
 }

@@ -57,7 +57,7 @@ impl PhaseMachine {
         .map_err(|e| PhaseError::Panicked {
             name: name.clone(),
             what: "polling operation progress",
-            reason: e.to_string(),
+            source: e,
         })?;
         for line in std::mem::take(&mut p.logs) {
             self.journal.record(&name, line);
