@@ -117,6 +117,8 @@ pub struct ComponentShape {
 pub const MAX_CORE_INSTANCES: u32 = 16;
 pub const MAX_MEMORIES: u32 = 4;
 pub const MAX_TABLES: u32 = 8;
+/// Elements a guest's table may grow to.
+pub const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 impl ComponentShape {
     /// Reads a component's top-level imports and exports. Fails on anything
@@ -190,7 +192,7 @@ impl ComponentShape {
                 return Err(format!("declares {n} {what}, over the limit of {max}"));
             }
         }
-        let max_elements = crate::sandbox::MAX_TABLE_ELEMENTS as u64;
+        let max_elements = MAX_TABLE_ELEMENTS as u64;
         if self.table_elements > max_elements {
             return Err(format!(
                 "declares a table of {} elements, over the limit of {max_elements}",

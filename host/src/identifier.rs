@@ -9,7 +9,7 @@
 //! with rule `invalid-identifier`, never looked up and answered "not found".
 
 use crate::item::ItemRef;
-use crate::store::names;
+use crate::names;
 
 /// The rule every refusal names.
 pub const RULE: &str = "invalid-identifier";
@@ -28,7 +28,7 @@ pub struct InvalidPart {
 /// Checks all four parts. An empty group is the core group and an empty
 /// namespace a cluster-scoped object; resource and name must be set.
 ///
-/// The rules are the store's (`store::names`), the ones item paths obey,
+/// The rules are the store's (`crate::names`), the ones item paths obey,
 /// and narrowed where a URL path needs it: each label of a group at most
 /// 63, as DNS has it, and a name without `?`, `#` or whitespace, which
 /// would end or split the path it is put in.

@@ -31,6 +31,7 @@ pub mod k8s;
 pub mod limits;
 pub mod manifests;
 pub mod metrics;
+pub mod names;
 pub mod operations;
 pub mod phases;
 pub mod plugin;

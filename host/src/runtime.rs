@@ -421,7 +421,7 @@ fn pool() -> PoolingAllocationConfig {
         .max_core_instances_per_component(crate::contract::MAX_CORE_INSTANCES)
         .max_memories_per_component(crate::contract::MAX_MEMORIES)
         .max_tables_per_component(crate::contract::MAX_TABLES)
-        .table_elements(crate::sandbox::MAX_TABLE_ELEMENTS)
+        .table_elements(crate::contract::MAX_TABLE_ELEMENTS)
         .max_memory_size(1 << 32)
         // A dropped instance's slot is reset in place: the kernel's
         // PAGEMAP_SCAN names the pages the guest wrote, and those (up to

@@ -2,6 +2,7 @@
 //! a memory cap, and the `iar:plugin/host` imports.
 
 use crate::cluster::{ClusterReader, ReadGrants};
+use crate::contract::MAX_TABLE_ELEMENTS;
 use crate::contract::v1::{host, types};
 use crate::item::ItemRef;
 use crate::limits::Limits;
@@ -107,9 +108,6 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         Ok(true)
     }
 }
-
-/// Elements a guest's table may grow to.
-pub const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// What a guest wrote to stdout/stderr during one call: kept up to a bound,
 /// the rest counted and dropped. Writes never fail, so a chatty guest is not

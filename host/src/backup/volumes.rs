@@ -48,7 +48,7 @@ pub fn volume_dir(
     volume: &str,
     pvc: Option<&str>,
 ) -> Result<PathBuf, String> {
-    use crate::store::names::{dns_label, dns_subdomain};
+    use crate::names::{dns_label, dns_subdomain};
     let checks = [
         (
             "namespace",

@@ -10,7 +10,7 @@
 
 use super::Observer;
 use crate::backup::object::rfc3339;
-use crate::sandbox::plugin_of_line;
+use crate::plugin::plugin_of_line;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -146,7 +146,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::GuestLog;
+    use crate::plugin::GuestLog;
 
     fn plugin_line(plugin: &str, i: usize) -> String {
         GuestLog {

@@ -9,6 +9,7 @@ pub mod settings;
 pub mod validate;
 
 pub use crate::contract::Interface;
+pub use crate::sandbox::{GuestLog, plugin_of_line};
 pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
 pub use instance::{PluginInstance, StdioCounts, lift_budget};
 pub use relations::{FnRelation, PluginRelation, Relation};

@@ -6,7 +6,6 @@ pub mod delete;
 pub mod faulty;
 mod fence;
 pub mod lease;
-pub mod names;
 pub mod tarball;
 
 use bytes::Bytes;

@@ -10,8 +10,8 @@
 //! does), so finalize copies it byte for byte and recompresses the tail
 //! alone instead of the whole archive.
 
-use super::names;
 use crate::item::ItemRef;
+use crate::names;
 use flate2::Compression;
 use flate2::GzBuilder;
 use flate2::read::MultiGzDecoder;
