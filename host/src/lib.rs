@@ -28,6 +28,8 @@ pub mod identifier;
 pub mod item;
 pub mod item_scan;
 pub mod k8s;
+#[cfg(test)]
+mod layering;
 pub mod limits;
 pub mod manifests;
 pub mod metrics;
