@@ -1,0 +1,219 @@
+
+use super::*;
+
+/// Lookups of names that do not exist, as fast as a plugin can make
+/// them, re-check every file at most once per MISS_RESCAN; an object
+/// added in place to a file is still found once that has passed, and a
+/// new file at once.
+#[test]
+fn misses_rescan_the_files_at_most_once_per_period() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..50 {
+        std::fs::write(
+            dir.path().join(format!("cm-{i}.yaml")),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: shop}}\n"
+            ),
+        )
+        .unwrap();
+    }
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let id = |name: &str| ItemRef {
+        group: String::new(),
+        resource: "configmaps".into(),
+        namespace: "shop".into(),
+        name: name.into(),
+    };
+    let started = std::time::Instant::now();
+    for i in 0..2000 {
+        assert_eq!(cluster.get(&id(&format!("missing-{i}"))).unwrap(), None);
+    }
+    let periods = started.elapsed().as_millis() / MISS_RESCAN.as_millis() + 1;
+    assert!(
+        u128::from(cluster.full_scans()) <= periods,
+        "{} full scans in {periods} periods",
+        cluster.full_scans()
+    );
+    // Appended in place: the directory's listing does not change.
+    let file = dir.path().join("cm-0.yaml");
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop}\n",
+    );
+    std::fs::write(&file, text).unwrap();
+    std::thread::sleep(MISS_RESCAN);
+    assert!(cluster.get(&id("late")).unwrap().is_some());
+    // A new file changes the listing: found at once.
+    std::fs::write(
+        dir.path().join("new.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: new, namespace: shop}\n",
+    )
+    .unwrap();
+    assert!(cluster.get(&id("new")).unwrap().is_some());
+}
+
+fn gr(group: &str, resource: &str) -> GroupResource {
+    GroupResource {
+        group: group.into(),
+        resource: resource.into(),
+    }
+}
+
+#[test]
+fn secrets_need_an_explicit_grant() {
+    let default = ReadGrants::default();
+    assert!(default.allows(&gr("", "pods")));
+    assert!(default.allows(&gr("snapshot.storage.k8s.io", "volumesnapshots")));
+    assert!(!default.allows(&gr("", "secrets")));
+    let only = ReadGrants::only(&["secrets", "*.snapshot.storage.k8s.io"]).unwrap();
+    assert!(only.allows(&gr("", "secrets")));
+    assert!(only.allows(&gr("snapshot.storage.k8s.io", "volumesnapshots")));
+    assert!(!only.allows(&gr("", "pods")));
+    assert!(!ReadGrants::none().allows(&gr("", "pods")));
+    assert!(
+        ReadGrants::only(&["secrets"])
+            .unwrap()
+            .allows(&gr("", "secrets"))
+    );
+    assert!(
+        ReadGrants::only(&["[oops"])
+            .unwrap_err()
+            .contains("invalid read grant")
+    );
+}
+
+/// No glob reaches Secrets, in a file plugin's grants as in any other:
+/// only the exact entry `secrets` does.
+#[test]
+fn no_glob_grants_secrets() {
+    for glob in [
+        "*",
+        "secret*",
+        "*s",
+        "s*s",
+        "[s]ecrets",
+        "secret?",
+        "*.k8s.io",
+        "?ecrets",
+    ] {
+        let grants = ReadGrants::only(&[glob]).unwrap();
+        assert!(
+            !grants.allows(&gr("", "secrets")),
+            "{glob} must not grant Secrets"
+        );
+    }
+    assert!(ReadGrants::only(&["*"]).unwrap().allows(&gr("", "pods")));
+    assert!(
+        ReadGrants::only(&["secret*"])
+            .unwrap()
+            .allows(&gr("", "secretstores"))
+    );
+    // A resource named secrets in another group is not core Secrets.
+    assert!(
+        ReadGrants::only(&["*"])
+            .unwrap()
+            .allows(&gr("example.io", "secrets"))
+    );
+    assert!(
+        ReadGrants::only(&["pods", "secrets"])
+            .unwrap()
+            .allows(&gr("", "secrets"))
+    );
+    assert_eq!(ReadGrants::default().patterns().collect::<Vec<_>>(), ["*"]);
+}
+
+#[test]
+fn manifest_cluster_sees_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("vs.yaml");
+    let write = |ready: bool| {
+        let doc = format!(
+            "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {{name: s, namespace: ns}}\nstatus: {{readyToUse: {ready}}}\n"
+        );
+        std::fs::write(&file, doc).unwrap();
+    };
+    write(false);
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let id = ItemRef {
+        group: "snapshot.storage.k8s.io".into(),
+        resource: "volumesnapshots".into(),
+        namespace: "ns".into(),
+        name: "s".into(),
+    };
+    let ready = |c: &ManifestCluster| c.get(&id).unwrap().unwrap()["status"]["readyToUse"].clone();
+    assert_eq!(ready(&cluster), Value::Bool(false));
+    // "true" is shorter than "false": the length alone shows the change
+    // even when both writes land within one mtime tick.
+    write(true);
+    assert_eq!(ready(&cluster), Value::Bool(true));
+    // A file added later is found; a file removed is forgotten.
+    let other = dir.path().join("sub");
+    std::fs::create_dir(&other).unwrap();
+    let cm = ItemRef {
+        group: "".into(),
+        resource: "configmaps".into(),
+        namespace: "ns".into(),
+        name: "late".into(),
+    };
+    assert_eq!(cluster.get(&cm).unwrap(), None);
+    std::fs::write(
+        other.join("late.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: ns}\n",
+    )
+    .unwrap();
+    assert!(cluster.get(&cm).unwrap().is_some());
+    std::fs::remove_file(other.join("late.yaml")).unwrap();
+    assert_eq!(cluster.get(&cm).unwrap(), None);
+    let missing = ItemRef {
+        name: "other".into(),
+        ..id.clone()
+    };
+    assert_eq!(cluster.get(&missing).unwrap(), None);
+    // The object moves to another file (its old file rewritten without
+    // it): found where it is now. Its file renamed away: gone.
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stays, namespace: ns}\n",
+    )
+    .unwrap();
+    let moved = other.join("moved.yaml");
+    std::fs::write(
+            &moved,
+            "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: s, namespace: ns}\nstatus: {readyToUse: moved}\n",
+        )
+        .unwrap();
+    assert_eq!(ready(&cluster), Value::String("moved".into()));
+    std::fs::rename(&moved, other.join("moved.yaml.bak")).unwrap();
+    assert_eq!(cluster.get(&id).unwrap(), None);
+}
+
+/// A backup of the manifests the cluster is made of lists them through
+/// the cluster's parse cache: a later lookup answers with the very value
+/// listed (no second parse). Other manifests are the caller's to read.
+#[tokio::test]
+async fn listing_its_own_manifests_shares_the_parse_with_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+            dir.path().join("cms.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: other}\n",
+        )
+        .unwrap();
+    let paths = vec![dir.path().to_path_buf()];
+    let cluster = ManifestCluster::new(paths.clone());
+    let filter =
+        BackupFilter::from_spec(&serde_json::json!({"includedNamespaces": ["ns"]})).unwrap();
+    let elsewhere = vec![dir.path().join("cms.yaml")];
+    assert!(cluster.list_sources(&elsewhere, &filter).await.is_none());
+    let listed = cluster
+        .list_sources(&paths, &filter)
+        .await
+        .unwrap()
+        .unwrap();
+    let names: Vec<_> = listed.iter().map(|i| i.id.name.as_str()).collect();
+    assert_eq!(names, ["a"], "the filter applies");
+    let found = cluster.get_item(&listed[0].id).unwrap().unwrap();
+    assert!(
+        std::ptr::eq(found.value(), listed[0].value()),
+        "the lookup parsed the file again"
+    );
+}
