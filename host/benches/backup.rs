@@ -296,13 +296,12 @@ const VOLUME_FILE_BYTES: usize = 8 << 20;
 /// Log-like text: compresses about as real application data does.
 fn volume_file(seed: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(VOLUME_FILE_BYTES);
-    let mut x = (seed as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut line = 0u64;
-    while out.len() < VOLUME_FILE_BYTES {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        line += 1;
+    let words =
+        iar_tests::fixtures::xorshift((seed as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    for (line, x) in (1u64..).zip(words) {
+        if out.len() >= VOLUME_FILE_BYTES {
+            break;
+        }
         out.extend_from_slice(
             format!(
                 "{line} GET /api/items/{} 200 {}us session={x:016x}\n",

@@ -1,4 +1,5 @@
-//! Realistic Kubernetes objects shared by the tests and the benchmarks.
+//! Realistic Kubernetes objects and volume data shared by the tests and the
+//! benchmarks.
 
 use serde_json::{Value, json};
 
@@ -108,4 +109,36 @@ pub fn native_label_text(text: &str) -> String {
         .expect("the bench Pod has labels");
     labels.insert("team".into(), json!("payments"));
     serde_json::to_string(&v).expect("JSON writes")
+}
+
+/// The xorshift64 sequence from `state` (which must not be 0, the one
+/// state it never leaves): a fast, repeatable stream of pseudo-random
+/// words for test and benchmark data. Not for anything that must be
+/// unpredictable.
+pub fn xorshift(mut state: u64) -> impl Iterator<Item = u64> {
+    assert_ne!(state, 0, "0 is xorshift's fixed point");
+    std::iter::repeat_with(move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    })
+}
+
+/// `len` incompressible bytes, the same for the same `seed`: volume data
+/// whose size is its cost (gzip cannot shrink it).
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    xorshift(seed | 1).take(len).map(|x| x as u8).collect()
+}
+
+/// A PersistentVolumeClaim of 1Gi in `ns`, bound to PV `pv-<name>` or
+/// still Pending.
+pub fn pvc(ns: &str, name: &str, bound: bool) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"volumeName": if bound { format!("pv-{name}") } else { String::new() }, "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": if bound { "Bound" } else { "Pending" }}
+    })
 }

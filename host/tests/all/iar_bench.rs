@@ -1,10 +1,8 @@
 //! `iar bench` prints a warm and a fresh row for a real plugin (no timing
 //! assertions: the machine's speed is not the test's business).
 
+use crate::support::iar;
 use iar_tests::artifacts;
-
-mod common;
-use common::iar;
 
 #[test]
 fn bench_prints_warm_and_fresh_rows() {

@@ -4,6 +4,7 @@
 //! metrics and probes, two replicas with one leader, garbage collection of
 //! expired backups, and deploy/'s RBAC.
 
+use crate::support::{client, load, load_granted, repo, runtime, server, store};
 use iar::backup::object::{BackupObject, BackupPhase};
 use iar::controller::Settings;
 use iar::item::ItemRef;
@@ -13,9 +14,9 @@ use iar::k8s::plugins::PluginRegistry;
 use iar::k8s::run::{Options, Plugins, run};
 use iar::operations::{Operation, OperationPhase};
 use iar::store::{BackupFile, BackupStore, tarball};
-use iar::{BackupRef, Phase, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
-use iar_apiserver::{ApiServer, User, create_namespace};
-use iar_tests::artifacts;
+use iar::{BackupRef, Phase, Plugin, ReadGrants};
+use iar_apiserver::{User, create_namespace};
+use iar_tests::{artifacts, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -28,55 +29,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-async fn server() -> Option<&'static ApiServer> {
-    iar::k8s::install_crypto();
-    iar_apiserver::shared().await
-}
-
-async fn client(server: &ApiServer, user: User) -> Client {
-    server
-        .client(user)
-        .await
-        .unwrap_or_else(|e| panic!("client for {user:?}: {e}"))
-}
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeConfig {
-        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache")),
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime")
-}
-
-fn load(runtime: &Runtime, path: &str, config: &[(&str, &str)], grants: ReadGrants) -> Plugin {
-    let settings = PluginSettings {
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        grants,
-        ..PluginSettings::default()
-    };
-    Plugin::from_file(runtime, Path::new(path), settings).expect("plugin loads")
-}
-
-/// Polls `check` until it gives a value, or fails the test after `within`
-/// saying what it waited for and what it last saw.
-async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) if Instant::now() > deadline => panic!("{what}: gave up; last: {last}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
 
 /// A stand-in for the snapshot controller's CRD: VolumeSnapshots whose
 /// status the test writes directly.
@@ -340,17 +292,11 @@ async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
         .await
         .unwrap();
 
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (store_dir, store) = store();
     let rt = runtime();
     let plugins = vec![
-        load(
-            &rt,
-            artifacts::LABELS,
-            &[("labels", "backed-up-by=iar")],
-            ReadGrants::default(),
-        ),
-        load(&rt, artifacts::PVC_SNAPSHOT, &[], ReadGrants::default()),
+        load(&rt, artifacts::LABELS, &[("labels", "backed-up-by=iar")]),
+        load(&rt, artifacts::PVC_SNAPSHOT, &[]),
     ];
     let (addr, controller) =
         start_controller(admin.clone(), system, store, plugins, PluginRegistry::new()).await;
@@ -511,14 +457,8 @@ async fn snapshot_scene(
     create_namespace(admin, shop).await;
     create_config_map(admin, shop, "web-config", "web").await;
     create_bound_pvc(admin, shop, "data-web", "web").await;
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    let plugins = vec![load(
-        &runtime(),
-        artifacts::PVC_SNAPSHOT,
-        &[],
-        ReadGrants::default(),
-    )];
+    let (store_dir, store) = store();
+    let plugins = vec![load(&runtime(), artifacts::PVC_SNAPSHOT, &[])];
     let (_, controller) = start_controller(
         admin.clone(),
         system,
@@ -770,13 +710,13 @@ async fn cluster_get_reads_live_objects_only_within_the_grants() {
         tokio::runtime::Handle::current(),
     ));
     let rt = runtime();
-    let granted = load(
+    let granted = load_granted(
         &rt,
         artifacts::PVC_SNAPSHOT,
         &[],
         ReadGrants::only(&["volumesnapshots.snapshot.storage.k8s.io"]).unwrap(),
     );
-    let denied = load(
+    let denied = load_granted(
         &rt,
         artifacts::PVC_SNAPSHOT,
         &[],
@@ -973,7 +913,7 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
     install_crds(&admin).await;
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let deploy = repo().join("deploy");
     create_namespace(&admin, "iar-system").await;
     apply_rbac(&admin, &deploy.join("rbac.yaml")).await;
     let shop = "rbac-shop";
@@ -981,15 +921,9 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     create_config_map(&admin, shop, "web-config", "web").await;
 
     let sa = client(server, User::Controller).await;
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (store_dir, store) = store();
     let rt = runtime();
-    let plugins = vec![load(
-        &rt,
-        artifacts::LABELS,
-        &[("labels", "rbac=ok")],
-        ReadGrants::default(),
-    )];
+    let plugins = vec![load(&rt, artifacts::LABELS, &[("labels", "rbac=ok")])];
     let (_, controller) = start_controller(
         sa.clone(),
         "iar-system",
@@ -1153,9 +1087,7 @@ async fn apply_rbac(client: &Client, path: &Path) {
 /// deploy/crd.yaml is what `iar crd` prints.
 #[test]
 fn the_deployed_crd_is_the_generated_one() {
-    let deployed =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crd.yaml"))
-            .unwrap();
+    let deployed = std::fs::read_to_string(repo().join("deploy/crd.yaml")).unwrap();
     assert_eq!(
         deployed,
         iar::k8s::crd::definition_yaml(),
@@ -1165,7 +1097,7 @@ fn the_deployed_crd_is_the_generated_one() {
 
 /// A backup of a live namespace with 5,000 objects through the three
 /// example plugins: objects per second and API requests per object.
-/// `cargo test -p iar --test controller -- --ignored --nocapture live_backup_of_5000`
+/// `cargo test -p iar --test all -- --ignored --nocapture controller::live_backup_of_5000`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: minutes, prints figures"]
 async fn live_backup_of_5000_objects() {
@@ -1202,20 +1134,14 @@ async fn live_backup_of_5000_objects() {
 
     let rt = runtime();
     let three = vec![
-        load(
-            &rt,
-            artifacts::LABELS,
-            &[("labels", "backed-up-by=iar")],
-            ReadGrants::default(),
-        ),
-        load(&rt, artifacts::POD_VOLUMES, &[], ReadGrants::default()),
-        load(&rt, artifacts::PVC_SNAPSHOT, &[], ReadGrants::default()),
+        load(&rt, artifacts::LABELS, &[("labels", "backed-up-by=iar")]),
+        load(&rt, artifacts::POD_VOLUMES, &[]),
+        load(&rt, artifacts::PVC_SNAPSHOT, &[]),
     ];
     // The same backup with no plugins, in the same run: the baseline.
     let mut took = Vec::new();
     for (name, plugins) in [("bench-none", Vec::new()), ("bench-three", three)] {
-        let store_dir = tempfile::tempdir().unwrap();
-        let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+        let (_store_dir, store) = store();
         let cluster = Arc::new(LiveCluster::new(
             admin.clone(),
             tokio::runtime::Handle::current(),
@@ -1303,8 +1229,7 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
     register_plugin(&admin, system, "pvc-snapshot", artifacts::PVC_SNAPSHOT, "").await;
 
     let registry = PluginRegistry::new();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (store_dir, store) = store();
     let (_, controller) =
         start_controller(admin.clone(), system, store, Vec::new(), registry.clone()).await;
     let names = |r: &PluginRegistry| -> Vec<String> {
@@ -1413,7 +1338,7 @@ async fn crafted_identifiers_cannot_read_a_secret_a_pod_log_or_a_node_subresourc
         ("nodes/proxy", String::new(), "node-1"),
     ];
     for (resource, namespace, name) in crafted {
-        let plugin = load(
+        let plugin = load_granted(
             &rt,
             artifacts::HOSTILE,
             &[
@@ -1466,7 +1391,7 @@ async fn crafted_identifiers_cannot_read_a_secret_a_pod_log_or_a_node_subresourc
         assert!(direct.contains("(rule: invalid-identifier)"), "{direct}");
     }
     // The same plugin and grants still read what they may.
-    let plugin = load(
+    let plugin = load_granted(
         &rt,
         artifacts::HOSTILE,
         &[
@@ -1522,8 +1447,7 @@ async fn a_live_backup_leaves_out_additional_items_its_spec_excludes() {
     let _ = Api::<Secret>::namespaced(admin.clone(), other)
         .create(&PostParams::default(), &secret)
         .await;
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (store_dir, store) = store();
     let rt = runtime();
     let naming = load(
         &rt,
@@ -1534,7 +1458,6 @@ async fn a_live_backup_leaves_out_additional_items_its_spec_excludes() {
             ("id-namespace", other),
             ("id-name", "topsecret"),
         ],
-        ReadGrants::default(),
     );
     let (_, controller) = start_controller(
         admin.clone(),
@@ -1603,8 +1526,7 @@ async fn a_backup_created_at_start_waits_for_the_plugins_to_load() {
         "config:\n  applies-to: slow\n  slow-ms: \"5000\"\n",
     )
     .await;
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (store_dir, store) = store();
     let registry = PluginRegistry::new();
     let (_, controller) =
         start_controller(admin.clone(), system, store, Vec::new(), registry.clone()).await;

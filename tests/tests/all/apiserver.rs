@@ -6,27 +6,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::support::{client, server};
 use iar_apiserver::{ApiServer, User, create_namespace};
+use iar_tests::wait_for;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta, PostParams};
-use kube::{Client, CustomResource, CustomResourceExt};
+use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-/// The shared server, or `None` (the harness has said loudly why) to skip.
-async fn server() -> Option<&'static ApiServer> {
-    iar_apiserver::shared().await
-}
-
-async fn client(server: &ApiServer, user: User) -> Client {
-    server
-        .client(user)
-        .await
-        .unwrap_or_else(|e| panic!("client for {user:?}: {e}"))
-}
 
 fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
     ObjectMeta {
@@ -46,23 +36,6 @@ fn status_code<T>(result: &kube::Result<T>) -> Option<u16> {
     match result {
         Err(kube::Error::Api(status)) => Some(status.code),
         _ => None,
-    }
-}
-
-/// Retries `attempt` until it succeeds or `within` passes: RBAC and CRD
-/// changes reach the server's caches a moment after they are written.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut attempt: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = kube::Result<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        match attempt().await {
-            Ok(value) => return value,
-            Err(e) if Instant::now() > deadline => panic!("{what}: still failing: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
     }
 }
 
@@ -227,9 +200,15 @@ async fn custom_resource_from_rust_type() {
         message: "hello".into(),
         count: 3,
     };
-    let created = eventually("create a Probe", Duration::from_secs(10), || {
+    // The CRD reaches the server's caches a moment after it is written.
+    let created = wait_for("create a Probe", Duration::from_secs(10), || {
         let (probes, probe) = (probes.clone(), Probe::new("first", spec.clone()));
-        async move { probes.create(&PostParams::default(), &probe).await }
+        async move {
+            probes
+                .create(&PostParams::default(), &probe)
+                .await
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
     assert!(created.metadata.uid.is_some());
@@ -319,9 +298,11 @@ async fn rbac_denies_what_the_role_does_not_grant() {
     let restricted = client(server, User::Restricted).await;
     let configmaps = Api::<ConfigMap>::namespaced(restricted.clone(), "iar-rbac");
     // Granted: allowed once the binding reaches the authorizer's cache.
-    let read = eventually("restricted get ConfigMap", Duration::from_secs(10), || {
-        configmaps.get("settings")
-    })
+    let read = wait_for(
+        "restricted get ConfigMap",
+        Duration::from_secs(10),
+        || async { configmaps.get("settings").await.map_err(|e| e.to_string()) },
+    )
     .await;
     assert_eq!(read.metadata.name.as_deref(), Some("settings"));
     let listed = configmaps

@@ -2,11 +2,9 @@
 //! each hostile behaviour is flagged by the check that owns it, with the
 //! smallest generated item that shows it.
 
+use crate::support::{iar, stdout_json};
 use iar_tests::artifacts;
 use serde_json::Value;
-
-mod common;
-use common::{iar, stdout_json};
 
 fn conformance(plugin: &str, config: &[&str]) -> (Option<i32>, Value) {
     let mut args = vec!["conformance", plugin, "--format", "json"];

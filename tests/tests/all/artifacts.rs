@@ -121,7 +121,7 @@ fn every_guest_is_a_valid_component_with_the_exports_its_source_declares() {
         let expected = expected_exports(Path::new(dir)).unwrap_or_else(|| {
             panic!(
                 "{package} ({dir}): cannot tell from its source what it should export; \
-                 teach expected_exports in tests/tests/artifacts.rs"
+                 teach expected_exports in tests/tests/all/artifacts.rs"
             )
         });
         if expected.iter().any(|e| e.starts_with(COMMAND_EXPORT)) {

@@ -2,9 +2,7 @@
 //! is backed up exactly once however many workers and blocks there are and
 //! however many times plugins' additional items name it.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::backup::pass;
 use iar::resources::Catalog;
 use iar::{ClusterReader, ItemRef, ManifestCluster, Phase, Plugin};

@@ -1,8 +1,6 @@
 //! The example plugins in plugins/ do what their docs say.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::{ItemRef, ManifestCluster, NoCluster, Phase, ReadGrants};
 use std::sync::Arc;
 

@@ -1,12 +1,10 @@
 //! `iar plugin configmap`: the binary's output, as a user gets it, applied
 //! to a real API server (`iar-apiserver`) and loaded by the watcher.
 
-mod common;
-
-use common::*;
+use crate::support::{client, iar, runtime, server, stdout_json};
 use iar::k8s::plugins::configmap;
 use iar::k8s::plugins::{PluginRegistry, watch};
-use iar_tests::artifacts;
+use iar_tests::{artifacts, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use std::time::Duration;
@@ -101,10 +99,10 @@ fn what_would_not_fit_or_not_load_is_refused_with_one_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_manifest_applied_server_side_loads_ready() {
-    let Some(server) = iar_apiserver::shared().await else {
+    let Some(server) = server().await else {
         return;
     };
-    let client = server.client(iar_apiserver::User::Admin).await.unwrap();
+    let client = client(server, iar_apiserver::User::Admin).await;
     let namespace = "cli-plugin";
     iar_apiserver::create_namespace(&client, namespace).await;
     let out = iar(&[
@@ -128,14 +126,7 @@ async fn the_printed_manifest_applied_server_side_loads_ready() {
     .expect("server-side apply");
 
     let registry = PluginRegistry::new();
-    let runtime = iar::Runtime::new(iar::RuntimeConfig {
-        cache_dir: Some(
-            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache"),
-        ),
-        ..iar::RuntimeConfig::default()
-    })
-    .unwrap();
-    let task = tokio::spawn(watch(client, namespace.into(), runtime, registry.clone()));
+    let task = tokio::spawn(watch(client, namespace.into(), runtime(), registry.clone()));
     let mut rx = registry.subscribe();
     let loaded = tokio::time::timeout(Duration::from_secs(60), async {
         while registry.current().get("pod-volumes").is_none() {
@@ -144,19 +135,14 @@ async fn the_printed_manifest_applied_server_side_loads_ready() {
     })
     .await;
     assert!(loaded.is_ok(), "pod-volumes did not load");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("a Ready status", Duration::from_secs(60), || async {
         let annotations = api.get("pod-volumes").await.unwrap().metadata.annotations;
-        if annotations
-            .and_then(|a| a.get("iar.dev/status").cloned())
-            .as_deref()
-            == Some("Ready")
-        {
-            break;
+        match annotations.and_then(|a| a.get("iar.dev/status").cloned()) {
+            Some(status) if status == "Ready" => Ok(()),
+            status => Err(format!("status {status:?}")),
         }
-        assert!(std::time::Instant::now() < deadline, "no Ready status");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     task.abort();
 }
 

@@ -2,6 +2,7 @@
 //! `Controller::run_backup`: real `sh` hook processes, a real `--volume-data`
 //! directory read into a real local store, and the backup's persisted files.
 
+use crate::support::{stamp, store, write_volume};
 use iar::ManifestCluster;
 use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::{VolumeBackup, VolumePhase, restore_volume};
@@ -10,7 +11,7 @@ use iar::store::{BackupFile, BackupStore};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 struct Env {
     _dirs: [tempfile::TempDir; 3],
@@ -20,13 +21,13 @@ struct Env {
 }
 
 fn env() -> Env {
-    let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
-    let store = BackupStore::open(dirs[2].path().to_str().unwrap()).unwrap();
+    let [items, data] = [(); 2].map(|_| tempfile::tempdir().unwrap());
+    let (store_dir, store) = store();
     Env {
-        items: dirs[0].path().to_path_buf(),
-        data: dirs[1].path().to_path_buf(),
+        items: items.path().to_path_buf(),
+        data: data.path().to_path_buf(),
         store,
-        _dirs: dirs,
+        _dirs: [items, data, store_dir],
     }
 }
 
@@ -57,30 +58,6 @@ fn write_pod(items: &Path, name: &str, pvc: &str, pre_fails: bool) {
          "metadata": {"name": pvc, "namespace": "shop"}, "spec": {}}
     ]});
     std::fs::write(items.join(format!("{name}.json")), docs.to_string()).unwrap();
-}
-
-fn write_volume(data: &Path, pvc: &str, bytes: usize) {
-    let dir = data.join("shop").join(pvc);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut x = bytes as u64 | 1;
-    let noise: Vec<u8> = (0..bytes)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(dir.join("table"), noise).unwrap();
-}
-
-fn stamp(data: &Path, file: &str) -> SystemTime {
-    let ns: u64 = std::fs::read_to_string(data.join(file))
-        .unwrap_or_else(|e| panic!("{file}: {e}"))
-        .trim()
-        .parse()
-        .unwrap();
-    UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
 async fn backup(e: &Env, name: &str, exec_hooks: bool, workers: usize) -> BackupObject {

@@ -1,15 +1,14 @@
 //! Whole backups through the controller, with the example plugins and
 //! hostile ones, on a directory of manifests playing the cluster.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::{Operation, OperationPhase};
 use iar::store::faulty::FaultyStore;
 use iar::store::{BackupFile, BackupStore, tarball};
 use iar::{Limits, ManifestCluster, Plugin};
+use iar_tests::{store_files, wait_until};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +18,8 @@ const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-0\n  namesp
 const PVC: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data-web-0, namespace: shop}\nspec: {volumeName: pv-data-web-0}\nstatus: {phase: Bound}\n";
 const PV: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-data-web-0}\nspec: {capacity: {storage: 1Gi}}\n";
 const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config, namespace: shop}\ndata: {a: b}\n";
+/// How long a test waits for a backup to reach a state.
+const WAIT: Duration = Duration::from_secs(15);
 const OTHER_NS: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: skipped, namespace: other}\ndata: {a: b}\n";
 
@@ -58,13 +59,6 @@ impl Cluster {
         std::fs::write(&tmp, serde_json::to_string(&doc).unwrap()).unwrap();
         std::fs::rename(tmp, self.dir.path().join("snapshot.json")).unwrap();
     }
-}
-
-/// A store on a fresh local directory (kept alive by the returned guard).
-fn local_store() -> (tempfile::TempDir, BackupStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
-    (dir, store)
 }
 
 fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> Controller {
@@ -151,7 +145,7 @@ async fn a_backup_whose_operations_complete_ends_completed() {
         "nightly",
         json!({"readyToUse": true, "creationTime": "2026-11-30T01:00:04Z"}),
     );
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     let object = c
         .run_backup(request("nightly", &cluster, shop_only()))
@@ -195,7 +189,7 @@ async fn a_backup_whose_operations_complete_ends_completed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn editing_a_manifest_plays_the_snapshot_controller() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let c = Arc::new(controller(example_plugins(), store.clone(), &cluster));
     let task = tokio::spawn({
         let c = c.clone();
@@ -203,9 +197,9 @@ async fn editing_a_manifest_plays_the_snapshot_controller() {
         async move { c.run_backup(req).await }
     });
     // Wait until the operation is recorded, then create the snapshot, not ready.
-    wait_for(|| async { matches!(store.get_json::<Vec<Operation>>("nightly", BackupFile::ItemOperations).await, Ok(Some(ops)) if !ops.is_empty()) }).await;
+    wait_until("the operation recorded", WAIT, || async { matches!(store.get_json::<Vec<Operation>>("nightly", BackupFile::ItemOperations).await, Ok(Some(ops)) if !ops.is_empty()) }).await;
     cluster.snapshot("nightly", json!({"readyToUse": false}));
-    wait_for(|| async {
+    wait_until("the operation InProgress", WAIT, || async {
         let ops: Vec<Operation> = store
             .get_json("nightly", BackupFile::ItemOperations)
             .await
@@ -224,20 +218,6 @@ async fn editing_a_manifest_plays_the_snapshot_controller() {
     assert!(ops[0].status.started.is_some());
 }
 
-async fn wait_for<F, Fut>(mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..600 {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("condition not reached in 15 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failed_operation_ends_partially_failed() {
     let cluster = Cluster::new();
@@ -245,7 +225,7 @@ async fn one_failed_operation_ends_partially_failed() {
         "nightly",
         json!({"readyToUse": false, "error": {"message": "quota exceeded"}}),
     );
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     let object = c
         .run_backup(request("nightly", &cluster, shop_only()))
@@ -268,7 +248,7 @@ async fn one_failed_operation_ends_partially_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_operation_is_cancelled_once_and_counts_as_an_error() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     // No VolumeSnapshot ever appears: the snapshot operation never ends.
     let c = controller(example_plugins(), store.clone(), &cluster);
     let spec = json!({"includedNamespaces": ["shop"], "itemOperationTimeout": "300ms"});
@@ -299,7 +279,7 @@ async fn a_timed_out_operation_is_cancelled_once_and_counts_as_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_started_in_finalize_fails_the_item() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     // Starts an operation in every phase (post-operation item: the pod
     // itself); its progress reports completion at once.
@@ -331,7 +311,7 @@ async fn an_operation_started_in_finalize_fails_the_item() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_without_operations_goes_straight_to_finalizing() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     let c = controller(
         vec![load(&runtime, artifacts::LABELS, &[("labels", "x=y")])],
@@ -357,7 +337,7 @@ async fn a_backup_without_operations_goes_straight_to_finalizing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_found_in_progress_after_a_restart_is_failed() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let mut object = BackupObject::new("crashed", "velero", "uid-1", json!({}));
     object.status.phase = BackupPhase::InProgress;
     store
@@ -384,7 +364,7 @@ async fn a_backup_found_in_progress_after_a_restart_is_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_backup_resumes_from_its_persisted_operations() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let mut c = controller(example_plugins(), store.clone(), &cluster);
     // The dead run's lease must expire before the restart may take over.
     c.settings.lease_duration = Duration::from_millis(300);
@@ -394,7 +374,7 @@ async fn a_waiting_backup_resumes_from_its_persisted_operations() {
         let c = c.clone();
         async move { c.run_backup(req).await }
     });
-    wait_for(|| async { matches!(store.get_json::<BackupObject>("nightly", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    wait_until("nightly waiting", WAIT, || async { matches!(store.get_json::<BackupObject>("nightly", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
     // The process "dies": the task is dropped mid-wait; its map is gone.
     running.abort();
     let _ = running.await;
@@ -417,7 +397,7 @@ async fn a_waiting_backup_resumes_from_its_persisted_operations() {
 async fn a_finalizing_backup_resumes_by_finalizing() {
     let cluster = Cluster::new();
     cluster.snapshot("nightly", json!({"readyToUse": false}));
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     cluster.snapshot("nightly", json!({"readyToUse": true}));
     c.run_backup(request("nightly", &cluster, shop_only()))
@@ -499,7 +479,7 @@ async fn a_failing_store_loses_nothing_already_persisted_and_reports_the_error()
     );
     // A restart, once the dead run's lease has expired, marks it Failed.
     faulty.fail_puts(false);
-    let healthy = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let healthy = open_store(store_dir.path());
     wait_for_lease_expiry(&healthy, "nightly").await;
     let resumed = controller(example_plugins(), healthy, &cluster)
         .resume("nightly")
@@ -515,7 +495,7 @@ fn object_store_local(dir: &Path) -> Arc<dyn object_store::ObjectStore> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_failing_an_item_ends_partially_failed_and_keeps_the_rest() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     let limits = Limits {
         deadline: Duration::from_millis(100),
@@ -554,7 +534,7 @@ async fn a_plugin_failing_an_item_ends_partially_failed_and_keeps_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_backup_of_the_same_name_is_refused() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     let c = controller(
         vec![load(&runtime, artifacts::LABELS, &[])],
@@ -593,7 +573,7 @@ async fn a_second_backup_of_the_same_name_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_name_too_long_for_the_store_is_refused_with_the_limit() {
     let cluster = Cluster::new();
-    let (store_dir, store) = local_store();
+    let (store_dir, store) = store();
     let runtime = runtime();
     let c = controller(
         vec![load(&runtime, artifacts::LABELS, &[])],
@@ -636,26 +616,6 @@ async fn a_backup_name_too_long_for_the_store_is_refused_with_the_limit() {
         .await
         .unwrap();
     assert_eq!(object.status.phase, BackupPhase::Completed);
-}
-
-/// Waits (polling, no fixed sleep) until the backup's lease is free.
-async fn wait_for_lease_expiry(store: &BackupStore, name: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let lease = store.current_lease(name).await.unwrap();
-        let free = lease.as_ref().is_none_or(|l| {
-            l.released
-                || humantime::parse_rfc3339(&l.expires).unwrap() <= std::time::SystemTime::now()
-        });
-        if free {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "lease never expired: {lease:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Any error once a backup is InProgress ends it Failed with the reason in
@@ -739,7 +699,7 @@ impl iar::ClusterReader for PanickingCluster {
 async fn a_panicking_worker_fails_its_item_and_the_pass_ends() {
     let cluster = Cluster::new();
     cluster.snapshot("panicky", json!({"readyToUse": true}));
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let reader = PanickingCluster {
         inner: ManifestCluster::new(vec![cluster.path()]),
         // The PVC the pod names: not selected by the spec, so read.
@@ -800,7 +760,7 @@ async fn a_panicking_worker_fails_its_item_and_the_pass_ends() {
 async fn unreadable_results_and_logs_are_kept_aside_on_resume() {
     let cluster = Cluster::new();
     cluster.snapshot("nightly", json!({"readyToUse": true}));
-    let (store_dir, store) = local_store();
+    let (store_dir, store) = store();
     controller(example_plugins(), store.clone(), &cluster)
         .run_backup(request("nightly", &cluster, shop_only()))
         .await
@@ -860,7 +820,7 @@ async fn unreadable_results_and_logs_are_kept_aside_on_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_forgets_finished_backups() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let c = controller(example_plugins(), store.clone(), &cluster);
     for i in 0..5 {
         let name = format!("seq-{i}");
@@ -892,12 +852,12 @@ fn rss_pages() -> u64 {
 /// 1,000 sequential backups in one controller: prints the RSS growth from
 /// backup 100 to backup 1,000 and checks nothing is retained per backup.
 /// Slow; run it on a quiet machine:
-/// `cargo test --release -p iar-tests --test backups -- --ignored --nocapture memory_stays_flat`
+/// `cargo test --release -p iar-tests --test all -- --ignored --nocapture backups::memory_stays_flat`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn memory_stays_flat_over_a_thousand_backups() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     let c = controller(
         vec![load(&runtime, artifacts::LABELS, &[("labels", "x=y")])],
@@ -951,7 +911,7 @@ async fn additional_items_obey_the_backups_filters_and_the_exclude_label() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: private, namespace: shop, labels: {velero.io/exclude-from-backup: \"true\"}}\ndata: {a: b}\n",
     );
     let runtime = runtime();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     for (name, namespace, resource, item, spec, why) in [
         (
             "other-namespace",
@@ -1023,7 +983,7 @@ async fn additional_items_obey_the_backups_filters_and_the_exclude_label() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_plugin_keeps_a_bounded_log() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     let flood = load(&runtime, artifacts::HOSTILE, &[("behavior", "log-flood")]);
     let c = controller(vec![flood], store.clone(), &cluster);
@@ -1060,7 +1020,7 @@ async fn a_flooding_plugin_keeps_a_bounded_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_over_backup_keeps_its_plugin_set_and_no_impostor_inherits_it() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let mut c = controller(example_plugins(), store.clone(), &cluster);
     c.settings.lease_duration = Duration::from_millis(300);
     let c = Arc::new(c);
@@ -1069,7 +1029,7 @@ async fn a_taken_over_backup_keeps_its_plugin_set_and_no_impostor_inherits_it() 
         let c = c.clone();
         async move { c.run_backup(req).await }
     });
-    wait_for(|| async { matches!(store.get_json::<BackupObject>("pinned", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    wait_until("pinned waiting", WAIT, || async { matches!(store.get_json::<BackupObject>("pinned", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
     running.abort();
     let _ = running.await;
 
@@ -1103,21 +1063,6 @@ async fn a_taken_over_backup_keeps_its_plugin_set_and_no_impostor_inherits_it() 
     );
 }
 
-/// Every file under `backups/<name>/` of a local store.
-fn files_of(store_dir: &Path, name: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(store_dir.join("backups").join(name))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_file())
-        .map(|e| {
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// Fencing: a holder whose lease renewal hangs keeps working (its poll
 /// loop runs on) past its lease, while another process takes the backup
 /// over and finishes it. Every write the first then tries is refused
@@ -1139,8 +1084,8 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
         let c = c.clone();
         async move { c.run_backup(req).await }
     });
-    let plain = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    wait_for(|| async { matches!(plain.get_json::<BackupObject>("hung", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
+    let plain = open_store(store_dir.path());
+    wait_until("hung waiting", WAIT, || async { matches!(plain.get_json::<BackupObject>("hung", BackupFile::Metadata).await, Ok(Some(o)) if o.status.phase == BackupPhase::WaitingForPluginOperations) }).await;
     // Its next renewal hangs; its work goes on.
     let hang = faulty.pause_puts_to("hung-lease-00000000000000000001.json");
     wait_for_lease_expiry(&plain, "hung").await;
@@ -1149,7 +1094,7 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
     let other = controller(example_plugins(), plain.clone(), &cluster);
     let object = other.resume("hung").await.unwrap();
     assert_eq!(object.status.phase, BackupPhase::Completed);
-    let finished = files_of(store_dir.path(), "hung");
+    let finished = store_files(store_dir.path(), "hung");
 
     // The first sees the snapshot ready too and tries to write what it
     // found, round after round (a refused write is retried like any store
@@ -1157,7 +1102,7 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!running.is_finished());
     assert_eq!(
-        files_of(store_dir.path(), "hung"),
+        store_files(store_dir.path(), "hung"),
         finished,
         "the holder past its lease wrote to the store"
     );
@@ -1180,7 +1125,7 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
     );
     // What its hung renewal finally wrote is its own generation's lease
     // file, older than the taker's: nothing else changed.
-    let mut after = files_of(store_dir.path(), "hung");
+    let mut after = store_files(store_dir.path(), "hung");
     after.remove("hung-lease-00000000000000000001.json");
     let mut expected = finished.clone();
     expected.remove("hung-lease-00000000000000000001.json");
@@ -1204,7 +1149,7 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_backups_takes_turns_at_their_passes() {
     let cluster = Cluster::new();
-    let (_store_dir, store) = local_store();
+    let (_store_dir, store) = store();
     let runtime = runtime();
     let slow = load(
         &runtime,

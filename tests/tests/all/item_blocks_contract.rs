@@ -2,20 +2,13 @@
 //! ItemBlockAction), beside 1.0.0 plugins, through the boundary and into
 //! `form_blocks`.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::backup::blocks::{Relation, form_blocks};
 use iar::plugin::{Call, Interface, PluginRelation, Target};
-use iar::resources::Catalog;
 use iar::{Item, ItemRef, Limits, NoCluster, Phase};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn item(value: serde_json::Value) -> Item {
-    Item::from_value(value, Catalog::builtin()).expect("a valid item")
-}
 
 /// A Pod in `shop` that mounts ConfigMap `settings`, loads `env` as
 /// environment and names `extra` (and `missing`) in the annotation.

@@ -1,11 +1,9 @@
 //! `iar new` makes a crate that builds outside this workspace and whose
 //! test file passes; the SDK it depends on is a self-contained package.
 
+use crate::support::{iar, repo, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-mod common;
-use common::{iar, repo};
 
 /// Variables the outer cargo sets for this test that must not reach a
 /// nested build of another crate (as in tests/build.rs).
@@ -29,15 +27,6 @@ fn cargo(dir: &Path, args: &[&str], target: &Path) -> std::process::Output {
         cmd.env_remove(v);
     }
     cmd.output().expect("running cargo")
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Scaffold outside the workspace, build for wasm32-wasip2, `iar test`

@@ -1,13 +1,12 @@
 //! `iar run` and `iar inspect` as a plugin author uses them: JSON on stdout,
 //! exit status 0 only when every call succeeded, one-line errors on stderr.
 
-use iar_tests::artifacts;
+use crate::support::{iar, iar_command, repo, stdout_json, text};
+use iar_tests::fixtures::noise;
+use iar_tests::{artifacts, store_files};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-mod common;
-use common::{iar, repo, stdout_json};
+use std::process::Command;
 
 #[test]
 fn run_chains_plugins_on_the_shipped_example_item() {
@@ -146,8 +145,6 @@ fn a_bad_plugin_file_is_a_one_line_error() {
     );
 }
 
-/// `iar` with the shared compile cache, as [`iar`] runs it, for callers that
-/// need the child process itself or other stdio.
 /// `iar run … | head`: a reader that goes away before the report is
 /// written ends the command quietly (exit 0, nothing on stderr), as with
 /// any Unix tool, instead of a panic in `println!` (exit 101).
@@ -171,15 +168,6 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(out.stderr.is_empty(), "{}", text(&out));
 }
 
-fn iar_command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iar"));
-    cmd.args(args).current_dir(repo()).env(
-        "IAR_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache"),
-    );
-    cmd
-}
-
 fn read_json(path: &Path) -> Option<Value> {
     // Every store write is atomic (a rename), so a readable file is whole.
     let bytes = std::fs::read(path).ok()?;
@@ -200,35 +188,10 @@ fn read_gz_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: bad JSON: {e}", path.display()))
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 #[test]
 fn a_killed_backup_resumes_after_a_real_restart() {
-    // The example application without its VolumeSnapshot: the snapshot
-    // operation cannot finish until the test "creates" it.
-    let items = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(repo().join("examples/cluster")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "volumesnapshot.yaml" {
-            std::fs::copy(&path, items.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    let plugins = tempfile::tempdir().unwrap();
-    for wasm in [
-        artifacts::LABELS,
-        artifacts::POD_VOLUMES,
-        artifacts::PVC_SNAPSHOT,
-    ] {
-        let wasm = Path::new(wasm);
-        std::fs::copy(wasm, plugins.path().join(wasm.file_name().unwrap())).unwrap();
-    }
+    // The snapshot operation cannot finish until the test "creates" it.
+    let (items, plugins) = waiting_backup_fixture();
     let store = tempfile::tempdir().unwrap();
     let (items_dir, plugins_dir, store_dir) = (
         items.path().to_str().unwrap(),
@@ -306,11 +269,7 @@ fn a_killed_backup_resumes_after_a_real_restart() {
     assert!(created.is_string(), "{before}");
 
     // Play the snapshot controller while no iar runs.
-    std::fs::write(
-        items.path().join("volumesnapshot.yaml"),
-        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: data-web-0-killme\n  namespace: shop\n  creationTimestamp: \"2026-11-30T01:00:00Z\"\nspec:\n  source:\n    persistentVolumeClaimName: data-web-0\n  volumeSnapshotClassName: csi-snapclass\nstatus:\n  creationTime: \"2026-11-30T01:00:04Z\"\n  readyToUse: true\n  restoreSize: 1Gi\n",
-    )
-    .unwrap();
+    ready_snapshot(items.path(), "killme");
 
     wait_for_lease_expiry(&backup_dir, "killme");
     let out = iar_command(&[
@@ -799,16 +758,7 @@ fn a_backup_killed_while_blocks_wait_for_volumes_never_runs_a_post_hook_twice() 
     std::fs::create_dir_all(&volume).unwrap();
     // Incompressible and large: seconds of reading, hashing and gzip in a
     // debug build, the window in which the process is killed.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let noise: Vec<u8> = (0..(96usize << 20))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(volume.join("big"), noise).unwrap();
+    std::fs::write(volume.join("big"), noise(0x9e37_79b9_7f4a_7c15, 96 << 20)).unwrap();
     let store = tempfile::tempdir().unwrap();
     let store_dir = store.path().to_str().unwrap();
     let backup_dir = store.path().join("backups/killvol");
@@ -1020,22 +970,6 @@ fn gc_deletes_the_expired_backups_iar_backup_made() {
     assert_eq!(left, ["long"]);
 }
 
-/// Every file under `backups/<name>/` of a local store, by path.
-fn store_files(store: &Path, name: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut files = std::collections::BTreeMap::new();
-    let dir = store.join("backups").join(name);
-    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_file() {
-            files.insert(
-                path.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&path).unwrap(),
-            );
-        }
-    }
-    files
-}
-
 fn phase_of(store: &Path, name: &str) -> Option<String> {
     let text = std::fs::read(store.join("backups").join(name).join("velero-backup.json")).ok()?;
     let object: Value = serde_json::from_slice(&text).ok()?;
@@ -1049,7 +983,7 @@ fn phase_of(store: &Path, name: &str) -> Option<String> {
 /// saying it lost its lease. On resuming, its overdue renewal and its
 /// overdue poll race: the renewal, noticing the takeover, often wins even
 /// without fencing, so this test alone does not prove the fence; the one
-/// in tests/tests/backups.rs (`a_holder_past_its_lease_writes_nothing_after_a_takeover`),
+/// in tests/tests/all/backups.rs (`a_holder_past_its_lease_writes_nothing_after_a_takeover`),
 /// whose renewal hangs, fails without it. Here the whole process is real.
 #[test]
 fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
@@ -1076,8 +1010,7 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
             .args(["--store", store.to_str().unwrap()])
             .args(["--lease-duration", "1500ms", "--sync-period", "100ms"]);
     };
-    let mut first = Command::new(env!("CARGO_BIN_EXE_iar"));
-    first.args(["backup", "fenced", "--items", cluster.to_str().unwrap()]);
+    let mut first = iar_command(&["backup", "fenced", "--items", cluster.to_str().unwrap()]);
     common(&mut first);
     let first = first
         .stdout(std::process::Stdio::null())
@@ -1104,8 +1037,7 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
         "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: data-web-0-fenced, namespace: shop, creationTimestamp: \"2026-11-30T01:00:00Z\"}\nstatus: {readyToUse: true, creationTime: \"2026-11-30T01:00:04Z\"}\n",
     )
     .unwrap();
-    let mut second = Command::new(env!("CARGO_BIN_EXE_iar"));
-    second.args(["resume", "fenced"]);
+    let mut second = iar_command(&["resume", "fenced"]);
     common(&mut second);
     let out = second.output().unwrap();
     assert!(out.status.success(), "{}", text(&out));

@@ -3,20 +3,9 @@
 //! with an exact message; JSON and JUnit reports; `iar run --record` feeds
 //! a `replay:` case.
 
+use crate::support::{iar, repo, stdout_json, text};
 use iar_tests::artifacts;
 use std::process::Output;
-
-mod common;
-use common::{iar, repo, stdout_json};
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -1,8 +1,6 @@
 //! Loading: what is refused before anything runs, and the compile cache.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::{LoadError, Plugin, PluginSettings, Runtime, RuntimeConfig};
 
 fn load_bytes(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError> {
@@ -159,14 +157,6 @@ fn cache_entry(dir: &std::path::Path, digest: &str) -> std::path::PathBuf {
     path
 }
 
-fn cached_runtime(dir: &std::path::Path) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        cache_dir: Some(dir.to_path_buf()),
-        ..RuntimeConfig::default()
-    })
-    .unwrap()
-}
-
 /// The labels plugin still does its job: it was not swapped for another.
 fn labels_runs_as_labels(runtime: &Runtime) {
     let labels = load(runtime, artifacts::LABELS, &[("labels", "checked=yes")]);
@@ -188,7 +178,7 @@ fn a_world_writable_cache_dir_is_not_used() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     for _ in 0..2 {
-        let runtime = cached_runtime(dir.path());
+        let runtime = runtime_with_cache(dir.path());
         assert_eq!(runtime.cache_dir(), None);
         let reason = runtime.cache_refused().expect("the refusal is reported");
         assert!(reason.contains("writable by group or others"), "{reason}");
@@ -206,7 +196,7 @@ fn the_cache_is_created_and_written_owner_only() {
     use std::os::unix::fs::PermissionsExt;
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().join("a/cache");
-    let runtime = cached_runtime(&dir);
+    let runtime = runtime_with_cache(&dir);
     assert_eq!(runtime.cache_dir(), Some(dir.as_path()));
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
@@ -220,7 +210,7 @@ fn the_cache_is_created_and_written_owner_only() {
 #[test]
 fn a_cache_entry_with_one_byte_flipped_is_recompiled() {
     let dir = tempfile::tempdir().unwrap();
-    let first = cached_runtime(dir.path());
+    let first = runtime_with_cache(dir.path());
     let plugin = load(&first, artifacts::LABELS, &[]);
     let entry = cache_entry(dir.path(), plugin.digest());
     let mut bytes = std::fs::read(&entry).unwrap();
@@ -228,7 +218,7 @@ fn a_cache_entry_with_one_byte_flipped_is_recompiled() {
         let mut flipped = bytes.clone();
         flipped[at] ^= 0x01;
         std::fs::write(&entry, &flipped).unwrap();
-        let runtime = cached_runtime(dir.path());
+        let runtime = runtime_with_cache(dir.path());
         labels_runs_as_labels(&runtime);
         assert_eq!(
             (runtime.compiles(), runtime.cache_hits()),
@@ -240,11 +230,11 @@ fn a_cache_entry_with_one_byte_flipped_is_recompiled() {
     // Truncated: also a miss.
     bytes.truncate(bytes.len() - 100);
     std::fs::write(&entry, &bytes).unwrap();
-    let runtime = cached_runtime(dir.path());
+    let runtime = runtime_with_cache(dir.path());
     labels_runs_as_labels(&runtime);
     assert_eq!((runtime.compiles(), runtime.cache_hits()), (1, 0));
     // The recompiled entry replaced the damaged one: the next start hits.
-    let runtime = cached_runtime(dir.path());
+    let runtime = runtime_with_cache(dir.path());
     labels_runs_as_labels(&runtime);
     assert_eq!((runtime.compiles(), runtime.cache_hits()), (0, 1));
 }
@@ -256,7 +246,7 @@ fn a_cache_entry_with_one_byte_flipped_is_recompiled() {
 #[test]
 fn a_cache_entry_copied_from_another_component_is_recompiled() {
     let dir = tempfile::tempdir().unwrap();
-    let first = cached_runtime(dir.path());
+    let first = runtime_with_cache(dir.path());
     let labels = load(&first, artifacts::LABELS, &[]);
     let hostile = load(&first, artifacts::HOSTILE, &[]);
     std::fs::copy(
@@ -264,7 +254,7 @@ fn a_cache_entry_copied_from_another_component_is_recompiled() {
         cache_entry(dir.path(), labels.digest()),
     )
     .unwrap();
-    let runtime = cached_runtime(dir.path());
+    let runtime = runtime_with_cache(dir.path());
     labels_runs_as_labels(&runtime);
     assert_eq!((runtime.compiles(), runtime.cache_hits()), (1, 0));
 }

@@ -2,9 +2,7 @@
 //! `remember` behaviour keeps the previous item's name in a global and
 //! writes it into the next item's output, so a leak shows in the output.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::{BackupRef, Isolation, Limits, NoCluster, Phase, PluginInstance};
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,7 +84,7 @@ fn backup_isolation_shares_a_pass_but_never_crosses_backups() {
 
 /// What isolation costs: executes per second with a fresh instance per item
 /// against one instance reused. Run on a quiet machine with
-/// `cargo test -p iar-tests --release --test isolation -- --ignored --nocapture`.
+/// `cargo test -p iar-tests --release --test all -- --ignored --nocapture isolation::isolation_cost`.
 #[test]
 #[ignore = "a measurement, not a check; run on a quiet machine"]
 fn isolation_cost() {

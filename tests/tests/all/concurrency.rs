@@ -4,9 +4,7 @@
 //! only ever a state the map has had, never goes backwards, and at the end is
 //! exactly what the map holds.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::ManifestCluster;
 use iar::backup::object::{BackupObject, BackupPhase};
 use iar::controller::{BackupRequest, Controller, Settings};
@@ -226,8 +224,7 @@ async fn many_backups_with_many_operations_persist_exactly_what_is_in_memory() {
     for (b, dir) in dirs.iter().enumerate() {
         write_items(dir.path(), b);
     }
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_store_dir, store) = store();
     let cluster = ManifestCluster::new(dirs.iter().map(|d| d.path().to_path_buf()).collect());
     let settings = Settings {
         sync_period: Duration::from_millis(20),

@@ -12,28 +12,20 @@
 //! every language and compares with Rust byte for byte.
 //!
 //! The figures in `polyglot/README.md` come from the ignored test
-//! [`measure`]: `cargo test -p iar --test polyglot -- --ignored --nocapture`.
+//! [`measure`]:
+//! `cargo test -p iar --test all -- --ignored --nocapture polyglot::measure`.
 
-// The library helpers of the iar-tests crate's tests (runtime, load, the
-// guest artifacts).
-#[path = "../../tests/tests/common/mod.rs"]
-mod common;
-
-use common::*;
-use iar::{NoCluster, Phase, Plugin, Runtime, RuntimeConfig};
+use crate::support::{
+    backup, iar, load, never_seen, plugin_settings, pod, pvc, repo, runtime, runtime_with_cache,
+    stdout_json,
+};
+use iar::{NoCluster, Phase, Plugin, Runtime};
+use iar_tests::artifacts;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-
-/// The workspace root.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ lives in the workspace root")
-        .to_path_buf()
-}
 
 /// `target/` (the parent of `CARGO_TARGET_TMPDIR`, `target/tmp`).
 fn target_dir() -> PathBuf {
@@ -103,7 +95,7 @@ fn all_labels() -> Option<&'static [Labels]> {
                 },
             ];
             // Compiling a language engine takes half a minute: fill the
-            // compile cache (shared by the binary and `common::runtime`)
+            // compile cache (shared by the binary and `support::runtime`)
             // once, here, instead of in every test and `iar run` at once.
             for l in &labels {
                 let out = iar(&["inspect", l.path.to_str().unwrap()]);
@@ -130,34 +122,6 @@ macro_rules! labels_or_skip {
             }
         }
     };
-}
-
-/// The `iar` binary cargo built for these tests (they live in the host
-/// crate for that reason).
-fn iar_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_iar"))
-}
-
-fn iar(args: &[&str]) -> Output {
-    Command::new(iar_bin())
-        .args(args)
-        .current_dir(repo())
-        .env(
-            "IAR_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache"),
-        )
-        .output()
-        .expect("running iar")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// Each plugin copied to `target/polyglot/as-labels/<lang>/labels.wasm`:
@@ -507,16 +471,10 @@ fn measure() {
     let config = [("labels", "team=payments, tier=gold")];
     let item = pod("web-0");
     let cache = tempfile::tempdir().unwrap();
-    let runtime = || {
-        Runtime::new(RuntimeConfig {
-            cache_dir: Some(cache.path().to_path_buf()),
-            ..RuntimeConfig::default()
-        })
-        .unwrap()
-    };
+    let runtime = || runtime_with_cache(cache.path());
     let load_timed = |runtime: &Runtime, path: &Path| {
         let started = Instant::now();
-        let plugin = Plugin::from_file(runtime, path, settings(&config, Default::default()))
+        let plugin = Plugin::from_file(runtime, path, plugin_settings(&config))
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         (plugin, started.elapsed())
     };

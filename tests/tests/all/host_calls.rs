@@ -2,9 +2,7 @@
 //! is the host's, not the plugin's, so many workers on a slow or contended
 //! cluster never time out an innocent plugin.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::{ClusterReader, ItemRef, Limits, ManifestCluster, Phase};
 use serde_json::Value;
 use std::sync::Arc;

@@ -2,12 +2,10 @@
 //! (item-block-action): which interfaces and version a plugin exports, and
 //! get-related-items from the command line.
 
+use crate::support::{iar, stdout_json};
 use iar_tests::artifacts;
 use serde_json::json;
 use std::path::Path;
-
-mod common;
-use common::{iar, stdout_json};
 
 /// A Pod that mounts ConfigMap `settings` and names `extra` in the
 /// config-block plugin's annotation, written to a temporary file.

@@ -2,9 +2,7 @@
 //! plugin can misbehave ends in one exact typed error, and the same host then
 //! processes the next item with a well-behaved plugin.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::plugin::{ActionError, Call, Target, Violation};
 use iar::{CallError, Limits, NoCluster, Phase};
 use std::sync::Arc;
@@ -692,11 +690,9 @@ fn a_glob_grant_does_not_read_secrets() {
     .unwrap();
     let cluster: Arc<dyn iar::ClusterReader> =
         Arc::new(iar::ManifestCluster::new(vec![dir.path().to_path_buf()]));
-    let secret = iar::Item::from_value(
+    let secret = item(
         serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"}}),
-        iar::resources::Catalog::builtin(),
-    )
-    .unwrap();
+    );
     let run = |allow_read: &str| {
         let doc = format!(
             "config: {{behavior: cluster-get, cluster-gets: '1'}}\nallowRead: {allow_read}\n"

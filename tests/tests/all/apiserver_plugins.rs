@@ -4,9 +4,7 @@
 //! good one keeps serving, and a set pinned before a reload keeps working.
 //! Each test has its own namespace and its own watcher.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use iar::k8s::plugins::configmap::{self, ManifestInput};
 use iar::k8s::plugins::status::{ANNOTATION_DIGEST, ANNOTATION_GENERATION, ANNOTATION_STATUS};
 use iar::k8s::plugins::{PluginRegistry, PluginSet, WatchOptions, watch_with};
@@ -49,8 +47,8 @@ async fn start_with_options(
     runtime: iar::Runtime,
     options: WatchOptions,
 ) -> Option<Harness> {
-    let server = iar_apiserver::shared().await?;
-    let client = server.client(User::Admin).await.expect("admin client");
+    let server = server().await?;
+    let client = client(server, User::Admin).await;
     iar_apiserver::create_namespace(&client, namespace).await;
     let registry = PluginRegistry::new();
     let task = spawn_watcher(&client, namespace, runtime, &registry, options);

@@ -1,0 +1,17 @@
+//! The host crate's integration tests, in one binary (one link, one shared
+//! API server), one module per area.
+//!
+//! Run one area with a filter: `cargo test -p iar --test all controller::`.
+
+mod block_hooks;
+mod block_work;
+mod cli;
+mod cli_contract;
+mod cli_plugin;
+mod conformance;
+mod controller;
+mod iar_bench;
+mod iar_new;
+mod iar_test;
+mod polyglot;
+mod support;

@@ -1,0 +1,183 @@
+//! Helpers shared by the host crate's tests: the `iar` binary run the way a
+//! user runs it, a runtime and plugins on the shared compile cache,
+//! realistic items, local stores and volume data, and the shared API server.
+//!
+//! What the iar-tests crate's tests need too, and that needs none of iar's
+//! types, is in the `iar-tests` library instead (`iar_tests::fixtures`,
+//! `iar_tests::wait_for`, `iar_tests::store_files`).
+
+use iar::resources::Catalog;
+use iar::store::BackupStore;
+use iar::{BackupRef, Item, Phase, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
+use iar_apiserver::{ApiServer, User};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The workspace root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ lives in the workspace root")
+        .to_path_buf()
+}
+
+/// The compile cache every test and every `iar` they run share, in
+/// `target/tmp`.
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iar-component-cache")
+}
+
+/// `iar` with the shared compile cache, run in the workspace root, as
+/// [`iar`] runs it, for callers that need the child process itself, other
+/// stdio or more environment.
+pub fn iar_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iar"));
+    cmd.args(args)
+        .current_dir(repo())
+        .env("IAR_CACHE_DIR", cache_dir());
+    cmd
+}
+
+/// Runs `iar` with `args` to the end.
+pub fn iar(args: &[&str]) -> Output {
+    iar_command(args).output().expect("running iar")
+}
+
+pub fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A finished command's exit status, stdout and stderr, for a failure
+/// message.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A runtime with the shared compile cache.
+pub fn runtime() -> Runtime {
+    runtime_with_cache(&cache_dir())
+}
+
+/// A runtime whose compile cache is `dir`.
+pub fn runtime_with_cache(dir: &Path) -> Runtime {
+    Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime")
+}
+
+/// A plugin's settings with `config` and everything else the default.
+pub fn plugin_settings(config: &[(&str, &str)]) -> PluginSettings {
+    PluginSettings {
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..PluginSettings::default()
+    }
+}
+
+pub fn load(runtime: &Runtime, path: &str, config: &[(&str, &str)]) -> Plugin {
+    load_granted(runtime, path, config, ReadGrants::default())
+}
+
+/// [`load`] with `grants` to read from the cluster.
+pub fn load_granted(
+    runtime: &Runtime,
+    path: &str,
+    config: &[(&str, &str)],
+    grants: ReadGrants,
+) -> Plugin {
+    let settings = PluginSettings {
+        grants,
+        ..plugin_settings(config)
+    };
+    Plugin::from_file(runtime, Path::new(path), settings)
+        .unwrap_or_else(|e| panic!("loading {path}: {e}"))
+}
+
+/// `value` as an item of the built-in catalog.
+pub fn item(value: Value) -> Item {
+    Item::from_value(value, Catalog::builtin()).expect("a valid item")
+}
+
+/// A Pod of about 2.5 KB in namespace `shop`, mounting PVC `data-<name>`.
+pub fn pod(name: &str) -> Item {
+    item(iar_tests::fixtures::pod("shop", name))
+}
+
+pub fn pvc(name: &str, bound: bool) -> Item {
+    item(iar_tests::fixtures::pvc("shop", name, bound))
+}
+
+pub fn backup(phase: Phase) -> BackupRef {
+    BackupRef {
+        name: "nightly".into(),
+        namespace: "velero".into(),
+        uid: "11111111-2222-3333-4444-555555555555".into(),
+        spec: json!({"includedNamespaces": ["shop"]}),
+        phase,
+    }
+}
+
+pub fn never_seen(_: &str) -> bool {
+    false
+}
+
+/// A store on a fresh local directory (kept alive by the returned guard).
+pub fn store() -> (tempfile::TempDir, BackupStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+    (dir, store)
+}
+
+/// Volume data for PVC `pvc` in namespace `shop` under a `--volume-data`
+/// directory: one file of `bytes` incompressible bytes.
+pub fn write_volume(data: &Path, pvc: &str, bytes: usize) {
+    let dir = data.join("shop").join(pvc);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("table"),
+        iar_tests::fixtures::noise(pvc.len() as u64 + bytes as u64, bytes),
+    )
+    .unwrap();
+}
+
+/// The time a hook wrote into `data/file` with `date +%s%N`: its own
+/// clock reading of when it started.
+pub fn stamp(data: &Path, file: &str) -> SystemTime {
+    let ns: u64 = std::fs::read_to_string(data.join(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .trim()
+        .parse()
+        .unwrap();
+    UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+/// The shared API server (one per test binary), or `None` (the harness
+/// has said loudly why) to skip.
+pub async fn server() -> Option<&'static ApiServer> {
+    iar::k8s::install_crypto();
+    iar_apiserver::shared().await
+}
+
+pub async fn client(server: &ApiServer, user: User) -> kube::Client {
+    server
+        .client(user)
+        .await
+        .unwrap_or_else(|e| panic!("client for {user:?}: {e}"))
+}
