@@ -11,8 +11,9 @@
 #![no_main]
 
 use iar::Item;
-use iar::backup::spec::{BackupFilter, operation_timeout};
+use iar::backup::spec::operation_timeout;
 use iar::catalog::Catalog;
+use iar::select::BackupFilter;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 

@@ -19,12 +19,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arbitrary::Arbitrary;
+use iar::catalog::Catalog;
 use iar::contract::v1::types;
 use iar::item::{ItemRef, group_of};
 use iar::item_scan::{self, Scanned};
 use iar::operations::{Operation, OperationSpec};
 use iar::plugin::validate::{self, Phase};
-use iar::catalog::Catalog;
 use iar::{Item, Limits};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};

@@ -15,8 +15,8 @@
 use std::path::Path;
 
 use iar::Item;
-use iar::manifests::parse_documents;
 use iar::catalog::Catalog;
+use iar::manifests::parse_documents;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -18,8 +18,8 @@
 
 use std::collections::BTreeMap;
 
-use iar::select::LabelSelector;
 use iar::catalog::Catalog;
+use iar::select::LabelSelector;
 use iar::select::{CompiledSelector, ResourceSelector};
 use libfuzzer_sys::fuzz_target;
 

@@ -13,7 +13,7 @@
 //! [--rounds N] [--calls N] [--profile native|work|reused|fresh|on-demand|instantiate]`; with `--velero`, the Velero anchor's figures
 //! (`bench/velero`, JSON) are printed in the same table.
 
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::{Item, NoCluster, Plugin, Runtime, RuntimeConfig};
 use iar_tests::fixtures::{bench_pod, native_label, native_label_text};
 use serde_json::Value;

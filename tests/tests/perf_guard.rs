@@ -22,7 +22,7 @@
 //! built). `IAR_PERF_GUARD_MAX` / `IAR_PERF_GUARD_WORK_MAX` override the
 //! bounds (for a machine known to differ).
 
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::{Item, NoCluster, Plugin, Runtime, RuntimeConfig};
 use iar_tests::artifacts;
 use iar_tests::fixtures::{bench_pod, native_label, native_label_text};

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Lookups of names that do not exist, as fast as a plugin can make

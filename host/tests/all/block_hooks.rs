@@ -1,12 +1,12 @@
 //! Hooks and pod volume backups in real backups, through
-//! `Controller::run_backup`: real `sh` hook processes, a real `--volume-data`
+//! `PhaseMachine::run_backup`: real `sh` hook processes, a real `--volume-data`
 //! directory read into a real local store, and the backup's persisted files.
 
 use crate::support::{stamp, store, write_volume};
 use iar::ManifestCluster;
 use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::{VolumeBackup, VolumePhase, restore_volume};
-use iar::controller::{BackupRequest, Controller, Settings};
+use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::store::{BackupFile, BackupStore};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -72,14 +72,14 @@ async fn backup(e: &Env, name: &str, exec_hooks: bool, workers: usize) -> Backup
     run(e, name, settings, json!({})).await.unwrap()
 }
 
-/// One `Controller::run_backup` of the env's items into its store.
+/// One `PhaseMachine::run_backup` of the env's items into its store.
 async fn run(
     e: &Env,
     name: &str,
     settings: Settings,
     spec: serde_json::Value,
-) -> Result<BackupObject, iar::controller::ControllerError> {
-    let c = Controller::new(
+) -> Result<BackupObject, iar::phases::PhaseError> {
+    let c = PhaseMachine::new(
         Vec::new(),
         e.store.clone(),
         Arc::new(ManifestCluster::new(vec![e.items.clone()])),
@@ -326,7 +326,7 @@ async fn backup_with_spec(
     e: &Env,
     name: &str,
     spec: serde_json::Value,
-) -> Result<BackupObject, iar::controller::ControllerError> {
+) -> Result<BackupObject, iar::phases::PhaseError> {
     let settings = Settings {
         sync_period: Duration::from_millis(50),
         volume_data: Some(e.data.clone()),

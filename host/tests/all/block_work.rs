@@ -8,7 +8,7 @@
 //! The item actions are left out (no plugins here): each block's items go
 //! from `BlockWork::pre` to `BlockWork::start_volumes` unchanged, as they
 //! do in the pass when no plugin changes them. The same properties through
-//! a whole `Controller::run_backup` are in `block_hooks`.
+//! a whole `PhaseMachine::run_backup` are in `block_hooks`.
 
 use crate::support::{item, stamp, store, write_volume};
 use iar::backup::block_work::{BlockReport, BlockWork};

@@ -6,7 +6,7 @@
 //! types, is in the `iar-tests` library instead (`iar_tests::fixtures`,
 //! `iar_tests::wait_for`, `iar_tests::store_files`).
 
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::store::BackupStore;
 use iar::{BackupRef, Item, Phase, Plugin, PluginSettings, ReadGrants, Runtime, RuntimeConfig};
 use iar_apiserver::{ApiServer, User};

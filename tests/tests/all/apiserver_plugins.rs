@@ -1016,7 +1016,7 @@ async fn secret_db(h: &Harness) -> iar::Item {
         .expect("create the Secret");
     iar::Item::from_value(
         serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": h.namespace}}),
-        iar::resources::Catalog::builtin(),
+        iar::catalog::Catalog::builtin(),
     )
     .unwrap()
 }

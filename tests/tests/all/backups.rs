@@ -3,8 +3,8 @@
 
 use crate::support::*;
 use iar::backup::object::{BackupObject, BackupPhase, Results};
-use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::{Operation, OperationPhase};
+use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::store::faulty::FaultyStore;
 use iar::store::{BackupFile, BackupStore, tarball};
 use iar::{Limits, ManifestCluster, Plugin};
@@ -61,12 +61,12 @@ impl Cluster {
     }
 }
 
-fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> Controller {
+fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> PhaseMachine {
     let settings = Settings {
         sync_period: Duration::from_millis(50),
         ..Settings::default()
     };
-    Controller::new(
+    PhaseMachine::new(
         plugins,
         store,
         Arc::new(ManifestCluster::new(vec![cluster.path()])),
@@ -682,7 +682,7 @@ struct PanickingCluster {
 }
 
 impl iar::ClusterReader for PanickingCluster {
-    fn get(&self, id: &iar::ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, id: &iar::ItemRef) -> Result<Option<Value>, iar::cluster::ClusterError> {
         if id.name == self.on {
             panic!("cluster reader bug on {id}");
         }
@@ -710,7 +710,7 @@ async fn a_panicking_worker_fails_its_item_and_the_pass_ends() {
         workers: 4,
         ..Settings::default()
     };
-    let c = Controller::new(example_plugins(), store.clone(), Arc::new(reader), settings);
+    let c = PhaseMachine::new(example_plugins(), store.clone(), Arc::new(reader), settings);
     let spec = json!({"includedNamespaces": ["shop"], "includedResources": ["pods", "configmaps"]});
     let object = tokio::time::timeout(
         Duration::from_secs(60),
@@ -1162,7 +1162,7 @@ async fn a_burst_of_backups_takes_turns_at_their_passes() {
         workers: 1,
         ..Settings::default()
     };
-    let c = Arc::new(Controller::new(
+    let c = Arc::new(PhaseMachine::new(
         vec![slow],
         store.clone(),
         Arc::new(ManifestCluster::new(vec![cluster.path()])),

@@ -4,7 +4,7 @@
 
 use crate::support::*;
 use iar::backup::pass;
-use iar::resources::Catalog;
+use iar::catalog::Catalog;
 use iar::{ClusterReader, ItemRef, ManifestCluster, Phase, Plugin};
 use serde_json::json;
 use std::collections::BTreeMap;

@@ -7,8 +7,8 @@
 use crate::support::*;
 use iar::ManifestCluster;
 use iar::backup::object::{BackupObject, BackupPhase};
-use iar::controller::{BackupRequest, Controller, Settings};
 use iar::operations::{Operation, OperationPhase};
+use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::store::{BackupFile, BackupStore};
 use serde_json::json;
 use std::collections::HashMap;
@@ -130,7 +130,7 @@ fn observe(
 /// One "describe": the persisted operations first, then the map. The map
 /// only moves forward and the store only ever holds a state the map had, so
 /// the map read second is never behind the store read first.
-async fn describe_once(c: &Controller, name: &str, seen: &mut Seen) {
+async fn describe_once(c: &PhaseMachine, name: &str, seen: &mut Seen) {
     let persisted: Option<Vec<Operation>> = c
         .store
         .get_json(name, BackupFile::ItemOperations)
@@ -230,7 +230,7 @@ async fn many_backups_with_many_operations_persist_exactly_what_is_in_memory() {
         sync_period: Duration::from_millis(20),
         ..Settings::default()
     };
-    let c = Arc::new(Controller::new(
+    let c = Arc::new(PhaseMachine::new(
         example_plugins(),
         store.clone(),
         Arc::new(cluster),

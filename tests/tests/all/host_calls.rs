@@ -16,7 +16,7 @@ struct SlowCluster {
 }
 
 impl ClusterReader for SlowCluster {
-    fn get(&self, _id: &ItemRef) -> Result<Option<Value>, String> {
+    fn get(&self, _id: &ItemRef) -> Result<Option<Value>, iar::cluster::ClusterError> {
         std::thread::sleep(self.delay);
         Ok(Some(self.pod.clone()))
     }

@@ -697,7 +697,7 @@ fn a_glob_grant_does_not_read_secrets() {
         let doc = format!(
             "config: {{behavior: cluster-get, cluster-gets: '1'}}\nallowRead: {allow_read}\n"
         );
-        let settings = iar::plugin::settings::SettingsDoc::parse(&doc)
+        let settings = iar::plugin::SettingsFile::parse(&doc)
             .unwrap()
             .into_settings([])
             .unwrap();

@@ -3,7 +3,8 @@
 //! `form_blocks`.
 
 use crate::support::*;
-use iar::backup::blocks::{Relation, form_blocks};
+use iar::backup::blocks::form_blocks;
+use iar::plugin::Relation;
 use iar::plugin::{Call, Interface, PluginRelation, Target};
 use iar::{Item, ItemRef, Limits, NoCluster, Phase};
 use serde_json::json;
