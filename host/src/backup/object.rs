@@ -111,6 +111,10 @@ pub struct ObjectMeta {
     pub name: String,
     pub namespace: String,
     pub uid: String,
+    /// RFC 3339, when the backup was created (the CREATED column of
+    /// `velero backup get`). Absent on backups stored before iar wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -143,6 +147,7 @@ impl BackupObject {
                 name: name.into(),
                 namespace: namespace.into(),
                 uid: uid.into(),
+                creation_timestamp: Some(rfc3339(std::time::SystemTime::now())),
                 annotations: BTreeMap::new(),
             },
             spec,

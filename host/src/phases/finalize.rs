@@ -7,7 +7,7 @@ use crate::store::BackupFile;
 use crate::store::tarball;
 use std::collections::BTreeMap;
 
-use super::first_pass::{item_bytes, record_messages};
+use super::first_pass::{archive_entries, record_messages};
 use super::*;
 
 impl PhaseMachine {
@@ -65,10 +65,8 @@ impl PhaseMachine {
                 outcome,
             );
             if let Some(value) = &outcome.stored {
-                match tarball::item_path(&outcome.id) {
-                    Ok(path) => {
-                        replace.insert(path, item_bytes(value));
-                    }
+                match archive_entries(&outcome.id, value) {
+                    Ok(both) => replace.extend(both),
                     Err(e) => run.results.errors.add(&outcome.id.namespace, e),
                 }
             }

@@ -14,7 +14,7 @@ use crate::plugin::{BackupRef, Phase};
 use crate::select::BackupFilter;
 use crate::store::tarball;
 use crate::store::{BackupFile, StoreError};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -58,6 +58,33 @@ pub(super) fn new_uid(name: &str) -> String {
 /// changed it or it crossed into one, so nothing is serialized again.
 pub(super) fn item_bytes(item: &Item) -> Vec<u8> {
     item.json().as_bytes().to_vec()
+}
+
+/// The tarball entries of one backed-up item, as Velero writes them since
+/// format 1.1.0: the plain path and the same bytes under the version the
+/// item was read at (`<version>-preferredversion`).
+pub(super) fn archive_entries(id: &ItemRef, item: &Item) -> Result<[(String, Vec<u8>); 2], String> {
+    let api_version = item
+        .value()
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let versioned = tarball::preferred_version_path(id, api_version)?;
+    let plain = tarball::item_path(id)?;
+    let bytes = item_bytes(item);
+    Ok([(plain, bytes.clone()), (versioned, bytes)])
+}
+
+/// Velero's resource list key of an item: `<apiVersion>/<kind>`
+/// ("v1/ConfigMap", "apps/v1/Deployment"), as `resourceKey` makes it.
+fn resource_key(item: &Item) -> String {
+    let field = |f: &str| {
+        item.value()
+            .get(f)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+    };
+    format!("{}/{}", field("apiVersion"), field("kind"))
 }
 
 impl PhaseMachine {
@@ -132,6 +159,18 @@ impl PhaseMachine {
                 name: req.name.clone(),
                 reason,
             })?;
+        // The operation timeout in force is written into the stored spec,
+        // as Velero defaults it there, so that describe shows it.
+        if let Some(spec) = object.spec.as_object_mut()
+            && !spec
+                .get("itemOperationTimeout")
+                .is_some_and(|v| v.as_str().is_some_and(|t| !t.is_empty()))
+        {
+            spec.insert(
+                "itemOperationTimeout".into(),
+                crate::backup::spec::format_go_duration(self.settings.operation_timeout).into(),
+            );
+        }
         // Velero refuses a second backup of the same name; so does iar,
         // rather than overwrite one (or a half-done one that could resume).
         // A conditional create, so that of two processes that both found
@@ -228,11 +267,46 @@ impl PhaseMachine {
                 Err(e) => run.results.errors.add(&item.id.namespace, e),
             }
         }
+        self.add_namespace_objects(run, filter, &mut selected).await;
         self.journal.line(
             run.name(),
             format!("{} items selected by the spec", selected.len()),
         );
         Ok(selected)
+    }
+
+    /// Adds the Namespace object of each namespace the backup covers, read
+    /// from the cluster (a namespace without one is said in the log, as
+    /// Velero logs it).
+    async fn add_namespace_objects(
+        &self,
+        run: &mut Run,
+        filter: &BackupFilter,
+        selected: &mut Vec<Item>,
+    ) {
+        for ns in filter.namespace_objects_wanted(selected) {
+            let id = ItemRef {
+                group: String::new(),
+                resource: "namespaces".into(),
+                namespace: String::new(),
+                name: ns.clone(),
+            };
+            match self.cluster.get_item_async(&id).await {
+                Ok(Some(mut item)) if filter.keeps_namespace_object(&item) => {
+                    item.id = id;
+                    selected.push(item);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => self.journal.line(
+                    run.name(),
+                    format!("namespace {ns}: no Namespace object in the cluster; a restore creates it without labels or annotations"),
+                ),
+                Err(e) => run
+                    .results
+                    .errors
+                    .add(&ns, format!("reading namespace {ns}: {e}")),
+            }
+        }
     }
 
     /// The plugins' pass over the items. Volume backups start while it
@@ -282,6 +356,7 @@ impl PhaseMachine {
             .flat_map(|op| &op.post_operation_items)
             .collect();
         let mut tail = Vec::new();
+        let mut resources: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut attempted = 0;
         self.operations.insert_loaded(run.name(), Vec::new()).await;
         for outcome in outcomes {
@@ -292,15 +367,24 @@ impl PhaseMachine {
                 outcome,
             );
             if let Some(value) = &outcome.stored {
-                match tarball::item_path(&outcome.id) {
-                    Ok(path) => {
+                match archive_entries(&outcome.id, value) {
+                    Ok(both) => {
                         let part = if post_operation.contains(&outcome.id) {
                             &mut tail
                         } else {
                             &mut entries
                         };
-                        part.push((path, item_bytes(value)));
+                        part.extend(both);
                         run.object.status.progress.items_backed_up += 1;
+                        let entry = if outcome.id.namespace.is_empty() {
+                            outcome.id.name.clone()
+                        } else {
+                            format!("{}/{}", outcome.id.namespace, outcome.id.name)
+                        };
+                        resources
+                            .entry(resource_key(value))
+                            .or_default()
+                            .push(entry);
                     }
                     Err(e) => run.results.errors.add(&outcome.id.namespace, e),
                 }
@@ -343,6 +427,12 @@ impl PhaseMachine {
             .await?;
         self.store
             .put(run.name(), BackupFile::Contents, contents.into())
+            .await?;
+        for list in resources.values_mut() {
+            list.sort();
+        }
+        self.store
+            .put_json(run.name(), BackupFile::ResourceList, &resources)
             .await?;
         self.operations.update(run.name(), |_| true).await;
         self.operations.sync(run.name(), &self.store).await?;

@@ -200,6 +200,40 @@ impl BackupFilter {
     }
 }
 
+impl BackupFilter {
+    /// The namespaces whose Namespace object the backup takes besides what
+    /// it listed, as Velero's item collector tracks them (velero PR #182):
+    /// the namespaces the filter names exactly and those of the namespaced
+    /// items `selected` holds, when the namespaces resource is included at
+    /// all; those already selected as Namespace objects left out. Without
+    /// its object a restore recreates a namespace bare, its labels and
+    /// annotations lost.
+    pub fn namespace_objects_wanted(&self, selected: &[crate::Item]) -> Vec<String> {
+        if !self.selector.includes_resource("", "namespaces") {
+            return Vec::new();
+        }
+        let mut wanted: std::collections::BTreeSet<String> = selected
+            .iter()
+            .map(|i| &i.id.namespace)
+            .filter(|ns| !ns.is_empty() && self.selector.includes_namespace(ns))
+            .cloned()
+            .collect();
+        wanted.extend(self.selector.exact_namespaces().unwrap_or_default());
+        for item in selected {
+            if item.id.group.is_empty() && item.id.resource == "namespaces" {
+                wanted.remove(&item.id.name);
+            }
+        }
+        wanted.into_iter().collect()
+    }
+
+    /// Whether a Namespace object named by [`Self::namespace_objects_wanted`]
+    /// goes in: only the exclude label keeps it out.
+    pub fn keeps_namespace_object(&self, namespace: &crate::Item) -> bool {
+        !excluded_by_label(namespace)
+    }
+}
+
 /// The label that keeps any object out of a backup, as in Velero.
 pub const EXCLUDE_LABEL: &str = "velero.io/exclude-from-backup";
 
@@ -302,5 +336,55 @@ mod tests {
         ] {
             BackupFilter::from_spec(&spec).unwrap();
         }
+    }
+
+    /// Velero's namespace tracking: the namespaces named exactly and those
+    /// of selected items, not one the filter excludes, none when the
+    /// namespaces resource is excluded, none already selected.
+    #[test]
+    fn namespace_objects_follow_the_namespaces_the_backup_covers() {
+        let item = |v: Value| crate::Item::from_value(v, Catalog::builtin()).unwrap();
+        let cm = |ns: &str| {
+            item(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}}),
+            )
+        };
+        let wanted = |spec: Value, items: &[crate::Item]| {
+            BackupFilter::from_spec(&spec)
+                .unwrap()
+                .namespace_objects_wanted(items)
+        };
+        assert_eq!(
+            wanted(
+                json!({"includedNamespaces": ["shop", "empty"]}),
+                &[cm("shop")]
+            ),
+            ["empty", "shop"]
+        );
+        assert_eq!(
+            wanted(
+                json!({"excludedNamespaces": ["kube-system"]}),
+                &[cm("a"), cm("kube-system")]
+            ),
+            ["a"]
+        );
+        assert_eq!(
+            wanted(
+                json!({"includedNamespaces": ["shop"], "excludedResources": ["namespaces"]}),
+                &[cm("shop")]
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            wanted(
+                json!({"includedNamespaces": ["shop"], "includedResources": ["configmaps"]}),
+                &[cm("shop")]
+            ),
+            Vec::<String>::new(),
+            "a resource filter that leaves namespaces out"
+        );
+        let ns =
+            item(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}));
+        assert_eq!(wanted(json!({}), &[cm("shop"), ns]), Vec::<String>::new());
     }
 }

@@ -62,6 +62,9 @@ pub enum BackupFile {
     /// The plugins a backup was pinned to (name and digest): a process
     /// that takes it over runs exactly those or fails their operations.
     PluginSet,
+    /// What was backed up, by API version and kind (Velero's
+    /// `BackupResourceList`, read by `velero backup describe --details`).
+    ResourceList,
 }
 
 impl BackupFile {
@@ -76,6 +79,7 @@ impl BackupFile {
             BackupFile::VolumeBackups => format!("{backup}-volumebackups.json.gz"),
             BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
             BackupFile::PluginSet => format!("{backup}-plugins.json.gz"),
+            BackupFile::ResourceList => format!("{backup}-resource-list.json.gz"),
         };
         format!("{BACKUPS}/{backup}/{file}")
     }
@@ -253,6 +257,7 @@ impl BackupStore {
             BackupFile::VolumeBackups,
             BackupFile::HookLedger,
             BackupFile::PluginSet,
+            BackupFile::ResourceList,
         ]
         .into_iter()
         .map(|f| f.key(backup))

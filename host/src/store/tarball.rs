@@ -21,8 +21,13 @@ use std::io::{self, Read, Write};
 
 /// The archive format version file Velero writes.
 pub const VERSION_PATH: &str = "metadata/version";
-/// Its content.
-pub const VERSION: &[u8] = b"1\n";
+/// Its content: Velero's `BackupFormatVersion`, the one `status.formatVersion`
+/// names. Since 1.1.0 every item is also under its API version (below).
+pub const VERSION: &[u8] = b"1.1.0\n";
+
+/// The suffix of the directory that holds each item at its preferred API
+/// version (Velero's `PreferredVersionDir`).
+pub const PREFERRED_VERSION_DIR: &str = "-preferredversion";
 
 const BLOCK: u64 = 512;
 /// What `tar::Builder::finish` writes: two zero blocks.
@@ -62,6 +67,31 @@ pub fn item_path(id: &ItemRef) -> Result<String, String> {
             id.namespace, id.name
         )
     })
+}
+
+/// The second place Velero writes an item since format 1.1.0:
+/// `resources/<group-resource>/<version>-preferredversion/namespaces/<ns>/<name>.json`,
+/// what a restore with `--features=EnableAPIGroupVersions` reads. The
+/// version is the one the item was read at (its `apiVersion`), which is
+/// its resource's preferred version in a live cluster (read through
+/// discovery's preferred versions); a manifest's objects are taken at the
+/// version they are written in.
+pub fn preferred_version_path(id: &ItemRef, api_version: &str) -> Result<String, String> {
+    let plain = item_path(id)?;
+    // `group/version` or `version`; anything more is not an API version.
+    let version = api_version
+        .split_once('/')
+        .map_or(api_version, |(_, version)| version);
+    names::dns_label(version).map_err(|why| {
+        format!("item {id}: invalid API version {api_version:?}: {why} (rule kubernetes-name)")
+    })?;
+    let gr = id.group_resource();
+    let rest = plain
+        .strip_prefix(&format!("resources/{gr}/"))
+        .expect("item_path starts with the group-resource");
+    Ok(format!(
+        "resources/{gr}/{version}{PREFERRED_VERSION_DIR}/{rest}"
+    ))
 }
 
 /// One entry (long-name header included when needed), without the trailer,
@@ -617,6 +647,36 @@ mod tests {
             let read_back = read(&rewrite(&damaged, &replace).unwrap()).unwrap();
             assert_eq!(read_back.len(), head.len() + tail.len());
             assert_eq!(read_back[head.len()].1, b"{\"ready\":true}");
+        }
+    }
+
+    /// Velero's layout since format 1.1.0: the versioned copy beside the
+    /// plain path, for namespaced and cluster-scoped items, and a version
+    /// that could change the path is refused like any bad name.
+    #[test]
+    fn items_are_also_under_their_preferred_version() {
+        let id = |group: &str, resource: &str, namespace: &str, name: &str| ItemRef {
+            group: group.into(),
+            resource: resource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        assert_eq!(
+            preferred_version_path(&id("", "configmaps", "shop", "web"), "v1").unwrap(),
+            "resources/configmaps/v1-preferredversion/namespaces/shop/web.json"
+        );
+        assert_eq!(
+            preferred_version_path(&id("apps", "deployments", "shop", "web"), "apps/v1").unwrap(),
+            "resources/deployments.apps/v1-preferredversion/namespaces/shop/web.json"
+        );
+        assert_eq!(
+            preferred_version_path(&id("", "namespaces", "", "shop"), "v1").unwrap(),
+            "resources/namespaces/v1-preferredversion/cluster/shop.json"
+        );
+        for bad in ["apps/../x", "apps/", "", "apps/V1", "a/b/../../etc"] {
+            let err =
+                preferred_version_path(&id("apps", "deployments", "shop", "web"), bad).unwrap_err();
+            assert!(err.contains("rule kubernetes-name"), "{bad}: {err}");
         }
     }
 }

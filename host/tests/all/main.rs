@@ -15,3 +15,4 @@ mod iar_new;
 mod iar_test;
 mod polyglot;
 mod support;
+mod velero;

@@ -437,13 +437,16 @@ async fn a_finalizing_backup_resumes_by_finalizing() {
     let after = contents(&store, "nightly").await;
     let snap_path =
         "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/shop/data-web-0-nightly.json";
+    // Both copies of it: the plain path and the one under its version.
+    let versioned = "resources/volumesnapshots.snapshot.storage.k8s.io/v1-preferredversion/namespaces/shop/data-web-0-nightly.json";
     assert_eq!(entry(&after, snap_path)["status"]["restoreSize"], "2Gi");
+    assert_eq!(entry(&after, versioned)["status"]["restoreSize"], "2Gi");
     assert_eq!(raw(store.clone()).await[..head], raw_before[..head]);
     // Every other entry is kept byte for byte, in place.
     assert_eq!(before.len(), after.len());
     for ((p1, d1), (p2, d2)) in before.iter().zip(&after) {
         assert_eq!(p1, p2);
-        if p1 != snap_path {
+        if p1 != snap_path && p1 != versioned {
             assert_eq!(d1, d2, "{p1} changed");
         }
     }
@@ -1191,4 +1194,115 @@ async fn a_burst_of_backups_takes_turns_at_their_passes() {
         waited += usize::from(logs.iter().any(|l| l.contains("waiting for a turn")));
     }
     assert!(waited >= 4, "{waited} of 6 waited for a turn");
+}
+
+/// What Velero 1.18 writes and reads, to the letter (issue 20): the format
+/// version 1.1.0 in `metadata/version`; every item also under
+/// `<version>-preferredversion`, what a restore with
+/// `--features=EnableAPIGroupVersions` reads (finalize rewrites both
+/// copies); the Namespace object of the namespace it covers, though the
+/// spec names the namespace only; the resource list `velero backup describe
+/// --details` shows; a creation time; the timeouts in force in the spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_is_laid_out_as_velero_lays_out_format_1_1_0() {
+    let cluster = Cluster::new();
+    std::fs::write(
+        cluster.path().join("ns.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {team: checkout}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n",
+    )
+    .unwrap();
+    cluster.snapshot(
+        "layout",
+        json!({"readyToUse": true, "creationTime": "2026-11-30T01:00:04Z"}),
+    );
+    let (_store_dir, store) = store();
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    let object = c
+        .run_backup(request("layout", &cluster, shop_only()))
+        .await
+        .unwrap();
+    assert_eq!(object.status.phase, BackupPhase::Completed);
+
+    let entries = contents(&store, "layout").await;
+    assert_eq!(entry_bytes(&entries, "metadata/version"), b"1.1.0\n");
+    // Each item twice, byte for byte, at the plain and the versioned path.
+    let plain: Vec<&(String, Vec<u8>)> = entries
+        .iter()
+        .filter(|(p, _)| p.starts_with("resources/") && !p.contains("-preferredversion/"))
+        .collect();
+    assert!(
+        plain.len() >= 5,
+        "{:?}",
+        entries.iter().map(|e| &e.0).collect::<Vec<_>>()
+    );
+    for (path, bytes) in &plain {
+        let item: Value = serde_json::from_slice(bytes).unwrap();
+        let version = item["apiVersion"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap();
+        let (gr, rest) = path["resources/".len()..].split_once('/').unwrap();
+        let versioned = format!("resources/{gr}/{version}-preferredversion/{rest}");
+        assert_eq!(&entry_bytes(&entries, &versioned), bytes, "{versioned}");
+    }
+    assert_eq!(
+        plain.len() * 2 + 1,
+        entries.len(),
+        "nothing else in the tarball"
+    );
+    // The namespace's own object, with its labels; not the other namespace's.
+    let ns = entry(&entries, "resources/namespaces/cluster/shop.json");
+    assert_eq!(ns["metadata"]["labels"]["team"], "checkout");
+    assert!(
+        !entries
+            .iter()
+            .any(|(p, _)| p.ends_with("/cluster/other.json"))
+    );
+    // Finalize replaced both copies of the post-operation item.
+    for path in [
+        "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/shop/data-web-0-layout.json",
+        "resources/volumesnapshots.snapshot.storage.k8s.io/v1-preferredversion/namespaces/shop/data-web-0-layout.json",
+    ] {
+        let snap = entry(&entries, path);
+        assert_eq!(snap["status"]["readyToUse"], true, "{path}");
+        assert_eq!(snap["metadata"]["labels"]["backed-up-by"], "iar", "{path}");
+    }
+
+    let list: std::collections::BTreeMap<String, Vec<String>> = store
+        .get_json("layout", BackupFile::ResourceList)
+        .await
+        .unwrap()
+        .expect("the resource list");
+    assert_eq!(list["v1/Pod"], ["shop/web-0"]);
+    assert_eq!(list["v1/Namespace"], ["shop"]);
+    assert_eq!(list["v1/PersistentVolume"], ["pv-data-web-0"]);
+    assert_eq!(list["v1/ConfigMap"], ["shop/web-config"]);
+    assert_eq!(
+        list.values().map(Vec::len).sum::<usize>(),
+        plain.len(),
+        "one entry per item: {list:?}"
+    );
+
+    let (stored, _, _) = persisted(&store, "layout").await;
+    let created = stored
+        .metadata
+        .creation_timestamp
+        .expect("creationTimestamp");
+    assert!(
+        created.starts_with("20") && created.ends_with('Z'),
+        "{created}"
+    );
+    assert_eq!(stored.spec["itemOperationTimeout"], "4h0m0s");
+    assert_eq!(stored.spec["ttl"], "720h0m0s");
+    assert_eq!(stored.status.format_version, "1.1.0");
+}
+
+fn entry_bytes(entries: &[(String, Vec<u8>)], path: &str) -> Vec<u8> {
+    entries
+        .iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, d)| d.clone())
+        .unwrap_or_else(|| panic!("{path} not in the tarball"))
 }

@@ -1,0 +1,433 @@
+//! iar's backups in Velero's own hands. `iar backup` writes a backup,
+//! through the wasm `labels` plugin, to a real S3 server (versitygw); a real
+//! Velero server (v1.18.3, with velero-plugin-for-aws v1.14.3) whose
+//! BackupStorageLocation is that bucket syncs it as a Velero Backup and
+//! restores it into the test API server, with
+//! `--features=EnableAPIGroupVersions`, which reads only the
+//! `<version>-preferredversion` copies of the items. All three are built
+//! from the Go module proxy once per machine by `tools/velero/build.sh`.
+
+use crate::support::*;
+use iar_apiserver::{ApiServer, User};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ACCESS_KEY: &str = "iar-test";
+const SECRET_KEY: &str = "iar-test-secret-key";
+const BUCKET: &str = "velero";
+
+/// The directory `tools/velero/build.sh` built the three binaries into, or
+/// `None` (said loudly; a failure under CI) without Go.
+fn tools() -> Option<PathBuf> {
+    if Command::new("go").arg("version").output().is_err() {
+        iar_apiserver::skip_or_fail("Go is not installed, so Velero cannot be built");
+        return None;
+    }
+    let out = Command::new("bash")
+        .arg(repo().join("tools/velero/build.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running tools/velero/build.sh");
+    assert!(out.status.success(), "tools/velero/build.sh failed");
+    Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when the test ends, whatever happens.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// versitygw over a fresh directory with one bucket: its posix backend
+/// keeps each bucket as a directory and each object as a file under it.
+fn s3_server(tools: &Path, root: &Path) -> (Running, String) {
+    std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+    let port = free_port();
+    let child = Command::new(tools.join("versitygw"))
+        .args(["--port", &format!("127.0.0.1:{port}"), "posix"])
+        .arg(root)
+        .env("ROOT_ACCESS_KEY", ACCESS_KEY)
+        .env("ROOT_SECRET_KEY", SECRET_KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting versitygw");
+    wait_listening(port, "versitygw");
+    (Running(child), format!("http://127.0.0.1:{port}"))
+}
+
+/// The application iar backs up: a labelled Namespace, a ConfigMap, a
+/// Service and a Deployment.
+fn write_application(dir: &Path) {
+    std::fs::write(
+        dir.join("shop.yaml"),
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {team: checkout}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config, namespace: shop}
+data: {greeting: hello}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27"}]
+"#,
+    )
+    .unwrap();
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+async fn create(client: &kube::Client, ar: &ApiResource, namespace: &str, object: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, ar);
+    let object: DynamicObject = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {:?}: {e}", object.metadata.name));
+}
+
+/// Velero's CRDs, as `velero install --crds-only --dry-run -o yaml` prints
+/// them, created and established.
+async fn install_crds(tools: &Path, client: &kube::Client) {
+    let out = Command::new(tools.join("velero"))
+        .args(["install", "--crds-only", "--dry-run", "-o", "yaml"])
+        .output()
+        .expect("velero install");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
+        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+        let docs = match value.get("items") {
+            Some(items) => items.as_array().unwrap().clone(),
+            None if value.is_null() => continue,
+            None => vec![value],
+        };
+        for crd in docs {
+            let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+            names.push(crd.metadata.name.clone().unwrap());
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+    }
+    assert!(names.iter().any(|n| n == "backups.velero.io"), "{names:?}");
+    for name in names {
+        iar_tests::wait_until(
+            &format!("CRD {name} established"),
+            Duration::from_secs(30),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    crds.get(&name).await.is_ok_and(|c| {
+                        c.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True")
+                        })
+                    })
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// The Velero server, against the test API server, with its plugin
+/// directory holding the aws plugin and its credentials in a file, as
+/// `velero install` would mount them.
+fn velero_server(tools: &Path, server: &ApiServer, work: &Path, features: &str) -> Running {
+    let plugins = work.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(
+        tools.join("velero-plugin-for-aws"),
+        plugins.join("velero-plugin-for-aws"),
+    )
+    .unwrap();
+    let credentials = work.join("credentials");
+    std::fs::write(
+        &credentials,
+        format!("[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"),
+    )
+    .unwrap();
+    let log = std::fs::File::create(work.join("velero-server.log")).unwrap();
+    let child = Command::new(tools.join("velero"))
+        .args([
+            "server",
+            "--namespace",
+            "velero",
+            "--uploader-type",
+            "kopia",
+        ])
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .arg(format!("--features={features}"))
+        .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+        .arg(format!("--profiler-address=127.0.0.1:{}", free_port()))
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig())
+        .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+        .env("HOME", work)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting velero server");
+    Running(child)
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn velero_restores_an_iar_backup_with_api_group_versions() {
+    let Some(server) = server().await else { return };
+    let Some(tools) = tools() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (_s3, endpoint) = s3_server(&tools, &work.path().join("s3"));
+
+    // iar backs the application up into the bucket, through a wasm plugin.
+    let items = work.path().join("items");
+    std::fs::create_dir_all(&items).unwrap();
+    write_application(&items);
+    let plugins = work.path().join("iar-plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(iar_tests::artifacts::LABELS, plugins.join("labels.wasm")).unwrap();
+    std::fs::write(
+        plugins.join("labels.yaml"),
+        "config:\n  labels: backed-up-by=iar\n",
+    )
+    .unwrap();
+    let spec = work.path().join("spec.yaml");
+    std::fs::write(&spec, "includedNamespaces: [shop]\n").unwrap();
+    let out = iar_command(&[
+        "backup",
+        "--items",
+        items.to_str().unwrap(),
+        "--plugins",
+        plugins.to_str().unwrap(),
+        "--spec",
+        spec.to_str().unwrap(),
+        "--store",
+        &format!("s3://{BUCKET}"),
+        "--sync-period",
+        "1s",
+        "nightly",
+    ])
+    .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    .env("AWS_ENDPOINT", &endpoint)
+    .env("AWS_ALLOW_HTTP", "true")
+    .env("AWS_REGION", "us-east-1")
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "iar backup: {}", text(&out));
+
+    // Velero, pointed at the same bucket.
+    let client = client(server, User::Admin).await;
+    install_crds(&tools, &client).await;
+    iar_apiserver::create_namespace(&client, "velero").await;
+    // Velero's restore reads this Deployment (its pod volume restore
+    // action looks the server up); nothing needs to run in it.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "velero");
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "velero", "namespace": "velero"},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "velero"}},
+                    "template": {"metadata": {"labels": {"app": "velero"}},
+                        "spec": {"containers": [{"name": "velero", "image": "velero/velero:v1.18.3"}]}}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bsl = resource(
+        "velero.io",
+        "v1",
+        "BackupStorageLocation",
+        "backupstoragelocations",
+    );
+    create(
+        &client,
+        &bsl,
+        "velero",
+        json!({
+            "apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
+            "metadata": {"name": "default", "namespace": "velero"},
+            "spec": {"provider": "aws", "default": true,
+                "objectStorage": {"bucket": BUCKET},
+                "config": {"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}
+        }),
+    )
+    .await;
+    let velero = velero_server(&tools, server, work.path(), "EnableAPIGroupVersions");
+    let log = work.path().join("velero-server.log");
+
+    // Backup sync runs on a one-minute timer, whatever its flag says.
+    let backups: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "velero",
+        &resource("velero.io", "v1", "Backup", "backups"),
+    );
+    let synced = wait_for_or_log(
+        "Velero to sync iar's backup",
+        &log,
+        Duration::from_secs(150),
+        || {
+            let backups = backups.clone();
+            async move { backups.get_opt("nightly").await.ok().flatten() }
+        },
+    )
+    .await;
+    assert_eq!(
+        synced.data["status"]["phase"], "Completed",
+        "{:?}",
+        synced.data
+    );
+    assert_eq!(synced.data["status"]["formatVersion"], "1.1.0");
+
+    let restore = resource("velero.io", "v1", "Restore", "restores");
+    create(
+        &client,
+        &restore,
+        "velero",
+        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
+            "metadata": {"name": "nightly-1", "namespace": "velero"},
+            "spec": {"backupName": "nightly"}}),
+    )
+    .await;
+    let restores: Api<DynamicObject> = Api::namespaced_with(client.clone(), "velero", &restore);
+    let done = wait_for_or_log("the restore to end", &log, Duration::from_secs(120), || {
+        let restores = restores.clone();
+        async move {
+            restores
+                .get_opt("nightly-1")
+                .await
+                .ok()
+                .flatten()
+                .filter(|r| {
+                    matches!(
+                        r.data["status"]["phase"].as_str(),
+                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
+                    )
+                })
+        }
+    })
+    .await;
+    let restore_log = work
+        .path()
+        .join("s3")
+        .join(BUCKET)
+        .join("restores/nightly-1/restore-nightly-1-logs.gz");
+    assert_eq!(
+        done.data["status"]["phase"],
+        "Completed",
+        "restore status {}\nrestore log at {}\nserver log:\n{}",
+        done.data["status"],
+        restore_log.display(),
+        tail(&log)
+    );
+    assert_eq!(
+        done.data["status"].get("errors"),
+        None,
+        "{}",
+        done.data["status"]
+    );
+
+    // What came back: the Namespace with its labels (from its own object),
+    // the ConfigMap as the plugin left it, the Service and the Deployment.
+    let ns = Api::<Namespace>::all(client.clone())
+        .get("shop")
+        .await
+        .unwrap();
+    assert_eq!(ns.metadata.labels.unwrap()["team"], "checkout");
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), "shop")
+        .get("web-config")
+        .await
+        .unwrap();
+    assert_eq!(cm.metadata.labels.as_ref().unwrap()["backed-up-by"], "iar");
+    assert_eq!(cm.data.unwrap()["greeting"], "hello");
+    let svc = Api::<Service>::namespaced(client.clone(), "shop")
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(svc.metadata.labels.as_ref().unwrap()["backed-up-by"], "iar");
+    let deploy = Api::<Deployment>::namespaced(client.clone(), "shop")
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(
+        deploy.metadata.labels.as_ref().unwrap()["velero.io/restore-name"],
+        "nightly-1"
+    );
+    drop(velero);
+}
+
+/// Waits for `check` to find something; on a timeout the message ends
+/// with the Velero server's log.
+async fn wait_for_or_log<T, F, Fut>(what: &str, log: &Path, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    iar_tests::wait_for(what, within, || {
+        let found = check();
+        async move {
+            found
+                .await
+                .ok_or_else(|| format!("velero server log:\n{}", tail(log)))
+        }
+    })
+    .await
+}
