@@ -162,9 +162,9 @@ impl PhaseMachine {
         // The operation timeout in force is written into the stored spec,
         // as Velero defaults it there, so that describe shows it.
         if let Some(spec) = object.spec.as_object_mut()
-            && !spec
+            && spec
                 .get("itemOperationTimeout")
-                .is_some_and(|v| v.as_str().is_some_and(|t| !t.is_empty()))
+                .is_none_or(|v| v.as_str().is_none_or(str::is_empty))
         {
             spec.insert(
                 "itemOperationTimeout".into(),
