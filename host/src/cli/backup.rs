@@ -17,16 +17,17 @@ use std::time::Duration;
 pub struct StoreArg {
     /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
     #[arg(long, env = "IAR_STORE", default_value = "iar-store")]
-    store: String,
+    pub(super) store: String,
 }
 
 /// What `backup` and `resume` share: the plugins, the store, the timings.
 #[derive(clap::Args)]
 pub struct RunnerArgs {
     /// A directory of plugins (*.wasm); `NAME.yaml` beside `NAME.wasm` holds
-    /// its settings (config, limits, allowRead).
+    /// its settings (config, limits, allowRead). Without it the backup runs
+    /// no plugin, as a Velero backup with none installed.
     #[arg(long)]
-    plugins: PathBuf,
+    plugins: Option<PathBuf>,
     #[command(flatten)]
     store: StoreArg,
     /// How often operation progress is polled and persisted.
@@ -142,7 +143,12 @@ pub fn load_plugins(
         plugins.push(Plugin::from_file(runtime, &path, settings)?);
     }
     if plugins.is_empty() {
-        bail!("no plugins (*.wasm) in {}", dir.display());
+        // Velero takes a backup with no plugins too; an empty directory is
+        // more likely a mistake, so it is said.
+        tracing::warn!(
+            "no plugins (*.wasm) in {}; backing up without any",
+            dir.display()
+        );
     }
     Ok(plugins)
 }
@@ -170,7 +176,7 @@ fn exit_for(phase: BackupPhase) -> ExitCode {
     }
 }
 
-fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(super) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
@@ -178,7 +184,10 @@ fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<PhaseMachine> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
-    let plugins = load_plugins(&runtime, &args.plugins, &args.config)?;
+    let plugins = match &args.plugins {
+        Some(dir) => load_plugins(&runtime, dir, &args.config)?,
+        None => Vec::new(),
+    };
     let store = BackupStore::open(&args.store.store)?;
     let cluster = Arc::new(ManifestCluster::new(sources));
     let defaults = Settings::default();

@@ -16,6 +16,7 @@ mod backup;
 mod bench;
 mod conformance;
 mod controller;
+mod delete;
 mod inspect;
 mod new;
 mod plugin;
@@ -56,6 +57,11 @@ enum Command {
     /// Delete the backups whose expiration (creation + ttl) has passed and
     /// that have ended; one line per backup deleted or failed.
     Gc(backup::GcArgs),
+    /// Print a backup's log (Velero's `backup logs`).
+    Logs(delete::LogsArgs),
+    /// Delete one backup now, expired or not (Velero's `backup delete`):
+    /// its data, then its object, then its leases.
+    Delete(delete::DeleteArgs),
     /// Run a plugin's declarative test files (`*.iar-test.yaml`).
     Test(test::TestArgs),
     /// Check any plugin against the generic rules of the contract.
@@ -102,6 +108,8 @@ pub fn main() -> ExitCode {
         Command::Describe(args) => backup::describe(args),
         Command::Get(args) => backup::get(args),
         Command::Gc(args) => backup::gc(args),
+        Command::Logs(args) => delete::logs(args),
+        Command::Delete(args) => delete::delete(args),
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),

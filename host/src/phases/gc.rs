@@ -56,6 +56,29 @@ pub enum Kept {
     NoObject,
 }
 
+/// What a deletion was asked for: a sweep deletes the backups that have
+/// expired; `iar delete` (Velero's `backup delete`) one backup now, expired
+/// or not. Neither deletes a backup that is still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Expired,
+    Asked,
+}
+
+fn why_kept_for(
+    object: &BackupObject,
+    now: SystemTime,
+    reason: Reason,
+) -> Result<Option<Kept>, String> {
+    match reason {
+        Reason::Expired => why_kept(object, now),
+        Reason::Asked if object.status.phase.is_running() => {
+            Ok(Some(Kept::Running(object.status.phase)))
+        }
+        Reason::Asked => Ok(None),
+    }
+}
+
 /// Whether a stored backup goes now. `Deleting` always does: a deletion
 /// once begun is finished.
 pub fn why_kept(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, String> {
@@ -101,6 +124,28 @@ impl PhaseMachine {
         now: SystemTime,
         dry_run: bool,
     ) -> Result<Outcome, PhaseError> {
+        self.delete_for(name, now, dry_run, Reason::Expired).await
+    }
+
+    /// Deletes one backup now, expired or not, in the same crash-safe order
+    /// as a sweep (`iar delete`, Velero's `backup delete`). A backup still
+    /// running is kept ([`Kept::Running`]); a missing one is
+    /// [`Kept::NoObject`].
+    pub async fn delete_backup(&self, name: &str, dry_run: bool) -> Result<Outcome, PhaseError> {
+        if !dry_run && self.stored(name).await?.is_none() {
+            return Ok(Outcome::Kept(Kept::NoObject));
+        }
+        self.delete_for(name, SystemTime::now(), dry_run, Reason::Asked)
+            .await
+    }
+
+    async fn delete_for(
+        &self,
+        name: &str,
+        now: SystemTime,
+        dry_run: bool,
+        reason: Reason,
+    ) -> Result<Outcome, PhaseError> {
         // A first look without the lease: taking it writes to the store,
         // and most backups in a sweep stay.
         let Some(object) = self.stored(name).await? else {
@@ -110,7 +155,7 @@ impl PhaseMachine {
                 self.tidy(name).await
             };
         };
-        if let Some(kept) = why_kept(&object, now).map_err(|r| invalid(name, r))? {
+        if let Some(kept) = why_kept_for(&object, now, reason).map_err(|r| invalid(name, r))? {
             return Ok(Outcome::Kept(kept));
         }
         if dry_run {
@@ -119,7 +164,7 @@ impl PhaseMachine {
         let (outcome, generation) = self
             .with_lease(name, async {
                 let generation = self.store.current_lease(name).await?.map(|l| l.generation);
-                Ok::<_, PhaseError>((self.delete_files(name, now).await?, generation))
+                Ok::<_, PhaseError>((self.delete_files(name, now, reason).await?, generation))
             })
             .await?;
         // The lease was released above; its files go last, so that until
@@ -138,11 +183,16 @@ impl PhaseMachine {
 
     /// Under the lease: the object read again and judged again, marked
     /// `Deleting`, every other file deleted, the object last.
-    async fn delete_files(&self, name: &str, now: SystemTime) -> Result<Outcome, PhaseError> {
+    async fn delete_files(
+        &self,
+        name: &str,
+        now: SystemTime,
+        reason: Reason,
+    ) -> Result<Outcome, PhaseError> {
         let Some(found) = self.stored(name).await? else {
             return Ok(Outcome::Kept(Kept::NoObject));
         };
-        if let Some(kept) = why_kept(&found, now).map_err(|r| invalid(name, r))? {
+        if let Some(kept) = why_kept_for(&found, now, reason).map_err(|r| invalid(name, r))? {
             return Ok(Outcome::Kept(kept));
         }
         if found.status.phase != BackupPhase::Deleting {
@@ -155,7 +205,7 @@ impl PhaseMachine {
                 sink(&deleting);
             }
         }
-        tracing::info!(backup = %name, expiration = ?found.status.expiration, "deleting an expired backup");
+        tracing::info!(backup = %name, expiration = ?found.status.expiration, ?reason, "deleting a backup");
         let keys = self.store.backup_keys(name).await?;
         for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
             self.store.delete_key(key).await?;

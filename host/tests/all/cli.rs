@@ -1064,3 +1064,86 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
         "the resumed holder wrote to the store: {stderr}"
     );
 }
+
+/// Velero's `backup logs` and `backup delete` have iar equivalents, and a
+/// backup with no plugins is a normal backup (issue 20): `iar backup`
+/// without `--plugins` backs the items up; `iar logs` prints the stored
+/// log; `iar delete` removes one backup, unexpired, leaving the others, and
+/// refuses one that does not exist; an empty plugin directory is a warning.
+#[test]
+fn logs_and_delete_work_on_a_backup_taken_without_plugins() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, store) = (dir.path().join("cluster"), dir.path().join("store"));
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::write(
+        cluster.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config, namespace: shop}\ndata: {a: b}\n",
+    )
+    .unwrap();
+    let (cluster_s, store_s) = (cluster.to_str().unwrap(), store.to_str().unwrap());
+    for name in ["plain", "kept"] {
+        let out = iar(&["backup", "--items", cluster_s, "--store", store_s, name]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let contents = iar::store::tarball::read(
+        &std::fs::read(store.join("backups/plain/plain.tar.gz")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        contents
+            .iter()
+            .any(|(p, _)| p == "resources/configmaps/namespaces/shop/web-config.json"),
+        "{:?}",
+        contents.iter().map(|e| &e.0).collect::<Vec<_>>()
+    );
+
+    let empty = dir.path().join("no-plugins");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = iar(&[
+        "backup",
+        "--items",
+        cluster_s,
+        "--store",
+        store_s,
+        "--plugins",
+        empty.to_str().unwrap(),
+        "empty-dir",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no plugins (*.wasm) in"),
+        "{}",
+        text(&out)
+    );
+
+    let logs = iar(&["logs", "plain", "--store", store_s]);
+    assert!(logs.status.success(), "{}", text(&logs));
+    let shown = String::from_utf8_lossy(&logs.stdout);
+    assert!(shown.contains("1 items selected by the spec"), "{shown}");
+    assert!(
+        shown.lines().last().unwrap().contains("phase Completed"),
+        "{shown}"
+    );
+    let missing = iar(&["logs", "nope", "--store", store_s]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("has no log"));
+
+    let dry = iar(&["delete", "plain", "--dry-run", "--store", store_s]);
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert_eq!(
+        String::from_utf8_lossy(&dry.stdout),
+        "would delete plain (Completed)\n"
+    );
+    assert!(store.join("backups/plain/plain.tar.gz").is_file());
+    let deleted = iar(&["delete", "plain", "--store", store_s]);
+    assert!(deleted.status.success(), "{}", text(&deleted));
+    assert_eq!(
+        String::from_utf8_lossy(&deleted.stdout),
+        "deleted plain (Completed)\n"
+    );
+    assert!(!store.join("backups/plain").exists());
+    assert!(store.join("backups/kept/kept.tar.gz").is_file());
+    let again = iar(&["delete", "plain", "--store", store_s]);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("no backup plain"));
+}

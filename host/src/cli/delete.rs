@@ -1,0 +1,84 @@
+//! `iar logs` and `iar delete`: Velero's `backup logs` and `backup delete`
+//! for a store iar (or Velero) wrote.
+
+use super::backup::{StoreArg, tokio_runtime};
+use iar::phases::gc::{Kept, Outcome};
+use iar::phases::{PhaseMachine, Settings};
+use iar::store::BackupStore;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct LogsArgs {
+    /// The backup whose log to print.
+    name: String,
+    #[command(flatten)]
+    store: StoreArg,
+}
+
+#[derive(clap::Args)]
+pub struct DeleteArgs {
+    /// The backup to delete: its data, then its object, then its leases.
+    name: String,
+    /// Say what would be deleted, and delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// How long this process's lease on the backup lasts without renewal.
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+    #[command(flatten)]
+    store: StoreArg,
+}
+
+/// Prints a backup's log from the store, one line per line written.
+pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    let store = BackupStore::open(&args.store.store)?;
+    let lines = tokio_runtime()?.block_on(store.get_logs(&args.name))?;
+    let Some(lines) = lines else {
+        anyhow::bail!("backup {:?} has no log in {}", args.name, store.url());
+    };
+    for line in lines {
+        outln!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes one backup now, expired or not, in the crash-safe order `iar gc`
+/// uses. A backup still running is refused (exit 1); so is one that does
+/// not exist.
+pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
+    let store = BackupStore::open(&args.store.store)?;
+    let settings = Settings {
+        lease_duration: args.lease_duration,
+        ..Settings::default()
+    };
+    // No plugins and no cluster: a deletion touches store files only.
+    let machine = PhaseMachine::new(Vec::new(), store, Arc::new(iar::NoCluster), settings);
+    let name = &args.name;
+    let outcome = tokio_runtime()?.block_on(machine.delete_backup(name, args.dry_run))?;
+    match outcome {
+        Outcome::Deleted(o) => outln!("deleted {name} ({})", o.status.phase),
+        Outcome::WouldDelete(o) => outln!("would delete {name} ({})", o.status.phase),
+        Outcome::Tidied => outln!("deleted {name} (the lease files an interrupted deletion left)"),
+        Outcome::Kept(Kept::Running(phase)) => {
+            outln!(
+                "not deleted: backup {name} is still running (phase {phase}); delete it once it has ended"
+            );
+            return Ok(ExitCode::from(1));
+        }
+        Outcome::Kept(Kept::NoObject) => {
+            outln!("not deleted: no backup {name} in the store");
+            return Ok(ExitCode::from(1));
+        }
+        Outcome::Kept(other) => {
+            outln!("not deleted: {other:?}");
+            return Ok(ExitCode::from(1));
+        }
+        Outcome::Failed(reason) => {
+            outln!("failed {name}: {reason}");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
