@@ -23,6 +23,7 @@ mod plugin;
 mod progress;
 mod run;
 mod test;
+mod volume;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -62,6 +63,8 @@ enum Command {
     /// Delete one backup now, expired or not (Velero's `backup delete`):
     /// its data, then its object, then its leases.
     Delete(delete::DeleteArgs),
+    /// Pod volume data: `iar volume restore BACKUP NS/POD/VOLUME --to DIR`.
+    Volume(volume::VolumeArgs),
     /// Run a plugin's declarative test files (`*.iar-test.yaml`).
     Test(test::TestArgs),
     /// Check any plugin against the generic rules of the contract.
@@ -110,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::Gc(args) => backup::gc(args),
         Command::Logs(args) => delete::logs(args),
         Command::Delete(args) => delete::delete(args),
+        Command::Volume(args) => volume::volume(args),
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),

@@ -673,6 +673,86 @@ fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     assert!(line.contains("Completed"), "{line}");
     let size = (100_000 + std::fs::metadata(volume.join("pre-marker")).unwrap().len()).to_string();
     assert!(line.contains(&format!("{size}/{size}")), "{line}");
+
+    // The volume comes back: what the pre hook wrote before the backup,
+    // not what the post hook wrote after it.
+    let back = tempfile::tempdir().unwrap();
+    let to = back.path().join("scratch");
+    let restored = iar(&[
+        "volume",
+        "restore",
+        "vols",
+        "shop/db-0/scratch",
+        "--to",
+        to.to_str().unwrap(),
+        "--store",
+        store_dir,
+    ]);
+    assert!(restored.status.success(), "{}", text(&restored));
+    assert!(
+        String::from_utf8_lossy(&restored.stdout).contains(&format!("2 files, {size} bytes")),
+        "{}",
+        text(&restored)
+    );
+    assert_eq!(std::fs::read(to.join("table")).unwrap(), vec![7u8; 100_000]);
+    assert_eq!(
+        std::fs::read(to.join("pre-marker")).unwrap(),
+        std::fs::read(volume.join("pre-marker")).unwrap()
+    );
+    assert!(!to.join("post-marker").exists());
+    // Not into a directory that holds files; not a volume it does not hold.
+    let again = iar(&[
+        "volume",
+        "restore",
+        "vols",
+        "shop/db-0/scratch",
+        "--to",
+        to.to_str().unwrap(),
+        "--store",
+        store_dir,
+    ]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty"));
+    let unknown = iar(&[
+        "volume",
+        "restore",
+        "vols",
+        "shop/db-0/nope",
+        "--to",
+        back.path().join("x").to_str().unwrap(),
+        "--store",
+        store_dir,
+    ]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("it has: shop/db-0/scratch"),
+        "{}",
+        text(&unknown)
+    );
+    // A chunk changed in the store is found, and named.
+    let data_dir = store.path().join("backups/vols/volumes/data");
+    for chunk in std::fs::read_dir(&data_dir).unwrap() {
+        let chunk = chunk.unwrap().path();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, b"tampered").unwrap();
+        std::fs::write(&chunk, gz.finish().unwrap()).unwrap();
+    }
+    let tampered = iar(&[
+        "volume",
+        "restore",
+        "vols",
+        "shop/db-0/scratch",
+        "--to",
+        back.path().join("y").to_str().unwrap(),
+        "--store",
+        store_dir,
+    ]);
+    assert_eq!(tampered.status.code(), Some(2), "{}", text(&tampered));
+    assert!(
+        String::from_utf8_lossy(&tampered.stderr).contains("digest mismatch"),
+        "{}",
+        text(&tampered)
+    );
 }
 
 /// `iar backup --exec-hooks-locally` started with store credentials in its
