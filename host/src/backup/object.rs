@@ -103,6 +103,19 @@ pub struct BackupStatus {
     pub backup_item_operations_attempted: u64,
     pub backup_item_operations_completed: u64,
     pub backup_item_operations_failed: u64,
+    /// Velero's `status.hookStatus`: the hooks run and how many of them
+    /// failed. Absent when the backup ran no hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook_status: Option<HookStatusCounts>,
+}
+
+/// How many backup hooks ran, and failed (a non-zero exit, a timeout or an
+/// error starting them). Hooks recorded as skipped did not run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HookStatusCounts {
+    pub hooks_attempted: u64,
+    pub hooks_failed: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

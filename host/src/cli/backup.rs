@@ -326,6 +326,13 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         s.completion_timestamp.as_deref().unwrap_or("-")
     );
     outln!("Expires:      {}", expires(&object));
+    if let Some(hooks) = &s.hook_status {
+        outln!(
+            "Hooks:        {} attempted, {} failed",
+            hooks.hooks_attempted,
+            hooks.hooks_failed
+        );
+    }
     outln!(
         "Items:        {} of {} backed up",
         s.progress.items_backed_up,

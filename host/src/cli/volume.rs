@@ -61,10 +61,11 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|v| v.pod_namespace == namespace && v.pod_name == pod && v.volume == volume)
     else {
-        let known: Vec<String> = backups
+        let mut known: Vec<String> = backups
             .iter()
             .map(|v| format!("{}/{}/{}", v.pod_namespace, v.pod_name, v.volume))
             .collect();
+        known.sort();
         bail!(
             "backup {:?} has no volume backup of {}; it has: {}",
             args.backup,

@@ -3,8 +3,9 @@
 
 use crate::backup::block_work::{BlockWork, LedgerEntry};
 use crate::backup::hooks::{
-    BackupHooks, HookRunner, LocalProcessRunner, SkippingRunner, Verdict, verdict,
+    BackupHooks, HookRunner, HookStatus, LocalProcessRunner, SkippingRunner, Verdict, verdict,
 };
+use crate::backup::object::HookStatusCounts;
 use crate::backup::volume_policy::default_volumes_to_fs_backup;
 use crate::backup::volumes::{LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumePhase};
 use crate::cluster::ClusterReader;
@@ -110,6 +111,19 @@ impl PhaseMachine {
                 }
             }
         };
+        let ran = report
+            .hooks
+            .iter()
+            .filter(|r| !matches!(r.status, HookStatus::Skipped { .. }));
+        let (attempted, failed) = ran.fold((0, 0), |(a, f), r| {
+            (a + 1, f + u64::from(r.status != HookStatus::Succeeded))
+        });
+        if attempted > 0 {
+            run.object.status.hook_status = Some(HookStatusCounts {
+                hooks_attempted: attempted,
+                hooks_failed: failed,
+            });
+        }
         for record in &report.hooks {
             let ns = record.pod.namespace.as_str();
             match verdict(record) {

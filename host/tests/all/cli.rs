@@ -666,6 +666,17 @@ fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     let described = iar(&["describe", "vols", "--store", store_dir]);
     let shown = String::from_utf8_lossy(&described.stdout);
     assert!(shown.contains("VOLUME BACKUP"), "{shown}");
+    // Velero's hookStatus: the pre and post hooks of db-0 and of the
+    // example web pod all ran.
+    assert!(
+        shown.contains("Hooks:        4 attempted, 0 failed"),
+        "{shown}"
+    );
+    let object = read_json(&store.path().join("backups/vols/velero-backup.json")).unwrap();
+    assert_eq!(
+        object["status"]["hookStatus"],
+        serde_json::json!({"hooksAttempted": 4, "hooksFailed": 0})
+    );
     let line = shown
         .lines()
         .find(|l| l.starts_with("shop/db-0/scratch"))
@@ -725,7 +736,8 @@ fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     ]);
     assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
     assert!(
-        String::from_utf8_lossy(&unknown.stderr).contains("it has: shop/db-0/scratch"),
+        String::from_utf8_lossy(&unknown.stderr)
+            .contains("it has: shop/db-0/scratch, shop/web-0/data"),
         "{}",
         text(&unknown)
     );
