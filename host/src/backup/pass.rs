@@ -18,6 +18,7 @@ use crate::plugin::Relation;
 use crate::plugin::{BackupRef, Plugin, PluginInstance};
 use crate::select::BackupFilter;
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// An operation an action started on an item.
@@ -55,6 +56,25 @@ pub struct PassOutput {
     pub blocks: usize,
     pub warnings: Vec<String>,
     pub errors: Vec<String>,
+}
+
+/// How far a running pass is, read while it runs (a live status): items
+/// given a stored outcome so far, and items known to the pass (those
+/// listed, then the additional items plugins named).
+#[derive(Debug, Default)]
+pub struct PassProgress {
+    backed_up: AtomicU64,
+    total: AtomicU64,
+}
+
+impl PassProgress {
+    /// (backed up, total) now.
+    pub fn now(&self) -> (u64, u64) {
+        (
+            self.backed_up.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// Claims of `(plugin, operation id)`: a plugin's host call asks whether an
@@ -222,6 +242,7 @@ pub fn run(
     relations: &[&dyn Relation],
     work: Option<&Arc<BlockWork>>,
     filter: Option<&BackupFilter>,
+    progress: Option<&PassProgress>,
 ) -> PassOutput {
     let mut output = PassOutput::default();
     let blocks: Vec<Vec<Item>> = if follow_additional {
@@ -257,6 +278,15 @@ pub fn run(
         .filter(|b| !b.is_empty())
         .enumerate()
         .collect();
+    let count = |f: &dyn Fn(&PassProgress)| {
+        if let Some(p) = progress {
+            f(p)
+        }
+    };
+    let listed: usize = blocks.iter().map(|(_, b)| b.len()).sum();
+    count(&|p| {
+        p.total.fetch_add(listed as u64, Ordering::Relaxed);
+    });
     let queue = Mutex::new(Queue {
         next_index: blocks.len(),
         blocks,
@@ -356,6 +386,12 @@ pub fn run(
                     if let (Some(w), Some(pre)) = (work, pre) {
                         w.start_volumes(pre, &items);
                     }
+                    let stored = outcomes.iter().filter(|o| o.stored.is_some()).count() as u64;
+                    let found = found_all.len() as u64;
+                    count(&|p| {
+                        p.backed_up.fetch_add(stored, Ordering::Relaxed);
+                        p.total.fetch_add(found, Ordering::Relaxed);
+                    });
                     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                     for item in found_all {
                         let i = q.next_index;

@@ -53,6 +53,7 @@ impl PhaseMachine {
                 false,
                 None,
                 None,
+                None,
             )
             .await?
             .outcomes;

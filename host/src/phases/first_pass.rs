@@ -4,7 +4,7 @@
 use crate::backup::block_work::BlockWork;
 use crate::backup::expiry;
 use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION, rfc3339};
-use crate::backup::pass::{self, ItemOutcome, PassOutput};
+use crate::backup::pass::{self, ItemOutcome, PassOutput, PassProgress};
 use crate::catalog::Catalog;
 use crate::cluster::ClusterError;
 use crate::item::{Item, ItemRef};
@@ -52,6 +52,9 @@ pub(super) fn new_uid(name: &str) -> String {
         &h[20..32]
     )
 }
+
+/// How often a running pass's progress reaches the status sink, at most.
+const LIVE_STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// An item as the tarball holds it: compact JSON, as Velero writes items
 /// (`json.Marshal`), and the text the item already has when a plugin
@@ -320,6 +323,7 @@ impl PhaseMachine {
         filter: &BackupFilter,
     ) -> Result<PassOutput, PhaseError> {
         let name = run.name();
+        let progress = Arc::new(PassProgress::default());
         let pass = self.run_pass(
             name,
             items,
@@ -327,13 +331,29 @@ impl PhaseMachine {
             true,
             Some(work.clone()),
             Some(filter.clone()),
+            Some(progress.clone()),
         );
         tokio::pin!(pass);
         let mut tick = tokio::time::interval(self.settings.sync_period);
+        // The live status (items backed up of those known) goes to the
+        // status sink at most once a second, and only when it moved; the
+        // stored object is written on phase changes, as before.
+        let mut live = tokio::time::interval(LIVE_STATUS_EVERY);
+        let mut shown = (0, 0);
         loop {
             tokio::select! {
                 pass = &mut pass => return pass,
                 _ = tick.tick() => self.persist_volume_progress(name, work).await?,
+                _ = live.tick() => {
+                    let now = progress.now();
+                    if now != shown && let Some(sink) = &self.status_sink {
+                        shown = now;
+                        let mut object = run.object.clone();
+                        object.status.progress.items_backed_up = now.0;
+                        object.status.progress.total_items = now.1;
+                        sink(&object);
+                    }
+                }
             }
         }
     }
@@ -449,6 +469,7 @@ impl PhaseMachine {
         follow_additional: bool,
         work: Option<Arc<BlockWork>>,
         filter: Option<BackupFilter>,
+        progress: Option<Arc<PassProgress>>,
     ) -> Result<PassOutput, PhaseError> {
         let plugins = self.plugins_for(name);
         let cluster = self.cluster.clone();
@@ -476,6 +497,7 @@ impl PhaseMachine {
                 &relations,
                 work.as_ref(),
                 filter.as_ref(),
+                progress.as_deref(),
             )
         })
         .await

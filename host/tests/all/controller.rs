@@ -1567,3 +1567,82 @@ async fn lookups_of_unknown_resources_do_not_rerun_discovery_each_time() {
     // One discovery (two requests) for the first lookup; none after.
     assert!(live.requests() <= 4, "{} requests", live.requests());
 }
+
+/// The Backup resource's status moves while the pass runs (issue 19's live
+/// status): items backed up out of those known reach
+/// `status.progress` at most once a second, before the backup leaves
+/// InProgress, and end at the final count. A plugin that naps 40 ms per
+/// item on the tests' two workers makes a pass of several seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_shows_progress_while_the_pass_runs() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let (system, shop) = ("ctl-live", "ctl-live-shop");
+    for ns in [system, shop] {
+        create_namespace(&admin, ns).await;
+    }
+    const ITEMS: u64 = 150;
+    for i in 0..ITEMS {
+        create_config_map(&admin, shop, &format!("cm-{i:03}"), "web").await;
+    }
+    let (_store_dir, store) = store();
+    let rt = runtime();
+    let napping = load(
+        &rt,
+        artifacts::HOSTILE,
+        &[("behavior", "nap"), ("nap-ms", "40")],
+    );
+    let (_, controller) = start_controller(
+        admin.clone(),
+        system,
+        store,
+        vec![napping],
+        PluginRegistry::new(),
+    )
+    .await;
+    let spec = BackupSpec {
+        included_namespaces: Some(vec![shop.into()]),
+        included_resources: Some(vec!["configmaps".into()]),
+        ..BackupSpec::default()
+    };
+    create_backup(&admin, system, "live", spec).await;
+    let api = Api::<Backup>::namespaced(admin.clone(), system);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let last = loop {
+        let b = api.get("live").await.unwrap();
+        if let Some(status) = &b.status {
+            let p = (
+                status.phase,
+                status.progress.items_backed_up,
+                status.progress.total_items,
+            );
+            if seen.last() != Some(&p) {
+                seen.push(p);
+            }
+            if status.phase.is_terminal() {
+                break b;
+            }
+        }
+        assert!(Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    controller.abort();
+    let status = last.status.unwrap();
+    assert_eq!(status.phase, BackupPhase::Completed, "{seen:?}");
+    assert_eq!(status.progress.items_backed_up, ITEMS, "{seen:?}");
+    let during: Vec<_> = seen
+        .iter()
+        .filter(|(phase, done, total)| {
+            *phase == BackupPhase::InProgress && *done > 0 && *done < ITEMS && *total == ITEMS
+        })
+        .collect();
+    assert!(
+        !during.is_empty(),
+        "no progress shown while InProgress: {seen:?}"
+    );
+    // Counts only grow.
+    let counts: Vec<u64> = seen.iter().map(|(_, done, _)| *done).collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+}
