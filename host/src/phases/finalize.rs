@@ -46,15 +46,7 @@ impl PhaseMachine {
             }
         }
         let outcomes = self
-            .run_pass(
-                &name,
-                items,
-                run.backup_ref(Phase::Finalize),
-                false,
-                None,
-                None,
-                None,
-            )
+            .run_pass(&name, items, run.backup_ref(Phase::Finalize), None)
             .await?
             .outcomes;
         let mut replace = BTreeMap::new();

@@ -53,6 +53,15 @@ pub(super) fn new_uid(name: &str) -> String {
     )
 }
 
+/// What only the first pass has: its blocks' hooks and volumes, the
+/// spec's filter for related items, and its live progress. Finalize's pass
+/// runs without them (and follows no additional items).
+pub(super) struct FirstPassParts {
+    work: Arc<BlockWork>,
+    filter: BackupFilter,
+    progress: Arc<PassProgress>,
+}
+
 /// How often a running pass's progress reaches the status sink, at most.
 const LIVE_STATUS_EVERY: Duration = Duration::from_secs(1);
 
@@ -328,10 +337,11 @@ impl PhaseMachine {
             name,
             items,
             run.backup_ref(Phase::Backup),
-            true,
-            Some(work.clone()),
-            Some(filter.clone()),
-            Some(progress.clone()),
+            Some(FirstPassParts {
+                work: work.clone(),
+                filter: filter.clone(),
+                progress: progress.clone(),
+            }),
         );
         tokio::pin!(pass);
         let mut tick = tokio::time::interval(self.settings.sync_period);
@@ -466,10 +476,7 @@ impl PhaseMachine {
         name: &str,
         items: Vec<Item>,
         backup: BackupRef,
-        follow_additional: bool,
-        work: Option<Arc<BlockWork>>,
-        filter: Option<BackupFilter>,
-        progress: Option<Arc<PassProgress>>,
+        first: Option<FirstPassParts>,
     ) -> Result<PassOutput, PhaseError> {
         let plugins = self.plugins_for(name);
         let cluster = self.cluster.clone();
@@ -493,11 +500,11 @@ impl PhaseMachine {
                 &backup,
                 &cluster,
                 workers,
-                follow_additional,
+                first.is_some(),
                 &relations,
-                work.as_ref(),
-                filter.as_ref(),
-                progress.as_deref(),
+                first.as_ref().map(|f| &f.work),
+                first.as_ref().map(|f| &f.filter),
+                first.as_ref().map(|f| &*f.progress),
             )
         })
         .await
