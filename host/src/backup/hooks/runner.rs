@@ -31,7 +31,7 @@ pub struct SkippingRunner;
 impl HookRunner for SkippingRunner {
     async fn run(&self, _target: &HookTarget, _hook: &ResolvedHook) -> HookStatus {
         HookStatus::Skipped {
-            reason: "hooks run only with --exec-hooks-locally (or in a cluster)".into(),
+            reason: "not run: `iar backup --exec-hooks-locally` runs hooks as local processes; `iar controller` does not run them in pods yet (no pods/exec runner)".into(),
         }
     }
 }
