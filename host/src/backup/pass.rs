@@ -278,15 +278,10 @@ pub fn run(
         .filter(|b| !b.is_empty())
         .enumerate()
         .collect();
-    let count = |f: &dyn Fn(&PassProgress)| {
-        if let Some(p) = progress {
-            f(p)
-        }
-    };
-    let listed: usize = blocks.iter().map(|(_, b)| b.len()).sum();
-    count(&|p| {
+    if let Some(p) = progress {
+        let listed: usize = blocks.iter().map(|(_, b)| b.len()).sum();
         p.total.fetch_add(listed as u64, Ordering::Relaxed);
-    });
+    }
     let queue = Mutex::new(Queue {
         next_index: blocks.len(),
         blocks,
@@ -386,12 +381,11 @@ pub fn run(
                     if let (Some(w), Some(pre)) = (work, pre) {
                         w.start_volumes(pre, &items);
                     }
-                    let stored = outcomes.iter().filter(|o| o.stored.is_some()).count() as u64;
-                    let found = found_all.len() as u64;
-                    count(&|p| {
-                        p.backed_up.fetch_add(stored, Ordering::Relaxed);
-                        p.total.fetch_add(found, Ordering::Relaxed);
-                    });
+                    if let Some(p) = progress {
+                        let stored = outcomes.iter().filter(|o| o.stored.is_some()).count();
+                        p.backed_up.fetch_add(stored as u64, Ordering::Relaxed);
+                        p.total.fetch_add(found_all.len() as u64, Ordering::Relaxed);
+                    }
                     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                     for item in found_all {
                         let i = q.next_index;

@@ -445,18 +445,31 @@ fn expires(object: &BackupObject) -> &str {
     object.status.expiration.as_deref().unwrap_or("never")
 }
 
+/// A phase machine with no plugins and no cluster, for the commands that
+/// read and delete store files only (`gc`, `delete`).
+pub(super) fn store_only(
+    store: &StoreArg,
+    lease_duration: Duration,
+) -> anyhow::Result<PhaseMachine> {
+    let store = BackupStore::open(&store.store)?;
+    let settings = Settings {
+        lease_duration,
+        ..Settings::default()
+    };
+    Ok(PhaseMachine::new(
+        Vec::new(),
+        store,
+        Arc::new(iar::NoCluster),
+        settings,
+    ))
+}
+
 /// One garbage-collection sweep: each expired backup that has ended is
 /// deleted; one line per backup deleted (or that would be) or failed.
 /// Exits 1 if any failed.
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     use iar::phases::gc::Outcome;
-    let store = BackupStore::open(&args.store.store)?;
-    let settings = Settings {
-        lease_duration: args.lease_duration,
-        ..Settings::default()
-    };
-    // No plugins and no cluster: a sweep reads and deletes store files only.
-    let c = PhaseMachine::new(Vec::new(), store, Arc::new(iar::NoCluster), settings);
+    let c = store_only(&args.store, args.lease_duration)?;
     let swept =
         tokio_runtime()?.block_on(c.collect_garbage(std::time::SystemTime::now(), args.dry_run))?;
     let (mut deleted, mut failed, mut kept) = (0, 0, 0);

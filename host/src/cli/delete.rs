@@ -1,12 +1,10 @@
 //! `iar logs` and `iar delete`: Velero's `backup logs` and `backup delete`
 //! for a store iar (or Velero) wrote.
 
-use super::backup::{StoreArg, tokio_runtime};
+use super::backup::{StoreArg, store_only, tokio_runtime};
 use iar::phases::gc::{Kept, Outcome};
-use iar::phases::{PhaseMachine, Settings};
 use iar::store::BackupStore;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -48,13 +46,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
 /// uses. A backup still running is refused (exit 1); so is one that does
 /// not exist.
 pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
-    let store = BackupStore::open(&args.store.store)?;
-    let settings = Settings {
-        lease_duration: args.lease_duration,
-        ..Settings::default()
-    };
-    // No plugins and no cluster: a deletion touches store files only.
-    let machine = PhaseMachine::new(Vec::new(), store, Arc::new(iar::NoCluster), settings);
+    let machine = store_only(&args.store, args.lease_duration)?;
     let name = &args.name;
     let outcome = tokio_runtime()?.block_on(machine.delete_backup(name, args.dry_run))?;
     match outcome {

@@ -132,9 +132,6 @@ impl PhaseMachine {
     /// running is kept ([`Kept::Running`]); a missing one is
     /// [`Kept::NoObject`].
     pub async fn delete_backup(&self, name: &str, dry_run: bool) -> Result<Outcome, PhaseError> {
-        if !dry_run && self.stored(name).await?.is_none() {
-            return Ok(Outcome::Kept(Kept::NoObject));
-        }
         self.delete_for(name, SystemTime::now(), dry_run, Reason::Asked)
             .await
     }
@@ -148,8 +145,10 @@ impl PhaseMachine {
     ) -> Result<Outcome, PhaseError> {
         // A first look without the lease: taking it writes to the store,
         // and most backups in a sweep stay.
+        // No object: a sweep finishes what an interrupted deletion left; a
+        // deletion asked for names a backup that is not there.
         let Some(object) = self.stored(name).await? else {
-            return if dry_run {
+            return if dry_run || reason == Reason::Asked {
                 Ok(Outcome::Kept(Kept::NoObject))
             } else {
                 self.tidy(name).await

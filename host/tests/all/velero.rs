@@ -83,6 +83,19 @@ fn s3_server(tools: &Path, root: &Path) -> (Running, String) {
     (Running(child), format!("http://127.0.0.1:{port}"))
 }
 
+/// `iar` with the S3 server's endpoint and keys in its environment, as
+/// object_store reads them.
+fn iar_on_s3(endpoint: &str, args: &[&str]) -> std::process::Output {
+    iar_command(args)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_ENDPOINT", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("running iar")
+}
+
 /// The application iar backs up: a labelled Namespace, a ConfigMap, a
 /// Service and a Deployment.
 fn write_application(dir: &Path) {
@@ -262,27 +275,23 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     .unwrap();
     let spec = work.path().join("spec.yaml");
     std::fs::write(&spec, "includedNamespaces: [shop]\n").unwrap();
-    let out = iar_command(&[
-        "backup",
-        "--items",
-        items.to_str().unwrap(),
-        "--plugins",
-        plugins.to_str().unwrap(),
-        "--spec",
-        spec.to_str().unwrap(),
-        "--store",
-        &format!("s3://{BUCKET}"),
-        "--sync-period",
-        "1s",
-        "nightly",
-    ])
-    .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    .env("AWS_ENDPOINT", &endpoint)
-    .env("AWS_ALLOW_HTTP", "true")
-    .env("AWS_REGION", "us-east-1")
-    .output()
-    .unwrap();
+    let out = iar_on_s3(
+        &endpoint,
+        &[
+            "backup",
+            "--items",
+            items.to_str().unwrap(),
+            "--plugins",
+            plugins.to_str().unwrap(),
+            "--spec",
+            spec.to_str().unwrap(),
+            "--store",
+            &format!("s3://{BUCKET}"),
+            "--sync-period",
+            "1s",
+            "nightly",
+        ],
+    );
     assert!(out.status.success(), "iar backup: {}", text(&out));
 
     // Velero, pointed at the same bucket.
@@ -497,16 +506,7 @@ fn iar_keeps_its_store_on_real_s3() {
     let items = work.path().join("items");
     std::fs::create_dir_all(&items).unwrap();
     write_application(&items);
-    let run = |args: &[&str]| {
-        iar_command(args)
-            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-            .env("AWS_ENDPOINT", &endpoint)
-            .env("AWS_ALLOW_HTTP", "true")
-            .env("AWS_REGION", "us-east-1")
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| iar_on_s3(&endpoint, args);
     let store = format!("s3://{BUCKET}/iar");
     let items_s = items.to_str().unwrap();
     for name in ["first", "second"] {
