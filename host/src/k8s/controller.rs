@@ -3,6 +3,7 @@
 //! collects garbage.
 
 use super::crd::Backup;
+use super::exec::PodExecRunner;
 use super::leader::{Elector, LeaderError};
 use super::live::LiveCluster;
 use super::plugins::{PluginRegistry, WatchOptions, watch_with};
@@ -141,6 +142,7 @@ pub async fn run(
     let controller = Arc::new(
         PhaseMachine::new(Vec::new(), options.store, cluster, options.settings)
             .with_plugin_source(plugins.source())
+            .with_hook_runner(Arc::new(PodExecRunner::new(client.clone())))
             .with_status_sink(sink),
     );
 

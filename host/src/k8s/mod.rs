@@ -16,6 +16,7 @@ pub fn install_crypto() {
 }
 pub mod controller;
 pub mod crd;
+pub mod exec;
 pub mod leader;
 pub mod live;
 pub mod plugins;

@@ -50,7 +50,9 @@ impl PhaseMachine {
                     .unwrap_or_else(|| ".".into()),
             })
         } else {
-            Arc::new(SkippingRunner)
+            self.hook_runner
+                .clone()
+                .unwrap_or_else(|| Arc::new(SkippingRunner))
         };
         let backupper = self.settings.volume_data.as_ref().map(|dir| {
             Arc::new(LocalDirBackupper::new(
@@ -126,6 +128,22 @@ impl PhaseMachine {
         }
         for record in &report.hooks {
             let ns = record.pod.namespace.as_str();
+            for (stream, text) in [
+                ("stdout", &record.output.stdout),
+                ("stderr", &record.output.stderr),
+            ] {
+                if !text.is_empty() {
+                    self.journal.line(
+                        &name,
+                        format!(
+                            "hook {stream} of pod {}/{}: {}",
+                            ns,
+                            record.pod.name,
+                            text.trim_end()
+                        ),
+                    );
+                }
+            }
             match verdict(record) {
                 Verdict::Ok => self.journal.line(&name, format!("hook: {record}")),
                 Verdict::Warning(m) => {

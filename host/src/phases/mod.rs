@@ -55,7 +55,8 @@ pub struct Settings {
     /// How many volume backups run at once.
     pub volume_concurrency: usize,
     /// `--exec-hooks-locally`: run backup hooks as local processes;
-    /// otherwise they are recorded as skipped, with a warning.
+    /// otherwise through the machine's hook runner (the controller's:
+    /// `pods/exec`), or, without one, recorded as skipped with a warning.
     pub exec_hooks_locally: bool,
     /// The ttl of a backup whose spec sets none (or zero): Velero's
     /// `--default-backup-ttl`, 720h.
@@ -177,6 +178,10 @@ pub struct PhaseMachine {
     /// instances live for the backup (isolation `backup`).
     pollers: Mutex<HashMap<String, Poller>>,
     status_sink: Option<StatusSink>,
+    /// Where hooks run when `settings.exec_hooks_locally` is off (the
+    /// cluster controller: in the pod, through `pods/exec`); none: they are
+    /// recorded as skipped.
+    hook_runner: Option<Arc<dyn crate::backup::hooks::HookRunner>>,
     /// Turns at a first pass, `settings.concurrent_passes` of them (made
     /// on first use, so settings changed after `new` count).
     passes: std::sync::OnceLock<tokio::sync::Semaphore>,
@@ -228,6 +233,7 @@ impl PhaseMachine {
             pinned: Mutex::new(HashMap::new()),
             pollers: Mutex::new(HashMap::new()),
             status_sink: None,
+            hook_runner: None,
             passes: std::sync::OnceLock::new(),
             passes_running: Default::default(),
             passes_high_water: Default::default(),
@@ -238,6 +244,12 @@ impl PhaseMachine {
     /// after a restart) and pinned for it.
     pub fn with_plugin_source(mut self, source: PluginSource) -> Self {
         self.plugins = source;
+        self
+    }
+
+    /// Runs hooks through `runner` (unless `settings.exec_hooks_locally`).
+    pub fn with_hook_runner(mut self, runner: Arc<dyn crate::backup::hooks::HookRunner>) -> Self {
+        self.hook_runner = Some(runner);
         self
     }
 

@@ -54,7 +54,7 @@ fn volume_snapshot_crd() -> CustomResourceDefinition {
 }
 
 /// The Backup CRD and the VolumeSnapshot CRD, created once and established.
-async fn install_crds(client: &Client) {
+pub(crate) async fn install_crds(client: &Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_init(|| async {
         let crds = Api::<CustomResourceDefinition>::all(client.clone());
@@ -147,7 +147,7 @@ async fn ready_snapshot(client: &Client, ns: &str, name: &str) {
         .unwrap_or_else(|e| panic!("create volumesnapshot {ns}/{name}: {e}"));
 }
 
-async fn create_backup(client: &Client, ns: &str, name: &str, spec: BackupSpec) {
+pub(crate) async fn create_backup(client: &Client, ns: &str, name: &str, spec: BackupSpec) {
     let backup = Backup::new(name, spec);
     Api::<Backup>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &backup)
@@ -156,7 +156,12 @@ async fn create_backup(client: &Client, ns: &str, name: &str, spec: BackupSpec) 
 }
 
 /// Waits for the resource's status to reach `phase`.
-async fn wait_phase(client: &Client, ns: &str, name: &str, phase: BackupPhase) -> Backup {
+pub(crate) async fn wait_phase(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    phase: BackupPhase,
+) -> Backup {
     let api = Api::<Backup>::namespaced(client.clone(), ns);
     wait_for(
         &format!("backup {ns}/{name} {phase}"),
@@ -175,7 +180,7 @@ async fn wait_phase(client: &Client, ns: &str, name: &str, phase: BackupPhase) -
     .await
 }
 
-fn spec(namespace: &str) -> BackupSpec {
+pub(crate) fn spec(namespace: &str) -> BackupSpec {
     BackupSpec {
         included_namespaces: Some(vec![namespace.into()]),
         included_resources: Some(vec!["configmaps".into(), "persistentvolumeclaims".into()]),
@@ -187,7 +192,7 @@ fn spec(namespace: &str) -> BackupSpec {
     }
 }
 
-fn settings() -> Settings {
+pub(crate) fn settings() -> Settings {
     Settings {
         sync_period: Duration::from_millis(200),
         lease_duration: Duration::from_secs(3),
@@ -201,7 +206,7 @@ fn settings() -> Settings {
 const GC_PERIOD: Duration = Duration::from_millis(300);
 
 /// Starts the controller in this process; returns where it serves.
-async fn start_controller(
+pub(crate) async fn start_controller(
     client: Client,
     namespace: &str,
     store: BackupStore,
@@ -905,10 +910,11 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
 /// a backup, and one of the whole cluster (every resource kube-apiserver
 /// serves is listed: the enumerated reads are enough), deletes an expired
 /// one's resource, and may not write what is not its own, nor read what is
-/// not an object: a Secret's subresource, `pods/log`, `pods/exec`,
+/// not an object: a Secret's subresource, `pods/log`, `pods/attach`,
 /// `nodes/proxy` are refused (403, by RBAC, not "not found"). Before, a
 /// wildcard read granted every subresource too, so the test could not
-/// fail on it.
+/// fail on it. The one subresource granted, `pods/exec` for hooks, runs
+/// one in a kwok pod as the service account.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_deploy_rbac_is_enough_and_no_more() {
     let Some(server) = server().await else { return };
@@ -1025,7 +1031,6 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
         format!("/api/v1/namespaces/{shop}/secrets/x/status"),
         format!("/api/v1/namespaces/{shop}/secrets/x/proxy"),
         format!("/api/v1/namespaces/{shop}/pods/web-0/log"),
-        format!("/api/v1/namespaces/{shop}/pods/web-0/exec?command=ls&stdout=true"),
         format!("/api/v1/namespaces/{shop}/pods/web-0/attach?stdout=true"),
         format!("/api/v1/namespaces/{shop}/pods/web-0/proxy/"),
         format!("/api/v1/namespaces/{shop}/services/web/proxy/"),
@@ -1045,6 +1050,24 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
         .get("x")
         .await
         .unwrap();
+    // And a hook runs in a pod's container: `get` and `create` on
+    // pods/exec, the one subresource granted, are enough for the websocket
+    // exec (with either alone it is refused: 403).
+    let Some(kwok) = crate::pod_hooks::kwok().await else {
+        return;
+    };
+    use crate::pod_hooks::{hook, running_pod, target};
+    use iar::backup::hooks::{HookRunner, HookStatus, OnError};
+    kwok.add_node(&admin, "kwok-a").await;
+    let container = tempfile::tempdir().unwrap();
+    running_pod(kwok, &admin, shop, "hooked-0", json!({}), container.path()).await;
+    let run = iar::k8s::exec::PodExecRunner::new(sa.clone())
+        .run(
+            &target(shop, "hooked-0"),
+            &hook("app", &["true"], OnError::Fail, Duration::from_secs(10)),
+        )
+        .await;
+    assert_eq!(run.status, HookStatus::Succeeded, "{run:?}");
 }
 
 /// Creates each object of a multi-document YAML file (RBAC kinds only).

@@ -54,25 +54,40 @@ pub(crate) fn kube_apiserver() -> Result<Option<PathBuf>, StartError> {
     if find_in_path("go").is_none() {
         return Ok(None);
     }
-    let script = build_script();
+    built_by(&build_script()).map(Some)
+}
+
+/// The kwok binary `tools/kwok/build.sh` builds (or finds in its cache);
+/// its stages and Exec CRD lie next to it. `None` without Go.
+pub(crate) fn kwok() -> Result<Option<PathBuf>, StartError> {
+    if find_in_path("go").is_none() {
+        return Ok(None);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kwok/build.sh");
+    built_by(&script).map(Some)
+}
+
+/// Runs a build script that prints the path of what it built (or found
+/// cached) as its last line.
+fn built_by(script: &Path) -> Result<PathBuf, StartError> {
     // The build's progress goes straight to our stderr: a first build takes
     // minutes, and whoever waits should see why.
     let output = Command::new("bash")
-        .arg(&script)
+        .arg(script)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
         .map_err(StartError::io(format!("run {script:?}")))?;
     if !output.status.success() {
         return Err(StartError::BuildFailed {
-            script,
+            script: script.to_path_buf(),
             status: output.status,
         });
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
     if is_executable(&path) {
-        Ok(Some(path))
+        Ok(path)
     } else {
         Err(StartError::BadBinaryPath { path })
     }

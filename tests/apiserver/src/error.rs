@@ -5,9 +5,9 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("IAR_KUBE_APISERVER={path:?} is not an executable file")]
+    #[error("{path:?} is not an executable file")]
     BadBinaryPath { path: PathBuf },
-    #[error("building kube-apiserver with {script:?} failed ({status}); its output is above")]
+    #[error("building with {script:?} failed ({status}); its output is above")]
     BuildFailed {
         script: PathBuf,
         status: std::process::ExitStatus,

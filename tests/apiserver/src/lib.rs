@@ -20,6 +20,7 @@
 mod binaries;
 mod credentials;
 mod error;
+pub mod kwok;
 mod process;
 
 use std::io::{Read, Write};
@@ -226,7 +227,10 @@ impl ApiServer {
             .arg("--service-cluster-ip-range=10.0.0.0/24")
             // A loopback address is not a valid endpoint for the `kubernetes`
             // Service; without this the server logs an error every 10 s.
-            .arg("--endpoint-reconciler-type=none");
+            .arg("--endpoint-reconciler-type=none")
+            // Nodes played by kwok (see [`kwok`]) have a loopback InternalIP
+            // and no resolvable Hostname; exec and logs dial the former.
+            .arg("--kubelet-preferred-address-types=InternalIP");
         let apiserver =
             ServerProcess::spawn("kube-apiserver", command, dir.join("kube-apiserver.log"))?;
         // Stopped first: it goes before etcd.

@@ -55,6 +55,9 @@ pub struct HookRecord {
     pub hook: ResolvedHook,
     #[serde(flatten)]
     pub status: HookStatus,
+    /// What the hook printed, for the log.
+    #[serde(skip_serializing_if = "HookOutput::is_empty")]
+    pub output: HookOutput,
     #[serde(with = "crate::backup::volumes::rfc3339")]
     pub started: Option<SystemTime>,
     #[serde(with = "crate::backup::volumes::rfc3339")]
@@ -173,11 +176,12 @@ pub async fn run_hooks(
     let mut records = Vec::new();
     for hook in hooks {
         let started = SystemTime::now();
-        let status = runner.run(target, hook).await;
+        let HookRun { status, output } = runner.run(target, hook).await;
         let record = HookRecord {
             pod: target.pod.clone(),
             hook: hook.clone(),
             status,
+            output,
             started: Some(started),
             ended: Some(SystemTime::now()),
         };

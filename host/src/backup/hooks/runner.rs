@@ -14,14 +14,79 @@ use std::path::PathBuf;
 
 use super::{HookStatus, HookTarget, ResolvedHook};
 
-/// How much of a failed hook's stderr is kept.
+/// How much of a hook's stdout and of its stderr is kept.
 pub const STDERR_TAIL: usize = 4096;
+
+/// What a hook printed: the last [`STDERR_TAIL`] bytes of each stream, for
+/// the backup's log (Velero logs both).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookOutput {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stdout: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
+}
+
+impl HookOutput {
+    pub fn is_empty(&self) -> bool {
+        self.stdout.is_empty() && self.stderr.is_empty()
+    }
+}
+
+/// One hook's run: how it ended and what it printed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookRun {
+    pub status: HookStatus,
+    pub output: HookOutput,
+}
+
+impl From<HookStatus> for HookRun {
+    fn from(status: HookStatus) -> Self {
+        HookRun {
+            status,
+            output: HookOutput::default(),
+        }
+    }
+}
 
 /// Runs one exec hook for a pod. Implementations must not block the async
 /// runtime, and must enforce the hook's timeout.
 #[async_trait::async_trait]
 pub trait HookRunner: Send + Sync {
-    async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookStatus;
+    async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookRun;
+}
+
+/// Keeps the last [`STDERR_TAIL`] bytes of a stream read in pieces.
+#[derive(Default)]
+pub struct Tail(Vec<u8>);
+
+impl Tail {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+        if self.0.len() > 2 * STDERR_TAIL {
+            self.0.drain(..self.0.len() - STDERR_TAIL);
+        }
+    }
+
+    /// The tail as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        tail(&self.0)
+    }
+
+    /// Reads `stream` to its end (or its first error), keeping the tail.
+    pub async fn of(mut stream: impl tokio::io::AsyncRead + Unpin) -> Tail {
+        use tokio::io::AsyncReadExt;
+        let mut kept = Tail::default();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            kept.push(&buf[..n]);
+        }
+        kept
+    }
 }
 
 /// Records every hook as skipped: hooks were not asked to run here.
@@ -29,10 +94,11 @@ pub struct SkippingRunner;
 
 #[async_trait::async_trait]
 impl HookRunner for SkippingRunner {
-    async fn run(&self, _target: &HookTarget, _hook: &ResolvedHook) -> HookStatus {
+    async fn run(&self, _target: &HookTarget, _hook: &ResolvedHook) -> HookRun {
         HookStatus::Skipped {
-            reason: "not run: `iar backup --exec-hooks-locally` runs hooks as local processes; `iar controller` does not run them in pods yet (no pods/exec runner)".into(),
+            reason: "not run: this backup runs over manifests; `iar backup --exec-hooks-locally` runs hooks as local processes, `iar controller` runs them in the pod's container (pods/exec)".into(),
         }
+        .into()
     }
 }
 
@@ -72,8 +138,7 @@ fn tail(bytes: &[u8]) -> String {
 
 #[async_trait::async_trait]
 impl HookRunner for LocalProcessRunner {
-    async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookStatus {
-        use tokio::io::AsyncReadExt;
+    async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookRun {
         let h = &hook.hook;
         let mut cmd = tokio::process::Command::new(&h.command[0]);
         let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
@@ -88,7 +153,7 @@ impl HookRunner for LocalProcessRunner {
             .env("IAR_CONTAINER", &h.container)
             .env("IAR_HOOK_PHASE", hook.phase.prefix())
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
@@ -101,57 +166,51 @@ impl HookRunner for LocalProcessRunner {
                 return HookStatus::Failed {
                     exit_code: None,
                     stderr_tail: format!("cannot start {:?}: {e}", h.command[0]),
-                };
+                }
+                .into();
             }
         };
         let pid = child.id();
-        let mut stderr = child.stderr.take().expect("stderr is piped");
-        // Read stderr while waiting, so a chatty hook cannot fill the pipe
-        // and stall; keep only the tail.
-        let reader = tokio::spawn(async move {
-            let mut kept = Vec::new();
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 2 * STDERR_TAIL {
-                    kept.drain(..kept.len() - STDERR_TAIL);
-                }
-            }
-            kept
-        });
-        match tokio::time::timeout(h.timeout, child.wait()).await {
-            Ok(Ok(status)) => {
-                // The hook's own children may still hold stderr open: end
-                // the group so the reader finishes.
-                kill_group(pid);
-                let stderr = reader.await.unwrap_or_default();
-                if status.success() {
-                    HookStatus::Succeeded
-                } else {
-                    HookStatus::Failed {
-                        exit_code: status.code(),
-                        stderr_tail: tail(&stderr),
-                    }
-                }
-            }
+        // Read both streams while waiting, so a chatty hook cannot fill a
+        // pipe and stall; keep only the tails.
+        let stdout = tokio::spawn(Tail::of(child.stdout.take().expect("stdout is piped")));
+        let stderr = tokio::spawn(Tail::of(child.stderr.take().expect("stderr is piped")));
+        let status = match tokio::time::timeout(h.timeout, child.wait()).await {
+            Ok(Ok(status)) => status,
             Ok(Err(e)) => {
                 kill_group(pid);
-                reader.abort();
-                HookStatus::Failed {
+                stdout.abort();
+                stderr.abort();
+                return HookStatus::Failed {
                     exit_code: None,
                     stderr_tail: format!("waiting for the hook: {e}"),
                 }
+                .into();
             }
             Err(_) => {
                 kill_group(pid);
                 let _ = child.kill().await;
-                reader.abort();
-                HookStatus::TimedOut
+                stdout.abort();
+                stderr.abort();
+                return HookStatus::TimedOut.into();
             }
-        }
+        };
+        // The hook's own children may still hold its streams open: end the
+        // group so the readers finish.
+        kill_group(pid);
+        let output = HookOutput {
+            stdout: stdout.await.unwrap_or_default().text(),
+            stderr: stderr.await.unwrap_or_default().text(),
+        };
+        let status = if status.success() {
+            HookStatus::Succeeded
+        } else {
+            HookStatus::Failed {
+                exit_code: status.code(),
+                stderr_tail: output.stderr.clone(),
+            }
+        };
+        HookRun { status, output }
     }
 }
 

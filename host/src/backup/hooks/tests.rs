@@ -218,11 +218,40 @@ async fn local_hook_finds_its_volume_directories() {
         OnError::Fail,
         Duration::from_secs(10),
     );
-    assert_eq!(runner.run(&t, &h).await, HookStatus::Succeeded);
+    assert_eq!(runner.run(&t, &h).await.status, HookStatus::Succeeded);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("prod/db-data/marker")).unwrap(),
         "prod/db-0 pre app\n"
     );
+}
+
+/// What a hook prints is kept for the backup's log, the last
+/// [`STDERR_TAIL`] bytes of each stream, on success as on failure.
+#[tokio::test]
+async fn local_hook_output_is_kept_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = LocalProcessRunner {
+        volume_data: dir.path().into(),
+    };
+    let h = hook(
+        &[
+            "sh",
+            "-c",
+            "echo flushed; for i in $(seq 1 3000); do echo out-$i; done; echo warn >&2",
+        ],
+        OnError::Fail,
+        Duration::from_secs(10),
+    );
+    let run = runner.run(&target(dir.path()), &h).await;
+    assert_eq!(run.status, HookStatus::Succeeded);
+    assert!(run.output.stdout.len() <= STDERR_TAIL);
+    assert!(
+        run.output.stdout.ends_with("out-3000\n"),
+        "{}",
+        run.output.stdout
+    );
+    assert!(!run.output.stdout.contains("flushed"));
+    assert_eq!(run.output.stderr, "warn\n");
 }
 
 /// A hook's environment is cleared: it sees `PATH`, `LANG` and its
@@ -255,7 +284,7 @@ async fn local_hook_sees_only_its_own_environment() {
         Duration::from_secs(10),
     );
     assert_eq!(
-        runner.run(&target(dir.path()), &h).await,
+        runner.run(&target(dir.path()), &h).await.status,
         HookStatus::Succeeded
     );
     let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
@@ -298,7 +327,7 @@ async fn local_hook_failure_keeps_exit_code_and_stderr_tail() {
     let HookStatus::Failed {
         exit_code,
         stderr_tail,
-    } = runner.run(&target(dir.path()), &h).await
+    } = runner.run(&target(dir.path()), &h).await.status
     else {
         panic!("not failed");
     };
@@ -309,7 +338,7 @@ async fn local_hook_failure_keeps_exit_code_and_stderr_tail() {
     let HookStatus::Failed {
         exit_code: None,
         stderr_tail,
-    } = runner.run(&target(dir.path()), &missing).await
+    } = runner.run(&target(dir.path()), &missing).await.status
     else {
         panic!("started a missing command");
     };
@@ -332,7 +361,7 @@ async fn local_hook_timeout_kills_the_process_group() {
     );
     let start = Instant::now();
     assert_eq!(
-        runner.run(&target(dir.path()), &h).await,
+        runner.run(&target(dir.path()), &h).await.status,
         HookStatus::TimedOut
     );
     let took = start.elapsed();
@@ -357,6 +386,7 @@ fn record(status: HookStatus, on_error: OnError) -> HookRecord {
         },
         hook: hook(&["x"], on_error, Duration::from_secs(1)),
         status,
+        output: HookOutput::default(),
         started: None,
         ended: None,
     }
