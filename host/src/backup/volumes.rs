@@ -85,7 +85,7 @@ pub fn manifest_key(backup: &str, namespace: &str, pod: &str, volume: &str) -> S
     format!("backups/{backup}/volumes/manifests/{namespace}/{pod}/{volume}.json.gz")
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum VolumePhase {
     New,
     InProgress,
@@ -173,7 +173,8 @@ pub struct VolumeRequest {
 }
 
 impl VolumeRequest {
-    fn record(&self) -> VolumeBackup {
+    /// Its record as it starts: New, nothing read.
+    pub fn record(&self) -> VolumeBackup {
         VolumeBackup {
             backup: self.backup.clone(),
             pod_namespace: self.pod.namespace.clone(),
@@ -200,6 +201,12 @@ pub struct VolumeHandle {
 }
 
 impl VolumeHandle {
+    /// A handle over a backup that runs elsewhere: `progress` carries its
+    /// state, `cancel` asks it to stop.
+    pub fn new(progress: watch::Receiver<VolumeBackup>, cancel: watch::Sender<bool>) -> Self {
+        VolumeHandle { progress, cancel }
+    }
+
     /// The latest state.
     pub fn progress(&self) -> VolumeBackup {
         self.progress.borrow().clone()
@@ -472,23 +479,17 @@ enum Stop {
     Failed(String),
 }
 
-/// The work of one volume backup, reporting through `progress`.
+/// The work of one volume backup of directory `dir`, reporting through
+/// `progress`.
 async fn back_up(
-    root: PathBuf,
+    dir: Result<PathBuf, String>,
     store: BackupStore,
     request: VolumeRequest,
     progress: &watch::Sender<VolumeBackup>,
     cancel: &watch::Receiver<bool>,
 ) -> Result<String, Stop> {
     let canceled = || *cancel.borrow();
-    let dir = volume_dir(
-        &root,
-        &request.pod.namespace,
-        &request.pod.name,
-        &request.volume,
-        request.pvc.as_deref(),
-    )
-    .map_err(Stop::Failed)?;
+    let dir = dir.map_err(Stop::Failed)?;
     let listing = {
         let shown = dir.display().to_string();
         let dir = dir.clone();
@@ -579,48 +580,67 @@ async fn canceled(rx: &mut watch::Receiver<bool>) {
 #[async_trait::async_trait]
 impl VolumeBackupper for LocalDirBackupper {
     async fn start(&self, request: VolumeRequest) -> VolumeHandle {
-        let (progress, rx) = watch::channel(request.record());
-        let (cancel, mut cancel_rx) = watch::channel(false);
-        let (root, store, permits) = (self.root.clone(), self.store.clone(), self.permits.clone());
-        tokio::spawn(async move {
-            // New until a permit is free: `--volume-concurrency` bounds the
-            // volumes read at once, whatever the number of waiting blocks.
-            let permit = tokio::select! {
-                p = permits.acquire_owned() => p.ok(),
-                _ = canceled(&mut cancel_rx) => None,
-            };
-            let result = match permit {
-                None => Err(Stop::Canceled),
-                Some(_permit) => {
-                    progress.send_modify(|v| {
-                        v.phase = VolumePhase::InProgress;
-                        v.started = Some(SystemTime::now());
-                    });
-                    back_up(root, store, request, &progress, &cancel_rx).await
+        let dir = volume_dir(
+            &self.root,
+            &request.pod.namespace,
+            &request.pod.name,
+            &request.volume,
+            request.pvc.as_deref(),
+        );
+        back_up_dir(dir, self.store.clone(), self.permits.clone(), request)
+    }
+}
+
+/// Starts backing up directory `dir` (or failing with its error) as
+/// `request`'s volume, once one of `permits` is free; returns at once.
+/// Every backupper that reads files goes through here: the local
+/// `--volume-data` one and the node agent's.
+pub fn back_up_dir(
+    dir: Result<PathBuf, String>,
+    store: BackupStore,
+    permits: Arc<Semaphore>,
+    request: VolumeRequest,
+) -> VolumeHandle {
+    let (progress, rx) = watch::channel(request.record());
+    let (cancel, mut cancel_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        // New until a permit is free: the concurrency bounds the volumes
+        // read at once, whatever the number of waiting blocks.
+        let permit = tokio::select! {
+            p = permits.acquire_owned() => p.ok(),
+            _ = canceled(&mut cancel_rx) => None,
+        };
+        let result = match permit {
+            None => Err(Stop::Canceled),
+            Some(_permit) => {
+                progress.send_modify(|v| {
+                    v.phase = VolumePhase::InProgress;
+                    v.started = Some(SystemTime::now());
+                });
+                back_up(dir, store, request, &progress, &cancel_rx).await
+            }
+        };
+        progress.send_modify(|v| {
+            v.completed = Some(SystemTime::now());
+            match result {
+                Ok(key) => {
+                    v.phase = VolumePhase::Completed;
+                    v.manifest_key = Some(key);
                 }
-            };
-            progress.send_modify(|v| {
-                v.completed = Some(SystemTime::now());
-                match result {
-                    Ok(key) => {
-                        v.phase = VolumePhase::Completed;
-                        v.manifest_key = Some(key);
-                    }
-                    Err(Stop::Canceled) => {
-                        v.phase = VolumePhase::Canceled;
-                        v.error = Some(format!("{}: canceled", v.describe()));
-                    }
-                    Err(Stop::Failed(e)) => {
-                        v.phase = VolumePhase::Failed;
-                        v.error = Some(format!("{}: {e}", v.describe()));
-                    }
+                Err(Stop::Canceled) => {
+                    v.phase = VolumePhase::Canceled;
+                    v.error = Some(format!("{}: canceled", v.describe()));
                 }
-            });
+                Err(Stop::Failed(e)) => {
+                    v.phase = VolumePhase::Failed;
+                    v.error = Some(format!("{}: {e}", v.describe()));
+                }
+            }
         });
-        VolumeHandle {
-            progress: rx,
-            cancel,
-        }
+    });
+    VolumeHandle {
+        progress: rx,
+        cancel,
     }
 }
 

@@ -81,6 +81,21 @@ pub struct ControllerArgs {
     /// their Backup resources.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
     gc_period: Duration,
+    /// How long the node agent of a pod's node may say nothing about a
+    /// volume backup (not take it, or stop reporting) before it fails.
+    /// At least 10s: agents report every 5s while they work.
+    #[arg(long, value_parser = parse_silence, default_value = "2m")]
+    volume_agent_silence: Duration,
+}
+
+fn parse_silence(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(10) {
+        return Err(format!(
+            "{s} is shorter than 10s: node agents report every 5s, so a working one would be failed"
+        ));
+    }
+    Ok(d)
 }
 
 /// `IP:PORT` (`[v6]:PORT`), or a bare IPv4 or IPv6 address for port 8080:
@@ -159,6 +174,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         leader_lease: args.leader_lease,
         settings,
         store,
+        volume_agent_silence: args.volume_agent_silence,
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -183,7 +199,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
 pub struct CrdArgs {}
 
 pub fn crd(_args: CrdArgs) -> anyhow::Result<ExitCode> {
-    out!("{}", iar::k8s::crd::definition_yaml());
+    out!("{}", iar::k8s::crd::definitions_yaml());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -222,4 +238,51 @@ mod tests {
         }
         assert!(parse_listen("pod-ip").is_err());
     }
+}
+
+#[derive(clap::Args)]
+pub struct NodeAgentArgs {
+    /// Where the volume backup requests are: the controller's namespace.
+    #[arg(long, env = "IAR_NAMESPACE", default_value = "iar-system")]
+    namespace: String,
+    /// This node's name (the downward API's `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The kubelet's root directory, mounted read-only.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    kubelet_root: PathBuf,
+    /// The backup store: the controller's `--store`, exactly.
+    #[arg(long, env = "IAR_STORE")]
+    store: String,
+    /// Volumes read at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
+}
+
+/// `iar node-agent`: backs up the pod volumes of one node.
+pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
+    use iar::k8s::node_agent::{AgentOptions, run};
+    anyhow::ensure!(
+        args.kubelet_root.is_dir(),
+        "--kubelet-root {}: not a directory",
+        args.kubelet_root.display()
+    );
+    let options = AgentOptions {
+        namespace: args.namespace,
+        node: args.node_name,
+        kubelet_root: args.kubelet_root,
+        store: BackupStore::open(&args.store)?,
+        concurrency: usize::from(args.concurrency),
+    };
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    tokio.block_on(async move {
+        let client = iar::k8s::client()
+            .await
+            .context("connecting to the API server")?;
+        run(client, options).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

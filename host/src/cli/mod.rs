@@ -76,7 +76,10 @@ enum Command {
     /// Reconcile backups.iar.dev resources in a cluster (leader-elected),
     /// serving /healthz, /readyz and /metrics.
     Controller(controller::ControllerArgs),
-    /// Print the backups.iar.dev CustomResourceDefinition.
+    /// Back up the pod volumes of one node (a DaemonSet): serves the
+    /// volumebackups.iar.dev requests of its node.
+    NodeAgent(controller::NodeAgentArgs),
+    /// Print iar's CustomResourceDefinitions (backups and volumebackups).
     Crd(controller::CrdArgs),
     /// Plugin packaging: `iar plugin configmap` prints a plugin ConfigMap.
     Plugin(plugin::PluginArgs),
@@ -88,7 +91,7 @@ pub fn main() -> ExitCode {
     // terminal; a progress line when it is); the other commands stay quiet.
     let long_running = matches!(
         cli.command,
-        Command::Backup(_) | Command::Resume(_) | Command::Controller(_)
+        Command::Backup(_) | Command::Resume(_) | Command::Controller(_) | Command::NodeAgent(_)
     );
     let default = if long_running && !progress::interactive() {
         "info"
@@ -119,6 +122,7 @@ pub fn main() -> ExitCode {
         Command::New(args) => new::new(args),
         Command::Bench(args) => bench::bench(args),
         Command::Controller(args) => controller::controller(args),
+        Command::NodeAgent(args) => controller::node_agent(args),
         Command::Crd(args) => controller::crd(args),
         Command::Plugin(args) => plugin::plugin(args),
     };

@@ -10,6 +10,7 @@ use super::plugins::{PluginRegistry, WatchOptions, watch_with};
 use super::reconcile::{Context, error_policy, reconcile};
 use super::resource::patch_status;
 use super::serve::{Health, serve};
+use super::volume_requests::RequestBackupper;
 use crate::backup::object::{BackupObject, BackupStatus};
 use crate::phases::{PhaseMachine, PluginSource, Settings, StatusSink};
 use crate::store::BackupStore;
@@ -33,6 +34,10 @@ pub struct Options {
     pub leader_lease: Duration,
     pub settings: Settings,
     pub store: BackupStore,
+    /// How long a node agent may say nothing about a volume backup request
+    /// (not take it, or stop reporting) before it fails; more than the
+    /// agents' heartbeat ([`super::node_agent::HEARTBEAT`]).
+    pub volume_agent_silence: Duration,
 }
 
 /// Where plugins come from: the ConfigMaps of the namespace (hot
@@ -139,10 +144,17 @@ pub async fn run(
         });
     }
     let registry = plugins.registry.clone();
+    let store_url = options.store.url().to_string();
     let controller = Arc::new(
         PhaseMachine::new(Vec::new(), options.store, cluster, options.settings)
             .with_plugin_source(plugins.source())
             .with_hook_runner(Arc::new(PodExecRunner::new(client.clone())))
+            .with_volume_backupper(Arc::new(RequestBackupper::new(
+                client.clone(),
+                &options.namespace,
+                store_url.as_str(),
+                options.volume_agent_silence,
+            )))
             .with_status_sink(sink),
     );
 

@@ -108,6 +108,25 @@ pub fn definition_yaml() -> String {
     serde_yaml::to_string(&definition()).expect("a CRD serializes")
 }
 
+/// The node agents' `volumebackups.iar.dev` CRD, formats as [`definition`]'s.
+pub fn volume_backup_definition()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    let mut crd =
+        serde_json::to_value(super::volume_backup::VolumeBackup::crd()).expect("a CRD serializes");
+    kubernetes_formats(&mut crd);
+    serde_json::from_value(crd).expect("only formats changed")
+}
+
+/// Both of iar's CRDs, as `iar crd` prints them (deploy/crd.yaml).
+pub fn definitions_yaml() -> String {
+    format!(
+        "{}---\n{}",
+        definition_yaml(),
+        serde_yaml::to_string(&volume_backup_definition()).expect("a CRD serializes")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,13 +54,14 @@ impl PhaseMachine {
                 .clone()
                 .unwrap_or_else(|| Arc::new(SkippingRunner))
         };
-        let backupper = self.settings.volume_data.as_ref().map(|dir| {
-            Arc::new(LocalDirBackupper::new(
+        let backupper = match &self.settings.volume_data {
+            Some(dir) => Some(Arc::new(LocalDirBackupper::new(
                 dir.clone(),
                 self.store.clone(),
                 self.settings.volume_concurrency,
-            )) as Arc<dyn VolumeBackupper>
-        });
+            )) as Arc<dyn VolumeBackupper>),
+            None => self.volume_backupper.clone(),
+        };
         Ok(Arc::new(
             BlockWork::new(
                 run.object.metadata.name.clone(),

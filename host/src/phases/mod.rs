@@ -182,6 +182,10 @@ pub struct PhaseMachine {
     /// cluster controller: in the pod, through `pods/exec`); none: they are
     /// recorded as skipped.
     hook_runner: Option<Arc<dyn crate::backup::hooks::HookRunner>>,
+    /// Where pod volumes are backed up when `settings.volume_data` is not
+    /// set (the cluster controller: through node agents); none: a volume
+    /// chosen for a backup is a warning.
+    volume_backupper: Option<Arc<dyn crate::backup::volumes::VolumeBackupper>>,
     /// Turns at a first pass, `settings.concurrent_passes` of them (made
     /// on first use, so settings changed after `new` count).
     passes: std::sync::OnceLock<tokio::sync::Semaphore>,
@@ -234,6 +238,7 @@ impl PhaseMachine {
             pollers: Mutex::new(HashMap::new()),
             status_sink: None,
             hook_runner: None,
+            volume_backupper: None,
             passes: std::sync::OnceLock::new(),
             passes_running: Default::default(),
             passes_high_water: Default::default(),
@@ -250,6 +255,16 @@ impl PhaseMachine {
     /// Runs hooks through `runner` (unless `settings.exec_hooks_locally`).
     pub fn with_hook_runner(mut self, runner: Arc<dyn crate::backup::hooks::HookRunner>) -> Self {
         self.hook_runner = Some(runner);
+        self
+    }
+
+    /// Backs pod volumes up through `backupper` (unless
+    /// `settings.volume_data`).
+    pub fn with_volume_backupper(
+        mut self,
+        backupper: Arc<dyn crate::backup::volumes::VolumeBackupper>,
+    ) -> Self {
+        self.volume_backupper = Some(backupper);
         self
     }
 

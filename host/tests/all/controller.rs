@@ -21,8 +21,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -58,7 +58,11 @@ pub(crate) async fn install_crds(client: &Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_init(|| async {
         let crds = Api::<CustomResourceDefinition>::all(client.clone());
-        for crd in [Backup::crd(), volume_snapshot_crd()] {
+        for crd in [
+            iar::k8s::crd::definition(),
+            iar::k8s::crd::volume_backup_definition(),
+            volume_snapshot_crd(),
+        ] {
             let name = crd.metadata.name.clone().unwrap();
             match crds.create(&PostParams::default(), &crd).await {
                 Ok(_) => {}
@@ -221,6 +225,8 @@ pub(crate) async fn start_controller(
         leader_lease: Duration::from_secs(3),
         settings: settings(),
         store,
+        // Above the agents' 5 s heartbeat, short enough for a test.
+        volume_agent_silence: Duration::from_secs(10),
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let plugins = Plugins {
@@ -1114,7 +1120,7 @@ fn the_deployed_crd_is_the_generated_one() {
     let deployed = std::fs::read_to_string(repo().join("deploy/crd.yaml")).unwrap();
     assert_eq!(
         deployed,
-        iar::k8s::crd::definition_yaml(),
+        iar::k8s::crd::definitions_yaml(),
         "regenerate with: iar crd > deploy/crd.yaml"
     );
 }

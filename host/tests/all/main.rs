@@ -13,6 +13,7 @@ mod controller;
 mod iar_bench;
 mod iar_new;
 mod iar_test;
+mod node_agent;
 mod pod_hooks;
 mod polyglot;
 mod support;

@@ -1,0 +1,161 @@
+//! The `volumebackups.iar.dev` resource: one pod volume's file-system
+//! backup, asked of the node agent on the pod's node (Velero's
+//! PodVolumeBackup, with its field names where they exist). The
+//! controller creates it and reads its status; `iar node-agent` on that
+//! node does the work and writes the status.
+
+use crate::backup::volumes::VolumePhase;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The label naming a request's node (see [`node_label`]); an agent
+/// watches only its own node's requests.
+pub const NODE_LABEL: &str = "iar.dev/node";
+/// The label naming the backup a request belongs to.
+pub const BACKUP_LABEL: &str = "iar.dev/backup";
+
+/// What to back up.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "iar.dev",
+    version = "v1",
+    kind = "VolumeBackup",
+    namespaced,
+    status = "VolumeBackupStatus",
+    shortname = "iarvb",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.node"}"#,
+    printcolumn = r#"{"name":"Bytes","type":"integer","jsonPath":".status.progress.bytesDone"}"#,
+    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.progress.totalBytes"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeBackupSpec {
+    /// The iar Backup this volume belongs to.
+    pub backup_name: String,
+    /// The store the data goes to (the controller's `--store`); an agent
+    /// with another store refuses the request.
+    pub backup_storage_location: String,
+    /// The node whose agent does the work (the pod's `spec.nodeName`).
+    pub node: String,
+    pub pod: PodReference,
+    /// The volume's name in the pod's spec.
+    pub volume: String,
+    /// The claim, for a PVC volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<String>,
+    /// The volume's directory name under the kubelet's
+    /// `pods/<uid>/volumes/<plugin>/`: the bound PV's name for a PVC, the
+    /// volume's name otherwise.
+    pub volume_dir: String,
+    /// Set by the controller to stop the backup (a canceled or deleted
+    /// Backup); the agent ends it Canceled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReference {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What the agent reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeBackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<VolumePhase>,
+    #[serde(default)]
+    pub progress: VolumeBackupProgress,
+    /// Where the volume's manifest is in the store, once Completed.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "snapshotID"
+    )]
+    pub snapshot_id: Option<String>,
+    /// Why it failed or was canceled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The directory the agent read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_timestamp: Option<String>,
+    /// Written with every report, and at least every few seconds while in
+    /// progress: the agent is alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeBackupProgress {
+    #[serde(default)]
+    pub total_bytes: u64,
+    #[serde(default)]
+    pub bytes_done: u64,
+}
+
+/// A node's name as a label value: itself when it is one (63 characters
+/// or fewer of `[A-Za-z0-9._-]`, alphanumeric at both ends), otherwise a
+/// digest of it (node names may be 253 characters long).
+pub fn node_label(node: &str) -> String {
+    let fits = !node.is_empty()
+        && node.len() <= 63
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && node.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && node.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if fits {
+        node.to_string()
+    } else {
+        format!(
+            "sha256-{}",
+            &hex::encode(Sha256::digest(node.as_bytes()))[..40]
+        )
+    }
+}
+
+/// The request's name: the backup's, then a digest of the pod and volume,
+/// so that asking again (a retried block, a resumed backup) finds the same
+/// request instead of starting a second one.
+pub fn request_name(backup: &str, namespace: &str, pod: &str, volume: &str) -> String {
+    let digest = hex::encode(Sha256::digest(
+        format!("{namespace}/{pod}/{volume}").as_bytes(),
+    ));
+    let prefix: String = backup.chars().take(63 - 17).collect();
+    format!("{}-{}", prefix.trim_end_matches(['-', '.']), &digest[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_named_once_per_pod_volume() {
+        let a = request_name("nightly", "shop", "db-0", "data");
+        assert_eq!(a, request_name("nightly", "shop", "db-0", "data"));
+        assert_ne!(a, request_name("nightly", "shop", "db-0", "logs"));
+        assert_ne!(a, request_name("nightly", "shop", "db-1", "data"));
+        assert!(a.starts_with("nightly-") && a.len() <= 63, "{a}");
+        let long = request_name(&"b".repeat(200), "ns", "p", "v");
+        assert!(long.len() <= 63, "{long}");
+    }
+
+    #[test]
+    fn a_long_or_odd_node_name_becomes_a_valid_label() {
+        assert_eq!(node_label("kwok-a"), "kwok-a");
+        let long = node_label(&format!("{}.example.com", "n".repeat(70)));
+        assert!(long.starts_with("sha256-") && long.len() <= 63, "{long}");
+        assert!(node_label("-odd").starts_with("sha256-"));
+    }
+}

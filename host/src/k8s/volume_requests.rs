@@ -1,0 +1,264 @@
+//! The controller's side of pod volume backups: each volume a block
+//! decided to back up becomes a [`VolumeBackup`] request for the node
+//! agent on the pod's node, and its handle follows the request's status.
+//! Waiting holds no worker: one task per request polls its status.
+//!
+//! An agent that says nothing for `silence` (a New request nobody took, an
+//! InProgress one whose reports stopped) fails the request with that
+//! reason, written into the request too, so that no volume backup is
+//! InProgress for ever.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::volume_backup::{
+    BACKUP_LABEL, NODE_LABEL, PodReference, VolumeBackup, VolumeBackupSpec, VolumeBackupStatus,
+    node_label, request_name,
+};
+use crate::backup::volumes::{
+    VolumeBackup as Record, VolumeBackupper, VolumeHandle, VolumePhase, VolumeRequest,
+};
+
+/// Creates requests in `namespace` and follows them.
+pub struct RequestBackupper {
+    client: kube::Client,
+    namespace: String,
+    /// The store URL requests name (the agents must have the same).
+    store: String,
+    /// How often a request's status is read.
+    pub poll: Duration,
+    /// How long an agent may say nothing before its request fails.
+    pub silence: Duration,
+}
+
+impl RequestBackupper {
+    pub fn new(client: kube::Client, namespace: &str, store: &str, silence: Duration) -> Self {
+        RequestBackupper {
+            client,
+            namespace: namespace.to_string(),
+            store: store.to_string(),
+            poll: Duration::from_millis(500),
+            silence,
+        }
+    }
+
+    /// The request for `volume`, from the live pod (its uid and node) and
+    /// its claim (the bound PV names the volume's directory).
+    async fn request(&self, volume: &VolumeRequest) -> Result<VolumeBackup, String> {
+        let ns = &volume.pod.namespace;
+        let pod = Api::<Pod>::namespaced(self.client.clone(), ns)
+            .get_opt(&volume.pod.name)
+            .await
+            .map_err(|e| format!("reading the pod: {e}"))?
+            .ok_or("the pod is gone")?;
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .ok_or("the pod is not scheduled to a node")?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let volume_dir = match &volume.pvc {
+            None => volume.volume.clone(),
+            Some(claim) => Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
+                .get_opt(claim)
+                .await
+                .map_err(|e| format!("reading pvc {claim}: {e}"))?
+                .and_then(|c| c.spec.and_then(|s| s.volume_name))
+                .ok_or_else(|| format!("pvc {claim} is not bound to a volume"))?,
+        };
+        let name = request_name(&volume.backup, ns, &volume.pod.name, &volume.volume);
+        Ok(VolumeBackup {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(
+                    [
+                        (BACKUP_LABEL.to_string(), volume.backup.clone()),
+                        (NODE_LABEL.to_string(), node_label(&node)),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: VolumeBackupSpec {
+                backup_name: volume.backup.clone(),
+                backup_storage_location: self.store.clone(),
+                node,
+                pod: PodReference {
+                    namespace: ns.clone(),
+                    name: volume.pod.name.clone(),
+                    uid,
+                },
+                volume: volume.volume.clone(),
+                pvc: volume.pvc.clone(),
+                volume_dir,
+                cancel: false,
+            },
+            status: None,
+        })
+    }
+}
+
+/// The record a request's status stands for.
+fn record_of(mut record: Record, status: Option<&VolumeBackupStatus>) -> Record {
+    let Some(status) = status else { return record };
+    let parse = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+    };
+    record.phase = status.phase.unwrap_or(VolumePhase::New);
+    record.bytes_done = status.progress.bytes_done;
+    record.bytes_total = status.progress.total_bytes;
+    record.started = parse(&status.start_timestamp).or(record.started);
+    record.completed = parse(&status.completion_timestamp).or(record.completed);
+    record.manifest_key = status.snapshot_id.clone();
+    record.error = status
+        .message
+        .as_ref()
+        .map(|m| format!("{}: {m}", record.describe()));
+    record
+}
+
+#[async_trait::async_trait]
+impl VolumeBackupper for RequestBackupper {
+    async fn start(&self, volume: VolumeRequest) -> VolumeHandle {
+        let (progress, rx) = watch::channel(volume.record());
+        let (cancel, cancel_rx) = watch::channel(false);
+        let fail = |progress: &watch::Sender<Record>, why: String| {
+            progress.send_modify(|v| {
+                v.phase = VolumePhase::Failed;
+                v.completed = Some(SystemTime::now());
+                v.error = Some(format!("{}: {why}", v.describe()));
+            });
+        };
+        let request = match self.request(&volume).await {
+            Ok(r) => r,
+            Err(why) => {
+                fail(&progress, why);
+                return VolumeHandle::new(rx, cancel);
+            }
+        };
+        let api: Api<VolumeBackup> = Api::namespaced(self.client.clone(), &self.namespace);
+        let name = request.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), &request).await {
+            Ok(_) => {}
+            // Asked before (a retried block): follow that request.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                fail(
+                    &progress,
+                    format!("creating volume backup request {name}: {e}"),
+                );
+                return VolumeHandle::new(rx, cancel);
+            }
+        }
+        let node = request.spec.node.clone();
+        let (poll, silence) = (self.poll, self.silence);
+        tokio::spawn(follow(api, name, node, progress, cancel_rx, poll, silence));
+        VolumeHandle::new(rx, cancel)
+    }
+}
+
+/// Follows request `name` until it ends, passing its status on.
+async fn follow(
+    api: Api<VolumeBackup>,
+    name: String,
+    node: String,
+    progress: watch::Sender<Record>,
+    mut cancel: watch::Receiver<bool>,
+    poll: Duration,
+    silence: Duration,
+) {
+    let mut last_word = Instant::now();
+    let mut last_seen: Option<VolumeBackupStatus> = None;
+    let mut cancel_sent = false;
+    loop {
+        if *cancel.borrow() && !cancel_sent {
+            let asked = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"cancel": true}})),
+                )
+                .await;
+            cancel_sent = asked.is_ok();
+        }
+        match api.get_opt(&name).await {
+            Ok(Some(request)) => {
+                let status = request.status;
+                if status != last_seen {
+                    last_word = Instant::now();
+                    last_seen = status.clone();
+                }
+                let record = record_of(progress.borrow().clone(), status.as_ref());
+                let ended = record.phase.is_terminal();
+                progress.send_replace(record);
+                if ended {
+                    return;
+                }
+            }
+            Ok(None) => {
+                fail_with(&progress, None, &name, "the request was deleted".into()).await;
+                return;
+            }
+            // The API server is away: that is not the agent's silence.
+            Err(e) => {
+                tracing::warn!(request = %name, "reading volume backup request: {e}");
+                last_word = Instant::now();
+            }
+        }
+        if last_word.elapsed() >= silence {
+            let phase = last_seen.as_ref().and_then(|s| s.phase);
+            let why = match phase {
+                Some(VolumePhase::InProgress) => format!(
+                    "the node agent on {node} reported nothing for {} (did it stop?)",
+                    humantime::format_duration(silence)
+                ),
+                _ => format!(
+                    "no node agent on {node} took the request within {} (is iar node-agent running there?)",
+                    humantime::format_duration(silence)
+                ),
+            };
+            fail_with(&progress, Some(&api), &name, why).await;
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            Ok(()) = cancel.changed() => {}
+        }
+    }
+}
+
+/// Ends the handle Failed with `why`, and the request too when there is
+/// one: its status must not stay New or InProgress.
+async fn fail_with(
+    progress: &watch::Sender<Record>,
+    api: Option<&Api<VolumeBackup>>,
+    name: &str,
+    why: String,
+) {
+    if let Some(api) = api {
+        let stamp = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+        let patch = json!({"status": {
+            "phase": VolumePhase::Failed,
+            "message": why,
+            "completionTimestamp": stamp,
+            "lastUpdate": stamp,
+        }});
+        if let Err(e) = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            tracing::warn!(request = %name, "failing volume backup request: {e}");
+        }
+    }
+    progress.send_modify(|v| {
+        v.phase = VolumePhase::Failed;
+        v.completed = Some(SystemTime::now());
+        v.error = Some(format!("{}: {why}", v.describe()));
+    });
+}

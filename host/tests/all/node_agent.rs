@@ -1,0 +1,400 @@
+//! Pod volume backups on a real cluster path: the controller creates a
+//! `volumebackups.iar.dev` request per volume, the `iar node-agent`
+//! process of the pod's node (one per kwok node, each with its own
+//! `--kubelet-root`) backs the volume up into the store and reports in the
+//! request's status, and the block's post hooks wait for it.
+//!
+//! Simulated, because no kubelet runs here: the pod volume directories
+//! under each kubelet root (`pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount`),
+//! which the test lays out itself. The hooks run through the real exec
+//! path (kwok), in those directories.
+
+use crate::controller::{create_backup, install_crds, start_controller, wait_phase};
+use crate::pod_hooks::kwok;
+use crate::support::{client, server};
+use iar::backup::object::BackupPhase;
+use iar::backup::volumes::{VolumeBackup as Record, VolumePhase, restore_volume};
+use iar::k8s::crd::BackupSpec;
+use iar::k8s::plugins::PluginRegistry;
+use iar::k8s::volume_backup::{BACKUP_LABEL, VolumeBackup};
+use iar::store::{BackupFile, BackupStore};
+use iar_apiserver::kwok::Kwok;
+use iar_apiserver::{ApiServer, User, create_namespace};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// One `iar node-agent` process, killed when dropped.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(server: &ApiServer, namespace: &str, node: &str, root: &Path, store: &str) -> Agent {
+        let log = root.join(format!("agent-{node}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_iar"))
+            .args(["node-agent", "--namespace", namespace, "--node-name", node])
+            .arg("--kubelet-root")
+            .arg(root)
+            .args(["--store", store])
+            .env("KUBECONFIG", server.kubeconfig())
+            .env("IAR_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("iar node-agent starts");
+        Agent { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A pod on `node` with PVC `claim` bound to PV `pv`, its volume's
+/// directory laid out under `kubelet_root` (the simulated part), hooks run
+/// in that directory. Returns the directory.
+#[allow(clippy::too_many_arguments)]
+async fn pod_with_volume(
+    kwok: &Kwok,
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    node: &str,
+    pv: &str,
+    kubelet_root: &Path,
+    annotations: serde_json::Value,
+) -> PathBuf {
+    let claim = format!("{pod}-data");
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": pv},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "csi.example.com", "volumeHandle": pv},
+            "claimRef": {"namespace": ns, "name": claim},
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": claim, "labels": {"app": "web"}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": pv,
+            "storageClassName": "",
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pvc)
+        .await
+        .unwrap();
+    let spec: Pod = serde_json::from_value(json!({
+        "metadata": {"name": pod, "labels": {"app": "web"}, "annotations": annotations},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }))
+    .unwrap();
+    let created = Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &spec)
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.unwrap();
+    let dir = kubelet_root.join(format!("pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount"));
+    std::fs::create_dir_all(&dir).unwrap();
+    kwok.local_exec(client, ns, pod, &dir, &[]).await;
+    kwok.wait_running(client, ns, pod).await;
+    dir
+}
+
+fn fs_backup_spec(ns: &str) -> BackupSpec {
+    BackupSpec {
+        included_namespaces: Some(vec![ns.into()]),
+        label_selector: Some(LabelSelector {
+            match_labels: Some([("app".to_string(), "web".to_string())].into()),
+            match_expressions: None,
+        }),
+        default_volumes_to_fs_backup: Some(true),
+        ..BackupSpec::default()
+    }
+}
+
+const HOOKS: &str = "pre.hook.backup.velero.io/command";
+
+fn hooks() -> serde_json::Value {
+    json!({
+        HOOKS: r#"["sh", "-c", "echo quiesced > pre.txt"]"#,
+        "post.hook.backup.velero.io/command": r#"["sh", "-c", "echo thawed > post.txt"]"#,
+    })
+}
+
+/// Seed 002 on a real cluster path: each pod's volume goes through the
+/// agent of its own node; the data in the store holds the file the pre
+/// hook wrote into the volume and not the post hook's, which ran after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_agents_back_up_each_nodes_volumes_between_the_hooks() {
+    let Some(kwok) = kwok().await else { return };
+    let server = server().await.unwrap();
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let ns = "agent-shop";
+    create_namespace(&admin, ns).await;
+    kwok.add_node(&admin, "kwok-a").await;
+    kwok.add_node(&admin, "kwok-b").await;
+    let (root_a, root_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dir_a = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "db-0",
+        "kwok-a",
+        "pv-agent-a",
+        root_a.path(),
+        hooks(),
+    )
+    .await;
+    let dir_b = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "web-0",
+        "kwok-b",
+        "pv-agent-b",
+        root_b.path(),
+        hooks(),
+    )
+    .await;
+    std::fs::write(dir_a.join("table.db"), vec![7u8; 3 << 20]).unwrap();
+    std::fs::write(dir_b.join("index.html"), "<h1>shop</h1>").unwrap();
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let store = BackupStore::open(url).unwrap();
+    let _a = Agent::start(server, ns, "kwok-a", root_a.path(), url);
+    let b = Agent::start(server, ns, "kwok-b", root_b.path(), url);
+    let (_, controller) = start_controller(
+        admin.clone(),
+        ns,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    create_backup(&admin, ns, "fs", fs_backup_spec(ns)).await;
+    let done = wait_phase(&admin, ns, "fs", BackupPhase::Completed).await;
+    controller.abort();
+    let status = done.status.unwrap();
+    assert_eq!(status.errors, 0, "{status:?}\n{}", b.log());
+
+    let records: Vec<Record> = store
+        .get_json("fs", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .expect("volume backups recorded");
+    assert_eq!(records.len(), 2, "{records:?}");
+    for (pod, dir) in [("db-0", &dir_a), ("web-0", &dir_b)] {
+        let record = records.iter().find(|r| r.pod_name == pod).unwrap();
+        assert_eq!(record.phase, VolumePhase::Completed, "{record:?}");
+        let restored = tempfile::tempdir().unwrap();
+        restore_volume(
+            &store,
+            "fs",
+            record.manifest_key.as_deref().unwrap(),
+            restored.path(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(restored.path().join("pre.txt")).unwrap(),
+            "quiesced\n",
+            "the pre hook ran before the volume was read"
+        );
+        assert!(
+            !restored.path().join("post.txt").exists(),
+            "the post hook ran before the volume backup ended"
+        );
+        assert!(dir.join("post.txt").exists(), "the post hook of {pod} ran");
+    }
+    let a = records.iter().find(|r| r.pod_name == "db-0").unwrap();
+    assert!(
+        a.bytes_done > 3 << 20 && a.bytes_done == a.bytes_total,
+        "{a:?}"
+    );
+
+    // The requests: one per volume, each done by its own node's agent.
+    let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{BACKUP_LABEL}=fs")))
+        .await
+        .unwrap();
+    assert_eq!(requests.items.len(), 2);
+    for r in &requests.items {
+        let s = r.status.as_ref().unwrap();
+        assert_eq!(s.phase, Some(VolumePhase::Completed), "{r:?}");
+        let expected = if r.spec.pod.name == "db-0" {
+            &dir_a
+        } else {
+            &dir_b
+        };
+        assert_eq!(s.path.as_deref(), Some(expected.to_str().unwrap()));
+        assert!(
+            s.snapshot_id.is_some() && s.completion_timestamp.is_some(),
+            "{r:?}"
+        );
+    }
+}
+
+/// An agent killed mid-volume leaves its request Failed with a reason
+/// (the controller stops waiting once the agent has said nothing for its
+/// silence limit, and writes that into the request), never InProgress for
+/// ever; and an agent that starts again fails what it was doing instead
+/// of leaving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_agent_fails_its_volume_backup_with_a_reason() {
+    let Some(kwok) = kwok().await else { return };
+    let server = server().await.unwrap();
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let ns = "agent-killed";
+    create_namespace(&admin, ns).await;
+    kwok.add_node(&admin, "kwok-c").await;
+    let root = tempfile::tempdir().unwrap();
+    let dir = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "big-0",
+        "kwok-c",
+        "pv-agent-c",
+        root.path(),
+        json!({}),
+    )
+    .await;
+    // Large enough that a debug build is still reading it when killed.
+    let noise: Vec<u8> = (0..(96u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("big.bin"), noise).unwrap();
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let store = BackupStore::open(url).unwrap();
+    let mut agent = Agent::start(server, ns, "kwok-c", root.path(), url);
+    let (_, controller) = start_controller(
+        admin.clone(),
+        ns,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    create_backup(&admin, ns, "killed", fs_backup_spec(ns)).await;
+    let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let name = iar_tests::wait_for("the request InProgress", Duration::from_secs(60), || {
+        let requests = requests.clone();
+        async move {
+            let list = requests
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|r| r.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::InProgress))
+                .and_then(|r| r.metadata.name)
+                .ok_or_else(|| "not yet".to_string())
+        }
+    })
+    .await;
+    agent.kill();
+
+    let done = wait_phase(&admin, ns, "killed", BackupPhase::PartiallyFailed).await;
+    controller.abort();
+    assert!(done.status.unwrap().errors >= 1);
+    let request = requests.get(&name).await.unwrap();
+    let status = request.status.clone().unwrap();
+    assert_eq!(status.phase, Some(VolumePhase::Failed), "{:?}", agent.log());
+    let message = status.message.unwrap();
+    assert!(
+        message.contains("node agent on kwok-c reported nothing"),
+        "{message}"
+    );
+    let records: Vec<Record> = store
+        .get_json("killed", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(records[0].phase, VolumePhase::Failed);
+    assert!(
+        records[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("reported nothing")
+    );
+
+    // A request left InProgress by an agent that died (here: written so by
+    // hand) is failed by the next agent of its node when it starts.
+    let mut orphan = request.clone();
+    orphan.metadata = kube::api::ObjectMeta {
+        name: Some("orphan".into()),
+        labels: request.metadata.labels.clone(),
+        ..Default::default()
+    };
+    orphan.status = None;
+    requests
+        .create(&PostParams::default(), &orphan)
+        .await
+        .unwrap();
+    requests
+        .patch_status(
+            "orphan",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "InProgress"}})),
+        )
+        .await
+        .unwrap();
+    let again = Agent::start(server, ns, "kwok-c", root.path(), url);
+    let message = iar_tests::wait_for("the orphan failed", Duration::from_secs(60), || {
+        let requests = requests.clone();
+        async move {
+            let r = requests.get("orphan").await.map_err(|e| e.to_string())?;
+            let s = r.status.unwrap_or_default();
+            match s.phase {
+                Some(VolumePhase::Failed) => Ok(s.message.unwrap_or_default()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(
+        message.contains("restarted while this volume backup ran"),
+        "{message}\n{}",
+        again.log()
+    );
+}
