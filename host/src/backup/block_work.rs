@@ -192,9 +192,12 @@ impl BlockWork {
         for pod in items.iter().filter(|i| is_pod(i)) {
             let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
             let hooks = self.hooks_for(pod, HookPhase::Pre);
+            // A pod with post hooks is in the ledger even without pre
+            // hooks: after a restart, its post hooks are known to be owed.
+            let has_post = !self.hooks_for(pod, HookPhase::Post).is_empty();
             let pre = self.runtime.block_on(async {
                 let pre = run_hooks(self.runner.as_ref(), &target, &hooks).await;
-                if !pre.is_empty() {
+                if !pre.is_empty() || has_post {
                     self.ledger(LedgerEntry::of(&pod.id, "pre", &pre)).await;
                 }
                 pre
@@ -309,6 +312,130 @@ impl BlockWork {
         report.hooks = std::mem::take(&mut state.records);
         report.warnings.append(&mut state.warnings);
         report
+    }
+}
+
+impl BlockWork {
+    /// After a restart of a backup whose items were all written: follows
+    /// each unfinished volume backup again through the backupper (its
+    /// request outlived the process that made it), then runs, once, the
+    /// post hooks the ledger says are owed: a pod whose pre hooks succeeded
+    /// and whose post hooks never started. A post hook that started before
+    /// the restart may have run and is not run again. `pods` are the live
+    /// pods the owed hooks are resolved on.
+    pub async fn resume(
+        &self,
+        ledger: &[LedgerEntry],
+        volumes: Vec<VolumeBackup>,
+        pods: &[Item],
+    ) -> BlockReport {
+        use crate::backup::volumes::VolumePhase;
+        // Carry on the ledger as it was: each write holds every entry.
+        *self.ledger.lock().await = ledger.to_vec();
+        let backupper = self.backupper.clone();
+        let follow = volumes.into_iter().map(|v| {
+            let backupper = backupper.clone();
+            async move {
+                if v.phase.is_terminal() {
+                    return v;
+                }
+                let Some(backupper) = backupper else {
+                    let mut v = v;
+                    v.phase = VolumePhase::Failed;
+                    v.error = Some("interrupted by restart".into());
+                    return v;
+                };
+                let request = VolumeRequest {
+                    backup: v.backup.clone(),
+                    pod: ItemRef {
+                        resource: "pods".into(),
+                        namespace: v.pod_namespace.clone(),
+                        name: v.pod_name.clone(),
+                        ..ItemRef::default()
+                    },
+                    volume: v.volume.clone(),
+                    pvc: v.pvc.clone(),
+                };
+                backupper.start(request).await.finished().await
+            }
+        });
+        let volumes = futures::future::join_all(follow).await;
+        let mut report = BlockReport {
+            volumes,
+            ..BlockReport::default()
+        };
+        for pre in ledger
+            .iter()
+            .filter(|e| e.phase == "pre" && e.state == "succeeded")
+        {
+            let post = ledger
+                .iter()
+                .find(|e| e.phase == "post" && e.pod == pre.pod);
+            match post.map(|e| e.state.as_str()) {
+                Some("started") => report.warnings.push((
+                    pre.pod.namespace.clone(),
+                    format!(
+                        "post hooks of pod {}: interrupted by restart while running; not run again",
+                        pre.pod
+                    ),
+                )),
+                Some(_) => {}
+                None => {
+                    let Some(pod) = pods.iter().find(|p| p.id == pre.pod) else {
+                        report.warnings.push((
+                            pre.pod.namespace.clone(),
+                            format!("post hooks of pod {}: not run: the pod is gone", pre.pod),
+                        ));
+                        continue;
+                    };
+                    let hooks = self.hooks_for(pod, HookPhase::Post);
+                    if hooks.is_empty() {
+                        continue;
+                    }
+                    self.ledger(LedgerEntry {
+                        pod: pod.id.clone(),
+                        phase: "post".into(),
+                        state: "started".into(),
+                    })
+                    .await;
+                    let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
+                    let post = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                    self.ledger(LedgerEntry::of(&pod.id, "post", &post)).await;
+                    report.hooks.extend(post);
+                }
+            }
+        }
+        report.warnings.append(&mut self.state().warnings);
+        report
+    }
+
+    /// Hooks run so far and how many of them failed (skipped ones are
+    /// neither), as `status.hookStatus` counts them; `None` before any.
+    pub fn hook_counts(&self) -> Option<crate::backup::object::HookStatusCounts> {
+        use crate::backup::hooks::HookStatus;
+        let state = self.state();
+        let ran: Vec<_> = state
+            .records
+            .iter()
+            .filter(|r| !matches!(r.status, HookStatus::Skipped { .. }))
+            .collect();
+        (!ran.is_empty()).then(|| crate::backup::object::HookStatusCounts {
+            hooks_attempted: ran.len() as u64,
+            hooks_failed: ran
+                .iter()
+                .filter(|r| r.status != HookStatus::Succeeded)
+                .count() as u64,
+        })
+    }
+
+    /// The pods whose post hooks [`BlockWork::resume`] would run.
+    pub fn owed_post_hooks(ledger: &[LedgerEntry]) -> Vec<ItemRef> {
+        ledger
+            .iter()
+            .filter(|e| e.phase == "pre" && e.state == "succeeded")
+            .filter(|pre| !ledger.iter().any(|e| e.phase == "post" && e.pod == pre.pod))
+            .map(|e| e.pod.clone())
+            .collect()
     }
 }
 

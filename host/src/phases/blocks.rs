@@ -114,6 +114,21 @@ impl PhaseMachine {
                 }
             }
         };
+        // The report holds every hook run: it replaces the counts of the
+        // pre hooks persisted before the wait.
+        run.object.status.hook_status = None;
+        self.record_blocks(run, report).await
+    }
+
+    /// Records every hook run and every volume backup that did not
+    /// complete in the results and the log, the hook counts in the status,
+    /// and the volume backups' final records.
+    async fn record_blocks(
+        &self,
+        run: &mut Run,
+        report: crate::backup::block_work::BlockReport,
+    ) -> Result<(), PhaseError> {
+        let name = run.name().to_string();
         let ran = report
             .hooks
             .iter()
@@ -121,10 +136,13 @@ impl PhaseMachine {
         let (attempted, failed) = ran.fold((0, 0), |(a, f), r| {
             (a + 1, f + u64::from(r.status != HookStatus::Succeeded))
         });
+        // Added to what is there: a resumed backup's status already counts
+        // the hooks run before the restart.
         if attempted > 0 {
+            let before = run.object.status.hook_status.take().unwrap_or_default();
             run.object.status.hook_status = Some(HookStatusCounts {
-                hooks_attempted: attempted,
-                hooks_failed: failed,
+                hooks_attempted: before.hooks_attempted + attempted,
+                hooks_failed: before.hooks_failed + failed,
             });
         }
         for record in &report.hooks {
@@ -190,6 +208,61 @@ impl PhaseMachine {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Whether a backup found InProgress after a restart can go on: its
+    /// items and operations were written (the tarball exists), and its
+    /// volume backups are not this process's own work (the node agents'
+    /// requests outlive the controller; a `--volume-data` backup died with
+    /// the process that ran it).
+    pub(super) async fn blocks_resumable(&self, run: &Run) -> Result<bool, PhaseError> {
+        if run.object.status.phase != BackupPhase::InProgress
+            || self.settings.volume_data.is_some()
+            || self.volume_backupper.is_none()
+        {
+            return Ok(false);
+        }
+        let tarball = BackupFile::Contents.key(run.name());
+        Ok(self.store.exists_key(&tarball).await?)
+    }
+
+    /// Resumes the wait of a backup whose items were written: follows its
+    /// unfinished volume backups again, runs each owed post hook once,
+    /// records it all as [`PhaseMachine::finish_blocks`] does.
+    pub(super) async fn resume_blocks(&self, run: &mut Run) -> Result<(), PhaseError> {
+        let name = run.name().to_string();
+        let ledger: Vec<LedgerEntry> = self
+            .store
+            .get_json(&name, BackupFile::HookLedger)
+            .await?
+            .unwrap_or_default();
+        let volumes: Vec<VolumeBackup> = self
+            .store
+            .get_json(&name, BackupFile::VolumeBackups)
+            .await?
+            .unwrap_or_default();
+        let mut pods = Vec::new();
+        for pod in BlockWork::owed_post_hooks(&ledger) {
+            match self.cluster.get_item_async(&pod).await {
+                Ok(Some(item)) => pods.push(item),
+                Ok(None) => {}
+                Err(e) => run.results.warnings.add(
+                    &pod.namespace,
+                    format!("reading pod {pod} for its post hooks: {e}"),
+                ),
+            }
+        }
+        let unfinished = volumes.iter().filter(|v| !v.phase.is_terminal()).count();
+        self.journal.line(
+            &name,
+            format!(
+                "resumed after a restart with its items written: waiting again for {unfinished} volume backups, {} pods' post hooks owed",
+                pods.len()
+            ),
+        );
+        let work = self.block_work(run).await?;
+        let report = work.resume(&ledger, volumes, &pods).await;
+        self.record_blocks(run, report).await
     }
 
     /// Fails the volume backups a killed process left unfinished and

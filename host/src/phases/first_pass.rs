@@ -237,8 +237,16 @@ impl PhaseMachine {
             self.journal.line(run.name(), format!("error: {e}"));
             run.results.errors.add("", e);
         }
-        self.finish_blocks(run, &work).await?;
+        // The items and operations are stored before the blocks' volume
+        // backups and post hooks are waited for: a restart during that
+        // wait then finds the items written and resumes the wait (see
+        // `resume_blocks`) instead of failing the backup.
         let attempted = self.store_outcomes(run, &pass.outcomes).await?;
+        // The outcomes are in the store now; their memory goes.
+        drop(pass.outcomes);
+        run.object.status.hook_status = work.hook_counts();
+        self.persist(run).await?;
+        self.finish_blocks(run, &work).await?;
         let next = if attempted == 0 {
             BackupPhase::finalizing(run.partially_failed())
         } else {

@@ -509,6 +509,19 @@ impl PhaseMachine {
 
     async fn advance(&self, run: &mut Run) -> Result<Step, PhaseError> {
         match plan(run.object.status.phase) {
+            Plan::FailInterrupted if self.blocks_resumable(run).await? => {
+                // Its items were written and its blocks' volume backups
+                // outlived the process (node agents): wait for them again,
+                // run the post hooks owed, go on.
+                self.resume_blocks(run).await?;
+                let next = if run.object.status.backup_item_operations_attempted == 0 {
+                    BackupPhase::finalizing(run.partially_failed())
+                } else {
+                    BackupPhase::waiting(run.partially_failed())
+                };
+                self.set_phase(run, next).await?;
+                Ok(Step::Requeue(Duration::ZERO))
+            }
             Plan::FailInterrupted => {
                 // Its items were never all written: it cannot be continued.
                 // What its blocks left unfinished is failed and said.

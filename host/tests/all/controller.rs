@@ -770,7 +770,7 @@ async fn cluster_get_reads_live_objects_only_within_the_grants() {
 }
 
 /// An `iar controller` process, killed when dropped.
-struct ControllerProcess(std::process::Child);
+pub(crate) struct ControllerProcess(std::process::Child);
 
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
@@ -779,7 +779,7 @@ impl Drop for ControllerProcess {
     }
 }
 
-fn spawn_controller(
+pub(crate) fn spawn_controller(
     kubeconfig: &Path,
     namespace: &str,
     store: &Path,

@@ -398,3 +398,121 @@ async fn a_killed_agent_fails_its_volume_backup_with_a_reason() {
         again.log()
     );
 }
+
+/// The controller SIGKILLed while a block waits for its volume backup: a
+/// new controller finds the items written, follows the same request (the
+/// agent kept working), runs the owed post hook exactly once, and the
+/// backup completes; the volume backup is not failed for the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() {
+    let Some(kwok) = kwok().await else { return };
+    let server = server().await.unwrap();
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let ns = "agent-restart";
+    create_namespace(&admin, ns).await;
+    kwok.add_node(&admin, "kwok-d").await;
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("kubelet");
+    let annotations = json!({
+        HOOKS: r#"["sh", "-c", "echo quiesced > pre.txt"]"#,
+        "post.hook.backup.velero.io/command": r#"["sh", "-c", "echo ran >> post.log"]"#,
+    });
+    let dir = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "slow-0",
+        "kwok-d",
+        "pv-agent-d",
+        &root,
+        annotations,
+    )
+    .await;
+    let noise: Vec<u8> = (0..(96u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("big.bin"), noise).unwrap();
+
+    let store_path = work.path().join("store");
+    let url = store_path.to_str().unwrap();
+    let _agent = Agent::start(server, ns, "kwok-d", &root, url);
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let log = |who: &str| work.path().join(format!("controller-{who}.log"));
+    let first = crate::controller::spawn_controller(
+        server.kubeconfig(),
+        ns,
+        &store_path,
+        &plugins,
+        "first",
+        &log("first"),
+    );
+    create_backup(&admin, ns, "resumed", fs_backup_spec(ns)).await;
+    let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    iar_tests::wait_for("the request InProgress", Duration::from_secs(90), || {
+        let requests = requests.clone();
+        async move {
+            let list = requests
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .any(|r| r.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::InProgress))
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        }
+    })
+    .await;
+    drop(first); // SIGKILL, mid-wait.
+    assert!(
+        !dir.join("post.log").exists(),
+        "the post hook ran before the volume backup ended"
+    );
+
+    let _second = crate::controller::spawn_controller(
+        server.kubeconfig(),
+        ns,
+        &store_path,
+        &plugins,
+        "second",
+        &log("second"),
+    );
+    let done = wait_phase(&admin, ns, "resumed", BackupPhase::Completed).await;
+    let second_log = std::fs::read_to_string(log("second")).unwrap();
+    assert_eq!(
+        done.status.as_ref().unwrap().errors,
+        0,
+        "{done:?}\n{second_log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("post.log")).unwrap(),
+        "ran\n",
+        "the owed post hook ran exactly once"
+    );
+    let store = BackupStore::open(url).unwrap();
+    let records: Vec<Record> = store
+        .get_json("resumed", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].phase, VolumePhase::Completed, "{records:?}");
+    let restored = tempfile::tempdir().unwrap();
+    restore_volume(
+        &store,
+        "resumed",
+        records[0].manifest_key.as_deref().unwrap(),
+        restored.path(),
+    )
+    .await
+    .unwrap();
+    assert!(restored.path().join("pre.txt").exists());
+    assert!(!restored.path().join("post.log").exists());
+    let logs = store.get_logs("resumed").await.unwrap().unwrap().join("\n");
+    assert!(
+        logs.contains("resumed after a restart with its items written"),
+        "{logs}"
+    );
+}
