@@ -52,7 +52,7 @@ pub enum AgentError {
 }
 
 fn now() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
 /// The volume's directory under the kubelet root, or why there is none.
@@ -203,7 +203,7 @@ async fn patch(
 }
 
 fn status_of(record: &Record, path: Option<&Path>) -> VolumeBackupStatus {
-    let stamp = |t: Option<SystemTime>| t.map(|t| humantime::format_rfc3339_seconds(t).to_string());
+    let stamp = |t: Option<SystemTime>| t.map(|t| humantime::format_rfc3339_millis(t).to_string());
     VolumeBackupStatus {
         phase: Some(record.phase),
         progress: super::volume_backup::VolumeBackupProgress {

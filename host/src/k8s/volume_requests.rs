@@ -1,7 +1,7 @@
 //! The controller's side of pod volume backups: each volume a block
 //! decided to back up becomes a [`VolumeBackup`] request for the node
 //! agent on the pod's node, and its handle follows the request's status.
-//! Waiting holds no worker: one task per request polls its status.
+//! Waiting holds no worker: one task per request watches it.
 //!
 //! An agent that says nothing for `silence` (a New request nobody took, an
 //! InProgress one whose reports stopped) fails the request with that
@@ -29,8 +29,6 @@ pub struct RequestBackupper {
     namespace: String,
     /// The store URL requests name (the agents must have the same).
     store: String,
-    /// How often a request's status is read.
-    pub poll: Duration,
     /// How long an agent may say nothing before its request fails.
     pub silence: Duration,
 }
@@ -41,7 +39,6 @@ impl RequestBackupper {
             client,
             namespace: namespace.to_string(),
             store: store.to_string(),
-            poll: Duration::from_millis(500),
             silence,
         }
     }
@@ -157,22 +154,26 @@ impl VolumeBackupper for RequestBackupper {
             }
         }
         let node = request.spec.node.clone();
-        let (poll, silence) = (self.poll, self.silence);
-        tokio::spawn(follow(api, name, node, progress, cancel_rx, poll, silence));
+        tokio::spawn(follow(api, name, node, progress, cancel_rx, self.silence));
         VolumeHandle::new(rx, cancel)
     }
 }
 
-/// Follows request `name` until it ends, passing its status on.
+/// Follows request `name` until it ends, passing its status on. A watch
+/// of that one object (a field selector on its name), so a status change
+/// reaches the block at once and waiting costs no requests.
 async fn follow(
     api: Api<VolumeBackup>,
     name: String,
     node: String,
     progress: watch::Sender<Record>,
     mut cancel: watch::Receiver<bool>,
-    poll: Duration,
     silence: Duration,
 ) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher::watcher(api.clone(), config));
     let mut last_word = Instant::now();
     let mut last_seen: Option<VolumeBackupStatus> = None;
     let mut cancel_sent = false;
@@ -187,47 +188,54 @@ async fn follow(
                 .await;
             cancel_sent = asked.is_ok();
         }
-        match api.get_opt(&name).await {
-            Ok(Some(request)) => {
-                let status = request.status;
-                if status != last_seen {
-                    last_word = Instant::now();
-                    last_seen = status.clone();
+        let deadline = tokio::time::Instant::from_std(last_word + silence);
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(Event::Apply(request) | Event::InitApply(request))) => {
+                    let status = request.status;
+                    if status != last_seen {
+                        last_word = Instant::now();
+                        last_seen = status.clone();
+                    }
+                    let record = record_of(progress.borrow().clone(), status.as_ref());
+                    let ended = record.phase.is_terminal();
+                    progress.send_replace(record);
+                    if ended {
+                        return;
+                    }
                 }
-                let record = record_of(progress.borrow().clone(), status.as_ref());
-                let ended = record.phase.is_terminal();
-                progress.send_replace(record);
-                if ended {
+                Some(Ok(Event::Delete(_))) => {
+                    fail_with(&progress, None, &name, "the request was deleted".into()).await;
                     return;
                 }
-            }
-            Ok(None) => {
-                fail_with(&progress, None, &name, "the request was deleted".into()).await;
+                Some(Ok(Event::Init | Event::InitDone)) => {}
+                // The API server is away (the watcher retries after a
+                // pause): that is not the agent's silence.
+                Some(Err(e)) => {
+                    tracing::warn!(request = %name, "watching volume backup request: {e}");
+                    last_word = Instant::now();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                None => {
+                    fail_with(&progress, None, &name, "watching the request ended".into()).await;
+                    return;
+                }
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                let phase = last_seen.as_ref().and_then(|s| s.phase);
+                let why = match phase {
+                    Some(VolumePhase::InProgress) => format!(
+                        "the node agent on {node} reported nothing for {} (did it stop?)",
+                        humantime::format_duration(silence)
+                    ),
+                    _ => format!(
+                        "no node agent on {node} took the request within {} (is iar node-agent running there?)",
+                        humantime::format_duration(silence)
+                    ),
+                };
+                fail_with(&progress, Some(&api), &name, why).await;
                 return;
             }
-            // The API server is away: that is not the agent's silence.
-            Err(e) => {
-                tracing::warn!(request = %name, "reading volume backup request: {e}");
-                last_word = Instant::now();
-            }
-        }
-        if last_word.elapsed() >= silence {
-            let phase = last_seen.as_ref().and_then(|s| s.phase);
-            let why = match phase {
-                Some(VolumePhase::InProgress) => format!(
-                    "the node agent on {node} reported nothing for {} (did it stop?)",
-                    humantime::format_duration(silence)
-                ),
-                _ => format!(
-                    "no node agent on {node} took the request within {} (is iar node-agent running there?)",
-                    humantime::format_duration(silence)
-                ),
-            };
-            fail_with(&progress, Some(&api), &name, why).await;
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(poll) => {}
             Ok(()) = cancel.changed() => {}
         }
     }
@@ -242,7 +250,7 @@ async fn fail_with(
     why: String,
 ) {
     if let Some(api) = api {
-        let stamp = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+        let stamp = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         let patch = json!({"status": {
             "phase": VolumePhase::Failed,
             "message": why,

@@ -929,6 +929,11 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     let deploy = repo().join("deploy");
     create_namespace(&admin, "iar-system").await;
     apply_rbac(&admin, &deploy.join("rbac.yaml")).await;
+    // kwok's Exec CRD (installed first, so every run lists the same
+    // resources) is one of "your own CRDs" that deploy/rbac.yaml tells the
+    // operator to grant the read of; a backup that lists it fails without.
+    let kwok = crate::pod_hooks::kwok().await;
+    grant_read(&admin, "kwok.x-k8s.io", "execs").await;
     let shop = "rbac-shop";
     create_namespace(&admin, shop).await;
     create_config_map(&admin, shop, "web-config", "web").await;
@@ -952,6 +957,14 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     // shows is listed, so a resource the role misses fails this backup.
     let everything = BackupSpec {
         included_namespaces: Some(vec!["*".into()]),
+        // Their pods' hooks fail on purpose, or run in directories other
+        // tests own: not this backup's business.
+        excluded_namespaces: Some(
+            crate::support::HOOKED_NAMESPACES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ),
         included_resources: None,
         ..spec(shop)
     };
@@ -1059,7 +1072,7 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     // And a hook runs in a pod's container: `get` and `create` on
     // pods/exec, the one subresource granted, are enough for the websocket
     // exec (with either alone it is refused: 403).
-    let Some(kwok) = crate::pod_hooks::kwok().await else {
+    let Some(kwok) = kwok else {
         return;
     };
     use crate::pod_hooks::{hook, running_pod, target};
@@ -1074,10 +1087,121 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
         )
         .await;
     assert_eq!(run.status, HookStatus::Succeeded, "{run:?}");
+
+    // And volume backups go through deploy/node-agent.yaml's service
+    // account: the controller creates the request, the agent serves it.
+    use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
+    apply_rbac(&admin, &deploy.join("node-agent.yaml")).await;
+    let root = tempfile::tempdir().unwrap();
+    let volume = pod_with_volume(
+        kwok,
+        &admin,
+        shop,
+        "vol-0",
+        "kwok-a",
+        "pv-rbac",
+        root.path(),
+        json!({}),
+    )
+    .await;
+    std::fs::write(volume.join("data.txt"), "rows").unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let agent = Agent::start_as(
+        server,
+        User::NodeAgent,
+        "iar-system",
+        "kwok-a",
+        root.path(),
+        url,
+    );
+    let (_, controller) = start_controller(
+        sa.clone(),
+        "iar-system",
+        BackupStore::open(url).unwrap(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    create_backup(&admin, "iar-system", "rbac-volumes", fs_backup_spec(shop)).await;
+    let done = wait_until_done(&admin, "iar-system", "rbac-volumes").await;
+    controller.abort();
+    let status = done.status.unwrap();
+    assert_eq!(status.errors, 0, "{status:?}\n{}", agent.log());
+    assert_eq!(
+        status.phase,
+        BackupPhase::Completed,
+        "{status:?}\n{}",
+        agent.log()
+    );
+    let requests =
+        Api::<iar::k8s::volume_backup::VolumeBackup>::namespaced(admin.clone(), "iar-system")
+            .list(&kube::api::ListParams::default().labels("iar.dev/backup=rbac-volumes"))
+            .await
+            .unwrap();
+    let phases: Vec<_> = requests
+        .items
+        .iter()
+        .map(|r| r.status.as_ref().and_then(|s| s.phase))
+        .collect();
+    assert_eq!(phases, [Some(iar::backup::volumes::VolumePhase::Completed)]);
+}
+
+/// What an operator adds for a CRD of theirs: a ClusterRole reading
+/// `group`'s `resource`, bound to iar's service account.
+async fn grant_read(client: &Client, group: &str, resource: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let name = format!("iar-reader-{resource}.{group}");
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [group], "resources": [resource], "verbs": ["get", "list"]}],
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "iar", "namespace": "iar-system"}],
+    }))
+    .unwrap();
+    for r in [
+        Api::<ClusterRole>::all(client.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .map(|_| ()),
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .map(|_| ()),
+    ] {
+        match r {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("grant the read of {resource}.{group}: {e}"),
+        }
+    }
+}
+
+/// Waits for the resource's status to reach an end, whichever.
+async fn wait_until_done(client: &Client, ns: &str, name: &str) -> Backup {
+    let api = Api::<Backup>::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("backup {ns}/{name} ended"),
+        Duration::from_secs(90),
+        || {
+            let api = api.clone();
+            async move {
+                let b = api.get(name).await.map_err(|e| e.to_string())?;
+                match b.status.as_ref().map(|s| s.phase) {
+                    Some(p) if p.is_terminal() => Ok(b),
+                    other => Err(format!("phase {other:?}")),
+                }
+            }
+        },
+    )
+    .await
 }
 
 /// Creates each object of a multi-document YAML file (RBAC kinds only).
-async fn apply_rbac(client: &Client, path: &Path) {
+pub(crate) async fn apply_rbac(client: &Client, path: &Path) {
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let text = std::fs::read_to_string(path).unwrap();
@@ -1109,6 +1233,8 @@ async fn apply_rbac(client: &Client, path: &Path) {
             "ClusterRoleBinding" => create(Api::<ClusterRoleBinding>::all(c), doc).await,
             "Role" => create(Api::<Role>::namespaced(c, &ns), doc).await,
             "RoleBinding" => create(Api::<RoleBinding>::namespaced(c, &ns), doc).await,
+            // What runs iar, not what it may do.
+            "DaemonSet" | "Deployment" => {}
             other => panic!("unexpected kind {other} in {path:?}"),
         }
     }

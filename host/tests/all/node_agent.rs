@@ -30,21 +30,46 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// One `iar node-agent` process, killed when dropped.
-struct Agent {
+pub(crate) struct Agent {
     child: Child,
     log: PathBuf,
 }
 
 impl Agent {
-    fn start(server: &ApiServer, namespace: &str, node: &str, root: &Path, store: &str) -> Agent {
+    /// Starts an agent authenticated as the admin.
+    pub(crate) fn start(
+        server: &ApiServer,
+        namespace: &str,
+        node: &str,
+        root: &Path,
+        store: &str,
+    ) -> Agent {
+        Agent::start_as(server, User::Admin, namespace, node, root, store)
+    }
+
+    /// Starts an agent authenticated as `user` (its kubeconfig's current
+    /// context).
+    pub(crate) fn start_as(
+        server: &ApiServer,
+        user: User,
+        namespace: &str,
+        node: &str,
+        root: &Path,
+        store: &str,
+    ) -> Agent {
         let log = root.join(format!("agent-{node}.log"));
         let out = std::fs::File::create(&log).unwrap();
+        let mut kubeconfig: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(server.kubeconfig()).unwrap()).unwrap();
+        kubeconfig["current-context"] = user.name().into();
+        let kubeconfig_path = root.join(format!("kubeconfig-{node}"));
+        std::fs::write(&kubeconfig_path, kubeconfig.to_string()).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_iar"))
             .args(["node-agent", "--namespace", namespace, "--node-name", node])
             .arg("--kubelet-root")
             .arg(root)
             .args(["--store", store])
-            .env("KUBECONFIG", server.kubeconfig())
+            .env("KUBECONFIG", &kubeconfig_path)
             .env("IAR_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -54,7 +79,7 @@ impl Agent {
         Agent { child, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -74,7 +99,7 @@ impl Drop for Agent {
 /// directory laid out under `kubelet_root` (the simulated part), hooks run
 /// in that directory. Returns the directory.
 #[allow(clippy::too_many_arguments)]
-async fn pod_with_volume(
+pub(crate) async fn pod_with_volume(
     kwok: &Kwok,
     client: &Client,
     ns: &str,
@@ -134,7 +159,7 @@ async fn pod_with_volume(
     dir
 }
 
-fn fs_backup_spec(ns: &str) -> BackupSpec {
+pub(crate) fn fs_backup_spec(ns: &str) -> BackupSpec {
     BackupSpec {
         included_namespaces: Some(vec![ns.into()]),
         label_selector: Some(LabelSelector {
@@ -514,5 +539,132 @@ async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() 
     assert!(
         logs.contains("resumed after a restart with its items written"),
         "{logs}"
+    );
+}
+
+/// Seed 002 across nodes: each block's post hook waits for its own
+/// block's volume backup and no other. A pod with a small volume on one
+/// node runs its post hook while a 96 MiB volume on another node is still
+/// being read; and a pod whose pre hook fails with `onError: Fail` gets no
+/// volume backup request and no post hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_post_hook_waits_for_its_own_blocks_volumes_only() {
+    let Some(kwok) = kwok().await else { return };
+    let server = server().await.unwrap();
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let ns = "agent-order";
+    create_namespace(&admin, ns).await;
+    kwok.add_node(&admin, "kwok-e").await;
+    kwok.add_node(&admin, "kwok-f").await;
+    let (root_e, root_f) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Nanoseconds since the epoch, by the same clock the agent stamps with.
+    let timed = json!({
+        "post.hook.backup.velero.io/command": r#"["sh", "-c", "date +%s%N > post.time"]"#,
+    });
+    let fast = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "fast-0",
+        "kwok-e",
+        "pv-order-fast",
+        root_e.path(),
+        timed.clone(),
+    )
+    .await;
+    let slow = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "slow-0",
+        "kwok-f",
+        "pv-order-slow",
+        root_f.path(),
+        timed,
+    )
+    .await;
+    let strict = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "strict-0",
+        "kwok-e",
+        "pv-order-strict",
+        root_e.path(),
+        json!({
+            HOOKS: r#"["sh", "-c", "exit 3"]"#,
+            "pre.hook.backup.velero.io/on-error": "Fail",
+            "post.hook.backup.velero.io/command": r#"["sh", "-c", "touch post-ran"]"#,
+        }),
+    )
+    .await;
+    std::fs::write(fast.join("small.txt"), "small").unwrap();
+    let noise: Vec<u8> = (0..(96u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(slow.join("big.bin"), noise).unwrap();
+    std::fs::write(strict.join("rows.db"), "rows").unwrap();
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let store = BackupStore::open(url).unwrap();
+    let _e = Agent::start(server, ns, "kwok-e", root_e.path(), url);
+    let _f = Agent::start(server, ns, "kwok-f", root_f.path(), url);
+    let (_, controller) = start_controller(
+        admin.clone(),
+        ns,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    create_backup(&admin, ns, "order", fs_backup_spec(ns)).await;
+    let done = wait_phase(&admin, ns, "order", BackupPhase::PartiallyFailed).await;
+    controller.abort();
+    assert!(done.status.unwrap().errors >= 1);
+
+    let records: Vec<Record> = store
+        .get_json("order", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    let pods: Vec<&str> = records.iter().map(|r| r.pod_name.as_str()).collect();
+    assert!(
+        !pods.contains(&"strict-0"),
+        "a failed block's volume was backed up: {pods:?}"
+    );
+    assert!(
+        !strict.join("post-ran").exists(),
+        "a failed block ran its post hook"
+    );
+    let slow_record = records.iter().find(|r| r.pod_name == "slow-0").unwrap();
+    let fast_record = records.iter().find(|r| r.pod_name == "fast-0").unwrap();
+    assert_eq!(slow_record.phase, VolumePhase::Completed);
+    assert_eq!(fast_record.phase, VolumePhase::Completed);
+    let nanos =
+        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let post_time = |dir: &Path| -> u128 {
+        std::fs::read_to_string(dir.join("post.time"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (fast_post, slow_post) = (post_time(&fast), post_time(&slow));
+    let slow_done = nanos(slow_record.completed.unwrap());
+    let fast_done = nanos(fast_record.completed.unwrap());
+    assert!(
+        fast_done <= fast_post,
+        "fast-0's post hook ran before its volume backup ended"
+    );
+    assert!(
+        slow_done <= slow_post,
+        "slow-0's post hook ran before its volume backup ended"
+    );
+    assert!(
+        fast_post < slow_done,
+        "fast-0's post hook waited for slow-0's volume on another node: fast done {fast_done}, fast post {fast_post}, slow started {:?}, slow done {slow_done}",
+        slow_record.started.map(nanos)
     );
 }

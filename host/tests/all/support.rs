@@ -181,3 +181,15 @@ pub async fn client(server: &ApiServer, user: User) -> kube::Client {
         .await
         .unwrap_or_else(|e| panic!("client for {user:?}: {e}"))
 }
+
+/// The namespaces whose pods have backup hooks (pod_hooks, node_agent): a
+/// test that backs up the whole cluster leaves them out.
+pub const HOOKED_NAMESPACES: &[&str] = &[
+    "exec-shop",
+    "exec-rules",
+    "exec-failing",
+    "agent-shop",
+    "agent-killed",
+    "agent-restart",
+    "agent-order",
+];

@@ -20,6 +20,9 @@ pub enum User {
     /// (`system:serviceaccount:iar-system:iar`): allowed exactly what
     /// deploy's RBAC binds to it, so a test proves that role is enough.
     Controller,
+    /// The node agent's service account in `deploy/node-agent.yaml`
+    /// (`system:serviceaccount:iar-system:iar-node-agent`).
+    NodeAgent,
 }
 
 impl User {
@@ -29,6 +32,7 @@ impl User {
             User::Admin => "admin",
             User::Restricted => "restricted",
             User::Controller => "system:serviceaccount:iar-system:iar",
+            User::NodeAgent => "system:serviceaccount:iar-system:iar-node-agent",
         }
     }
 }
@@ -37,6 +41,7 @@ pub(crate) struct Tokens {
     pub(crate) admin: String,
     pub(crate) restricted: String,
     pub(crate) controller: String,
+    pub(crate) node_agent: String,
 }
 
 impl Tokens {
@@ -45,6 +50,7 @@ impl Tokens {
             admin: random_hex()?,
             restricted: random_hex()?,
             controller: random_hex()?,
+            node_agent: random_hex()?,
         })
     }
 
@@ -53,6 +59,7 @@ impl Tokens {
             User::Admin => &self.admin,
             User::Restricted => &self.restricted,
             User::Controller => &self.controller,
+            User::NodeAgent => &self.node_agent,
         }
     }
 
@@ -60,11 +67,14 @@ impl Tokens {
     pub(crate) fn write_auth_file(&self, path: &Path) -> Result<(), StartError> {
         let csv = format!(
             "{},admin,admin,\"system:masters\"\n{},restricted,restricted\n\
-             {},{},iar-controller,\"system:serviceaccounts,system:serviceaccounts:iar-system\"\n",
+             {},{},iar-controller,\"system:serviceaccounts,system:serviceaccounts:iar-system\"\n\
+             {},{},iar-node-agent,\"system:serviceaccounts,system:serviceaccounts:iar-system\"\n",
             self.admin,
             self.restricted,
             self.controller,
-            User::Controller.name()
+            User::Controller.name(),
+            self.node_agent,
+            User::NodeAgent.name()
         );
         fs::write(path, csv).map_err(StartError::io(format!("write {path:?}")))
     }
@@ -140,7 +150,12 @@ pub(crate) fn write_kubeconfig(
     ca: &Path,
     tokens: &Tokens,
 ) -> Result<(), StartError> {
-    let users = [User::Admin, User::Restricted, User::Controller];
+    let users = [
+        User::Admin,
+        User::Restricted,
+        User::Controller,
+        User::NodeAgent,
+    ];
     let config = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
