@@ -415,3 +415,69 @@ async fn the_resource_policy_decides_before_the_opt_in() {
         );
     }
 }
+
+/// A volume is never both snapshotted and file-system backed up (Velero's
+/// tracker of snapshotted claims): when a plugin starts an operation on a
+/// pod's PVC (the pvc-snapshot plugin, for a Bound claim), that volume gets
+/// no volume backup even though the pod opts it in, and the log says why;
+/// a claim no plugin snapshots is backed up as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_a_plugin_snapshots_gets_no_file_system_backup() {
+    let e = env();
+    write_pod(&e.items, "db-0", "data-db", false);
+    write_pod(&e.items, "web-0", "data-web", false);
+    // data-db is Bound: pvc-snapshot starts its snapshot operation.
+    let bound = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-db", "namespace": "shop"},
+        "spec": {}, "status": {"phase": "Bound"}});
+    let mut docs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(e.items.join("db-0.json")).unwrap()).unwrap();
+    docs["items"][1] = bound;
+    std::fs::write(e.items.join("db-0.json"), docs.to_string()).unwrap();
+    for pvc in ["data-db", "data-web"] {
+        write_volume(&e.data, pvc, 4096);
+    }
+    let rt = crate::support::runtime();
+    let plugin = crate::support::load(&rt, iar_tests::artifacts::PVC_SNAPSHOT, &[]);
+    let settings = Settings {
+        sync_period: Duration::from_millis(50),
+        volume_data: Some(e.data.clone()),
+        // Nothing plays the snapshot controller here: the operation times
+        // out, which this test does not care about.
+        operation_timeout: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let c = PhaseMachine::new(
+        vec![plugin],
+        e.store.clone(),
+        Arc::new(ManifestCluster::new(vec![e.items.clone()])),
+        settings,
+    );
+    c.run_backup(BackupRequest {
+        name: "tracked".into(),
+        namespace: "velero".into(),
+        spec: json!({}),
+        sources: vec![e.items.clone()],
+        annotations: Default::default(),
+    })
+    .await
+    .unwrap();
+    let backed_up: Vec<String> = volumes(&e.store, "tracked")
+        .await
+        .into_iter()
+        .map(|v| v.pvc.unwrap_or_default())
+        .collect();
+    assert_eq!(backed_up, ["data-web"]);
+    let log = e
+        .store
+        .get_logs("tracked")
+        .await
+        .unwrap()
+        .unwrap()
+        .join("\n");
+    assert!(
+        log.contains("volume data of pod shop/db-0: not file-system backed up: plugin")
+            && log.contains("snapshots its claim data-db"),
+        "{log}"
+    );
+}
