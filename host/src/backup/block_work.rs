@@ -80,9 +80,6 @@ struct State {
     /// Problems that are not a hook run: hook definitions that do not parse,
     /// volumes chosen for a backup that cannot be done here.
     warnings: Vec<(String, String)>,
-    /// What the log says and the results need not (a volume left to a
-    /// plugin's snapshot).
-    notes: Vec<String>,
     tails: Vec<tokio::task::JoinHandle<Vec<VolumeBackup>>>,
     watchers: Vec<watch::Receiver<VolumeBackup>>,
 }
@@ -108,8 +105,6 @@ pub struct BlockReport {
     pub volumes: Vec<VolumeBackup>,
     /// `(namespace, message)`.
     pub warnings: Vec<(String, String)>,
-    /// For the log only.
-    pub notes: Vec<String>,
 }
 
 impl BlockWork {
@@ -226,12 +221,7 @@ impl BlockWork {
     /// file-system backups (unless the block failed), and leaves a task on
     /// the runtime that waits for them and then runs the post hooks of the
     /// pods whose pre hooks all succeeded. Returns at once.
-    pub fn start_volumes(
-        self: &Arc<Self>,
-        block: BlockPre,
-        items: &[Item],
-        snapshotted: &std::collections::BTreeMap<(String, String), String>,
-    ) {
+    pub fn start_volumes(self: &Arc<Self>, block: BlockPre, items: &[Item]) {
         let mut pods = Vec::new();
         for p in block.pods {
             let mut handles = Vec::new();
@@ -244,20 +234,6 @@ impl BlockWork {
                     self.default_volumes_to_fs_backup,
                 ) {
                     if d.action != VolumeAction::FsBackup {
-                        continue;
-                    }
-                    let claim = d
-                        .pvc
-                        .as_ref()
-                        .map(|c| (p.pod.id.namespace.clone(), c.clone()));
-                    if let Some(plugin) = claim.and_then(|c| snapshotted.get(&c)) {
-                        self.state().notes.push(format!(
-                            "volume {} of pod {}/{}: not file-system backed up: plugin {plugin} snapshots its claim {}",
-                            d.volume,
-                            p.pod.id.namespace,
-                            p.pod.id.name,
-                            d.pvc.as_deref().unwrap_or_default()
-                        ));
                         continue;
                     }
                     let Some(backupper) = &self.backupper else {
@@ -335,7 +311,6 @@ impl BlockWork {
         let mut state = self.state();
         report.hooks = std::mem::take(&mut state.records);
         report.warnings.append(&mut state.warnings);
-        report.notes.append(&mut state.notes);
         report
     }
 }

@@ -32,25 +32,6 @@ pub struct StartedOperation {
     pub created: std::time::SystemTime,
 }
 
-/// The PVCs of a block an action started an operation on (a snapshot
-/// plugin's), with the plugin: Velero's tracker of snapshotted claims, so
-/// that no volume is both snapshotted and file-system backed up.
-pub fn snapshotted_claims(
-    outcomes: &[ItemOutcome],
-) -> std::collections::BTreeMap<(String, String), String> {
-    outcomes
-        .iter()
-        .filter(|o| o.id.group.is_empty() && o.id.resource == "persistentvolumeclaims")
-        .filter_map(|o| {
-            let op = o.operations.first()?;
-            Some((
-                (o.id.namespace.clone(), o.id.name.clone()),
-                op.plugin.clone(),
-            ))
-        })
-        .collect()
-}
-
 /// What happened to one item.
 #[derive(Debug, Default)]
 pub struct ItemOutcome {
@@ -398,7 +379,7 @@ pub fn run(
                         found_all.extend(found);
                     }
                     if let (Some(w), Some(pre)) = (work, pre) {
-                        w.start_volumes(pre, &items, &snapshotted_claims(&outcomes));
+                        w.start_volumes(pre, &items);
                     }
                     if let Some(p) = progress {
                         let stored = outcomes.iter().filter(|o| o.stored.is_some()).count();

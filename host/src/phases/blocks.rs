@@ -175,9 +175,6 @@ impl PhaseMachine {
                 }
             }
         }
-        for note in report.notes {
-            self.journal.line(&name, note);
-        }
         for (ns, w) in report.warnings {
             self.journal.line(&name, format!("warning: {w}"));
             run.results.warnings.add(&ns, w);

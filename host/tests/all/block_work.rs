@@ -118,7 +118,7 @@ async fn run_all(
                             };
                             let pre = work.pre(&block.items);
                             failed.lock().unwrap().push((index, pre.failed.clone()));
-                            work.start_volumes(pre, &block.items, &Default::default());
+                            work.start_volumes(pre, &block.items);
                         }
                     });
                 }
