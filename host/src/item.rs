@@ -156,6 +156,19 @@ impl Item {
         })
     }
 
+    /// The same item held as its compact text alone, its parsed value
+    /// dropped: a few hundred bytes less per KB of object, for items that
+    /// are kept long and read as text (a manifest cluster's).
+    pub fn text_only(self) -> Item {
+        let text = self.json().clone();
+        Item {
+            id: self.id,
+            value: OnceLock::new(),
+            text: OnceLock::from(text),
+            fields: self.fields,
+        }
+    }
+
     /// The object, giving up the item (copied if another clone shares it).
     pub fn into_value(self) -> Value {
         self.value();
@@ -196,8 +209,33 @@ impl Item {
         &self.fields.api_version
     }
 
-    /// `metadata.labels` (non-string values are ignored).
+    /// `metadata.labels` (non-string values are ignored). An item held as
+    /// text is not parsed into a value for this (which it would then keep):
+    /// the labels alone are read from the text.
     pub fn labels(&self) -> BTreeMap<String, String> {
+        if let (None, Some(text)) = (self.value.get(), self.text.get()) {
+            #[derive(serde::Deserialize, Default)]
+            struct Object {
+                #[serde(default)]
+                metadata: Metadata,
+            }
+            #[derive(serde::Deserialize, Default)]
+            struct Metadata {
+                #[serde(default)]
+                labels: Option<BTreeMap<String, Value>>,
+            }
+            let object: Object = serde_json::from_str(text).unwrap_or_default();
+            return object
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(k, v)| match v {
+                    Value::String(s) => Some((k, s)),
+                    _ => None,
+                })
+                .collect();
+        }
         self.value()
             .pointer("/metadata/labels")
             .and_then(Value::as_object)

@@ -81,14 +81,16 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
     for (i, doc) in docs.into_iter().enumerate() {
         match doc {
             Value::Null => {}
-            Value::Object(ref map)
+            Value::Object(mut map)
                 if map
                     .get("kind")
                     .and_then(Value::as_str)
                     .is_some_and(|k| k.ends_with("List"))
                     && map.get("items").is_some_and(Value::is_array) =>
             {
-                if let Some(Value::Array(items)) = map.get("items") {
+                // Moved out, not copied: a List of 50,000 objects would
+                // otherwise be held twice.
+                if let Some(Value::Array(items)) = map.remove("items") {
                     // A List's items must be objects too (a fuzzer found a
                     // string item passed through as a "document").
                     for (j, item) in items.iter().enumerate() {
@@ -102,10 +104,10 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
                             ));
                         }
                     }
-                    out.extend(items.iter().cloned());
+                    out.extend(items);
                 }
             }
-            Value::Object(_) => out.push(doc),
+            doc @ Value::Object(_) => out.push(doc),
             other => {
                 return Err(parse_err(
                     i + 1,
@@ -139,21 +141,70 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
     }
 }
 
+/// A JSON `*List` document, its items left as the text they are: a
+/// 50,000-object List is then never one parsed tree (each item is parsed
+/// on its own, made an item and its parse dropped). `None` when the text is
+/// not one JSON object that is a List with `items`, for
+/// [`parse_documents`] to read as before.
+fn json_list_items(text: &str) -> Option<Vec<&serde_json::value::RawValue>> {
+    #[derive(Deserialize)]
+    struct RawList<'a> {
+        #[serde(borrow, default)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        items: Option<Vec<&'a serde_json::value::RawValue>>,
+    }
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let list: RawList = serde_json::from_str(text).ok()?;
+    list.kind.filter(|k| k.ends_with("List"))?;
+    list.items
+}
+
 /// Reads one file into items.
 pub fn read_file(path: &Path, catalog: &Catalog) -> Result<Vec<Item>, ManifestError> {
     let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
         path: path.to_path_buf(),
         source,
     })?;
+    if let Some(raw) = json_list_items(&text) {
+        let parse_err = |reason: String| ManifestError::Parse {
+            path: path.to_path_buf(),
+            index: 1,
+            reason,
+        };
+        return raw
+            .into_iter()
+            .enumerate()
+            .map(|(j, raw)| {
+                let value: Value = serde_json::from_str(raw.get())
+                    .map_err(|e| parse_err(format!("items[{j}]: {e}")))?;
+                if !value.is_object() {
+                    return Err(parse_err(format!(
+                        "items[{j}]: expected an object, found {}",
+                        json_type(&value)
+                    )));
+                }
+                Item::from_value(value, catalog)
+                    .map(Item::text_only)
+                    .map_err(|e| parse_err(e.to_string()))
+            })
+            .collect();
+    }
     parse_documents(path, &text)?
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
-            Item::from_value(v, catalog).map_err(|e| ManifestError::Parse {
-                path: path.to_path_buf(),
-                index: i + 1,
-                reason: e.to_string(),
-            })
+            // Kept as text: what plugins and the tarball read; a value is
+            // parsed again only where one is needed.
+            Item::from_value(v, catalog)
+                .map(Item::text_only)
+                .map_err(|e| ManifestError::Parse {
+                    path: path.to_path_buf(),
+                    index: i + 1,
+                    reason: e.to_string(),
+                })
         })
         .collect()
 }

@@ -81,8 +81,16 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
 /// and the collected Pods and PVs that name it; PV → its bound PVC.
 fn builtin_related(item: &Item, by_claim: &HashMap<ItemRef, Vec<ItemRef>>) -> Vec<ItemRef> {
     let id = &item.id;
-    let v = item.value();
     let mut out = Vec::new();
+    // Only these three kinds have built-in relations: any other item is
+    // not parsed (it would keep its parse for the rest of the backup).
+    let related_kind = ["pods", "persistentvolumeclaims", "persistentvolumes"]
+        .iter()
+        .any(|r| is(id, "", r));
+    if !related_kind {
+        return out;
+    }
+    let v = item.value();
     if is(id, "", "pods") {
         for claim in pod_claims(v) {
             out.push(core("persistentvolumeclaims", &id.namespace, &claim));

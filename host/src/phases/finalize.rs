@@ -59,7 +59,9 @@ impl PhaseMachine {
             );
             if let Some(value) = &outcome.stored {
                 match archive_entries(&outcome.id, value) {
-                    Ok(both) => replace.extend(both),
+                    Ok(both) => {
+                        replace.extend(both.map(|(path, bytes)| (path, bytes.as_ref().to_vec())))
+                    }
                     Err(e) => run.results.errors.add(&outcome.id.namespace, e),
                 }
             }

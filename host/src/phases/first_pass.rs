@@ -67,36 +67,35 @@ const LIVE_STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// An item as the tarball holds it: compact JSON, as Velero writes items
 /// (`json.Marshal`), and the text the item already has when a plugin
-/// changed it or it crossed into one, so nothing is serialized again.
-pub(super) fn item_bytes(item: &Item) -> Vec<u8> {
-    item.json().as_bytes().to_vec()
+/// changed it or it crossed into one, so nothing is serialized again;
+/// shared, so its two entries and the item hold one copy.
+#[derive(Clone)]
+pub(super) struct EntryBytes(std::sync::Arc<str>);
+
+impl AsRef<[u8]> for EntryBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 /// The tarball entries of one backed-up item, as Velero writes them since
 /// format 1.1.0: the plain path and the same bytes under the version the
 /// item was read at (`<version>-preferredversion`).
-pub(super) fn archive_entries(id: &ItemRef, item: &Item) -> Result<[(String, Vec<u8>); 2], String> {
-    let api_version = item
-        .value()
-        .get("apiVersion")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default();
-    let versioned = tarball::preferred_version_path(id, api_version)?;
+pub(super) fn archive_entries(
+    id: &ItemRef,
+    item: &Item,
+) -> Result<[(String, EntryBytes); 2], String> {
+    // From the identity read with the item: no parse of its whole value.
+    let versioned = tarball::preferred_version_path(id, item.api_version())?;
     let plain = tarball::item_path(id)?;
-    let bytes = item_bytes(item);
+    let bytes = EntryBytes(item.json().clone());
     Ok([(plain, bytes.clone()), (versioned, bytes)])
 }
 
 /// Velero's resource list key of an item: `<apiVersion>/<kind>`
 /// ("v1/ConfigMap", "apps/v1/Deployment"), as `resourceKey` makes it.
 fn resource_key(item: &Item) -> String {
-    let field = |f: &str| {
-        item.value()
-            .get(f)
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-    };
-    format!("{}/{}", field("apiVersion"), field("kind"))
+    format!("{}/{}", item.api_version(), item.kind())
 }
 
 impl PhaseMachine {
@@ -384,8 +383,10 @@ impl PhaseMachine {
         run: &mut Run,
         outcomes: &[ItemOutcome],
     ) -> Result<u64, PhaseError> {
-        let mut entries: Vec<(String, Vec<u8>)> =
-            vec![(tarball::VERSION_PATH.to_string(), tarball::VERSION.to_vec())];
+        let mut entries: Vec<(String, EntryBytes)> = vec![(
+            tarball::VERSION_PATH.to_string(),
+            EntryBytes(std::str::from_utf8(tarball::VERSION).expect("ASCII").into()),
+        )];
         // Post-operation items go last, in their own gzip member: finalize
         // rewrites that member alone (see `store::tarball`).
         let post_operation: HashSet<&ItemRef> = outcomes

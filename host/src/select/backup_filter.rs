@@ -238,11 +238,7 @@ impl BackupFilter {
 pub const EXCLUDE_LABEL: &str = "velero.io/exclude-from-backup";
 
 fn excluded_by_label(item: &crate::Item) -> bool {
-    item.value()
-        .pointer("/metadata/labels")
-        .and_then(|labels| labels.get(EXCLUDE_LABEL))
-        .and_then(Value::as_str)
-        == Some("true")
+    item.labels().get(EXCLUDE_LABEL).map(String::as_str) == Some("true")
 }
 
 #[cfg(test)]

@@ -129,28 +129,30 @@ fn gunzip(tar_gz: &[u8]) -> io::Result<Vec<u8>> {
     Ok(tar)
 }
 
-/// `head`, the tar bytes before the split, as a gzip member whose header
-/// records the member's length and `head.len()`.
-fn gzip_head(head: &[u8]) -> io::Result<Vec<u8>> {
+/// The encoder of a head member: its header has room for the lengths.
+fn head_encoder() -> flate2::write::GzEncoder<Vec<u8>> {
     let mut extra = SPLIT_ID.to_vec();
     extra.extend(16u16.to_le_bytes());
     extra.extend([0; 16]);
-    let mut gz = GzBuilder::new()
+    GzBuilder::new()
         .extra(extra)
-        .write(Vec::new(), Compression::default());
-    gz.write_all(head)?;
+        .write(Vec::new(), Compression::default())
+}
+
+/// Ends a head member of `tar_len` tar bytes and writes the lengths into its
+/// header.
+fn finish_head(gz: flate2::write::GzEncoder<Vec<u8>>, tar_len: u64) -> io::Result<Vec<u8>> {
     let mut member = gz.finish()?;
     // The lengths are known only now; the header has no checksum (no
     // FHCRC), so they are written into it in place.
     let member_len = member.len() as u64;
     member[SPLIT_DATA.start..SPLIT_DATA.start + 8].copy_from_slice(&member_len.to_le_bytes());
-    member[SPLIT_DATA.start + 8..SPLIT_DATA.end]
-        .copy_from_slice(&(head.len() as u64).to_le_bytes());
+    member[SPLIT_DATA.start + 8..SPLIT_DATA.end].copy_from_slice(&tar_len.to_le_bytes());
     Ok(member)
 }
 
 /// The length of the head member `tar_gz` starts with, if it starts with
-/// one that [`gzip_head`] wrote and a member follows it: its header names
+/// one that [`finish_head`] wrote and a member follows it: its header names
 /// the length, its trailer's size field agrees with the tar length its header
 /// names, and a gzip header begins where it ends. Anything else (a foreign
 /// tarball, one member, a damaged file) is `None`, and read whole.
@@ -175,35 +177,51 @@ pub fn head_member(tar_gz: &[u8]) -> Option<usize> {
     .then_some(member_len)
 }
 
-/// A gzip'd tar of `entries`, in the given order, in one member.
-pub fn build(entries: impl IntoIterator<Item = (String, Vec<u8>)>) -> io::Result<Vec<u8>> {
-    let mut tar = Vec::new();
+/// Writes each entry, tar-encoded, into `out`, one entry's bytes in memory
+/// at a time (never the whole tar); returns how many tar bytes it wrote.
+fn write_entries<B: AsRef<[u8]>>(
+    out: &mut impl Write,
+    entries: impl IntoIterator<Item = (String, B)>,
+) -> io::Result<u64> {
+    let mut buf = Vec::new();
+    let mut written = 0;
     for (path, data) in entries {
-        encode_entry(&mut tar, &path, &data)?;
+        buf.clear();
+        encode_entry(&mut buf, &path, data.as_ref())?;
+        out.write_all(&buf)?;
+        written += buf.len() as u64;
     }
-    tar.extend([0; TRAILER]);
-    gzip(&tar)
+    Ok(written)
+}
+
+/// A gzip'd tar of `entries`, in the given order, in one member. Entries
+/// are compressed as they come: memory holds the compressed output and one
+/// entry, not the tar.
+pub fn build<B: AsRef<[u8]>>(
+    entries: impl IntoIterator<Item = (String, B)>,
+) -> io::Result<Vec<u8>> {
+    // GzEncoder's default header has mtime 0, keeping the output deterministic.
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    write_entries(&mut gz, entries)?;
+    gz.write_all(&[0; TRAILER])?;
+    gz.finish()
 }
 
 /// A gzip'd tar of `head` then `tail`, in two members (the second holds at
 /// least the trailer), for a backup whose operations name post-operation
 /// items: `tail` must hold every one of them that is backed up now and
 /// `head` none, so that [`rewrite`] leaves the head's bytes as they are.
-pub fn build_split(
-    head: impl IntoIterator<Item = (String, Vec<u8>)>,
-    tail: impl IntoIterator<Item = (String, Vec<u8>)>,
+pub fn build_split<B: AsRef<[u8]>>(
+    head: impl IntoIterator<Item = (String, B)>,
+    tail: impl IntoIterator<Item = (String, B)>,
 ) -> io::Result<Vec<u8>> {
-    let mut tar = Vec::new();
-    for (path, data) in head {
-        encode_entry(&mut tar, &path, &data)?;
-    }
-    let split = tar.len();
-    for (path, data) in tail {
-        encode_entry(&mut tar, &path, &data)?;
-    }
-    tar.extend([0; TRAILER]);
-    let mut out = gzip_head(&tar[..split])?;
-    out.extend(gzip(&tar[split..])?);
+    let mut out = head_encoder();
+    let head_len = write_entries(&mut out, head)?;
+    let mut out = finish_head(out, head_len)?;
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    write_entries(&mut gz, tail)?;
+    gz.write_all(&[0; TRAILER])?;
+    out.extend(gz.finish()?);
     Ok(out)
 }
 
