@@ -177,6 +177,7 @@ async fn follow(
     let mut last_word = Instant::now();
     let mut last_seen: Option<VolumeBackupStatus> = None;
     let mut cancel_sent = false;
+    let mut last_error: Option<String> = None;
     loop {
         if *cancel.borrow() && !cancel_sent {
             let asked = api
@@ -193,6 +194,7 @@ async fn follow(
             event = events.next() => match event {
                 Some(Ok(Event::Apply(request) | Event::InitApply(request))) => {
                     let status = request.status;
+                    last_error = None;
                     if status != last_seen {
                         last_word = Instant::now();
                         last_seen = status.clone();
@@ -209,11 +211,12 @@ async fn follow(
                     return;
                 }
                 Some(Ok(Event::Init | Event::InitDone)) => {}
-                // The API server is away (the watcher retries after a
-                // pause): that is not the agent's silence.
+                // The watcher retries after a pause. An error that lasts
+                // (a refused watch, an API server away) is not waited out
+                // for ever: past the silence it fails the request, named.
                 Some(Err(e)) => {
                     tracing::warn!(request = %name, "watching volume backup request: {e}");
-                    last_word = Instant::now();
+                    last_error = Some(e.to_string());
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 None => {
@@ -223,7 +226,12 @@ async fn follow(
             },
             _ = tokio::time::sleep_until(deadline) => {
                 let phase = last_seen.as_ref().and_then(|s| s.phase);
-                let why = match phase {
+                let why = match (phase, last_error) {
+                    (_, Some(e)) => format!(
+                        "the request could not be watched for {}: {e}",
+                        humantime::format_duration(silence)
+                    ),
+                    (phase, None) => match phase {
                     Some(VolumePhase::InProgress) => format!(
                         "the node agent on {node} reported nothing for {} (did it stop?)",
                         humantime::format_duration(silence)
@@ -232,6 +240,7 @@ async fn follow(
                         "no node agent on {node} took the request within {} (is iar node-agent running there?)",
                         humantime::format_duration(silence)
                     ),
+                    },
                 };
                 fail_with(&progress, Some(&api), &name, why).await;
                 return;

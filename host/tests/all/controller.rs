@@ -1106,14 +1106,6 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     .await;
     std::fs::write(volume.join("data.txt"), "rows").unwrap();
     let url = store_dir.path().to_str().unwrap();
-    let agent = Agent::start_as(
-        server,
-        User::NodeAgent,
-        "iar-system",
-        "kwok-a",
-        root.path(),
-        url,
-    );
     let (_, controller) = start_controller(
         sa.clone(),
         "iar-system",
@@ -1123,6 +1115,31 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     )
     .await;
     create_backup(&admin, "iar-system", "rbac-volumes", fs_backup_spec(shop)).await;
+    // The agent starts once the request exists: the controller then has to
+    // watch it to see it end (a watch its role must allow).
+    let requests_api =
+        Api::<iar::k8s::volume_backup::VolumeBackup>::namespaced(admin.clone(), "iar-system");
+    wait_for("the volume request", Duration::from_secs(60), || {
+        let api = requests_api.clone();
+        async move {
+            let list = api
+                .list(&kube::api::ListParams::default().labels("iar.dev/backup=rbac-volumes"))
+                .await
+                .map_err(|e| e.to_string())?;
+            (!list.items.is_empty())
+                .then_some(())
+                .ok_or_else(|| "none yet".to_string())
+        }
+    })
+    .await;
+    let agent = Agent::start_as(
+        server,
+        User::NodeAgent,
+        "iar-system",
+        "kwok-a",
+        root.path(),
+        url,
+    );
     let done = wait_until_done(&admin, "iar-system", "rbac-volumes").await;
     controller.abort();
     let status = done.status.unwrap();
