@@ -127,7 +127,6 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
             }
         };
         let name = request.metadata.name.clone().unwrap_or_default();
-        let phase = request.status.as_ref().and_then(|s| s.phase);
         let mut running_now = running.lock().await;
         if let Some(cancel) = running_now.get(&name) {
             if request.spec.cancel {
@@ -135,7 +134,7 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
             }
             continue;
         }
-        if !matches!(phase, None | Some(VolumePhase::New)) || request.spec.node != options.node {
+        if !is_new(&request) || request.spec.node != options.node {
             continue;
         }
         let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(request.spec.cancel);
@@ -153,6 +152,14 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
         });
     }
     Err(AgentError::WatchEnded)
+}
+
+/// Whether nobody has started `request` yet.
+fn is_new(request: &VolumeBackup) -> bool {
+    matches!(
+        request.status.as_ref().and_then(|s| s.phase),
+        None | Some(VolumePhase::New)
+    )
 }
 
 /// Fails every request of this node still InProgress: this agent's last
@@ -228,6 +235,20 @@ async fn serve(
     mut cancel: tokio::sync::watch::Receiver<bool>,
 ) {
     let name = request.metadata.name.clone().unwrap_or_default();
+    // The watch may deliver an old state of a request this agent already
+    // finished (its loop lags behind the task that served it): only a
+    // request still New now is served, or it would be backed up twice.
+    let request = match api.get_opt(&name).await {
+        Ok(Some(fresh)) => fresh,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(request = %name, "reading the request before serving it: {e}");
+            request
+        }
+    };
+    if !is_new(&request) {
+        return;
+    }
     let spec = &request.spec;
     let dir = if spec.backup_storage_location != options.store.url() {
         Err(format!(
