@@ -9,9 +9,8 @@
 //! which the test lays out itself. The hooks run through the real exec
 //! path (kwok), in those directories.
 
-use crate::controller::{create_backup, install_crds, start_controller, wait_phase};
-use crate::pod_hooks::kwok;
-use crate::support::{client, server};
+use crate::controller::{create_backup, start_controller, wait_phase};
+use crate::pod_hooks::{KwokCluster, kwok_cluster};
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::{VolumeBackup as Record, VolumePhase, restore_volume};
 use iar::k8s::crd::BackupSpec;
@@ -19,7 +18,7 @@ use iar::k8s::plugins::PluginRegistry;
 use iar::k8s::volume_backup::{BACKUP_LABEL, VolumeBackup};
 use iar::store::{BackupFile, BackupStore};
 use iar_apiserver::kwok::Kwok;
-use iar_apiserver::{ApiServer, User, create_namespace};
+use iar_apiserver::{ApiServer, User};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
@@ -159,6 +158,37 @@ pub(crate) async fn pod_with_volume(
     dir
 }
 
+/// A file of `mib` MiB that does not compress (a debug build still reads it
+/// for a while), written 16 MiB at a time.
+fn big_file(path: &Path, mib: u64) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    for chunk in 0..mib.div_ceil(16) {
+        file.write_all(&iar_tests::fixtures::noise(chunk + 1, 16 << 20))
+            .unwrap();
+    }
+}
+
+/// Waits until one of `requests` is InProgress, at most `within`; returns
+/// its name.
+async fn wait_in_progress(requests: &Api<VolumeBackup>, within: Duration) -> String {
+    iar_tests::wait_for("a request InProgress", within, || {
+        let requests = requests.clone();
+        async move {
+            let list = requests
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|r| r.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::InProgress))
+                .and_then(|r| r.metadata.name)
+                .ok_or_else(|| "not yet".to_string())
+        }
+    })
+    .await
+}
+
 pub(crate) fn fs_backup_spec(ns: &str) -> BackupSpec {
     BackupSpec {
         included_namespaces: Some(vec![ns.into()]),
@@ -185,14 +215,15 @@ fn hooks() -> serde_json::Value {
 /// hook wrote into the volume and not the post hook's, which ran after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn node_agents_back_up_each_nodes_volumes_between_the_hooks() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let ns = "agent-shop";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-a").await;
-    kwok.add_node(&admin, "kwok-b").await;
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-a", "kwok-b"]).await
+    else {
+        return;
+    };
     let (root_a, root_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let dir_a = pod_with_volume(
         kwok,
@@ -302,13 +333,15 @@ async fn node_agents_back_up_each_nodes_volumes_between_the_hooks() {
 /// of leaving it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_agent_fails_its_volume_backup_with_a_reason() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let ns = "agent-killed";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-c").await;
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-c"]).await
+    else {
+        return;
+    };
     let root = tempfile::tempdir().unwrap();
     let dir = pod_with_volume(
         kwok,
@@ -322,10 +355,7 @@ async fn a_killed_agent_fails_its_volume_backup_with_a_reason() {
     )
     .await;
     // Large enough that a debug build is still reading it when killed.
-    let noise: Vec<u8> = (0..(96u32 << 20))
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    std::fs::write(dir.join("big.bin"), noise).unwrap();
+    big_file(&dir.join("big.bin"), 96);
 
     let store_dir = tempfile::tempdir().unwrap();
     let url = store_dir.path().to_str().unwrap();
@@ -341,21 +371,7 @@ async fn a_killed_agent_fails_its_volume_backup_with_a_reason() {
     .await;
     create_backup(&admin, ns, "killed", fs_backup_spec(ns)).await;
     let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
-    let name = iar_tests::wait_for("the request InProgress", Duration::from_secs(60), || {
-        let requests = requests.clone();
-        async move {
-            let list = requests
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .into_iter()
-                .find(|r| r.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::InProgress))
-                .and_then(|r| r.metadata.name)
-                .ok_or_else(|| "not yet".to_string())
-        }
-    })
-    .await;
+    let name = wait_in_progress(&requests, Duration::from_secs(60)).await;
     agent.kill();
 
     let done = wait_phase(&admin, ns, "killed", BackupPhase::PartiallyFailed).await;
@@ -430,13 +446,15 @@ async fn a_killed_agent_fails_its_volume_backup_with_a_reason() {
 /// backup completes; the volume backup is not failed for the restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let ns = "agent-restart";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-d").await;
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-d"]).await
+    else {
+        return;
+    };
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("kubelet");
     let annotations = json!({
@@ -454,10 +472,7 @@ async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() 
         annotations,
     )
     .await;
-    let noise: Vec<u8> = (0..(96u32 << 20))
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    std::fs::write(dir.join("big.bin"), noise).unwrap();
+    big_file(&dir.join("big.bin"), 96);
 
     let store_path = work.path().join("store");
     let url = store_path.to_str().unwrap();
@@ -475,21 +490,7 @@ async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() 
     );
     create_backup(&admin, ns, "resumed", fs_backup_spec(ns)).await;
     let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
-    iar_tests::wait_for("the request InProgress", Duration::from_secs(90), || {
-        let requests = requests.clone();
-        async move {
-            let list = requests
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .any(|r| r.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::InProgress))
-                .then_some(())
-                .ok_or_else(|| "not yet".to_string())
-        }
-    })
-    .await;
+    wait_in_progress(&requests, Duration::from_secs(90)).await;
     drop(first); // SIGKILL, mid-wait.
     assert!(
         !dir.join("post.log").exists(),
@@ -549,14 +550,15 @@ async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() 
 /// volume backup request and no post hook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_post_hook_waits_for_its_own_blocks_volumes_only() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let ns = "agent-order";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-e").await;
-    kwok.add_node(&admin, "kwok-f").await;
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-e", "kwok-f"]).await
+    else {
+        return;
+    };
     let (root_e, root_f) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // Nanoseconds since the epoch, by the same clock the agent stamps with.
     let timed = json!({
@@ -600,10 +602,7 @@ async fn each_post_hook_waits_for_its_own_blocks_volumes_only() {
     )
     .await;
     std::fs::write(fast.join("small.txt"), "small").unwrap();
-    let noise: Vec<u8> = (0..(96u32 << 20))
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    std::fs::write(slow.join("big.bin"), noise).unwrap();
+    big_file(&slow.join("big.bin"), 96);
     std::fs::write(strict.join("rows.db"), "rows").unwrap();
 
     let store_dir = tempfile::tempdir().unwrap();

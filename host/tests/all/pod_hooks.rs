@@ -30,6 +30,32 @@ pub(crate) async fn kwok() -> Option<&'static Kwok> {
     iar_apiserver::kwok::shared().await
 }
 
+/// What a kwok test starts from: the shared API server and kwok, an admin
+/// client, iar's CRDs installed, namespace `ns` created and kwok's nodes
+/// `nodes` Ready.
+pub(crate) struct KwokCluster {
+    pub kwok: &'static Kwok,
+    pub server: &'static iar_apiserver::ApiServer,
+    pub admin: Client,
+}
+
+/// `None` when the tests skip (no Go to build kwok with; loud).
+pub(crate) async fn kwok_cluster(ns: &str, nodes: &[&str]) -> Option<KwokCluster> {
+    let kwok = kwok().await?;
+    let server = server().await?;
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    create_namespace(&admin, ns).await;
+    for node in nodes {
+        kwok.add_node(&admin, node).await;
+    }
+    Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    })
+}
+
 /// Creates pod `name` bound to `node` (no scheduler runs), with two
 /// containers and `annotations`.
 async fn create_pod(
@@ -87,13 +113,10 @@ fn pods_spec(ns: &str) -> BackupSpec {
 /// backup's log. Before, the controller recorded every hook as skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_controller_runs_hooks_in_the_pods_container() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let ns = "exec-shop";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-a").await;
+    let Some(KwokCluster { kwok, admin, .. }) = kwok_cluster(ns, &["kwok-a"]).await else {
+        return;
+    };
     let container = tempfile::tempdir().unwrap();
     running_pod(
         kwok,
@@ -180,12 +203,10 @@ pub(crate) fn target(ns: &str, pod: &str) -> HookTarget {
 /// stdout comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exec_hooks_are_checked_and_bounded_as_velero_does() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
     let ns = "exec-rules";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-a").await;
+    let Some(KwokCluster { kwok, admin, .. }) = kwok_cluster(ns, &["kwok-a"]).await else {
+        return;
+    };
     let container = tempfile::tempdir().unwrap();
     running_pod(kwok, &admin, ns, "app-0", json!({}), container.path()).await;
     // Bound to a node no kubelet (no kwok) serves: it stays Pending.
@@ -295,13 +316,10 @@ async fn exec_hooks_are_checked_and_bounded_as_velero_does() {
 /// pod that may not be quiesced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_pre_hook_fails_or_warns_and_skips_the_post_hook() {
-    let Some(kwok) = kwok().await else { return };
-    let server = server().await.unwrap();
-    let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
     let ns = "exec-failing";
-    create_namespace(&admin, ns).await;
-    kwok.add_node(&admin, "kwok-a").await;
+    let Some(KwokCluster { kwok, admin, .. }) = kwok_cluster(ns, &["kwok-a"]).await else {
+        return;
+    };
     let failing = |on_error: &str| {
         json!({
             "pre.hook.backup.velero.io/command": r#"["sh", "-c", "echo no-quiesce >&2; exit 3"]"#,
