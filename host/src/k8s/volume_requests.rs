@@ -125,17 +125,10 @@ impl VolumeBackupper for RequestBackupper {
     async fn start(&self, volume: VolumeRequest) -> VolumeHandle {
         let (progress, rx) = watch::channel(volume.record());
         let (cancel, cancel_rx) = watch::channel(false);
-        let fail = |progress: &watch::Sender<Record>, why: String| {
-            progress.send_modify(|v| {
-                v.phase = VolumePhase::Failed;
-                v.completed = Some(SystemTime::now());
-                v.error = Some(format!("{}: {why}", v.describe()));
-            });
-        };
         let request = match self.request(&volume).await {
             Ok(r) => r,
             Err(why) => {
-                fail(&progress, why);
+                end_failed(&progress, why);
                 return VolumeHandle::new(rx, cancel);
             }
         };
@@ -146,7 +139,7 @@ impl VolumeBackupper for RequestBackupper {
             // Asked before (a retried block): follow that request.
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => {
-                fail(
+                end_failed(
                     &progress,
                     format!("creating volume backup request {name}: {e}"),
                 );
@@ -273,6 +266,11 @@ async fn fail_with(
             tracing::warn!(request = %name, "failing volume backup request: {e}");
         }
     }
+    end_failed(progress, why);
+}
+
+/// Ends the handle Failed with `why`, after the volume's description.
+fn end_failed(progress: &watch::Sender<Record>, why: String) {
     progress.send_modify(|v| {
         v.phase = VolumePhase::Failed;
         v.completed = Some(SystemTime::now());
