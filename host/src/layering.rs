@@ -29,6 +29,7 @@ const LAYERS: &[&str] = &[
     "phases",
     "authoring",
     "k8s",
+    "velero_plugin",
 ];
 
 /// A module path from the crate root, `["k8s", "plugins", "watcher"]`.

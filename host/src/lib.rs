@@ -41,6 +41,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod select;
 pub mod store;
+pub mod velero_plugin;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
 pub use item::{Item, ItemRef};

@@ -23,6 +23,7 @@ mod plugin;
 mod progress;
 mod run;
 mod test;
+mod velero;
 mod volume;
 
 use clap::{Parser, Subcommand};
@@ -86,6 +87,11 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    // Started by Velero's plugin client: a plugin process, whatever the
+    // arguments (Velero passes its server's flags to every plugin).
+    if iar::velero_plugin::handshake::launched_by_velero() {
+        return velero::serve();
+    }
     let cli = Cli::parse();
     // Backups narrate their phases (plain log lines when stderr is not a
     // terminal; a progress line when it is); the other commands stay quiet.

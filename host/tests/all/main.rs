@@ -18,3 +18,4 @@ mod pod_hooks;
 mod polyglot;
 mod support;
 mod velero;
+mod velero_plugin;

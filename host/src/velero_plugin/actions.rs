@@ -1,0 +1,394 @@
+//! The wasm plugins of one plugin directory, as Velero's BackupItemAction
+//! v2 calls them: each `NAME.wasm` is the action `iar.dev/NAME`, with the
+//! settings of the `NAME.yaml` beside it (as for `iar backup --plugins`).
+//!
+//! Everything here is synchronous and runs wasm: the gRPC services call it
+//! on blocking threads. A plugin is loaded on its first call, not when
+//! Velero lists the names (it lists every plugin binary when its server
+//! starts), and loaded again when its file changes, so a replaced plugin
+//! takes effect on the next call without restarting Velero.
+
+use crate::catalog::Catalog;
+use crate::cluster::ClusterReader;
+use crate::item::{Item, ItemRef};
+use crate::plugin::{
+    BackupRef, CallError, Phase, Plugin, PluginInstance, PluginSettings, SettingsFile,
+};
+use crate::plugin::{ExecuteResult, Progress};
+use crate::runtime::Runtime;
+use crate::select::ResourceSelector;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// The prefix of every action name iar gives Velero. Velero requires a
+/// `<domain>/<name>` name; the domain says which binary serves it.
+pub const NAME_PREFIX: &str = "iar.dev/";
+
+/// Why a call was not answered with a result.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The request itself is wrong (a name iar never gave, an item that is
+    /// not an object): Velero's side sent something no plugin could take.
+    #[error("{0}")]
+    BadRequest(String),
+    /// A well-formed name of no plugin in the directory.
+    #[error("{0}")]
+    UnknownAction(String),
+    /// The plugin's file could not be loaded.
+    #[error("{0}")]
+    Load(String),
+    /// The call crossed the boundary and broke a rule (or the plugin
+    /// returned an error): the message names the plugin, item and rule.
+    #[error("{0}")]
+    Call(#[from] Box<CallError>),
+}
+
+/// One loaded plugin and the idle instances of it, reused across calls as
+/// the plugin's isolation allows (the instance decides).
+struct Loaded {
+    plugin: Plugin,
+    /// The plugin file's and its settings file's modification times and
+    /// lengths when it was loaded.
+    stamp: Stamp,
+    idle: Mutex<Vec<PluginInstance>>,
+}
+
+/// The actions of one directory.
+pub struct ActionSet {
+    dir: PathBuf,
+    runtime: Runtime,
+    cluster: Arc<dyn ClusterReader>,
+    /// Plugin names found when the process started, in name order: what
+    /// Velero is told. A plugin added later is listed by the next process.
+    names: Vec<String>,
+    loaded: Mutex<HashMap<String, Arc<Loaded>>>,
+    /// Operation ids each plugin returned, per backup uid, with the item
+    /// that started them: the boundary's operation-id-unique rule, and the
+    /// item named in a later progress error. A Velero backup's calls reach
+    /// one plugin process; the operations controller starts another, which
+    /// does not know the item (the error says so).
+    operations: Mutex<HashMap<(String, String, String), ItemRef>>,
+}
+
+type Stamp = [(Option<SystemTime>, u64); 2];
+
+/// What says a file changed, cheaply (one `stat`); a missing file is
+/// `(None, 0)`.
+fn stamp_of(path: &Path) -> (Option<SystemTime>, u64) {
+    std::fs::metadata(path).map_or((None, 0), |m| (m.modified().ok(), m.len()))
+}
+
+/// The item an operation names when this process did not start it.
+fn unknown_item() -> ItemRef {
+    ItemRef {
+        resource: "(started in another plugin process)".into(),
+        ..ItemRef::default()
+    }
+}
+
+impl ActionSet {
+    /// The `*.wasm` files of `dir` (none is a warning: Velero then gets no
+    /// action from this binary, which is not an error for it either).
+    pub fn open(
+        dir: &Path,
+        runtime: Runtime,
+        cluster: Arc<dyn ClusterReader>,
+    ) -> std::io::Result<ActionSet> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+            .map(|p| crate::plugin::name_from_path(&p))
+            .collect();
+        names.sort();
+        if names.is_empty() {
+            tracing::warn!(
+                "no plugins (*.wasm) in {}: this binary serves Velero no action",
+                dir.display()
+            );
+        }
+        Ok(ActionSet {
+            dir: dir.to_path_buf(),
+            runtime,
+            cluster,
+            names,
+            loaded: Mutex::new(HashMap::new()),
+            operations: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The action names Velero registers, `iar.dev/NAME`.
+    pub fn action_names(&self) -> Vec<String> {
+        self.names
+            .iter()
+            .map(|n| format!("{NAME_PREFIX}{n}"))
+            .collect()
+    }
+
+    fn wasm_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.wasm"))
+    }
+
+    /// The plugin, loaded now if it was not, or if its file or its settings
+    /// changed.
+    fn plugin(&self, action: &str) -> Result<Arc<Loaded>, Refusal> {
+        let name = plugin_name(action)?;
+        let path = self.wasm_path(name);
+        if !path.is_file() {
+            return Err(Refusal::UnknownAction(format!(
+                "action {action:?}: there is no {} (plugins: {:?})",
+                path.display(),
+                self.names
+            )));
+        }
+        let stamp = [stamp_of(&path), stamp_of(&path.with_extension("yaml"))];
+        if let Some(loaded) = self.loaded.lock().expect("not poisoned").get(name)
+            && loaded.stamp == stamp
+        {
+            return Ok(loaded.clone());
+        }
+        // Loaded outside the lock: compiling takes a while (less with the
+        // compile cache), and other plugins' calls need not wait for it.
+        let settings = settings_for(&path)?;
+        let plugin = Plugin::from_file(&self.runtime, &path, settings)
+            .map_err(|e| Refusal::Load(e.to_string()))?;
+        tracing::info!(
+            plugin = name,
+            digest = plugin.digest(),
+            "loaded {}",
+            path.display()
+        );
+        let loaded = Arc::new(Loaded {
+            plugin,
+            stamp,
+            idle: Mutex::new(Vec::new()),
+        });
+        self.loaded
+            .lock()
+            .expect("not poisoned")
+            .insert(name.to_string(), loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Runs `f` on an idle instance of the plugin (or a new one) and keeps
+    /// the instance for the next call. The guest's log lines go to this
+    /// process's log, which Velero's server logs.
+    fn with_instance<T>(&self, loaded: &Loaded, f: impl FnOnce(&mut PluginInstance) -> T) -> T {
+        let idle = loaded.idle.lock().expect("not poisoned").pop();
+        let mut instance = idle.unwrap_or_else(|| loaded.plugin.instance(self.cluster.clone()));
+        let out = f(&mut instance);
+        for log in instance.take_logs() {
+            tracing::info!(
+                plugin = loaded.plugin.name(),
+                level = log.level,
+                "{}",
+                log.message
+            );
+        }
+        loaded.idle.lock().expect("not poisoned").push(instance);
+        out
+    }
+
+    /// The plugin's applies-to selector, as it declared it when loaded.
+    pub fn applies_to(&self, action: &str) -> Result<ResourceSelector, Refusal> {
+        Ok(self.plugin(action)?.plugin.applies_to().clone())
+    }
+
+    /// Execute on one item. The answer's item is the item's JSON as the
+    /// plugin left it (unchanged: as Velero sent it).
+    pub fn execute(
+        &self,
+        action: &str,
+        item: &[u8],
+        backup: &[u8],
+    ) -> Result<(Arc<str>, ExecuteResult), Refusal> {
+        let loaded = self.plugin(action)?;
+        let plugin = loaded.plugin.name().to_string();
+        let backup = backup_ref(&plugin, backup)?;
+        let item = parse_item(&plugin, item)?;
+        let uid = backup.uid.clone();
+        let started = |id: &str| {
+            let key = (uid.clone(), plugin.clone(), id.to_string());
+            let mut ops = self.operations.lock().expect("not poisoned");
+            match ops.entry(key) {
+                std::collections::hash_map::Entry::Occupied(_) => true,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(item.id.clone());
+                    false
+                }
+            }
+        };
+        let out = self
+            .with_instance(&loaded, |i| i.execute(&item, &backup, &started))
+            .map_err(Box::new)?;
+        let json = match &out.item {
+            Some(changed) => changed.json().clone(),
+            None => item.json().clone(),
+        };
+        Ok((json, out))
+    }
+
+    fn operation_item(&self, uid: &str, plugin: &str, id: &str) -> ItemRef {
+        let key = (uid.to_string(), plugin.to_string(), id.to_string());
+        self.operations
+            .lock()
+            .expect("not poisoned")
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(unknown_item)
+    }
+
+    /// An operation's progress.
+    pub fn progress(&self, action: &str, id: &str, backup: &[u8]) -> Result<Progress, Refusal> {
+        let loaded = self.plugin(action)?;
+        let plugin = loaded.plugin.name().to_string();
+        let backup = backup_ref(&plugin, backup)?;
+        let item = self.operation_item(&backup.uid, &plugin, id);
+        self.with_instance(&loaded, |i| i.progress(id, &item, &backup))
+            .map_err(|e| Refusal::Call(Box::new(e)))
+    }
+
+    /// Asks the plugin to stop an operation.
+    pub fn cancel(&self, action: &str, id: &str, backup: &[u8]) -> Result<(), Refusal> {
+        let loaded = self.plugin(action)?;
+        let plugin = loaded.plugin.name().to_string();
+        let backup = backup_ref(&plugin, backup)?;
+        let item = self.operation_item(&backup.uid, &plugin, id);
+        self.with_instance(&loaded, |i| i.cancel(id, &item, &backup))
+            .map_err(|e| Refusal::Call(Box::new(e)))
+    }
+}
+
+/// The plugin an action name means. A name outside iar's prefix, or one
+/// with a path in it, is refused by rule; a well-formed name with no
+/// file behind it is unknown.
+pub fn plugin_name(action: &str) -> Result<&str, Refusal> {
+    let name = action.strip_prefix(NAME_PREFIX).ok_or_else(|| {
+        Refusal::BadRequest(format!(
+            "action {action:?} is not one iar serves: its names start with {NAME_PREFIX:?} (rule: velero-action-name)"
+        ))
+    })?;
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && !name.starts_with('.');
+    if !plain {
+        return Err(Refusal::BadRequest(format!(
+            "action {action:?}: {name:?} is not a plugin file name (letters, digits, '-', '_', '.') (rule: velero-action-name)"
+        )));
+    }
+    Ok(name)
+}
+
+/// The operator's settings for a plugin file: `NAME.yaml` beside it.
+fn settings_for(path: &Path) -> Result<PluginSettings, Refusal> {
+    let name = crate::plugin::name_from_path(path);
+    let sidecar = path.with_extension("yaml");
+    SettingsFile::read_or_default(&sidecar)
+        .map_err(|e| Refusal::Load(format!("plugin {name:?}: {e:#}")))?
+        .into_settings(std::iter::empty())
+        .map_err(|e| Refusal::Load(format!("plugin {name:?}: {}: {e}", sidecar.display())))
+}
+
+/// The item Velero sends: one JSON object with an identity.
+fn parse_item(plugin: &str, bytes: &[u8]) -> Result<Item, Refusal> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Refusal::BadRequest(format!(
+            "plugin {plugin:?}: the item Velero sent is not JSON: {e} (rule: item-is-json-object)"
+        ))
+    })?;
+    Item::from_value(value, Catalog::builtin()).map_err(|e| {
+        Refusal::BadRequest(format!(
+            "plugin {plugin:?}: the item Velero sent is not a Kubernetes object: {e} (rule: item-is-json-object)"
+        ))
+    })
+}
+
+/// Velero's Backup object as the guest sees it. The phase comes from the
+/// backup's status: Velero runs the actions again on post-operation items
+/// while the backup is Finalizing, and there the boundary refuses any new
+/// operation, as it does in iar's own finalize pass.
+pub fn backup_ref(plugin: &str, bytes: &[u8]) -> Result<BackupRef, Refusal> {
+    let obj: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Refusal::BadRequest(format!(
+            "plugin {plugin:?}: the backup Velero sent is not JSON: {e} (rule: backup-is-json-object)"
+        ))
+    })?;
+    if !obj.is_object() {
+        return Err(Refusal::BadRequest(format!(
+            "plugin {plugin:?}: the backup Velero sent is not a JSON object (rule: backup-is-json-object)"
+        )));
+    }
+    let field = |ptr: &str| {
+        obj.pointer(ptr)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let phase = match field("/status/phase").as_str() {
+        "Finalizing" | "FinalizingPartiallyFailed" => Phase::Finalize,
+        _ => Phase::Backup,
+    };
+    Ok(BackupRef {
+        name: field("/metadata/name"),
+        namespace: field("/metadata/namespace"),
+        uid: field("/metadata/uid"),
+        spec: obj
+            .get("spec")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+        phase,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalizing_backup_is_the_finalize_phase() {
+        for (status, phase) in [
+            ("InProgress", Phase::Backup),
+            ("WaitingForPluginOperations", Phase::Backup),
+            ("Finalizing", Phase::Finalize),
+            ("FinalizingPartiallyFailed", Phase::Finalize),
+        ] {
+            let json = format!(
+                r#"{{"metadata":{{"name":"b","namespace":"velero","uid":"u"}},"status":{{"phase":"{status}"}}}}"#
+            );
+            let b = backup_ref("p", json.as_bytes()).unwrap();
+            assert_eq!(b.phase, phase, "{status}");
+            assert_eq!((b.name.as_str(), b.uid.as_str()), ("b", "u"));
+        }
+    }
+
+    #[test]
+    fn action_names_outside_iar_s_or_with_paths_are_refused_by_rule() {
+        assert_eq!(plugin_name("iar.dev/labels").unwrap(), "labels");
+        assert_eq!(plugin_name("iar.dev/pvc-snapshot").unwrap(), "pvc-snapshot");
+        for bad in [
+            "velero.io/labels",
+            "iar.dev/",
+            "iar.dev/../../etc/passwd",
+            "iar.dev/a/b",
+            "iar.dev/.hidden",
+            "iar.dev/sp ace",
+            "labels",
+        ] {
+            let e = plugin_name(bad).unwrap_err();
+            assert!(matches!(e, Refusal::BadRequest(_)), "{bad}");
+            assert!(e.to_string().contains("velero-action-name"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_backup_that_is_not_an_object_is_refused_by_rule() {
+        for bad in [&b"[1]"[..], b"nope", b"\"x\""] {
+            let e = backup_ref("p", bad).unwrap_err().to_string();
+            assert!(e.contains("backup-is-json-object"), "{e}");
+        }
+    }
+}

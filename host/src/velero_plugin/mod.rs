@@ -1,0 +1,175 @@
+//! `iar` as a Velero plugin: Velero's server starts the `iar` binary from
+//! its plugin directory like any plugin, and every wasm plugin of iar's
+//! plugin directory is one BackupItemAction v2 to Velero, `iar.dev/NAME`.
+//!
+//! The protocol is hashicorp go-plugin's, as a non-Go plugin speaks it:
+//! the magic cookie in the environment, a unix socket, the handshake line
+//! on stdout, gRPC with `grpc.health.v1.Health` ("plugin" SERVING) and
+//! go-plugin's controller. Velero's services are compiled from
+//! `host/proto/`. go-plugin's broker and stdio services are not served:
+//! its client treats them as optional (it logs stdout and stderr as lines).
+//!
+//! Every call goes through the same boundary as in iar's own backups: CPU
+//! deadline, wall-clock ceiling, memory cap, read grants, output limits,
+//! and no new operation while the backup is finalizing.
+
+pub mod actions;
+pub mod handshake;
+mod proto;
+mod services;
+
+use crate::cluster::{ClusterReader, NoCluster};
+use crate::runtime::{Runtime, RuntimeConfig};
+use actions::ActionSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::Notify;
+use tokio_stream::wrappers::UnixListenerStream;
+
+/// Where a plugin process finds its wasm plugins unless told:
+/// `iar-plugins/` beside the binary (Velero's plugin directory holds both;
+/// Velero skips files that are not executable, with a warning).
+pub const DIR_ENV: &str = "IAR_PLUGIN_DIR";
+
+/// What one plugin process serves.
+pub struct Config {
+    /// The directory of `*.wasm` plugins (and their `NAME.yaml` settings).
+    pub plugin_dir: PathBuf,
+    /// The path Velero started the binary by (`argv[0]`).
+    pub command: String,
+}
+
+impl Config {
+    /// From the process: `$IAR_PLUGIN_DIR`, else `iar-plugins/` beside the
+    /// binary.
+    pub fn from_env() -> Config {
+        let command = std::env::args().next().unwrap_or_else(|| "iar".into());
+        let plugin_dir = std::env::var_os(DIR_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(&command)
+                    .parent()
+                    .unwrap_or(std::path::Path::new("."))
+                    .join("iar-plugins")
+            });
+        Config {
+            plugin_dir,
+            command,
+        }
+    }
+}
+
+/// The cluster plugins read with `cluster-get`: the API server of the pod's
+/// service account (or `KUBECONFIG`) when there is one, else none, and a
+/// read is refused as it is in `iar run` without `--cluster`.
+async fn cluster() -> Arc<dyn ClusterReader> {
+    let configured = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        || std::env::var_os("KUBECONFIG").is_some();
+    if configured {
+        match crate::k8s::client().await {
+            Ok(client) => {
+                return Arc::new(crate::k8s::live::LiveCluster::new(
+                    client,
+                    tokio::runtime::Handle::current(),
+                ));
+            }
+            Err(e) => tracing::warn!("no API server for cluster-get: {e}"),
+        }
+    }
+    Arc::new(NoCluster)
+}
+
+/// Serves until the client asks go-plugin's controller to shut down, or the
+/// process is told to stop (SIGTERM, SIGINT).
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    use anyhow::Context;
+    handshake::check_versions(std::env::var("PLUGIN_PROTOCOL_VERSIONS").ok().as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    let actions = Arc::new(
+        ActionSet::open(&config.plugin_dir, runtime, cluster().await).with_context(|| {
+            format!(
+                "reading the wasm plugin directory {} (set {DIR_ENV})",
+                config.plugin_dir.display()
+            )
+        })?,
+    );
+
+    // go-plugin's client may say where sockets go; the directory is removed
+    // when the process ends.
+    let mut dir = tempfile::Builder::new();
+    dir.prefix("iar-velero-");
+    let dir = match std::env::var_os("PLUGIN_UNIX_SOCKET_DIR") {
+        Some(parent) => dir.tempdir_in(parent),
+        None => dir.tempdir(),
+    }
+    .context("creating the plugin socket's directory")?;
+    let socket = dir.path().join("plugin.sock");
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .with_context(|| format!("listening on {}", socket.display()))?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_service_status("plugin", tonic_health::ServingStatus::Serving)
+        .await;
+    let shutdown = Arc::new(Notify::new());
+    let router = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(
+            proto::plugin::grpc_controller_server::GrpcControllerServer::new(
+                services::Controller {
+                    shutdown: shutdown.clone(),
+                },
+            ),
+        )
+        .add_service(
+            proto::generated::plugin_lister_server::PluginListerServer::new(services::Lister {
+                actions: actions.clone(),
+                command: config.command.clone(),
+            }),
+        )
+        .add_service(
+            proto::v2::backup_item_action_server::BackupItemActionServer::new(
+                services::BackupItemAction { actions },
+            )
+            // Items are bounded by the plugin's limits, not by gRPC's 4 MiB
+            // default; go-plugin's client allows any size too.
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX),
+        );
+
+    // The listener is bound before the line is printed: the client dials as
+    // soon as it reads it.
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", handshake::line(&socket))?;
+        out.flush()?;
+    }
+    tracing::info!(
+        plugins = %config.plugin_dir.display(),
+        "serving Velero on {}",
+        socket.display()
+    );
+    let stop = async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.notified() => {}
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+    };
+    router
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
+        .await
+        .context("serving gRPC")?;
+    drop(dir);
+    Ok(())
+}
