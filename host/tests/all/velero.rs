@@ -23,6 +23,10 @@ const ACCESS_KEY: &str = "iar-test";
 const SECRET_KEY: &str = "iar-test-secret-key";
 const BUCKET: &str = "velero";
 
+/// One Velero server at a time: its controller manager always serves
+/// metrics on :8080 (no flag moves it), so a second one would exit.
+static ONE_VELERO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The directory `tools/velero/build.sh` built the three binaries into, or
 /// `None` (said loudly; a failure under CI) without Go.
 fn tools() -> Option<PathBuf> {
@@ -147,6 +151,11 @@ async fn create(client: &kube::Client, ar: &ApiResource, namespace: &str, object
 /// Velero's CRDs, as `velero install --crds-only --dry-run -o yaml` prints
 /// them, created and established.
 async fn install_crds(tools: &Path, client: &kube::Client) {
+    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    DONE.get_or_init(|| install_crds_once(tools, client)).await;
+}
+
+async fn install_crds_once(tools: &Path, client: &kube::Client) {
     let out = Command::new(tools.join("velero"))
         .args(["install", "--crds-only", "--dry-run", "-o", "yaml"])
         .output()
@@ -193,10 +202,8 @@ async fn install_crds(tools: &Path, client: &kube::Client) {
     }
 }
 
-/// The Velero server, against the test API server, with its plugin
-/// directory holding the aws plugin and its credentials in a file, as
-/// `velero install` would mount them.
-fn velero_server(tools: &Path, server: &ApiServer, work: &Path, features: &str) -> Running {
+/// Velero's plugin directory as `velero install` fills it: the aws plugin.
+fn velero_plugins(tools: &Path, work: &Path) -> PathBuf {
     let plugins = work.join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::copy(
@@ -204,18 +211,37 @@ fn velero_server(tools: &Path, server: &ApiServer, work: &Path, features: &str) 
         plugins.join("velero-plugin-for-aws"),
     )
     .unwrap();
+    plugins
+}
+
+/// The Velero server of `namespace`, against the test API server, with the
+/// plugin directory of [`velero_plugins`] and its credentials in a file, as
+/// `velero install` would mount them. Its log is `work/velero-server.log`.
+fn velero_server(
+    tools: &Path,
+    server: &ApiServer,
+    work: &Path,
+    namespace: &str,
+    features: &str,
+) -> Running {
+    let plugins = work.join("plugins");
+    assert!(plugins.is_dir(), "velero_plugins first");
     let credentials = work.join("credentials");
     std::fs::write(
         &credentials,
         format!("[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"),
     )
     .unwrap();
-    let log = std::fs::File::create(work.join("velero-server.log")).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(work.join("velero-server.log"))
+        .unwrap();
     let child = Command::new(tools.join("velero"))
         .args([
             "server",
             "--namespace",
-            "velero",
+            namespace,
             "--uploader-type",
             "kopia",
         ])
@@ -224,13 +250,19 @@ fn velero_server(tools: &Path, server: &ApiServer, work: &Path, features: &str) 
         .arg(format!("--features={features}"))
         .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
         .arg(format!("--profiler-address=127.0.0.1:{}", free_port()))
+        // Operations are checked every 2 s instead of 10.
+        .arg("--item-operation-sync-frequency=2s")
         .arg("--kubeconfig")
         .arg(server.kubeconfig())
         // With EnableAPIGroupVersions, the restore reads its config map
-        // through a client of its own, which ignores --kubeconfig.
+        // through a client of its own, which ignores --kubeconfig. The
+        // plugin processes Velero starts inherit it too: iar's reads its
+        // plugins' cluster-get through it.
         .env("KUBECONFIG", server.kubeconfig())
         .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
         .env("HOME", work)
+        // iar's plugin processes share the tests' compile cache.
+        .env("IAR_CACHE_DIR", cache_dir())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
@@ -248,16 +280,33 @@ fn gunzip(path: &Path) -> String {
     text
 }
 
+/// The server log's errors and warnings (the cause of a stop is rarely in
+/// the last lines), then its last 40 lines.
 fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+    let problems: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| {
+            ["level=error", "level=fatal", "level=warning"]
+                .iter()
+                .any(|p| l.contains(p))
+        })
+        .take(30)
+        .collect();
+    format!(
+        "errors and warnings:\n{}\nlast lines:\n{}",
+        problems.join("\n"),
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn velero_restores_an_iar_backup_with_api_group_versions() {
     let Some(server) = server().await else { return };
     let Some(tools) = tools() else { return };
+    let _one = ONE_VELERO.lock().await;
     let work = tempfile::tempdir().unwrap();
     let (_s3, endpoint) = s3_server(&tools, &work.path().join("s3"));
 
@@ -333,7 +382,14 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         }),
     )
     .await;
-    let velero = velero_server(&tools, server, work.path(), "EnableAPIGroupVersions");
+    velero_plugins(&tools, work.path());
+    let velero = velero_server(
+        &tools,
+        server,
+        work.path(),
+        "velero",
+        "EnableAPIGroupVersions",
+    );
     let log = work.path().join("velero-server.log");
 
     // Backup sync runs on a one-minute timer, whatever its flag says.
@@ -558,4 +614,266 @@ fn iar_keeps_its_store_on_real_s3() {
     );
     let described = run(&["describe", "second", "--store", &store]);
     assert!(described.status.success(), "{}", text(&described));
+}
+
+/// Every entry of a gzipped tarball, by path.
+fn tarball(path: &Path) -> std::collections::BTreeMap<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(file));
+    let mut entries = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap();
+        entries.insert(name, text);
+    }
+    entries
+}
+
+/// One item of a tarball, parsed; a missing one names what is there.
+fn entry(entries: &std::collections::BTreeMap<String, String>, path: &str) -> Value {
+    let text = entries
+        .get(path)
+        .unwrap_or_else(|| panic!("{path} not in {:?}", entries.keys().collect::<Vec<_>>()));
+    serde_json::from_str(text).unwrap()
+}
+
+/// A bound PVC and its PV in `namespace`, and the ready VolumeSnapshot the
+/// CSI machinery would have made for it in backup `backup` (the name
+/// pvc-snapshot's operation tracks).
+async fn bound_claim_with_snapshot(client: &kube::Client, namespace: &str, backup: &str) {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = serde_json::from_value(json!({
+        "metadata": {"name": format!("pv-{namespace}-data")},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": "/tmp/ledger-data"},
+            "claimRef": {"namespace": namespace, "name": "data"},
+            "persistentVolumeReclaimPolicy": "Retain"}
+    }))
+    .unwrap();
+    pvs.create(&PostParams::default(), &pv).await.unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let pvc = serde_json::from_value(json!({
+        "metadata": {"name": "data", "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": format!("pv-{namespace}-data"),
+            "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    pvcs.create(&PostParams::default(), &pvc).await.unwrap();
+    pvcs.patch_status(
+        "data",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Bound"}})),
+    )
+    .await
+    .unwrap();
+    crate::controller::install_crds(client).await;
+    create(
+        client,
+        &resource(
+            "snapshot.storage.k8s.io",
+            "v1",
+            "VolumeSnapshot",
+            "volumesnapshots",
+        ),
+        namespace,
+        json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": format!("data-{backup}"), "namespace": namespace},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}},
+            "status": {"readyToUse": true, "creationTime": "2026-12-01T00:00:00Z"}}),
+    )
+    .await;
+}
+
+/// Creates a Velero Backup of `namespace` and waits for it to end.
+async fn velero_backup(
+    client: &kube::Client,
+    velero_ns: &str,
+    name: &str,
+    namespace: &str,
+    log: &Path,
+) -> Value {
+    let ar = resource("velero.io", "v1", "Backup", "backups");
+    create(
+        client,
+        &ar,
+        velero_ns,
+        json!({"apiVersion": "velero.io/v1", "kind": "Backup",
+            "metadata": {"name": name, "namespace": velero_ns},
+            "spec": {"includedNamespaces": [namespace], "snapshotVolumes": false,
+                "storageLocation": "default", "ttl": "24h0m0s"}}),
+    )
+    .await;
+    let backups: Api<DynamicObject> = Api::namespaced_with(client.clone(), velero_ns, &ar);
+    let done = wait_for_or_log(
+        &format!("Velero backup {name} to end"),
+        log,
+        Duration::from_secs(180),
+        || {
+            let backups = backups.clone();
+            async move {
+                backups.get_opt(name).await.ok().flatten().filter(|b| {
+                    matches!(
+                        b.data["status"]["phase"].as_str(),
+                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
+                    )
+                })
+            }
+        },
+    )
+    .await;
+    done.data
+}
+
+/// A Velero server runs iar's wasm plugins through the `iar` binary in its
+/// plugin directory: the `labels` plugin's labels are in Velero's tarball,
+/// `pvc-snapshot`'s operation is tracked by Velero's own operations
+/// controller to Completed (its progress reads the VolumeSnapshot from the
+/// API server through cluster-get), and a hostile plugin added later (a
+/// Velero restart, as for any plugin) fails its items without taking the
+/// server or the backup down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
+    let Some(server) = server().await else { return };
+    let Some(tools) = tools() else { return };
+    let _one = ONE_VELERO.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (_s3, endpoint) = s3_server(&tools, &work.path().join("s3"));
+    let (velero_ns, app) = ("velero-iar", "ledger");
+
+    let client = client(server, User::Admin).await;
+    install_crds(&tools, &client).await;
+    iar_apiserver::create_namespace(&client, velero_ns).await;
+    iar_apiserver::create_namespace(&client, app).await;
+    create(
+        &client,
+        &resource("", "v1", "ConfigMap", "configmaps"),
+        app,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "app-config", "namespace": app}, "data": {"mode": "strict"}}),
+    )
+    .await;
+    bound_claim_with_snapshot(&client, app, "via-velero").await;
+    create(
+        &client,
+        &resource(
+            "velero.io",
+            "v1",
+            "BackupStorageLocation",
+            "backupstoragelocations",
+        ),
+        velero_ns,
+        json!({
+            "apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
+            "metadata": {"name": "default", "namespace": velero_ns},
+            "spec": {"provider": "aws", "default": true,
+                "objectStorage": {"bucket": BUCKET},
+                "config": {"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}
+        }),
+    )
+    .await;
+
+    // Velero's plugin directory as deploy/velero/ lays it out: the iar
+    // binary, and its wasm plugins beside it in iar-plugins/.
+    let plugins = velero_plugins(&tools, work.path());
+    std::fs::copy(env!("CARGO_BIN_EXE_iar"), plugins.join("iar")).unwrap();
+    let wasm = plugins.join("iar-plugins");
+    std::fs::create_dir(&wasm).unwrap();
+    std::fs::copy(iar_tests::artifacts::LABELS, wasm.join("labels.wasm")).unwrap();
+    std::fs::write(
+        wasm.join("labels.yaml"),
+        "config: {labels: via=iar-in-velero}\n",
+    )
+    .unwrap();
+    std::fs::copy(
+        iar_tests::artifacts::PVC_SNAPSHOT,
+        wasm.join("pvc-snapshot.wasm"),
+    )
+    .unwrap();
+    let log = work.path().join("velero-server.log");
+    let velero = velero_server(&tools, server, work.path(), velero_ns, "");
+
+    let status = velero_backup(&client, velero_ns, "via-velero", app, &log).await;
+    let bucket = work.path().join("s3").join(BUCKET).join("backups");
+    assert_eq!(
+        status["status"]["phase"],
+        "Completed",
+        "{}\n{}",
+        status["status"],
+        tail(&log)
+    );
+    let status = &status["status"];
+    assert_eq!(
+        status["progress"]["itemsBackedUp"],
+        4,
+        "the Namespace, ConfigMap, PVC and PV (the VolumeSnapshot is finalize's): {status}\n{}",
+        tail(&log)
+    );
+    assert_eq!(status["backupItemOperationsAttempted"], 1, "{status}");
+    assert_eq!(status["backupItemOperationsCompleted"], 1, "{status}");
+    let entries = tarball(&bucket.join("via-velero/via-velero.tar.gz"));
+    let config = entry(
+        &entries,
+        &format!("resources/configmaps/namespaces/{app}/app-config.json"),
+    );
+    assert_eq!(config["metadata"]["labels"]["via"], "iar-in-velero");
+    assert_eq!(config["data"]["mode"], "strict");
+    // The post-operation item, backed up in Velero's finalize pass.
+    let snapshot_path = format!(
+        "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/{app}/data-via-velero.json"
+    );
+    assert!(
+        entries.contains_key(&snapshot_path),
+        "{snapshot_path} not in {:?}",
+        entries.keys().collect::<Vec<_>>()
+    );
+    let operations: Value = serde_json::from_str(&gunzip(
+        &bucket.join("via-velero/via-velero-itemoperations.json.gz"),
+    ))
+    .unwrap();
+    let op = &operations[0];
+    assert_eq!(
+        op["spec"]["operationID"],
+        format!("{app}/data-via-velero"),
+        "{operations}"
+    );
+    assert_eq!(
+        op["spec"]["backupItemAction"], "iar.dev/pvc-snapshot",
+        "{operations}"
+    );
+    assert_eq!(op["status"]["phase"], "Completed", "{operations}");
+    drop(velero);
+
+    // A hostile plugin, added later: Velero lists plugins when it starts,
+    // so it is restarted, as for any new plugin.
+    std::fs::copy(iar_tests::artifacts::HOSTILE, wasm.join("crash.wasm")).unwrap();
+    std::fs::write(wasm.join("crash.yaml"), "config: {behavior: panic}\n").unwrap();
+    let mut velero = velero_server(&tools, server, work.path(), velero_ns, "");
+    let status = velero_backup(&client, velero_ns, "hostile", app, &log).await;
+    assert_eq!(
+        status["status"]["phase"], "PartiallyFailed",
+        "{}",
+        status["status"]
+    );
+    assert!(
+        velero.0.try_wait().unwrap().is_none(),
+        "the Velero server is still running"
+    );
+    // Velero leaves an item whose action failed out of the backup, and goes
+    // on: every item failed in the crash plugin, each with its own error,
+    // so the plugin process answered every call after the first panic.
+    let errors = status["status"]["errors"].as_u64().unwrap_or_default();
+    assert!(errors >= 3, "{}", status["status"]);
+    let backup_log = gunzip(&bucket.join("hostile/hostile-logs.gz"));
+    let failed_items = backup_log
+        .lines()
+        .filter(|l| l.contains("level=error") && l.contains("crash") && l.contains("no-trap"))
+        .count();
+    assert_eq!(
+        failed_items as u64, errors,
+        "each error names the plugin and the rule:\n{backup_log}"
+    );
 }
