@@ -23,7 +23,8 @@
 //	{"op": "repeat", "count": N, "step": {...}}   the step N times; the
 //	                    result is the last one and how many failed
 //
-// The plugin directory is $CLIENT_PLUGIN_DIR. Velero's registry also runs
+// The plugin directory is $CLIENT_PLUGIN_DIR; $CLIENT_LOG_LEVEL=debug shows
+// what the plugin processes log. Velero's registry also runs
 // this executable with `run-plugins` to discover the plugins compiled into
 // it, as the velero server does: in that mode it serves none.
 package main
@@ -191,6 +192,10 @@ func main() {
 	logger := logrus.New()
 	logger.SetOutput(os.Stderr)
 	level := logrus.InfoLevel
+	if l, err := logrus.ParseLevel(os.Getenv("CLIENT_LOG_LEVEL")); err == nil {
+		// The plugin processes' own log lines are logged at debug.
+		level = l
+	}
 	logger.SetLevel(level)
 
 	// Discovery, once, as the velero server does at start.

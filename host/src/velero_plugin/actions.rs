@@ -1,6 +1,9 @@
 //! The wasm plugins of one plugin directory, as Velero's BackupItemAction
 //! v2 calls them: each `NAME.wasm` is the action `iar.dev/NAME`, with the
 //! settings of the `NAME.yaml` beside it (as for `iar backup --plugins`).
+//! In a pod, iar's plugin ConfigMaps add theirs (verified, bounded by the
+//! grant policy and reloaded as the controller does); a file of the same
+//! name wins, since the image is the operator's.
 //!
 //! Everything here is synchronous and runs wasm: the gRPC services call it
 //! on blocking threads. A plugin is loaded on its first call, not when
@@ -11,6 +14,7 @@
 use crate::catalog::Catalog;
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
+use crate::k8s::plugins::PluginRegistry;
 use crate::plugin::{
     BackupRef, CallError, Phase, Plugin, PluginInstance, PluginSettings, SettingsFile,
 };
@@ -50,10 +54,19 @@ pub enum Refusal {
 /// the plugin's isolation allows (the instance decides).
 struct Loaded {
     plugin: Plugin,
+    origin: Origin,
+    idle: Mutex<Vec<PluginInstance>>,
+}
+
+/// Where a loaded plugin came from, and what says it is out of date.
+#[derive(PartialEq)]
+enum Origin {
     /// The plugin file's and its settings file's modification times and
     /// lengths when it was loaded.
-    stamp: Stamp,
-    idle: Mutex<Vec<PluginInstance>>,
+    File(Stamp),
+    /// The ConfigMap watcher's generation that loaded it: a reload of the
+    /// ConfigMap is a new generation.
+    ConfigMap(u64),
 }
 
 /// The actions of one directory.
@@ -64,6 +77,8 @@ pub struct ActionSet {
     /// Plugin names found when the process started, in name order: what
     /// Velero is told. A plugin added later is listed by the next process.
     names: Vec<String>,
+    /// iar's plugin ConfigMaps, when the process runs in a cluster.
+    configmaps: Option<Arc<PluginRegistry>>,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
     /// Operation ids each plugin returned, per backup uid, with the item
     /// that started them: the boundary's operation-id-unique rule, and the
@@ -90,18 +105,41 @@ fn unknown_item() -> ItemRef {
 }
 
 impl ActionSet {
-    /// The `*.wasm` files of `dir` (none is a warning: Velero then gets no
-    /// action from this binary, which is not an error for it either).
+    /// The `*.wasm` files of `dir` and the plugins of `configmaps` (none is
+    /// a warning: Velero then gets no action from this binary, which is not
+    /// an error for it either).
     pub fn open(
         dir: &Path,
         runtime: Runtime,
         cluster: Arc<dyn ClusterReader>,
+        configmaps: Option<Arc<PluginRegistry>>,
     ) -> std::io::Result<ActionSet> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
+        // No directory is no plugin files: an install may bring its
+        // plugins by ConfigMap only.
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut names: Vec<String> = entries
+            .iter()
             .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-            .map(|p| crate::plugin::name_from_path(&p))
+            .map(|p| crate::plugin::name_from_path(p))
             .collect();
+        if let Some(registry) = &configmaps {
+            for plugin in &registry.current().plugins {
+                if names.iter().any(|n| n == plugin.name()) {
+                    tracing::warn!(
+                        plugin = plugin.name(),
+                        "a plugin ConfigMap and {}/{}.wasm share a name: the file is used",
+                        dir.display(),
+                        plugin.name()
+                    );
+                } else {
+                    names.push(plugin.name().to_string());
+                }
+            }
+        }
         names.sort();
         if names.is_empty() {
             tracing::warn!(
@@ -114,6 +152,7 @@ impl ActionSet {
             runtime,
             cluster,
             names,
+            configmaps,
             loaded: Mutex::new(HashMap::new()),
             operations: Mutex::new(HashMap::new()),
         })
@@ -132,37 +171,54 @@ impl ActionSet {
     }
 
     /// The plugin, loaded now if it was not, or if its file or its settings
-    /// changed.
+    /// (or its ConfigMap) changed.
     fn plugin(&self, action: &str) -> Result<Arc<Loaded>, Refusal> {
         let name = plugin_name(action)?;
         let path = self.wasm_path(name);
-        if !path.is_file() {
-            return Err(Refusal::UnknownAction(format!(
-                "action {action:?}: there is no {} (plugins: {:?})",
-                path.display(),
-                self.names
-            )));
-        }
-        let stamp = [stamp_of(&path), stamp_of(&path.with_extension("yaml"))];
+        let (origin, from_configmap) = if path.is_file() {
+            let stamp = [stamp_of(&path), stamp_of(&path.with_extension("yaml"))];
+            (Origin::File(stamp), None)
+        } else {
+            let set = self.configmaps.as_ref().map(|r| r.current());
+            match set
+                .as_ref()
+                .and_then(|s| s.get(name).map(|p| (s.generation, p)))
+            {
+                Some((generation, plugin)) => (Origin::ConfigMap(generation), Some(plugin.clone())),
+                None => {
+                    return Err(Refusal::UnknownAction(format!(
+                        "action {action:?}: there is no {} and no plugin ConfigMap {name:?} (plugins: {:?})",
+                        path.display(),
+                        self.names
+                    )));
+                }
+            }
+        };
         if let Some(loaded) = self.loaded.lock().expect("not poisoned").get(name)
-            && loaded.stamp == stamp
+            && loaded.origin == origin
         {
             return Ok(loaded.clone());
         }
-        // Loaded outside the lock: compiling takes a while (less with the
-        // compile cache), and other plugins' calls need not wait for it.
-        let settings = settings_for(&path)?;
-        let plugin = Plugin::from_file(&self.runtime, &path, settings)
-            .map_err(|e| Refusal::Load(e.to_string()))?;
-        tracing::info!(
-            plugin = name,
-            digest = plugin.digest(),
-            "loaded {}",
-            path.display()
-        );
+        let plugin = match from_configmap {
+            Some(plugin) => plugin,
+            None => {
+                // Loaded outside the lock: compiling takes a while (less with
+                // the compile cache), and other plugins' calls need not wait.
+                let settings = settings_for(&path)?;
+                let plugin = Plugin::from_file(&self.runtime, &path, settings)
+                    .map_err(|e| Refusal::Load(e.to_string()))?;
+                tracing::info!(
+                    plugin = name,
+                    digest = plugin.digest(),
+                    "loaded {}",
+                    path.display()
+                );
+                plugin
+            }
+        };
         let loaded = Arc::new(Loaded {
             plugin,
-            stamp,
+            origin,
             idle: Mutex::new(Vec::new()),
         });
         self.loaded

@@ -80,6 +80,74 @@ async fn cluster() -> Arc<dyn ClusterReader> {
     Arc::new(NoCluster)
 }
 
+/// The namespace of iar's plugin ConfigMaps for a plugin process:
+/// `$IAR_PLUGIN_NAMESPACE`, else Velero's own (`$VELERO_NAMESPACE`, which
+/// `velero install` sets on its server); neither: no ConfigMaps.
+pub const NAMESPACE_ENV: &str = "IAR_PLUGIN_NAMESPACE";
+/// A grant policy file bounding what ConfigMaps may grant (as the
+/// controller's `--grant-policy`).
+pub const GRANT_POLICY_ENV: &str = "IAR_GRANT_POLICY";
+/// How long a starting plugin process waits for the first list of plugin
+/// ConfigMaps (each verified and compiled) before it serves without them.
+const CONFIGMAP_SYNC: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// iar's plugin ConfigMaps, watched for as long as the process runs, as the
+/// controller watches them (the same label, digest check, settings, grant
+/// policy and status); `None` outside a cluster or without a namespace.
+async fn configmap_plugins(
+    runtime: &Runtime,
+) -> anyhow::Result<Option<Arc<crate::k8s::plugins::PluginRegistry>>> {
+    use crate::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions, watch_with};
+    let Some(namespace) = std::env::var(NAMESPACE_ENV)
+        .or_else(|_| std::env::var("VELERO_NAMESPACE"))
+        .ok()
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(None);
+    };
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none()
+        && std::env::var_os("KUBECONFIG").is_none()
+    {
+        return Ok(None);
+    }
+    let grant_policy = match std::env::var_os(GRANT_POLICY_ENV) {
+        Some(path) => GrantPolicy::read(std::path::Path::new(&path))?,
+        None => GrantPolicy::default(),
+    };
+    let client = crate::k8s::client().await?;
+    let registry = PluginRegistry::new();
+    let options = WatchOptions {
+        grant_policy,
+        ..WatchOptions::default()
+    };
+    {
+        let (registry, runtime) = (registry.clone(), runtime.clone());
+        tokio::spawn(async move {
+            loop {
+                let watched = watch_with(
+                    client.clone(),
+                    namespace.clone(),
+                    runtime.clone(),
+                    registry.clone(),
+                    options.clone(),
+                )
+                .await;
+                tracing::error!("watching plugin ConfigMaps ended ({watched:?}); again in 5 s");
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+        });
+    }
+    if tokio::time::timeout(CONFIGMAP_SYNC, registry.wait_synced())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "plugin ConfigMaps not listed within {CONFIGMAP_SYNC:?}: serving the directory's plugins only"
+        );
+    }
+    Ok(Some(registry))
+}
+
 /// Serves until the client asks go-plugin's controller to shut down, or the
 /// process is told to stop (SIGTERM, SIGINT).
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -87,13 +155,18 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     handshake::check_versions(std::env::var("PLUGIN_PROTOCOL_VERSIONS").ok().as_deref())
         .map_err(anyhow::Error::msg)?;
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+    let configmaps = configmap_plugins(&runtime)
+        .await
+        .context("watching iar's plugin ConfigMaps")?;
     let actions = Arc::new(
-        ActionSet::open(&config.plugin_dir, runtime, cluster().await).with_context(|| {
-            format!(
-                "reading the wasm plugin directory {} (set {DIR_ENV})",
-                config.plugin_dir.display()
-            )
-        })?,
+        ActionSet::open(&config.plugin_dir, runtime, cluster().await, configmaps).with_context(
+            || {
+                format!(
+                    "reading the wasm plugin directory {} (set {DIR_ENV})",
+                    config.plugin_dir.display()
+                )
+            },
+        )?,
     );
 
     // go-plugin's client may say where sockets go; the directory is removed

@@ -4,7 +4,7 @@
 //! directory, go-plugin's handshake and gRPC, the BackupItemAction v2 calls,
 //! restartable processes. Each wasm plugin is the action `iar.dev/NAME`.
 
-use crate::support::*;
+use crate::support::{cache_dir, iar, repo, server, text};
 use iar_tests::artifacts;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -355,4 +355,94 @@ fn a_plugin_file_broken_while_velero_runs_is_refused_by_rule() {
     );
     let e = error_of(&results[3]);
     assert!(e.contains("iar.dev/unlisted"), "{e}");
+}
+
+/// In a cluster, the plugin process serves iar's plugin ConfigMaps too
+/// (`IAR_PLUGIN_NAMESPACE`, else Velero's `VELERO_NAMESPACE`), verified and
+/// bounded by the grant policy as the controller does: a ConfigMap asking
+/// more than the policy allows is not served, and says why in its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    let Some(server) = server().await else { return };
+    let Some(velero_client) = client() else {
+        return;
+    };
+    let admin = crate::support::client(server, iar_apiserver::User::Admin).await;
+    let namespace = "velero-cm";
+    iar_apiserver::create_namespace(&admin, namespace).await;
+    let work = tempfile::tempdir().unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), namespace);
+    for (name, artifact, settings) in [
+        (
+            "cm-labels",
+            artifacts::LABELS,
+            "config: {labels: from=configmap}\nallowRead: [configmaps]\n",
+        ),
+        ("greedy", artifacts::HOSTILE, "allowRead: [secrets]\n"),
+    ] {
+        let settings_file = work.path().join(format!("{name}.yaml"));
+        std::fs::write(&settings_file, settings).unwrap();
+        let out = iar(&[
+            "plugin",
+            "configmap",
+            artifact,
+            "--name",
+            name,
+            "--namespace",
+            namespace,
+            "--settings",
+            settings_file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+        configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let policy = work.path().join("policy.yaml");
+    std::fs::write(&policy, "readable: [configmaps, pods]\n").unwrap();
+
+    let dir = plugin_dir(&[("labels", artifacts::LABELS, "config: {labels: from=file}\n")]);
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        serde_json::to_vec(&[
+            json!({"op": "list"}),
+            execute("iar.dev/cm-labels", pod_item("web"), "InProgress"),
+            execute("iar.dev/labels", pod_item("web"), "InProgress"),
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(&velero_client)
+        .arg(&script)
+        .env("CLIENT_PLUGIN_DIR", dir.path())
+        .env("IAR_CACHE_DIR", cache_dir())
+        .env("KUBECONFIG", server.kubeconfig())
+        .env("IAR_PLUGIN_NAMESPACE", namespace)
+        .env("IAR_GRANT_POLICY", &policy)
+        .env("CLIENT_LOG_LEVEL", "debug")
+        .env("IAR_LOG", "info")
+        .output()
+        .expect("running velero-client");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "velero-client failed:\n{stderr}");
+    let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        results[0]["names"],
+        json!(["iar.dev/cm-labels", "iar.dev/labels"]),
+        "the ConfigMap granting Secrets is not served: {stderr}"
+    );
+    assert_eq!(
+        results[1]["item"]["metadata"]["labels"]["from"], "configmap",
+        "{}",
+        results[1]
+    );
+    assert_eq!(results[2]["item"]["metadata"]["labels"]["from"], "file");
+    let greedy = configmaps.get("greedy").await.unwrap();
+    let status = serde_json::to_string(&greedy.metadata.annotations).unwrap();
+    assert!(status.contains("GrantRefused"), "{status}");
 }
