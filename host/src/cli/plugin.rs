@@ -1,7 +1,7 @@
 use anyhow::Context;
 use iar::k8s::plugins::configmap::{self, ManifestInput};
 use iar::{Plugin, Runtime, RuntimeConfig};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -17,6 +17,21 @@ enum PluginCommand {
     /// (or --reference), and its settings. Above 256 KiB apply it with
     /// `kubectl apply --server-side`.
     Configmap(ConfigMapArgs),
+    /// Install iar into a Velero plugin directory (what the init container
+    /// of `velero plugin add IMAGE` runs): this binary as `DIR/iar`, and the
+    /// wasm plugins (`*.wasm`, with their `NAME.yaml` settings) in
+    /// `DIR/iar-plugins/`, where the plugin process looks for them.
+    VeleroInstall(VeleroInstallArgs),
+}
+
+#[derive(clap::Args)]
+struct VeleroInstallArgs {
+    /// Velero's plugin directory, as the init container mounts it.
+    #[arg(long, default_value = "/target")]
+    to: PathBuf,
+    /// The wasm plugins to install with it.
+    #[arg(long, default_value = "/iar-plugins")]
+    plugins: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -43,7 +58,56 @@ struct ConfigMapArgs {
 pub fn plugin(args: PluginArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         PluginCommand::Configmap(args) => configmap(args),
+        PluginCommand::VeleroInstall(args) => velero_install(args),
     }
+}
+
+/// Copies `from` to `to` through a temporary file beside it, so that a
+/// Velero starting meanwhile never runs half a binary.
+fn copy_atomically(from: &Path, to: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = to.with_extension("iar-tmp");
+    std::fs::copy(from, &tmp)
+        .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+    std::fs::rename(&tmp, to).with_context(|| format!("renaming to {}", to.display()))?;
+    Ok(())
+}
+
+fn velero_install(args: VeleroInstallArgs) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("finding this binary")?;
+    std::fs::create_dir_all(&args.to).with_context(|| format!("creating {}", args.to.display()))?;
+    copy_atomically(&exe, &args.to.join("iar"), 0o755)?;
+    let wasm_dir = args.to.join("iar-plugins");
+    std::fs::create_dir_all(&wasm_dir)?;
+    let mut installed = Vec::new();
+    let entries = std::fs::read_dir(&args.plugins)
+        .with_context(|| format!("reading {}", args.plugins.display()))?;
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        let wanted = path.extension().is_some_and(|e| e == "wasm" || e == "yaml");
+        if !wanted || !path.is_file() {
+            continue;
+        }
+        let name = path.file_name().expect("a file has a name");
+        // Not executable: Velero runs every executable file of its plugin
+        // directory as a plugin.
+        copy_atomically(&path, &wasm_dir.join(name), 0o644)?;
+        if path.extension().is_some_and(|e| e == "wasm") {
+            installed.push(iar::plugin::name_from_path(&path));
+        }
+    }
+    if installed.is_empty() {
+        eprintln!(
+            "iar: no *.wasm in {}: Velero gets only the plugin ConfigMaps",
+            args.plugins.display()
+        );
+    }
+    for name in &installed {
+        outln!("{}", format_args!("iar.dev/{name}"));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn configmap(args: ConfigMapArgs) -> anyhow::Result<ExitCode> {

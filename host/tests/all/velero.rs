@@ -776,23 +776,46 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     )
     .await;
 
-    // Velero's plugin directory as deploy/velero/ lays it out: the iar
-    // binary, and its wasm plugins beside it in iar-plugins/.
+    // Velero's plugin directory, filled as deploy/velero/'s init container
+    // fills it: `iar plugin velero-install` copies the binary and the wasm
+    // plugins of the image.
     let plugins = velero_plugins(&tools, work.path());
-    std::fs::copy(env!("CARGO_BIN_EXE_iar"), plugins.join("iar")).unwrap();
-    let wasm = plugins.join("iar-plugins");
-    std::fs::create_dir(&wasm).unwrap();
-    std::fs::copy(iar_tests::artifacts::LABELS, wasm.join("labels.wasm")).unwrap();
+    let image = work.path().join("image-plugins");
+    std::fs::create_dir(&image).unwrap();
+    std::fs::copy(iar_tests::artifacts::LABELS, image.join("labels.wasm")).unwrap();
     std::fs::write(
-        wasm.join("labels.yaml"),
+        image.join("labels.yaml"),
         "config: {labels: via=iar-in-velero}\n",
     )
     .unwrap();
     std::fs::copy(
         iar_tests::artifacts::PVC_SNAPSHOT,
-        wasm.join("pvc-snapshot.wasm"),
+        image.join("pvc-snapshot.wasm"),
     )
     .unwrap();
+    let install = || {
+        let out = iar(&[
+            "plugin",
+            "velero-install",
+            "--to",
+            plugins.to_str().unwrap(),
+            "--plugins",
+            image.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(install(), "iar.dev/labels\niar.dev/pvc-snapshot\n");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o111;
+        assert_ne!(mode(&plugins.join("iar")), 0, "the binary is executable");
+        assert_eq!(
+            mode(&plugins.join("iar-plugins/labels.wasm")),
+            0,
+            "a wasm file is not, or Velero would run it"
+        );
+    }
     let log = work.path().join("velero-server.log");
     let velero = velero_server(&tools, server, work.path(), velero_ns, "");
 
@@ -849,8 +872,9 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
 
     // A hostile plugin, added later: Velero lists plugins when it starts,
     // so it is restarted, as for any new plugin.
-    std::fs::copy(iar_tests::artifacts::HOSTILE, wasm.join("crash.wasm")).unwrap();
-    std::fs::write(wasm.join("crash.yaml"), "config: {behavior: panic}\n").unwrap();
+    std::fs::copy(iar_tests::artifacts::HOSTILE, image.join("crash.wasm")).unwrap();
+    std::fs::write(image.join("crash.yaml"), "config: {behavior: panic}\n").unwrap();
+    assert!(install().contains("iar.dev/crash"));
     let mut velero = velero_server(&tools, server, work.path(), velero_ns, "");
     let status = velero_backup(&client, velero_ns, "hostile", app, &log).await;
     assert_eq!(
