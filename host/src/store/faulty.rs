@@ -30,6 +30,9 @@ pub struct FaultyStore {
     failing: Mutex<Vec<String>>,
     /// Deletes left before they start failing; `usize::MAX` means no limit.
     delete_budget: Arc<AtomicUsize>,
+    /// While on, a conditional create overwrites like a plain put: an S3
+    /// server that ignores `If-None-Match`.
+    unconditional: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -80,7 +83,14 @@ impl FaultyStore {
             pauses: Mutex::new(Vec::new()),
             failing: Mutex::new(Vec::new()),
             delete_budget: Arc::new(AtomicUsize::new(usize::MAX)),
+            unconditional: AtomicBool::new(false),
         }
+    }
+
+    /// While on, puts ignore their mode (`Create` included) and overwrite,
+    /// as a server without conditional writes does.
+    pub fn ignore_conditional_puts(&self, on: bool) {
+        self.unconditional.store(on, Ordering::SeqCst);
     }
 
     /// Counting from this call, the first `n` deletes go through and every
@@ -174,6 +184,14 @@ impl ObjectStore for FaultyStore {
         opts: PutOptions,
     ) -> Result<PutResult> {
         self.gate(location).await?;
+        let opts = if self.unconditional.load(Ordering::SeqCst) {
+            PutOptions {
+                mode: object_store::PutMode::Overwrite,
+                ..opts
+            }
+        } else {
+            opts
+        };
         self.inner.put_opts(location, payload, opts).await
     }
 

@@ -188,12 +188,54 @@ impl BackupStore {
             .map_err(|e| self.corrupt(k, format!("bad lease JSON: {e}")))
     }
 
+    /// Checks, once per store, that a conditional create is honoured: a
+    /// probe object is created, created again (which must be refused) and
+    /// deleted. A server that ignores `If-None-Match` would let every
+    /// contender believe it took the lease; iar refuses to run a lease there
+    /// rather than lose exclusivity silently.
+    pub async fn check_conditional_create(&self) -> Result<(), StoreError> {
+        let verdict = self
+            .conditional
+            .get_or_init(|| async {
+                let nanos = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos();
+                let probe = Path::from(format!("leases/.conditional-probe-{}-{nanos}", std::process::id()));
+                let create = || {
+                    self.store.put_opts(
+                        &probe,
+                        Bytes::from_static(b"probe").into(),
+                        PutOptions::from(PutMode::Create),
+                    )
+                };
+                let verdict = match create().await {
+                    Err(e) => Err(format!("a conditional create failed: {e}")),
+                    Ok(_) => match create().await {
+                        Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+                        Ok(_) => Err("it accepted a conditional create (If-None-Match: *) of an object that exists, so it does not support conditional writes".to_string()),
+                        Err(e) => Err(format!("a second conditional create failed with an error that is not 'already exists': {e}")),
+                    },
+                };
+                let _ = self.store.delete(&probe).await;
+                verdict
+            })
+            .await;
+        verdict
+            .clone()
+            .map_err(|reason| StoreError::NoConditionalWrites {
+                url: self.url.clone(),
+                reason,
+            })
+    }
+
     /// Takes the lease on `backup` for `duration`, or says who holds it.
     pub async fn acquire_lease(
         &self,
         backup: &str,
         duration: Duration,
     ) -> Result<Lease, LeaseError> {
+        self.check_conditional_create().await?;
         let holder = holder_id();
         // A contender that loses the create race reads the winner's lease
         // next time round, so a few rounds always settle it.
@@ -340,6 +382,49 @@ mod tests {
     /// Of many contenders at once for a free lease, exactly one gets it and
     /// every other is told who holds it. A plain put (no conditional create)
     /// would let several believe they hold it.
+    /// A store that ignores conditional creates (as an S3 server without
+    /// `If-None-Match` does) gets no lease, and says why by rule; nothing of
+    /// the probe is left behind.
+    #[tokio::test]
+    async fn a_store_without_conditional_writes_is_refused_a_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        let faulty = Arc::new(crate::store::faulty::FaultyStore::new(Arc::new(local)));
+        faulty.ignore_conditional_puts(true);
+        let store = BackupStore::from_object_store(faulty.clone(), "s3://no-conditions");
+        let e = store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("store-conditional-writes") && e.contains("s3://no-conditions"),
+            "{e}"
+        );
+        let left: Vec<_> = walk(dir.path());
+        assert!(left.is_empty(), "the probe is deleted: {left:?}");
+        // The same store, honouring them again: the verdict is kept per
+        // store value, so a fresh one is checked again and passes.
+        faulty.ignore_conditional_puts(false);
+        let store = BackupStore::from_object_store(faulty, "s3://no-conditions");
+        store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+        out
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn exactly_one_contender_takes_a_free_lease() {
         let (_dir, store) = store();

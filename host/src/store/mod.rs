@@ -44,6 +44,10 @@ pub enum StoreError {
     Name { name: String, reason: String },
     #[error("backup {backup:?}: not written: {reason} (rule: lease-fence)")]
     Fenced { backup: String, reason: String },
+    #[error(
+        "backup store {url}: {reason}; a lease there would not be exclusive, so iar refuses to take one (rule: store-conditional-writes)"
+    )]
+    NoConditionalWrites { url: String, reason: String },
 }
 
 /// The files of one backup.
@@ -115,6 +119,9 @@ pub struct BackupStore {
     puts: Arc<AtomicU64>,
     /// The leases this process holds, which its writes are checked against.
     fences: Arc<fence::Fences>,
+    /// Whether the store was seen to honour a conditional create (checked
+    /// once, before the first lease).
+    conditional: Arc<tokio::sync::OnceCell<Result<(), String>>>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -208,6 +215,7 @@ impl BackupStore {
             url: url.to_string(),
             puts: Arc::new(AtomicU64::new(0)),
             fences: Arc::default(),
+            conditional: Arc::default(),
         }
     }
 

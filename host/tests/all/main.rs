@@ -18,4 +18,5 @@ mod pod_hooks;
 mod polyglot;
 mod support;
 mod velero;
+mod velero_bench;
 mod velero_plugin;

@@ -19,17 +19,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ACCESS_KEY: &str = "iar-test";
-const SECRET_KEY: &str = "iar-test-secret-key";
-const BUCKET: &str = "velero";
+pub(crate) const ACCESS_KEY: &str = "iar-test";
+pub(crate) const SECRET_KEY: &str = "iar-test-secret-key";
+pub(crate) const BUCKET: &str = "velero";
 
 /// One Velero server at a time: its controller manager always serves
 /// metrics on :8080 (no flag moves it), so a second one would exit.
-static ONE_VELERO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_VELERO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The directory `tools/velero/build.sh` built the three binaries into, or
 /// `None` (said loudly; a failure under CI) without Go.
-fn tools() -> Option<PathBuf> {
+pub(crate) fn tools() -> Option<PathBuf> {
     if Command::new("go").arg("version").output().is_err() {
         iar_apiserver::skip_or_fail("Go is not installed, so Velero cannot be built");
         return None;
@@ -43,7 +43,7 @@ fn tools() -> Option<PathBuf> {
     Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -52,7 +52,7 @@ fn free_port() -> u16 {
 }
 
 /// A child process killed when the test ends, whatever happens.
-struct Running(std::process::Child);
+pub(crate) struct Running(pub(crate) std::process::Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -71,7 +71,7 @@ fn wait_listening(port: u16, what: &str) {
 
 /// versitygw over a fresh directory with one bucket: its posix backend
 /// keeps each bucket as a directory and each object as a file under it.
-fn s3_server(tools: &Path, root: &Path) -> (Running, String) {
+pub(crate) fn s3_server(tools: &Path, root: &Path) -> (Running, String) {
     std::fs::create_dir_all(root.join(BUCKET)).unwrap();
     let port = free_port();
     let child = Command::new(tools.join("versitygw"))
@@ -136,11 +136,16 @@ spec:
     .unwrap();
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+pub(crate) fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-async fn create(client: &kube::Client, ar: &ApiResource, namespace: &str, object: Value) {
+pub(crate) async fn create(
+    client: &kube::Client,
+    ar: &ApiResource,
+    namespace: &str,
+    object: Value,
+) {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, ar);
     let object: DynamicObject = serde_json::from_value(object).unwrap();
     api.create(&PostParams::default(), &object)
@@ -150,7 +155,7 @@ async fn create(client: &kube::Client, ar: &ApiResource, namespace: &str, object
 
 /// Velero's CRDs, as `velero install --crds-only --dry-run -o yaml` prints
 /// them, created and established.
-async fn install_crds(tools: &Path, client: &kube::Client) {
+pub(crate) async fn install_crds(tools: &Path, client: &kube::Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_init(|| install_crds_once(tools, client)).await;
 }
@@ -203,7 +208,7 @@ async fn install_crds_once(tools: &Path, client: &kube::Client) {
 }
 
 /// Velero's plugin directory as `velero install` fills it: the aws plugin.
-fn velero_plugins(tools: &Path, work: &Path) -> PathBuf {
+pub(crate) fn velero_plugins(tools: &Path, work: &Path) -> PathBuf {
     let plugins = work.join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::copy(
@@ -217,7 +222,7 @@ fn velero_plugins(tools: &Path, work: &Path) -> PathBuf {
 /// The Velero server of `namespace`, against the test API server, with the
 /// plugin directory of [`velero_plugins`] and its credentials in a file, as
 /// `velero install` would mount them. Its log is `work/velero-server.log`.
-fn velero_server(
+pub(crate) fn velero_server(
     tools: &Path,
     server: &ApiServer,
     work: &Path,
@@ -270,7 +275,7 @@ fn velero_server(
     Running(child)
 }
 
-fn gunzip(path: &Path) -> String {
+pub(crate) fn gunzip(path: &Path) -> String {
     use std::io::Read;
     let Ok(file) = std::fs::File::open(path) else {
         return format!("({} is missing)", path.display());
@@ -282,7 +287,7 @@ fn gunzip(path: &Path) -> String {
 
 /// The server log's errors and warnings (the cause of a stop is rarely in
 /// the last lines), then its last 40 lines.
-fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let problems: Vec<&str> = lines
@@ -532,7 +537,12 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
 
 /// Waits for `check` to find something; on a timeout the message ends
 /// with the Velero server's log.
-async fn wait_for_or_log<T, F, Fut>(what: &str, log: &Path, within: Duration, mut check: F) -> T
+pub(crate) async fn wait_for_or_log<T, F, Fut>(
+    what: &str,
+    log: &Path,
+    within: Duration,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -617,7 +627,7 @@ fn iar_keeps_its_store_on_real_s3() {
 }
 
 /// Every entry of a gzipped tarball, by path.
-fn tarball(path: &Path) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn tarball(path: &Path) -> std::collections::BTreeMap<String, String> {
     use std::io::Read;
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(file));
@@ -633,7 +643,7 @@ fn tarball(path: &Path) -> std::collections::BTreeMap<String, String> {
 }
 
 /// One item of a tarball, parsed; a missing one names what is there.
-fn entry(entries: &std::collections::BTreeMap<String, String>, path: &str) -> Value {
+pub(crate) fn entry(entries: &std::collections::BTreeMap<String, String>, path: &str) -> Value {
     let text = entries
         .get(path)
         .unwrap_or_else(|| panic!("{path} not in {:?}", entries.keys().collect::<Vec<_>>()));
@@ -689,7 +699,7 @@ async fn bound_claim_with_snapshot(client: &kube::Client, namespace: &str, backu
 }
 
 /// Creates a Velero Backup of `namespace` and waits for it to end.
-async fn velero_backup(
+pub(crate) async fn velero_backup(
     client: &kube::Client,
     velero_ns: &str,
     name: &str,
