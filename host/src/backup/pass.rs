@@ -220,11 +220,13 @@ fn fresh_instances(plugins: &[Plugin], cluster: &Arc<dyn ClusterReader>) -> Vec<
 }
 
 /// Runs the actions over `items` with `workers` threads. With
-/// `follow_additional` (the backup phase), items are grouped into item
+/// `in_blocks` (the backup phase), items are grouped into item
 /// blocks first (built-in relations plus `relations`, the plugins'
-/// `item-block-action`s), and additional items are read from `cluster` and
-/// backed up too, each exactly once. Without it (finalize), each item is
-/// acted on alone. With `work`, each block runs its pods' pre hooks first
+/// `item-block-action`s). Without it (finalize), each item is acted on
+/// alone. In both, additional items are read from `cluster` and backed up
+/// too, each exactly once: in finalize as Velero does (its finalize backs up
+/// the additional items of post-operation items, a snapshot's content for
+/// one), with no filter (Velero's must-include). With `work`, each block runs its pods' pre hooks first
 /// (an `onError: Fail` fails every item of the block, unacted on) and starts
 /// its volume backups after its items; the wait for them and the post hooks
 /// are left to `work`'s runtime, so the worker goes on to the next block.
@@ -238,14 +240,14 @@ pub fn run(
     backup: &BackupRef,
     cluster: &Arc<dyn ClusterReader>,
     workers: usize,
-    follow_additional: bool,
+    in_blocks: bool,
     relations: &[&dyn Relation],
     work: Option<&Arc<BlockWork>>,
     filter: Option<&BackupFilter>,
     progress: Option<&PassProgress>,
 ) -> PassOutput {
     let mut output = PassOutput::default();
-    let blocks: Vec<Vec<Item>> = if follow_additional {
+    let blocks: Vec<Vec<Item>> = if in_blocks {
         let collected: HashSet<ItemRef> = items.iter().map(|i| i.id.clone()).collect();
         let formed = form_blocks(items, cluster.as_ref(), relations);
         output.warnings = formed.warnings;
@@ -290,10 +292,10 @@ pub fn run(
     });
     let wake = Condvar::new();
     let claimed = OperationClaims::new();
-    let follow = follow_additional.then_some(Follow {
+    let follow = Some(Follow {
         seen: &seen,
         cluster,
-        filter,
+        filter: filter.filter(|_| in_blocks),
     });
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {

@@ -347,6 +347,32 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         ],
     );
     assert!(out.status.success(), "iar backup: {}", text(&out));
+    // And the example application with its ready VolumeSnapshot: the
+    // pvc-snapshot plugin's operation completes, and finalize backs up the
+    // snapshot with its bound content and class.
+    let snapshot_plugins = work.path().join("snapshot-plugins");
+    std::fs::create_dir_all(&snapshot_plugins).unwrap();
+    std::fs::copy(
+        iar_tests::artifacts::PVC_SNAPSHOT,
+        snapshot_plugins.join("pvc-snapshot.wasm"),
+    )
+    .unwrap();
+    let out = iar_on_s3(
+        &endpoint,
+        &[
+            "backup",
+            "--items",
+            repo().join("examples/cluster").to_str().unwrap(),
+            "--plugins",
+            snapshot_plugins.to_str().unwrap(),
+            "--store",
+            &format!("s3://{BUCKET}"),
+            "--sync-period",
+            "1s",
+            "demo",
+        ],
+    );
+    assert!(out.status.success(), "iar backup demo: {}", text(&out));
 
     // Velero, pointed at the same bucket.
     let client = client(server, User::Admin).await;
@@ -387,13 +413,16 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         }),
     )
     .await;
+    // Velero's CSI support reads the three snapshot kinds.
+    crate::controller::install_crds(&client).await;
+    install_snapshot_crds(&client).await;
     velero_plugins(&tools, work.path());
     let velero = velero_server(
         &tools,
         server,
         work.path(),
         "velero",
-        "EnableAPIGroupVersions",
+        "EnableAPIGroupVersions,EnableCSI",
     );
     let log = work.path().join("velero-server.log");
 
@@ -532,7 +561,137 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         deploy.metadata.labels.as_ref().unwrap()["velero.io/restore-name"],
         "nightly-1"
     );
+
+    // With EnableCSI, Velero restores iar's VolumeSnapshot as a static one
+    // bound to a VolumeSnapshotContent it recreates from the backed-up
+    // content's snapshot handle (it refuses a snapshot without one).
+    create(
+        &client,
+        &restore,
+        "velero",
+        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
+            "metadata": {"name": "demo-csi", "namespace": "velero"},
+            "spec": {"backupName": "demo",
+                "includedResources": ["volumesnapshots.snapshot.storage.k8s.io"]}}),
+    )
+    .await;
+    let done = wait_for_or_log(
+        "the CSI restore to end",
+        &log,
+        Duration::from_secs(120),
+        || {
+            let restores = restores.clone();
+            async move {
+                restores
+                    .get_opt("demo-csi")
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|r| {
+                        matches!(
+                            r.data["status"]["phase"].as_str(),
+                            Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
+                        )
+                    })
+            }
+        },
+    )
+    .await;
+    let results = gunzip(
+        &work
+            .path()
+            .join("s3")
+            .join(BUCKET)
+            .join("restores/demo-csi/restore-demo-csi-results.gz"),
+    );
+    assert_eq!(
+        done.data["status"]["phase"], "Completed",
+        "restore status {}\nrestore results: {results}",
+        done.data["status"],
+    );
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "shop",
+        &resource(
+            "snapshot.storage.k8s.io",
+            "v1",
+            "VolumeSnapshot",
+            "volumesnapshots",
+        ),
+    );
+    let restored = snapshots.list(&Default::default()).await.unwrap();
+    let vs = restored
+        .items
+        .iter()
+        .find(|v| {
+            v.metadata.labels.as_ref().is_some_and(|l| {
+                l.get("velero.io/restore-name").map(String::as_str) == Some("demo-csi")
+            })
+        })
+        .unwrap_or_else(|| panic!("no restored VolumeSnapshot in {:?}", restored.items));
+    let content_name = vs.data["spec"]["source"]["volumeSnapshotContentName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a static snapshot: {}", vs.data));
+    let contents: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource(
+            "snapshot.storage.k8s.io",
+            "v1",
+            "VolumeSnapshotContent",
+            "volumesnapshotcontents",
+        ),
+    );
+    let content = contents.get(content_name).await.unwrap();
+    assert_eq!(
+        content.data["spec"]["source"]["snapshotHandle"], "snap-data-web-0-demo",
+        "{}",
+        content.data
+    );
     drop(velero);
+}
+
+/// Stand-ins for the CSI snapshot controller's VolumeSnapshotContent and
+/// VolumeSnapshotClass CRDs (the VolumeSnapshot one is the controller
+/// tests'), cluster-scoped as theirs, created once.
+async fn install_snapshot_crds(client: &kube::Client) {
+    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for (kind, plural) in [
+            ("VolumeSnapshotContent", "volumesnapshotcontents"),
+            ("VolumeSnapshotClass", "volumesnapshotclasses"),
+        ] {
+            let name = format!("{plural}.snapshot.storage.k8s.io");
+            let crd: CustomResourceDefinition = serde_json::from_value(json!({
+                "metadata": {"name": name,
+                    "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-csi/external-snapshotter/pull/419"}},
+                "spec": {"group": "snapshot.storage.k8s.io",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                    "scope": "Cluster",
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+            }))
+            .unwrap();
+            match crds.create(&PostParams::default(), &crd).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => panic!("create CRD {name}: {e}"),
+            }
+            iar_tests::wait_until(&format!("CRD {name} established"), Duration::from_secs(30), || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    crds.get(&name).await.is_ok_and(|c| {
+                        c.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                            cs.iter().any(|c| c.type_ == "Established" && c.status == "True")
+                        })
+                    })
+                }
+            })
+            .await;
+        }
+    })
+    .await;
 }
 
 /// Waits for `check` to find something; on a timeout the message ends

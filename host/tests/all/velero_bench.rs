@@ -118,6 +118,7 @@ async fn bench(velero_ns: &'static str, app: &'static str, objects: usize) -> Op
     let tools = tools()?;
     let work = tempfile::tempdir().unwrap();
     let (s3, endpoint) = s3_server(&tools, &work.path().join("s3"));
+    std::fs::create_dir_all(work.path().join("s3/iar")).unwrap();
     let client = client(server, User::Admin).await;
     install_crds(&tools, &client).await;
     iar_apiserver::create_namespace(&client, velero_ns).await;
@@ -295,7 +296,7 @@ impl Bench {
     }
 
     /// One backup of the namespace by a freshly started `iar controller`
-    /// (store on the same S3 server, beside Velero's prefix), with the wasm
+    /// (store on the same S3 server, its own bucket), with the wasm
     /// plugin or none: wall time and the controller's peak RSS.
     async fn iar_controller(&self, plugin: Plugin, name: &str, wasm: &Path) -> (f64, f64) {
         // A namespace per run: a killed controller's leader Lease would make

@@ -9,6 +9,12 @@
 //! when `status.error` is set. The VolumeSnapshot is a post-operation item,
 //! so the finalized backup holds it in its ready state.
 //!
+//! On a VolumeSnapshot (finalize backs the post-operation items up, and
+//! runs the actions on them), it names the snapshot's bound
+//! VolumeSnapshotContent and its VolumeSnapshotClass as additional items, as
+//! Velero's CSI action does: a Velero restore with `--features=EnableCSI`
+//! rebinds the snapshot to that content.
+//!
 //! Config: `snapshot-group` (default `snapshot.storage.k8s.io`).
 
 use iar_sdk::{
@@ -45,6 +51,38 @@ struct SnapshotStatus {
     creation_time: Value,
 }
 
+fn group() -> String {
+    config("snapshot-group").unwrap_or_else(|| "snapshot.storage.k8s.io".into())
+}
+
+/// A VolumeSnapshot's bound content and its class, as additional items
+/// (Velero's CSI action backs both up with the snapshot); none until the
+/// snapshot is bound.
+fn snapshot_parts(item: &Item) -> Result<Output> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Vs {
+        #[serde(default)]
+        spec: Value,
+        #[serde(default)]
+        status: Value,
+    }
+    let vs: Vs = item.parse_as()?;
+    let group = group();
+    let mut parts = Vec::new();
+    if let Some(content) = vs.status["boundVolumeSnapshotContentName"].as_str() {
+        parts.push(ResourceId::cluster(
+            &group,
+            "volumesnapshotcontents",
+            content,
+        ));
+    }
+    if let Some(class) = vs.spec["volumeSnapshotClassName"].as_str() {
+        parts.push(ResourceId::cluster(&group, "volumesnapshotclasses", class));
+    }
+    Ok(Output::unchanged().with_additional_items(parts))
+}
+
 fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
     let (namespace, name) = operation_id
         .split_once('/')
@@ -52,7 +90,7 @@ fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
         .ok_or_else(|| {
             Error::UnknownOperation(format!("{operation_id:?} is not namespace/name"))
         })?;
-    let group = config("snapshot-group").unwrap_or_else(|| "snapshot.storage.k8s.io".into());
+    let group = group();
     Ok(ResourceId::namespaced(
         &group,
         "volumesnapshots",
@@ -63,10 +101,16 @@ fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
 
 impl ItemAction for PvcSnapshot {
     fn applies_to() -> Result<Selector> {
-        Ok(Selector::resources(["persistentvolumeclaims"]))
+        Ok(Selector::resources([
+            "persistentvolumeclaims".to_string(),
+            format!("volumesnapshots.{}", group()),
+        ]))
     }
 
     fn execute(item: Item, backup: &Backup) -> Result<Output> {
+        if item.kind() == "VolumeSnapshot" {
+            return snapshot_parts(&item);
+        }
         // A finalize pass must not start operations; nothing to do there.
         // Only the name and the status phase are read, in one pass; the rest
         // is skipped, not parsed.
