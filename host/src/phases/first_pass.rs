@@ -55,7 +55,8 @@ pub(super) fn new_uid(name: &str) -> String {
 
 /// What only the first pass has: its blocks' hooks and volumes, the
 /// spec's filter for related items, and its live progress. Finalize's pass
-/// runs without them (and follows no additional items).
+/// runs without them (it follows additional items, unfiltered, as
+/// Velero's finalize does).
 pub(super) struct FirstPassParts {
     work: Arc<BlockWork>,
     filter: BackupFilter,

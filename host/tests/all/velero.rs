@@ -378,22 +378,7 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     let client = client(server, User::Admin).await;
     install_crds(&tools, &client).await;
     iar_apiserver::create_namespace(&client, "velero").await;
-    // Velero's restore reads this Deployment (its pod volume restore
-    // action looks the server up); nothing needs to run in it.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "velero");
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "velero", "namespace": "velero"},
-                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "velero"}},
-                    "template": {"metadata": {"labels": {"app": "velero"}},
-                        "spec": {"containers": [{"name": "velero", "image": "velero/velero:v1.18.3"}]}}}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    velero_deployment(&client, "velero").await;
     let bsl = resource(
         "velero.io",
         "v1",
@@ -857,6 +842,65 @@ async fn bound_claim_with_snapshot(client: &kube::Client, namespace: &str, backu
     .await;
 }
 
+/// Waits until the server started at `since` has validated the default
+/// location as Available (the status may still be an earlier server's): a
+/// Backup created before that fails validation.
+pub(crate) async fn wait_location_available(
+    client: &kube::Client,
+    velero_ns: &str,
+    since: std::time::SystemTime,
+    log: &Path,
+) {
+    let bsls: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        velero_ns,
+        &resource(
+            "velero.io",
+            "v1",
+            "BackupStorageLocation",
+            "backupstoragelocations",
+        ),
+    );
+    wait_for_or_log(
+        "the location to be Available",
+        log,
+        Duration::from_secs(60),
+        || {
+            let bsls = bsls.clone();
+            async move {
+                bsls.get("default").await.ok().filter(|b| {
+                    let validated = b.data["status"]["lastValidationTime"]
+                        .as_str()
+                        .and_then(|t| humantime::parse_rfc3339(t).ok());
+                    b.data["status"]["phase"] == "Available"
+                        && validated.is_some_and(|t| t >= since)
+                })
+            }
+        },
+    )
+    .await;
+}
+
+/// A scaled-down Deployment named `velero` in Velero's namespace: Velero's
+/// restore looks its server up (the pod volume restore action); nothing
+/// needs to run in it.
+pub(crate) async fn velero_deployment(client: &kube::Client, velero_ns: &str) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), velero_ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "velero", "namespace": velero_ns},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "velero"}},
+                    "template": {"metadata": {"labels": {"app": "velero"}},
+                        "spec": {"containers": [{"name": "velero", "image": "velero/velero:v1.18.3"}]}}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
 /// Creates a Velero Backup of `namespace` and waits for it to end.
 pub(crate) async fn velero_backup(
     client: &kube::Client,
@@ -986,7 +1030,10 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         );
     }
     let log = work.path().join("velero-server.log");
+    velero_deployment(&client, velero_ns).await;
+    let since = std::time::SystemTime::now() - Duration::from_secs(1);
     let velero = velero_server(&tools, server, work.path(), velero_ns, "");
+    wait_location_available(&client, velero_ns, since, &log).await;
 
     let status = velero_backup(&client, velero_ns, "via-velero", app, &log).await;
     let bucket = work.path().join("s3").join(BUCKET).join("backups");
@@ -1037,6 +1084,61 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "{operations}"
     );
     assert_eq!(op["status"]["phase"], "Completed", "{operations}");
+
+    // Velero restores the backup iar's plugins took part in (into a new
+    // namespace: the test API server runs no namespace controller, so the
+    // old one cannot be deleted).
+    let restore = resource("velero.io", "v1", "Restore", "restores");
+    create(
+        &client,
+        &restore,
+        velero_ns,
+        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
+            "metadata": {"name": "via-velero-1", "namespace": velero_ns},
+            "spec": {"backupName": "via-velero",
+                "namespaceMapping": {app: format!("{app}-restored")},
+                "includedResources": ["configmaps"]}}),
+    )
+    .await;
+    let restores: Api<DynamicObject> = Api::namespaced_with(client.clone(), velero_ns, &restore);
+    let done = wait_for_or_log("the restore to end", &log, Duration::from_secs(120), || {
+        let restores = restores.clone();
+        async move {
+            restores
+                .get_opt("via-velero-1")
+                .await
+                .ok()
+                .flatten()
+                .filter(|r| {
+                    matches!(
+                        r.data["status"]["phase"].as_str(),
+                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
+                    )
+                })
+        }
+    })
+    .await;
+    let results = gunzip(
+        &work
+            .path()
+            .join("s3")
+            .join(BUCKET)
+            .join("restores/via-velero-1/restore-via-velero-1-results.gz"),
+    );
+    assert_eq!(
+        done.data["status"]["phase"], "Completed",
+        "{}\n{results}",
+        done.data["status"]
+    );
+    let restored = Api::<ConfigMap>::namespaced(client.clone(), &format!("{app}-restored"))
+        .get("app-config")
+        .await
+        .unwrap();
+    assert_eq!(
+        restored.metadata.labels.as_ref().unwrap()["via"],
+        "iar-in-velero"
+    );
+    assert_eq!(restored.data.unwrap()["mode"], "strict");
     drop(velero);
 
     // A hostile plugin, added later: Velero lists plugins when it starts,
@@ -1044,7 +1146,9 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     std::fs::copy(iar_tests::artifacts::HOSTILE, image.join("crash.wasm")).unwrap();
     std::fs::write(image.join("crash.yaml"), "config: {behavior: panic}\n").unwrap();
     assert!(install().contains("iar.dev/crash"));
+    let since = std::time::SystemTime::now() - Duration::from_secs(1);
     let mut velero = velero_server(&tools, server, work.path(), velero_ns, "");
+    wait_location_available(&client, velero_ns, since, &log).await;
     let status = velero_backup(&client, velero_ns, "hostile", app, &log).await;
     assert_eq!(
         status["status"]["phase"], "PartiallyFailed",
