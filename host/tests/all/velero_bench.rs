@@ -110,6 +110,7 @@ struct Bench {
     _s3: Running,
     velero_ns: &'static str,
     app: &'static str,
+    objects: usize,
 }
 
 async fn bench(velero_ns: &'static str, app: &'static str, objects: usize) -> Option<Bench> {
@@ -169,6 +170,7 @@ async fn bench(velero_ns: &'static str, app: &'static str, objects: usize) -> Op
         _s3: s3,
         velero_ns,
         app,
+        objects,
     })
 }
 
@@ -251,6 +253,10 @@ impl Bench {
         if status["status"]["phase"] != "Completed" {
             panic!("{}\n{}", status["status"], tail(&log));
         }
+        let backed_up = status["status"]["progress"]["itemsBackedUp"]
+            .as_u64()
+            .unwrap_or_default();
+        assert!(backed_up > self.objects as u64, "{}", status["status"]);
         let entries = tarball(
             &self
                 .work
@@ -366,6 +372,23 @@ impl Bench {
             "{}",
             done.data["status"]
         );
+        let backed_up = done.data["status"]["progress"]["itemsBackedUp"]
+            .as_u64()
+            .unwrap_or_default();
+        assert!(backed_up > self.objects as u64, "{}", done.data["status"]);
+        let entries = tarball(
+            &self
+                .work
+                .path()
+                .join(format!("s3/iar/backups/{name}/{name}.tar.gz")),
+        );
+        let sample = entry(
+            &entries,
+            &format!("resources/configmaps/namespaces/{}/cm-00000.json", self.app),
+        );
+        if plugin == Plugin::Wasm {
+            assert_eq!(sample["metadata"]["labels"]["team"], "payments");
+        }
         drop(controller);
         (wall, peak)
     }
