@@ -459,10 +459,11 @@ async fn a_failing_store_loses_nothing_already_persisted_and_reports_the_error()
     let local = object_store_local(store_dir.path());
     let faulty = Arc::new(FaultyStore::new(local));
     let store = BackupStore::from_object_store(faulty.clone(), "faulty://test");
-    // The lease and the conditional create of the object, New and
-    // InProgress (3 writes each), then the store fails: recording Failed
-    // fails too, and so does releasing the lease.
-    faulty.fail_after(8);
+    // The probe of conditional creates (2 puts), the lease and the
+    // conditional create of the object, New and InProgress (3 writes each),
+    // then the store fails: recording Failed fails too, and so does
+    // releasing the lease.
+    faulty.fail_after(10);
     let mut c = controller(example_plugins(), store.clone(), &cluster);
     c.settings.lease_duration = Duration::from_millis(300);
     let err = c

@@ -137,7 +137,10 @@ fn the_contract_version_is_read_from_the_component() {
     );
     assert_eq!(
         plugin.applies_to().included_resources,
-        ["persistentvolumeclaims"]
+        [
+            "persistentvolumeclaims",
+            "volumesnapshots.snapshot.storage.k8s.io"
+        ]
     );
 }
 
