@@ -507,6 +507,9 @@ fn two_processes_never_drive_one_backup() {
     );
 
     // A resume while the winner lives is refused, naming it and its expiry.
+    // The resumer's own lease is longer than the winner's: on a loaded CI
+    // machine a 2 s lease once expired unrenewed mid-resume (the fence then
+    // failed the backup, as it must); the test is about the winner's.
     let resume = || {
         iar_command(&[
             "resume",
@@ -518,7 +521,7 @@ fn two_processes_never_drive_one_backup() {
             "--sync-period",
             "100ms",
             "--lease-duration",
-            "2s",
+            "10s",
         ])
         .output()
         .expect("running iar resume")
