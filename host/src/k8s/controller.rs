@@ -6,7 +6,7 @@ use super::crd::Backup;
 use super::exec::PodExecRunner;
 use super::leader::{Elector, LeaderError};
 use super::live::LiveCluster;
-use super::plugins::{PluginRegistry, WatchOptions, watch_with};
+use super::plugins::{PluginRegistry, WatchOptions, watch_forever};
 use super::reconcile::{Context, error_policy, reconcile};
 use super::resource::patch_status;
 use super::serve::{Health, serve};
@@ -126,22 +126,13 @@ pub async fn run(
         let (client, namespace) = (client.clone(), options.namespace.clone());
         let (runtime, registry) = (plugins.runtime.clone(), plugins.registry.clone());
         let watch_options = plugins.watch.clone();
-        tokio::spawn(async move {
-            loop {
-                let watched = watch_with(
-                    client.clone(),
-                    namespace.clone(),
-                    runtime.clone(),
-                    registry.clone(),
-                    watch_options.clone(),
-                )
-                .await;
-                tracing::error!(
-                    "watching plugin ConfigMaps ended ({watched:?}); restarting in 5 s"
-                );
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
+        tokio::spawn(watch_forever(
+            client,
+            namespace,
+            runtime,
+            registry,
+            watch_options,
+        ));
     }
     let registry = plugins.registry.clone();
     let store_url = options.store.url().to_string();

@@ -97,7 +97,7 @@ const CONFIGMAP_SYNC: std::time::Duration = std::time::Duration::from_secs(60);
 async fn configmap_plugins(
     runtime: &Runtime,
 ) -> anyhow::Result<Option<Arc<crate::k8s::plugins::PluginRegistry>>> {
-    use crate::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions, watch_with};
+    use crate::k8s::plugins::{GrantPolicy, PluginRegistry, WatchOptions, watch_forever};
     let Some(namespace) = std::env::var(NAMESPACE_ENV)
         .or_else(|_| std::env::var("VELERO_NAMESPACE"))
         .ok()
@@ -120,23 +120,13 @@ async fn configmap_plugins(
         grant_policy,
         ..WatchOptions::default()
     };
-    {
-        let (registry, runtime) = (registry.clone(), runtime.clone());
-        tokio::spawn(async move {
-            loop {
-                let watched = watch_with(
-                    client.clone(),
-                    namespace.clone(),
-                    runtime.clone(),
-                    registry.clone(),
-                    options.clone(),
-                )
-                .await;
-                tracing::error!("watching plugin ConfigMaps ended ({watched:?}); again in 5 s");
-                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-            }
-        });
-    }
+    tokio::spawn(watch_forever(
+        client,
+        namespace,
+        runtime.clone(),
+        registry.clone(),
+        options,
+    ));
     if tokio::time::timeout(CONFIGMAP_SYNC, registry.wait_synced())
         .await
         .is_err()

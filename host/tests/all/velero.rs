@@ -379,25 +379,7 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     install_crds(&tools, &client).await;
     iar_apiserver::create_namespace(&client, "velero").await;
     velero_deployment(&client, "velero").await;
-    let bsl = resource(
-        "velero.io",
-        "v1",
-        "BackupStorageLocation",
-        "backupstoragelocations",
-    );
-    create(
-        &client,
-        &bsl,
-        "velero",
-        json!({
-            "apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
-            "metadata": {"name": "default", "namespace": "velero"},
-            "spec": {"provider": "aws", "default": true,
-                "objectStorage": {"bucket": BUCKET},
-                "config": {"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}
-        }),
-    )
-    .await;
+    create_location(&client, "velero", &endpoint).await;
     // Velero's CSI support reads the three snapshot kinds.
     crate::controller::install_crds(&client).await;
     install_snapshot_crds(&client).await;
@@ -472,53 +454,22 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     let logs = velero_cli(&["backup", "logs", "nightly"]);
     assert!(logs.contains("items selected by the spec"), "{logs}");
 
-    let restore = resource("velero.io", "v1", "Restore", "restores");
-    create(
+    let s3_root = work.path().join("s3");
+    let (status, results) = velero_restore(
         &client,
-        &restore,
         "velero",
-        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
-            "metadata": {"name": "nightly-1", "namespace": "velero"},
-            "spec": {"backupName": "nightly"}}),
+        "nightly-1",
+        json!({"backupName": "nightly"}),
+        &s3_root,
+        &log,
     )
     .await;
-    let restores: Api<DynamicObject> = Api::namespaced_with(client.clone(), "velero", &restore);
-    let done = wait_for_or_log("the restore to end", &log, Duration::from_secs(120), || {
-        let restores = restores.clone();
-        async move {
-            restores
-                .get_opt("nightly-1")
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| {
-                    matches!(
-                        r.data["status"]["phase"].as_str(),
-                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
-                    )
-                })
-        }
-    })
-    .await;
-    // versitygw keeps each object as a file: Velero's restore results.
-    let results = gunzip(
-        &work
-            .path()
-            .join("s3")
-            .join(BUCKET)
-            .join("restores/nightly-1/restore-nightly-1-results.gz"),
-    );
     assert_eq!(
-        done.data["status"]["phase"], "Completed",
+        status["phase"], "Completed",
         "restore status {}\nrestore results: {results}",
-        done.data["status"],
+        status,
     );
-    assert_eq!(
-        done.data["status"].get("errors"),
-        None,
-        "{}",
-        done.data["status"]
-    );
+    assert_eq!(status.get("errors"), None, "{}", status);
 
     // What came back: the Namespace with its labels (from its own object),
     // the ConfigMap as the plugin left it, the Service and the Deployment.
@@ -550,49 +501,20 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     // With EnableCSI, Velero restores iar's VolumeSnapshot as a static one
     // bound to a VolumeSnapshotContent it recreates from the backed-up
     // content's snapshot handle (it refuses a snapshot without one).
-    create(
+    let (status, results) = velero_restore(
         &client,
-        &restore,
         "velero",
-        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
-            "metadata": {"name": "demo-csi", "namespace": "velero"},
-            "spec": {"backupName": "demo",
-                "includedResources": ["volumesnapshots.snapshot.storage.k8s.io"]}}),
-    )
-    .await;
-    let done = wait_for_or_log(
-        "the CSI restore to end",
+        "demo-csi",
+        json!({"backupName": "demo",
+            "includedResources": ["volumesnapshots.snapshot.storage.k8s.io"]}),
+        &s3_root,
         &log,
-        Duration::from_secs(120),
-        || {
-            let restores = restores.clone();
-            async move {
-                restores
-                    .get_opt("demo-csi")
-                    .await
-                    .ok()
-                    .flatten()
-                    .filter(|r| {
-                        matches!(
-                            r.data["status"]["phase"].as_str(),
-                            Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
-                        )
-                    })
-            }
-        },
     )
     .await;
-    let results = gunzip(
-        &work
-            .path()
-            .join("s3")
-            .join(BUCKET)
-            .join("restores/demo-csi/restore-demo-csi-results.gz"),
-    );
     assert_eq!(
-        done.data["status"]["phase"], "Completed",
+        status["phase"], "Completed",
         "restore status {}\nrestore results: {results}",
-        done.data["status"],
+        status,
     );
     let snapshots: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -901,6 +823,88 @@ pub(crate) async fn velero_deployment(client: &kube::Client, velero_ns: &str) {
         .unwrap();
 }
 
+/// Waits for a Velero Backup or Restore (`ar`) named `name` to end
+/// (Completed, PartiallyFailed, Failed or FailedValidation); the whole
+/// object.
+pub(crate) async fn wait_ended(
+    client: &kube::Client,
+    velero_ns: &str,
+    ar: &ApiResource,
+    name: &str,
+    log: &Path,
+) -> DynamicObject {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), velero_ns, ar);
+    wait_for_or_log(
+        &format!("Velero {} {name} to end", ar.kind),
+        log,
+        Duration::from_secs(180),
+        || {
+            let api = api.clone();
+            async move {
+                api.get_opt(name).await.ok().flatten().filter(|o| {
+                    matches!(
+                        o.data["status"]["phase"].as_str(),
+                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
+                    )
+                })
+            }
+        },
+    )
+    .await
+}
+
+/// Velero's default BackupStorageLocation in `velero_ns`: the test bucket
+/// on the S3 server at `endpoint`.
+pub(crate) async fn create_location(client: &kube::Client, velero_ns: &str, endpoint: &str) {
+    create(
+        client,
+        &resource(
+            "velero.io",
+            "v1",
+            "BackupStorageLocation",
+            "backupstoragelocations",
+        ),
+        velero_ns,
+        json!({
+            "apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
+            "metadata": {"name": "default", "namespace": velero_ns},
+            "spec": {"provider": "aws", "default": true,
+                "objectStorage": {"bucket": BUCKET},
+                "config": {"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}
+        }),
+    )
+    .await;
+}
+
+/// Creates a Velero Restore with `spec` and waits for it to end: its
+/// status, and its results file as Velero wrote it to the bucket (versitygw
+/// keeps each object as a file under `s3_root`).
+pub(crate) async fn velero_restore(
+    client: &kube::Client,
+    velero_ns: &str,
+    name: &str,
+    spec: Value,
+    s3_root: &Path,
+    log: &Path,
+) -> (Value, String) {
+    let ar = resource("velero.io", "v1", "Restore", "restores");
+    create(
+        client,
+        &ar,
+        velero_ns,
+        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
+            "metadata": {"name": name, "namespace": velero_ns}, "spec": spec}),
+    )
+    .await;
+    let done = wait_ended(client, velero_ns, &ar, name, log).await;
+    let results = gunzip(
+        &s3_root
+            .join(BUCKET)
+            .join(format!("restores/{name}/restore-{name}-results.gz")),
+    );
+    (done.data["status"].clone(), results)
+}
+
 /// Creates a Velero Backup of `namespace` and waits for it to end.
 pub(crate) async fn velero_backup(
     client: &kube::Client,
@@ -920,25 +924,7 @@ pub(crate) async fn velero_backup(
                 "storageLocation": "default", "ttl": "24h0m0s"}}),
     )
     .await;
-    let backups: Api<DynamicObject> = Api::namespaced_with(client.clone(), velero_ns, &ar);
-    let done = wait_for_or_log(
-        &format!("Velero backup {name} to end"),
-        log,
-        Duration::from_secs(180),
-        || {
-            let backups = backups.clone();
-            async move {
-                backups.get_opt(name).await.ok().flatten().filter(|b| {
-                    matches!(
-                        b.data["status"]["phase"].as_str(),
-                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
-                    )
-                })
-            }
-        },
-    )
-    .await;
-    done.data
+    wait_ended(client, velero_ns, &ar, name, log).await.data
 }
 
 /// A Velero server runs iar's wasm plugins through the `iar` binary in its
@@ -970,24 +956,7 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     )
     .await;
     bound_claim_with_snapshot(&client, app, "via-velero").await;
-    create(
-        &client,
-        &resource(
-            "velero.io",
-            "v1",
-            "BackupStorageLocation",
-            "backupstoragelocations",
-        ),
-        velero_ns,
-        json!({
-            "apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
-            "metadata": {"name": "default", "namespace": velero_ns},
-            "spec": {"provider": "aws", "default": true,
-                "objectStorage": {"bucket": BUCKET},
-                "config": {"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}
-        }),
-    )
-    .await;
+    create_location(&client, velero_ns, &endpoint).await;
 
     // Velero's plugin directory, filled as deploy/velero/'s init container
     // fills it: `iar plugin velero-install` copies the binary and the wasm
@@ -1088,48 +1057,18 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     // Velero restores the backup iar's plugins took part in (into a new
     // namespace: the test API server runs no namespace controller, so the
     // old one cannot be deleted).
-    let restore = resource("velero.io", "v1", "Restore", "restores");
-    create(
+    let (status, results) = velero_restore(
         &client,
-        &restore,
         velero_ns,
-        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
-            "metadata": {"name": "via-velero-1", "namespace": velero_ns},
-            "spec": {"backupName": "via-velero",
-                "namespaceMapping": {app: format!("{app}-restored")},
-                "includedResources": ["configmaps"]}}),
+        "via-velero-1",
+        json!({"backupName": "via-velero",
+            "namespaceMapping": {app: format!("{app}-restored")},
+            "includedResources": ["configmaps"]}),
+        &work.path().join("s3"),
+        &log,
     )
     .await;
-    let restores: Api<DynamicObject> = Api::namespaced_with(client.clone(), velero_ns, &restore);
-    let done = wait_for_or_log("the restore to end", &log, Duration::from_secs(120), || {
-        let restores = restores.clone();
-        async move {
-            restores
-                .get_opt("via-velero-1")
-                .await
-                .ok()
-                .flatten()
-                .filter(|r| {
-                    matches!(
-                        r.data["status"]["phase"].as_str(),
-                        Some("Completed" | "PartiallyFailed" | "Failed" | "FailedValidation")
-                    )
-                })
-        }
-    })
-    .await;
-    let results = gunzip(
-        &work
-            .path()
-            .join("s3")
-            .join(BUCKET)
-            .join("restores/via-velero-1/restore-via-velero-1-results.gz"),
-    );
-    assert_eq!(
-        done.data["status"]["phase"], "Completed",
-        "{}\n{results}",
-        done.data["status"]
-    );
+    assert_eq!(status["phase"], "Completed", "{}\n{results}", status);
     let restored = Api::<ConfigMap>::namespaced(client.clone(), &format!("{app}-restored"))
         .get("app-config")
         .await

@@ -143,24 +143,7 @@ async fn bench(velero_ns: &'static str, app: &'static str, objects: usize) -> Op
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
-    create(
-        &client,
-        &resource(
-            "velero.io",
-            "v1",
-            "BackupStorageLocation",
-            "backupstoragelocations",
-        ),
-        velero_ns,
-        json!({
-            "apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
-            "metadata": {"name": "default", "namespace": velero_ns},
-            "spec": {"provider": "aws", "default": true,
-                "objectStorage": {"bucket": BUCKET},
-                "config": {"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}
-        }),
-    )
-    .await;
+    create_location(&client, velero_ns, &endpoint).await;
     Some(Bench {
         server,
         tools,

@@ -20,5 +20,6 @@ pub use policy::GrantPolicy;
 pub use registry::{PluginRegistry, PluginSet};
 pub use status::Status;
 pub use watcher::{
-    DEFAULT_COMPILE_TIMEOUT, DEFAULT_READ_TIMEOUT, WatchError, WatchOptions, watch, watch_with,
+    DEFAULT_COMPILE_TIMEOUT, DEFAULT_READ_TIMEOUT, WatchError, WatchOptions, watch, watch_forever,
+    watch_with,
 };

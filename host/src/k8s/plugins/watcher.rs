@@ -68,6 +68,29 @@ impl Default for WatchOptions {
     }
 }
 
+/// [`watch_with`] for as long as the process runs: when the watch ends
+/// (its error is logged), it starts again 5 s later.
+pub async fn watch_forever(
+    client: kube::Client,
+    namespace: String,
+    runtime: Runtime,
+    registry: Arc<PluginRegistry>,
+    options: WatchOptions,
+) {
+    loop {
+        let watched = watch_with(
+            client.clone(),
+            namespace.clone(),
+            runtime.clone(),
+            registry.clone(),
+            options.clone(),
+        )
+        .await;
+        tracing::error!("watching plugin ConfigMaps ended ({watched:?}); restarting in 5 s");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
 /// Runs until the future is dropped: watches ConfigMaps labelled
 /// `iar.dev/plugin` in `namespace` (and Velero plugin-config ConfigMaps),
 /// loads/reloads/unloads plugins into `registry`.
