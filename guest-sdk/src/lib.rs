@@ -25,6 +25,15 @@
 //! `progress` and `cancel` have defaults that answer "this plugin starts no
 //! operations", so a plugin that only mutates items implements two functions.
 //!
+//! # Creating what an operation tracks (contract 1.2.0)
+//!
+//! [`create`] creates an object in the cluster (a VolumeSnapshot, as
+//! Velero's CSI action does) and [`delete`] deletes one this plugin
+//! created. Both need the operator's write grant (`allowWrite` in the
+//! plugin's settings); name the object deterministically (the item and
+//! the backup, or [`object_name`]), so that a retried `execute` finds the
+//! object it already created. [`list`] finds objects by their labels.
+//!
 //! # Item blocks (contract 1.1.0)
 //!
 //! A plugin may also (or only) say which items must be backed up in the same
@@ -52,11 +61,13 @@
 //! iar_sdk::export_block_action!(SettingsOfPods);
 //! ```
 
+mod cluster;
 mod export;
 mod host;
 mod item;
 mod output;
 
+pub use cluster::{create, delete, list, object_name};
 pub use host::{cluster_get, cluster_get_as, config, log};
 pub use item::{Backup, Item, Phase, ResourceId};
 pub use output::{Error, Output, Progress, Result, Selector, Timestamp};
@@ -116,6 +127,22 @@ pub mod bindings_v1_1 {
         pub_export_macro: true,
         export_macro_name: "__export_iar_plugin_v1_1",
         default_bindings_module: "::iar_sdk::bindings_v1_1",
+    });
+}
+
+/// Generated bindings for `iar:plugin@1.2.0`'s `cluster-write` and
+/// `cluster-list` imports (world `cluster-writer`), beside the exports of
+/// any version: a plugin that calls [`create`], [`delete`] or [`list`]
+/// imports them; one that does not imports neither.
+#[doc(hidden)]
+pub mod bindings_v1_2 {
+    wit_bindgen::generate!({
+        path: "wit/v1.2",
+        world: "iar:plugin/cluster-writer",
+        with: {
+            "iar:plugin/types@1.2.0": crate::bindings::iar::plugin::types,
+        },
+        default_bindings_module: "::iar_sdk::bindings_v1_2",
     });
 }
 

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+pub mod overlay;
+pub mod writes;
+
 /// Why a cluster could not answer. What a plugin sees of it is its text;
 /// the host keeps the cause.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +57,9 @@ pub enum ClusterError {
     /// This cluster cannot list its objects.
     #[error("this cluster cannot list its objects")]
     CannotList,
+    /// A list that would hold more objects than a plugin may be given.
+    #[error("listing {what}: more than {limit} objects match; narrow the label selector")]
+    TooMany { what: String, limit: usize },
     /// A thread panicked while holding the manifest cache.
     #[error("the manifest cache is poisoned (a lookup panicked)")]
     Poisoned,
@@ -64,6 +70,13 @@ pub enum ClusterError {
     /// A cluster's own refusal, as text (test and authoring clusters).
     #[error("{0}")]
     Refused(String),
+    /// This cluster takes no writes (no cluster at all, a plain directory
+    /// of manifests without an overlay).
+    #[error(
+        "this cluster cannot be written to (rule: {})",
+        writes::rule::READ_ONLY
+    )]
+    ReadOnly,
 }
 
 impl ClusterError {
@@ -79,7 +92,7 @@ impl ClusterError {
 /// up, and post-operation items when finalizing. A directory of manifests
 /// ([`ManifestCluster`]) or a live API server (`k8s::live::LiveCluster`).
 #[async_trait::async_trait]
-pub trait ClusterReader: Send + Sync {
+pub trait ClusterReader: ClusterWriter + Send + Sync {
     /// `Ok(None)` when the object does not exist. Called from blocking
     /// threads (plugin calls); async code calls [`ClusterReader::get_async`].
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError>;
@@ -135,9 +148,68 @@ pub trait ClusterReader: Send + Sync {
         self.get(id)?.map(to_item).transpose()
     }
 
+    /// The objects of `gr` in `namespace` ("" for all) whose labels match
+    /// `selector`, as JSON text, sorted by namespace and name; more than
+    /// `limit` is [`ClusterError::TooMany`]. For a plugin's `cluster-list`.
+    fn list_within(
+        &self,
+        gr: &GroupResource,
+        namespace: &str,
+        selector: &crate::select::labels::LabelSelector,
+        limit: usize,
+        budget: std::time::Duration,
+    ) -> Result<Vec<Arc<str>>, ClusterError> {
+        let _ = (gr, namespace, selector, limit, budget);
+        Err(ClusterError::CannotList)
+    }
+
+    /// [`ClusterWriter::delete_within`] for async callers (deleting what a
+    /// backup's plugins created, when the backup is deleted or canceled).
+    async fn delete_async(&self, id: &ItemRef, uid: &str) -> Result<bool, ClusterError> {
+        self.delete_within(id, uid, std::time::Duration::from_secs(30))
+    }
+
     /// [`ClusterReader::get_item`] for async callers (finalize).
     async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
         self.get_async(id).await?.map(to_item).transpose()
+    }
+}
+
+/// What a create found: the object it created, or one of the same name that
+/// was already there (the caller decides whether that one is the writer's
+/// own, created by an earlier try).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Created {
+    New(Value),
+    Existing(Value),
+}
+
+/// The writes a plugin's `cluster-write` makes, checked by
+/// [`writes`] before they get here. A cluster that cannot be written
+/// refuses them (the defaults).
+pub trait ClusterWriter: Send + Sync {
+    /// Creates `object` as `id`; an object of that name already there is
+    /// [`Created::Existing`], not an error. Gives up after `budget`.
+    fn create_within(
+        &self,
+        id: &ItemRef,
+        object: Value,
+        budget: std::time::Duration,
+    ) -> Result<Created, ClusterError> {
+        let _ = (id, object, budget);
+        Err(ClusterError::ReadOnly)
+    }
+
+    /// Deletes `id` if its uid is still `uid`; `Ok(false)` when it is gone
+    /// (or was replaced by another object of the same name, which stays).
+    fn delete_within(
+        &self,
+        id: &ItemRef,
+        uid: &str,
+        budget: std::time::Duration,
+    ) -> Result<bool, ClusterError> {
+        let _ = (id, uid, budget);
+        Err(ClusterError::ReadOnly)
     }
 }
 
@@ -145,8 +217,10 @@ fn to_item(value: Value) -> Result<Item, ClusterError> {
     Ok(Item::from_value(value, Catalog::builtin())?)
 }
 
-/// No cluster at all: every lookup finds nothing.
+/// No cluster at all: every lookup finds nothing, and nothing is written.
 pub struct NoCluster;
+
+impl ClusterWriter for NoCluster {}
 
 #[async_trait::async_trait]
 impl ClusterReader for NoCluster {
@@ -155,6 +229,17 @@ impl ClusterReader for NoCluster {
     }
 
     async fn list(&self, _filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
+        Ok(Vec::new())
+    }
+
+    fn list_within(
+        &self,
+        _gr: &GroupResource,
+        _namespace: &str,
+        _selector: &crate::select::labels::LabelSelector,
+        _limit: usize,
+        _budget: std::time::Duration,
+    ) -> Result<Vec<Arc<str>>, ClusterError> {
         Ok(Vec::new())
     }
 }
@@ -257,7 +342,12 @@ pub const MISS_RESCAN: std::time::Duration = std::time::Duration::from_millis(25
 /// one plays the part of a controller (a VolumeSnapshot becoming ready); a
 /// parse cache keyed by mtime and length keeps a lookup to a few `stat`s.
 pub struct ManifestCluster {
+    /// The sources: what `list` lists.
     paths: Vec<PathBuf>,
+    /// The sources and the overlay: what lookups read.
+    lookup_paths: Vec<PathBuf>,
+    /// Where created objects go ([`overlay`]); none: writes are refused.
+    overlay: Option<PathBuf>,
     catalog: &'static Catalog,
     cache: RwLock<Cache>,
 }
@@ -377,10 +467,27 @@ impl Cache {
 impl ManifestCluster {
     pub fn new(paths: Vec<PathBuf>) -> Self {
         ManifestCluster {
+            lookup_paths: paths.clone(),
             paths,
+            overlay: None,
             catalog: Catalog::builtin(),
             cache: RwLock::new(Cache::default()),
         }
+    }
+
+    /// Objects plugins create go to `dir` (made on the first create), and
+    /// lookups read it after the sources; `list` does not (what a backup
+    /// lists is its sources). See [`overlay`].
+    pub fn with_overlay(mut self, dir: PathBuf) -> Self {
+        self.lookup_paths = self.paths.clone();
+        self.lookup_paths.push(dir.clone());
+        self.overlay = Some(dir);
+        self
+    }
+
+    /// The overlay directory, if writes go to one.
+    pub fn overlay(&self) -> Option<&Path> {
+        self.overlay.as_deref()
     }
 
     /// How many lookups that missed re-checked every file.
@@ -436,7 +543,7 @@ impl ManifestCluster {
         // file is re-read so that concurrent lookups do not parse it twice
         // (atomicity is the point: listing, files and index change together).
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
-        let relisted = cache.update_listing(&self.paths)?;
+        let relisted = cache.update_listing(&self.lookup_paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some((file, _)) = cache.index.get(id).cloned()
             && cache.all_set.contains(&file)
@@ -474,6 +581,74 @@ impl ManifestCluster {
     }
 }
 
+impl ClusterWriter for ManifestCluster {
+    /// Into the overlay, with the uid and creation time an API server
+    /// would give it.
+    fn create_within(
+        &self,
+        id: &ItemRef,
+        mut object: Value,
+        _budget: std::time::Duration,
+    ) -> Result<Created, ClusterError> {
+        let Some(dir) = &self.overlay else {
+            return Err(ClusterError::ReadOnly);
+        };
+        if let Some(existing) = self.get(id)? {
+            return Ok(Created::Existing(existing));
+        }
+        let now = SystemTime::now();
+        let since = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let uid = {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(format!("{id}@{}", since.as_nanos()).as_bytes());
+            let h = hex::encode(&digest[..16]);
+            format!(
+                "{}-{}-{}-{}-{}",
+                &h[..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            )
+        };
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("uid".into(), Value::String(uid));
+            meta.insert(
+                "creationTimestamp".into(),
+                Value::String(humantime::format_rfc3339_seconds(now).to_string()),
+            );
+        }
+        if overlay::create(dir, id, &object)? {
+            Ok(Created::New(object))
+        } else {
+            // Another writer got there first: its object, as written.
+            Ok(Created::Existing(self.get(id)?.unwrap_or(object)))
+        }
+    }
+
+    /// Only from the overlay: the sources are the operator's, never a
+    /// plugin's to delete.
+    fn delete_within(
+        &self,
+        id: &ItemRef,
+        uid: &str,
+        _budget: std::time::Duration,
+    ) -> Result<bool, ClusterError> {
+        let Some(dir) = &self.overlay else {
+            return Err(ClusterError::ReadOnly);
+        };
+        if !overlay::path_of(dir, id).exists() {
+            return Ok(false);
+        }
+        match self.get(id)? {
+            Some(found) if writes::uid_of(&found) == uid => overlay::delete(dir, id),
+            _ => Ok(false),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl ClusterReader for ManifestCluster {
     /// Every object, in the order `manifests::read_items` gives, read
@@ -488,7 +663,7 @@ impl ClusterReader for ManifestCluster {
         // The write lock is held across the reads, as in `find`: listing,
         // files and index change together.
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
-        cache.update_listing(&self.paths)?;
+        cache.update_listing(&self.lookup_paths)?;
         let mut items = Vec::new();
         for file in &files {
             cache.refresh(file, self.catalog)?;
@@ -522,6 +697,44 @@ impl ClusterReader for ManifestCluster {
 
     async fn get_item_async(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
         self.get_item(id)
+    }
+
+    /// Every file under the sources and the overlay, as they are now.
+    fn list_within(
+        &self,
+        gr: &GroupResource,
+        namespace: &str,
+        selector: &crate::select::labels::LabelSelector,
+        limit: usize,
+        _budget: std::time::Duration,
+    ) -> Result<Vec<Arc<str>>, ClusterError> {
+        // The write lock, as in `find`: listing, files and index change
+        // together.
+        let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
+        cache.update_listing(&self.lookup_paths)?;
+        for file in cache.all.clone() {
+            cache.refresh(&file, self.catalog)?;
+        }
+        let mut found: Vec<&Item> = cache
+            .index
+            .iter()
+            .filter(|(id, (file, _))| {
+                id.group == gr.group
+                    && id.resource == gr.resource
+                    && (namespace.is_empty() || id.namespace == namespace)
+                    && cache.all_set.contains(file)
+            })
+            .filter_map(|(id, _)| cache.lookup(id))
+            .filter(|item| selector.matches(&item.labels()))
+            .collect();
+        if found.len() > limit {
+            return Err(ClusterError::TooMany {
+                what: gr.to_string(),
+                limit,
+            });
+        }
+        found.sort_by(|a, b| (&a.id.namespace, &a.id.name).cmp(&(&b.id.namespace, &b.id.name)));
+        Ok(found.into_iter().map(|item| item.json().clone()).collect())
     }
 
     /// The text each cached object keeps (written on its first lookup):

@@ -42,10 +42,35 @@ pub mod since_v1_1 {
     pub use self::exports::iar::plugin::item_block_action as block_action;
 }
 
+/// Bindings for `iar:plugin@1.2.0` (`wit/v1.2/plugin.wit`): the
+/// `cluster-write` and `cluster-list` imports it adds, alone (world
+/// `cluster-writer`). Its
+/// exports are 1.1.0's: wasmtime finds `item-action@1.2.0` when asked for
+/// `@1.1.0` (semver-compatible names), so `since_v1_1`'s indices load a
+/// 1.2.0 component's exports too.
+pub mod since_v1_2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v1.2",
+        world: "iar:plugin/cluster-writer",
+        with: {
+            "iar:plugin/types": super::since_v1_0::types,
+        },
+        // Both count against the host-call limit and may stop the call.
+        imports: {
+            "iar:plugin/cluster-write.create": trappable,
+            "iar:plugin/cluster-write.delete": trappable,
+            "iar:plugin/cluster-list.list": trappable,
+        },
+    });
+
+    pub use self::iar::plugin::{cluster_list, cluster_write};
+}
+
 /// The newest contract: what code above the boundary names.
 pub mod latest {
     pub use super::since_v1_0::{host, types};
     pub use super::since_v1_1::{action, block_action};
+    pub use super::since_v1_2::{cluster_list, cluster_write};
 }
 
 /// The 1.0.0 bindings under their old name (the sandbox implements
@@ -59,7 +84,7 @@ pub const EXPORT: &str = "item-action";
 /// The item-block-action interface (1.1.0 and later, optional).
 pub const BLOCK_EXPORT: &str = "item-block-action";
 /// Contract versions this host can run, oldest first.
-pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0"];
+pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0", "1.2.0"];
 
 /// The contract interfaces a component exports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

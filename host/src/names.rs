@@ -86,6 +86,28 @@ pub fn object_name(group: &str, resource: &str, name: &str) -> Result<(), String
     }
 }
 
+/// `s` as a label value: itself when it is one (63 characters or fewer of
+/// `[A-Za-z0-9._-]`, alphanumeric at both ends), otherwise `sha256-` and
+/// 40 hex digits of its digest (node names and backup names may be 253
+/// characters long).
+pub fn label_value(s: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let fits = !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if fits {
+        s.to_string()
+    } else {
+        format!(
+            "sha256-{}",
+            &hex::encode(Sha256::digest(s.as_bytes()))[..40]
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

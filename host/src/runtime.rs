@@ -168,6 +168,11 @@ impl Runtime {
             &mut linker,
             |s| s,
         )?;
+        // 1.2.0's cluster-write, for plugins of any 1.x exports that import it.
+        crate::contract::since_v1_2::ClusterWriter::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<State>,
+        >(&mut linker, |s| s)?;
         spawn_epoch_ticker(&engine);
         let (cache_dir, cache_refused) = match config.cache_dir {
             None => (None, None),

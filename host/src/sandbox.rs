@@ -1,7 +1,8 @@
 //! The world a guest runs in: WASI with no ambient rights, bounded stdio,
 //! a memory cap, and the `iar:plugin/host` imports.
 
-use crate::cluster::{ClusterReader, ReadGrants};
+use crate::cluster::writes::{self, CreatedObject, WriteGrants, WriteScope};
+use crate::cluster::{ClusterReader, Created, ReadGrants};
 use crate::contract::MAX_TABLE_ELEMENTS;
 use crate::contract::v1::{host, types};
 use crate::item::ItemRef;
@@ -29,7 +30,7 @@ pub struct MemoryCapExceeded {
 /// A guest made more host calls in one call than its plugin's
 /// `maxHostCalls`. Raised from the host function, so the call traps with it.
 #[derive(Debug, thiserror::Error)]
-#[error("made more than {limit} cluster-get calls in one call")]
+#[error("made more than {limit} cluster calls (cluster-get, create, delete) in one call")]
 pub struct HostCallLimit {
     pub limit: usize,
 }
@@ -234,6 +235,8 @@ pub struct State {
     max_log_lines: usize,
     host_calls: usize,
     max_host_calls: usize,
+    /// The largest object a create may send (the plugin's maxItemBytes).
+    max_item_bytes: usize,
     /// When the current call (or instantiation) started, and how much of
     /// its wall-clock time was spent in host calls: the epoch callback
     /// charges the guest only for the difference.
@@ -248,7 +251,14 @@ pub struct State {
     wall_clock: Duration,
     config: Arc<BTreeMap<String, String>>,
     grants: Arc<ReadGrants>,
+    write_grants: Arc<WriteGrants>,
     cluster: Arc<dyn ClusterReader>,
+    /// Who the current call writes as (plugin, backup, call), set before
+    /// the host enters the guest.
+    pub(crate) write_scope: WriteScope,
+    /// Objects created since the caller last took them, whatever became of
+    /// the call: a trap after a create must not lose the record.
+    pub(crate) created: Vec<CreatedObject>,
 }
 
 impl State {
@@ -259,6 +269,7 @@ impl State {
         limits: &Limits,
         config: Arc<BTreeMap<String, String>>,
         grants: Arc<ReadGrants>,
+        write_grants: Arc<WriteGrants>,
         cluster: Arc<dyn ClusterReader>,
     ) -> State {
         let stdout = GuestOutput::new(limits.max_stdio_bytes);
@@ -286,6 +297,7 @@ impl State {
             max_log_lines: limits.max_log_lines,
             host_calls: 0,
             max_host_calls: limits.max_host_calls,
+            max_item_bytes: limits.max_item_bytes,
             call_started: Instant::now(),
             host_time: Duration::ZERO,
             in_host_since: None,
@@ -294,7 +306,10 @@ impl State {
             wall_clock: limits.wall_clock_ceiling(),
             config,
             grants,
+            write_grants,
             cluster,
+            write_scope: WriteScope::default(),
+            created: Vec::new(),
         }
     }
 }
@@ -484,19 +499,8 @@ impl host::Host for State {
         &mut self,
         id: types::ResourceIdentifier,
     ) -> wasmtime::Result<Result<Option<String>, String>> {
-        self.host_calls += 1;
-        if self.host_calls > self.max_host_calls {
-            return Err(HostCallLimit {
-                limit: self.max_host_calls,
-            }
-            .into());
-        }
-        let id = ItemRef {
-            group: id.group,
-            resource: id.resource,
-            namespace: id.namespace,
-            name: id.name,
-        };
+        self.count_host_call()?;
+        let id = to_ref(id);
         // Checked before the grant and before any lookup: the grant looks
         // at the group and resource only, and every part reaches a URL.
         if let Err(part) = crate::identifier::check(&id) {
@@ -525,6 +529,182 @@ impl host::Host for State {
             return Err(self.past_ceiling());
         }
         Ok(answer)
+    }
+}
+
+fn to_ref(id: types::ResourceIdentifier) -> ItemRef {
+    ItemRef {
+        group: id.group,
+        resource: id.resource,
+        namespace: id.namespace,
+        name: id.name,
+    }
+}
+
+impl State {
+    /// Counts one host call against `maxHostCalls`; past it the call traps.
+    fn count_host_call(&mut self) -> wasmtime::Result<()> {
+        self.host_calls += 1;
+        if self.host_calls > self.max_host_calls {
+            return Err(HostCallLimit {
+                limit: self.max_host_calls,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// What is left of the call's ceiling for one cluster request; none:
+    /// the call stops.
+    fn budget(&self) -> wasmtime::Result<Duration> {
+        self.wall_left().ok_or_else(|| self.past_ceiling())
+    }
+
+    fn identifier(what: &str, id: &ItemRef) -> Result<(), String> {
+        crate::identifier::check(id)
+            .map_err(|part| format!("{what} refused: {part} (rule: {})", crate::identifier::RULE))
+    }
+
+    fn create(&mut self, id: &ItemRef, object: &str) -> wasmtime::Result<Result<String, String>> {
+        if let Err(e) = Self::identifier("create", id) {
+            return Ok(Err(e));
+        }
+        let object = match writes::prepare_create(
+            &self.write_scope,
+            &self.write_grants,
+            id,
+            object,
+            self.max_item_bytes,
+        ) {
+            Ok(object) => object,
+            Err(refused) => return Ok(Err(refused.to_string())),
+        };
+        let budget = self.budget()?;
+        let answer = self.cluster.create_within(id, object, budget);
+        if self.wall_left().is_none() {
+            return Err(self.past_ceiling());
+        }
+        let (object, new) = match answer {
+            Ok(Created::New(object)) => (object, true),
+            Ok(Created::Existing(object)) => (object, false),
+            Err(e) => return Ok(Err(format!("creating {id}: {e}"))),
+        };
+        // An object of that name that is not this plugin's, for this
+        // backup, is neither returned nor recorded.
+        if !new && !writes::is_own(&object, &self.write_scope) {
+            return Ok(Err(
+                writes::not_own("create", id, &self.write_scope).to_string()
+            ));
+        }
+        let record = CreatedObject {
+            plugin: self.write_scope.plugin.clone(),
+            id: id.clone(),
+            uid: writes::uid_of(&object),
+        };
+        if !self.created.contains(&record) {
+            self.created.push(record);
+        }
+        Ok(Ok(crate::item::json_text(&object)))
+    }
+
+    fn delete(&mut self, id: &ItemRef) -> wasmtime::Result<Result<bool, String>> {
+        if let Err(e) = Self::identifier("delete", id) {
+            return Ok(Err(e));
+        }
+        if let Err(refused) = writes::check_delete(&self.write_scope, &self.write_grants, id) {
+            return Ok(Err(refused.to_string()));
+        }
+        let budget = self.budget()?;
+        let found = self.cluster.get_json_within(id, budget);
+        if self.wall_left().is_none() {
+            return Err(self.past_ceiling());
+        }
+        let found = match found {
+            Ok(None) => return Ok(Ok(false)),
+            Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
+                .map_err(|e| format!("deleting {id}: reading it: {e}")),
+            Err(e) => Err(format!("deleting {id}: {e}")),
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => return Ok(Err(e)),
+        };
+        if !writes::is_own(&found, &self.write_scope) {
+            return Ok(Err(
+                writes::not_own("delete", id, &self.write_scope).to_string()
+            ));
+        }
+        let budget = self.budget()?;
+        let answer = self
+            .cluster
+            .delete_within(id, &writes::uid_of(&found), budget);
+        if self.wall_left().is_none() {
+            return Err(self.past_ceiling());
+        }
+        Ok(answer.map_err(|e| format!("deleting {id}: {e}")))
+    }
+}
+
+/// Most objects one `cluster-list` may return.
+pub const MAX_LIST_OBJECTS: usize = 100;
+
+impl crate::contract::latest::cluster_list::Host for State {
+    fn list(
+        &mut self,
+        group: String,
+        resource: String,
+        namespace: String,
+        label_selector: String,
+    ) -> wasmtime::Result<Result<Vec<String>, String>> {
+        self.count_host_call()?;
+        let gr = crate::catalog::GroupResource::new(group, resource);
+        // Every part reaches a URL: checked as an identifier's are.
+        let probe = ItemRef {
+            group: gr.group.clone(),
+            resource: gr.resource.clone(),
+            namespace: namespace.clone(),
+            name: "list".into(),
+        };
+        if let Err(e) = Self::identifier("cluster-list", &probe) {
+            return Ok(Err(e));
+        }
+        if !self.grants.allows(&gr) {
+            return Ok(Err(format!("reading {gr} is not granted to this plugin")));
+        }
+        let selector: crate::select::labels::LabelSelector = match label_selector.parse() {
+            Ok(s) => s,
+            Err(e) => {
+                return Ok(Err(format!(
+                    "cluster-list refused: label selector {label_selector:?}: {e} (rule: label-selector)"
+                )));
+            }
+        };
+        let budget = self.budget()?;
+        let answer = self
+            .cluster
+            .list_within(&gr, &namespace, &selector, MAX_LIST_OBJECTS, budget);
+        if self.wall_left().is_none() {
+            return Err(self.past_ceiling());
+        }
+        Ok(answer
+            .map(|objects| objects.iter().map(|o| o.to_string()).collect())
+            .map_err(|e| e.to_string()))
+    }
+}
+
+impl crate::contract::latest::cluster_write::Host for State {
+    fn create(
+        &mut self,
+        id: types::ResourceIdentifier,
+        object: String,
+    ) -> wasmtime::Result<Result<String, String>> {
+        self.count_host_call()?;
+        State::create(self, &to_ref(id), &object)
+    }
+
+    fn delete(&mut self, id: types::ResourceIdentifier) -> wasmtime::Result<Result<bool, String>> {
+        self.count_host_call()?;
+        State::delete(self, &to_ref(id))
     }
 }
 

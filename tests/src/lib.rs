@@ -21,6 +21,7 @@ pub mod artifacts {
 }
 
 pub mod fixtures;
+pub mod snapshots;
 
 /// Every file directly under `backups/<name>/` of a local store in
 /// `store_dir`, by file name: what a test compares byte for byte to show

@@ -334,12 +334,29 @@ fn deterministic(plugin: &Plugin, cluster: &Arc<StrictCluster>, items: &[&Item])
     for item in items {
         let mut first = plugin.instance(cluster.clone());
         let a = shown(&first.execute(item, &b, &never_seen));
+        let created = cluster.created();
         let again = shown(&first.execute(item, &b, &never_seen));
         let fresh = shown(
             &plugin
                 .instance(cluster.clone())
                 .execute(item, &b, &never_seen),
         );
+        // A retried execute (contract 1.2.0) must find what it created,
+        // not create another: names derived from the item and the backup.
+        let more: Vec<String> = cluster.created()[created.len()..]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if !more.is_empty() {
+            return fail(
+                CHECK,
+                format!(
+                    "execute created more objects when called again for the same item ({}): name what it creates from the item and the backup (iar_sdk::object_name), so a retry finds it",
+                    more.join(", ")
+                ),
+                Some(item),
+            );
+        }
         for (what, other) in [
             ("a second call on the same instance", again),
             ("a call on another fresh instance", fresh),

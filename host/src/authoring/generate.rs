@@ -173,6 +173,11 @@ fn objects(ns: &str) -> Vec<Value> {
                 "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}
         }),
         json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "csi-snapclass", "labels": {"velero.io/csi-volumesnapshot-class": "true"}},
+            "driver": "csi.example.com", "deletionPolicy": "Retain"
+        }),
+        json!({
             "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
             "metadata": {"name": "data-web-0-nightly", "namespace": ns},
             "spec": {"source": {"persistentVolumeClaimName": "data-web-0"}, "volumeSnapshotClassName": "csi-snapclass"},

@@ -360,6 +360,12 @@ fn run_case(
         };
         life.run(out.as_ref(), &case.steps)?;
     }
+    if let Some(want) = &case.expect.created {
+        compare_refs("created", want, &cluster.created(), &mut failures);
+    }
+    if let Some(want) = &case.expect.deleted {
+        compare_refs("deleted", want, &cluster.deleted(), &mut failures);
+    }
     for miss in cluster.misses() {
         failures.push(format!(
             "unexpected host call: cluster-get of {miss} is not in the fixtures (declare it as a fixture, or as `absent:`)"

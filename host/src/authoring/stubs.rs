@@ -5,7 +5,7 @@
 
 use super::testfile::{ObjectRef, RecordedGet, Recording};
 use crate::catalog::Catalog;
-use crate::cluster::{ClusterError, ClusterReader};
+use crate::cluster::{ClusterError, ClusterReader, ClusterWriter, Created};
 use crate::item::{Item, ItemRef};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,6 +18,10 @@ struct Strict {
     reads: BTreeSet<ItemRef>,
     /// Reads of objects that were not declared, in call order, once each.
     misses: Vec<ItemRef>,
+    /// Objects the plugin created and deleted, in call order.
+    created: Vec<ItemRef>,
+    deleted: Vec<ItemRef>,
+    next_uid: u64,
 }
 
 /// Answers `cluster-get` from fixtures only. A read of an undeclared object
@@ -59,9 +63,107 @@ impl StrictCluster {
     pub fn was_read(&self, id: &ItemRef) -> bool {
         self.lock().reads.contains(id)
     }
+
+    /// What the plugin created, in call order (a create that found its
+    /// own object again is not counted twice).
+    pub fn created(&self) -> Vec<ItemRef> {
+        self.lock().created.clone()
+    }
+
+    /// What the plugin deleted, in call order.
+    pub fn deleted(&self) -> Vec<ItemRef> {
+        self.lock().deleted.clone()
+    }
+}
+
+/// Writes land in the fixtures, as an API server would keep them: a
+/// create is then read back by the plugin's next `cluster-get`.
+impl ClusterWriter for StrictCluster {
+    fn create_within(
+        &self,
+        id: &ItemRef,
+        mut object: Value,
+        _budget: std::time::Duration,
+    ) -> Result<Created, ClusterError> {
+        let mut s = self.lock();
+        if let Some(Some(existing)) = s.objects.get(id) {
+            return Ok(Created::Existing(existing.clone()));
+        }
+        s.next_uid += 1;
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert(
+                "uid".into(),
+                Value::String(format!("created-{}", s.next_uid)),
+            );
+        }
+        s.objects.insert(id.clone(), Some(object.clone()));
+        s.created.push(id.clone());
+        Ok(Created::New(object))
+    }
+
+    fn delete_within(
+        &self,
+        id: &ItemRef,
+        uid: &str,
+        _budget: std::time::Duration,
+    ) -> Result<bool, ClusterError> {
+        let mut s = self.lock();
+        let matches = s
+            .objects
+            .get(id)
+            .and_then(Option::as_ref)
+            .is_some_and(|o| crate::cluster::writes::uid_of(o) == uid);
+        if matches {
+            s.objects.insert(id.clone(), None);
+            s.deleted.push(id.clone());
+        }
+        Ok(matches)
+    }
 }
 
 impl ClusterReader for StrictCluster {
+    /// The declared objects that match; a list reads no undeclared object,
+    /// so it records no miss.
+    fn list_within(
+        &self,
+        gr: &crate::catalog::GroupResource,
+        namespace: &str,
+        selector: &crate::select::labels::LabelSelector,
+        limit: usize,
+        _budget: std::time::Duration,
+    ) -> Result<Vec<Arc<str>>, ClusterError> {
+        let s = self.lock();
+        let found: Vec<Arc<str>> = s
+            .objects
+            .iter()
+            .filter(|(id, _)| {
+                id.group == gr.group
+                    && id.resource == gr.resource
+                    && (namespace.is_empty() || id.namespace == namespace)
+            })
+            .filter_map(|(_, object)| object.as_ref())
+            .filter(|object| {
+                let labels = object["metadata"]["labels"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                selector.matches(&labels)
+            })
+            .map(|object| crate::item::json_text(object).into())
+            .collect();
+        if found.len() > limit {
+            return Err(ClusterError::TooMany {
+                what: gr.to_string(),
+                limit,
+            });
+        }
+        Ok(found)
+    }
+
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         let mut s = self.lock();
         s.reads.insert(id.clone());
@@ -107,7 +209,43 @@ impl RecordingCluster {
     }
 }
 
+/// Writes go to the cluster recorded from (`iar run --record` against a
+/// live one); they are not part of the recording.
+impl ClusterWriter for RecordingCluster {
+    fn create_within(
+        &self,
+        id: &ItemRef,
+        object: Value,
+        budget: std::time::Duration,
+    ) -> Result<Created, ClusterError> {
+        self.inner.create_within(id, object, budget)
+    }
+
+    fn delete_within(
+        &self,
+        id: &ItemRef,
+        uid: &str,
+        budget: std::time::Duration,
+    ) -> Result<bool, ClusterError> {
+        self.inner.delete_within(id, uid, budget)
+    }
+}
+
 impl ClusterReader for RecordingCluster {
+    /// Passed on, not recorded: a replayed case declares the objects a
+    /// list finds as fixtures.
+    fn list_within(
+        &self,
+        gr: &crate::catalog::GroupResource,
+        namespace: &str,
+        selector: &crate::select::labels::LabelSelector,
+        limit: usize,
+        budget: std::time::Duration,
+    ) -> Result<Vec<Arc<str>>, ClusterError> {
+        self.inner
+            .list_within(gr, namespace, selector, limit, budget)
+    }
+
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         let answer = self.inner.get(id)?;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());

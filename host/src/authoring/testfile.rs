@@ -164,6 +164,14 @@ pub struct Expect {
     /// get-related-items (item-block-action) instead of execute.
     pub related_items: Option<Vec<ObjectRef>>,
     pub error: Option<ExpectError>,
+    /// The objects the plugin created (contract 1.2.0), in order, over
+    /// execute and every step; a create that found the plugin's own object
+    /// again counts once. Created objects join the fixtures, so the steps
+    /// can `set` their status as a controller would.
+    pub created: Option<Vec<ObjectRef>>,
+    /// The objects the plugin deleted, in order, over execute and every
+    /// step.
+    pub deleted: Option<Vec<ObjectRef>>,
 }
 
 /// An error the call must end with.

@@ -41,6 +41,10 @@ pub struct ItemOutcome {
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
     pub operations: Vec<StartedOperation>,
+    /// Objects the plugins created while acting on it (contract 1.2.0),
+    /// recorded whether or not the item was stored: the backup deletes
+    /// them when it is deleted or canceled.
+    pub created: Vec<crate::cluster::writes::CreatedObject>,
     /// What the plugins logged while acting on it, as `plugin: message`.
     pub logs: Vec<String>,
     /// The index of the item block it was backed up in (blocks are numbered
@@ -107,6 +111,7 @@ fn act_on_item(
         outcome
             .logs
             .extend(instance.take_logs().into_iter().map(|l| l.line(&plugin)));
+        outcome.created.extend(instance.take_created());
         match result {
             Ok(mut out) => {
                 if let Some(changed) = out.item.take() {

@@ -3,6 +3,7 @@
 use anyhow::{Context, bail};
 use iar::backup::object::{BackupObject, BackupPhase, Results};
 use iar::backup::volumes::VolumeBackup;
+use iar::cluster::writes::CreatedObject;
 use iar::operations::Operation;
 use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::plugin::SettingsFile;
@@ -18,6 +19,33 @@ pub struct StoreArg {
     /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
     #[arg(long, env = "IAR_STORE", default_value = "iar-store")]
     pub(super) store: String,
+    /// Where the objects plugins create go when the cluster is manifests
+    /// (one YAML file each; edit one to play the controller that would act
+    /// on it). Default: `cluster-overlay` in a local store's directory,
+    /// `iar-overlay` otherwise. Deleting a backup deletes what its plugins
+    /// created there.
+    #[arg(long, env = "IAR_OVERLAY", value_name = "DIR")]
+    pub(super) overlay: Option<PathBuf>,
+}
+
+impl StoreArg {
+    /// The manifest cluster's overlay directory.
+    pub(super) fn overlay(&self) -> PathBuf {
+        if let Some(dir) = &self.overlay {
+            return dir.clone();
+        }
+        let local = self.store.strip_prefix("file://").unwrap_or(&self.store);
+        if self.store.contains("://") && !self.store.starts_with("file://") {
+            PathBuf::from("iar-overlay")
+        } else {
+            Path::new(local).join("cluster-overlay")
+        }
+    }
+
+    /// The manifests `sources` as the cluster, writing to the overlay.
+    pub(super) fn cluster(&self, sources: Vec<PathBuf>) -> ManifestCluster {
+        ManifestCluster::new(sources).with_overlay(self.overlay())
+    }
 }
 
 /// What `backup` and `resume` share: the plugins, the store, the timings.
@@ -189,7 +217,7 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<PhaseM
         None => Vec::new(),
     };
     let store = BackupStore::open(&args.store.store)?;
-    let cluster = Arc::new(ManifestCluster::new(sources));
+    let cluster = Arc::new(args.store.cluster(sources));
     let defaults = Settings::default();
     let settings = Settings {
         sync_period: args.sync_period,
@@ -296,17 +324,20 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
     let store = BackupStore::open(&args.store.store)?;
     let name = &args.name;
-    let (object, results, ops, volumes) = rt.block_on(async {
+    let (object, results, ops, volumes, created) = rt.block_on(async {
         let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
         let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
         let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
         let volumes: Option<Vec<VolumeBackup>> =
             store.get_json(name, BackupFile::VolumeBackups).await?;
+        let created: Option<Vec<CreatedObject>> =
+            store.get_json(name, BackupFile::CreatedObjects).await?;
         anyhow::Ok((
             object,
             results.unwrap_or_default(),
             ops.unwrap_or_default(),
             volumes.unwrap_or_default(),
+            created.unwrap_or_default(),
         ))
     })?;
     let object =
@@ -400,6 +431,20 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if !created.is_empty() {
+        // Where each is now: in the overlay when the cluster was manifests.
+        let overlay = args.store.overlay();
+        outln!("\n{:<64} {:<24} WHERE", "CREATED IN THE CLUSTER", "PLUGIN");
+        for c in &created {
+            let file = iar::cluster::overlay::path_of(&overlay, &c.id);
+            let place = if file.exists() {
+                file.display().to_string()
+            } else {
+                format!("uid {}", c.uid)
+            };
+            outln!("{:<64} {:<24} {}", c.id.to_string(), c.plugin, place);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -445,13 +490,14 @@ fn expires(object: &BackupObject) -> &str {
     object.status.expiration.as_deref().unwrap_or("never")
 }
 
-/// A phase machine with no plugins and no cluster, for the commands that
-/// read and delete store files only (`gc`, `delete`).
+/// A phase machine with no plugins, for the commands that read and delete
+/// store files (`gc`, `delete`); its cluster is the overlay alone, so that
+/// deleting a backup deletes what its plugins created there.
 pub(super) fn store_only(
-    store: &StoreArg,
+    store_arg: &StoreArg,
     lease_duration: Duration,
 ) -> anyhow::Result<PhaseMachine> {
-    let store = BackupStore::open(&store.store)?;
+    let store = BackupStore::open(&store_arg.store)?;
     let settings = Settings {
         lease_duration,
         ..Settings::default()
@@ -459,7 +505,7 @@ pub(super) fn store_only(
     Ok(PhaseMachine::new(
         Vec::new(),
         store,
-        Arc::new(iar::NoCluster),
+        Arc::new(store_arg.cluster(Vec::new())),
         settings,
     ))
 }

@@ -54,6 +54,15 @@ pub struct RunArgs {
     /// default: all but secrets.
     #[arg(long = "allow-read", value_name = "RESOURCE")]
     allow_read: Vec<String>,
+    /// Resources (exact `resource.group`) plugins may create and delete
+    /// (contract 1.2.0's cluster-write); default none.
+    #[arg(long = "allow-write", value_name = "RESOURCE")]
+    allow_write: Vec<String>,
+    /// Where objects plugins create go, one YAML file each, read back by
+    /// later lookups (and later runs given the same directory); without
+    /// it, creates are refused (rule cluster-read-only).
+    #[arg(long, value_name = "DIR")]
+    overlay: Option<PathBuf>,
     /// Write every cluster-get and its answer to this YAML file, for an
     /// `iar test` case to `replay:`.
     #[arg(long, value_name = "FILE")]
@@ -136,9 +145,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let backup = backup_ref(args.backup.as_deref(), phase)?;
     let mut item = Item::from_value(read_one_object(&args.item)?, Catalog::builtin())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.item.display()))?;
-    let cluster: Arc<dyn ClusterReader> = match &args.cluster {
-        Some(dir) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
-        None => Arc::new(NoCluster),
+    let cluster: Arc<dyn ClusterReader> = match (&args.cluster, &args.overlay) {
+        (Some(dir), Some(overlay)) => {
+            Arc::new(ManifestCluster::new(vec![dir.clone()]).with_overlay(overlay.clone()))
+        }
+        (None, Some(overlay)) => {
+            Arc::new(ManifestCluster::new(Vec::new()).with_overlay(overlay.clone()))
+        }
+        (Some(dir), None) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
+        (None, None) => Arc::new(NoCluster),
     };
     let recorder = args.record.as_ref().map(|_| {
         Arc::new(iar::authoring::stubs::RecordingCluster::new(
@@ -155,6 +170,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         iar::ReadGrants::only(&args.allow_read).map_err(anyhow::Error::msg)?
     };
 
+    let write_grants =
+        iar::cluster::writes::WriteGrants::only(&args.allow_write).map_err(anyhow::Error::msg)?;
+
     let mut results = Vec::new();
     let mut failed = Vec::new();
     for path in &args.plugins {
@@ -162,6 +180,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut settings = PluginSettings {
             config: plugin_config(&args.config, &name)?,
             grants: grants.clone(),
+            write_grants: write_grants.clone(),
             ..PluginSettings::default()
         };
         if let Some(d) = args.deadline {
@@ -212,6 +231,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         };
         let logs = instance.take_logs();
         let mut entry = json!({ "plugin": name, "applies": true, "logs": logs });
+        let created = instance.take_created();
+        if !created.is_empty() {
+            entry["created"] = json!(created);
+        }
         match outcome {
             Ok(Value::Object(fields)) => entry.as_object_mut().expect("object").extend(fields),
             Ok(_) => unreachable!("outcomes are objects"),

@@ -11,10 +11,10 @@
 //! [`get_async`]: ClusterReader::get_async
 
 use crate::catalog::GroupResource;
-use crate::cluster::{ClusterError, ClusterReader};
+use crate::cluster::{ClusterError, ClusterReader, ClusterWriter, Created};
 use crate::item::{Item, ItemRef};
 use crate::select::BackupFilter;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -220,6 +220,109 @@ fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, ClusterErro
     Ok(Item::with_id(id, value))
 }
 
+impl LiveCluster {
+    /// The resource `id` names, for a write: known to discovery, and with
+    /// a namespace exactly when it is namespaced.
+    async fn writable(&self, id: &ItemRef) -> Result<Resource, ClusterError> {
+        crate::identifier::check(id).map_err(|part| ClusterError::InvalidIdentifier {
+            id: id.clone(),
+            part: Box::new(part),
+        })?;
+        let gr = id.group_resource();
+        let Some(r) = self.resource(&gr).await? else {
+            return Err(ClusterError::Refused(format!(
+                "writing {id}: the API server has no resource {gr}"
+            )));
+        };
+        match (r.namespaced, id.namespace.is_empty()) {
+            (true, true) => Err(ClusterError::Refused(format!(
+                "writing {id}: {gr} is namespaced and no namespace was given"
+            ))),
+            (false, false) => Err(ClusterError::Refused(format!(
+                "writing {id}: {gr} is cluster-scoped, so it has no namespace"
+            ))),
+            _ => Ok(r),
+        }
+    }
+
+    async fn create_async(&self, id: &ItemRef, object: Value) -> Result<Created, ClusterError> {
+        let r = self.writable(id).await?;
+        let api = self.api(&r, Some(&id.namespace));
+        let object: DynamicObject =
+            serde_json::from_value(object).map_err(|e| api_error(format!("creating {id}"), e))?;
+        self.count(1);
+        match api.create(&PostParams::default(), &object).await {
+            Ok(created) => Ok(Created::New(to_item(&r.api, created)?.into_value())),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let existing = self.get_async(id).await?;
+                // Deleted again between the two requests: tell the caller
+                // to try again rather than invent an object.
+                existing.map(Created::Existing).ok_or_else(|| {
+                    ClusterError::Refused(format!(
+                        "creating {id}: it existed, then was gone; try again"
+                    ))
+                })
+            }
+            Err(e) => Err(api_error(format!("creating {id}"), e)),
+        }
+    }
+
+    /// Deletes `id` only while its uid is `uid` (a precondition the API
+    /// server checks): a newer object of the same name is never deleted.
+    async fn delete_live(&self, id: &ItemRef, uid: &str) -> Result<bool, ClusterError> {
+        let r = self.writable(id).await?;
+        let api = self.api(&r, Some(&id.namespace));
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        self.count(1);
+        match api.delete(&id.name, &params).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(false),
+            Err(e) => Err(api_error(format!("deleting {id}"), e)),
+        }
+    }
+
+    fn within<T>(
+        &self,
+        id: &ItemRef,
+        budget: std::time::Duration,
+        f: impl std::future::Future<Output = Result<T, ClusterError>>,
+    ) -> Result<T, ClusterError> {
+        let wait = budget.min(GET_TIMEOUT);
+        self.handle
+            .block_on(tokio::time::timeout(wait, f))
+            .map_err(|_| ClusterError::TimedOut {
+                id: id.clone(),
+                wait,
+            })?
+    }
+}
+
+impl ClusterWriter for LiveCluster {
+    fn create_within(
+        &self,
+        id: &ItemRef,
+        object: Value,
+        budget: std::time::Duration,
+    ) -> Result<Created, ClusterError> {
+        self.within(id, budget, self.create_async(id, object))
+    }
+
+    fn delete_within(
+        &self,
+        id: &ItemRef,
+        uid: &str,
+        budget: std::time::Duration,
+    ) -> Result<bool, ClusterError> {
+        self.within(id, budget, self.delete_live(id, uid))
+    }
+}
+
 #[async_trait::async_trait]
 impl ClusterReader for LiveCluster {
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
@@ -233,15 +336,8 @@ impl ClusterReader for LiveCluster {
         id: &ItemRef,
         budget: std::time::Duration,
     ) -> Result<Option<Arc<str>>, ClusterError> {
-        let wait = budget.min(GET_TIMEOUT);
-        let answer = self
-            .handle
-            .block_on(tokio::time::timeout(wait, self.get_async(id)))
-            .map_err(|_| ClusterError::TimedOut {
-                id: id.clone(),
-                wait,
-            })?;
-        Ok(answer?.map(|v| crate::item::json_text(&v).into()))
+        let answer = self.within(id, budget, self.get_async(id))?;
+        Ok(answer.map(|v| crate::item::json_text(&v).into()))
     }
 
     async fn get_async(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
@@ -269,6 +365,61 @@ impl ClusterReader for LiveCluster {
         Ok(match found {
             None => None,
             Some(object) => Some(to_item(&r.api, object)?.into_value()),
+        })
+    }
+
+    async fn delete_async(&self, id: &ItemRef, uid: &str) -> Result<bool, ClusterError> {
+        self.delete_live(id, uid).await
+    }
+
+    /// One request: `limit + 1` objects asked for, so that one more than
+    /// the limit tells the list is too long without reading it all.
+    fn list_within(
+        &self,
+        gr: &GroupResource,
+        namespace: &str,
+        selector: &crate::select::labels::LabelSelector,
+        limit: usize,
+        budget: std::time::Duration,
+    ) -> Result<Vec<Arc<str>>, ClusterError> {
+        let what = ItemRef {
+            group: gr.group.clone(),
+            resource: gr.resource.clone(),
+            namespace: namespace.to_string(),
+            name: String::new(),
+        };
+        self.within(&what, budget, async {
+            let Some(r) = self.resource(gr).await? else {
+                return Ok(Vec::new());
+            };
+            if !r.listable {
+                return Err(ClusterError::CannotList);
+            }
+            let api = self.api(&r, (!namespace.is_empty()).then_some(namespace));
+            let mut params =
+                ListParams::default().limit(u32::try_from(limit + 1).unwrap_or(u32::MAX));
+            let text = selector.to_string();
+            if !text.is_empty() {
+                params = params.labels(&text);
+            }
+            self.count(1);
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| api_error(format!("listing {gr}"), e))?;
+            if page.items.len() > limit || page.metadata.continue_.is_some_and(|c| !c.is_empty()) {
+                return Err(ClusterError::TooMany {
+                    what: gr.to_string(),
+                    limit,
+                });
+            }
+            let mut items = page
+                .items
+                .into_iter()
+                .map(|o| to_item(&r.api, o))
+                .collect::<Result<Vec<_>, _>>()?;
+            items.sort_by(|a, b| (&a.id.namespace, &a.id.name).cmp(&(&b.id.namespace, &b.id.name)));
+            Ok(items.into_iter().map(|i| i.json().clone()).collect())
         })
     }
 

@@ -108,21 +108,7 @@ pub struct VolumeBackupProgress {
 /// or fewer of `[A-Za-z0-9._-]`, alphanumeric at both ends), otherwise a
 /// digest of it (node names may be 253 characters long).
 pub fn node_label(node: &str) -> String {
-    let fits = !node.is_empty()
-        && node.len() <= 63
-        && node
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && node.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && node.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if fits {
-        node.to_string()
-    } else {
-        format!(
-            "sha256-{}",
-            &hex::encode(Sha256::digest(node.as_bytes()))[..40]
-        )
-    }
+    crate::names::label_value(node)
 }
 
 /// The request's name: the backup's, then a digest of the pod and volume,

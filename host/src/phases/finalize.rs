@@ -7,7 +7,7 @@ use crate::store::BackupFile;
 use crate::store::tarball;
 use std::collections::BTreeMap;
 
-use super::first_pass::{archive_entries, record_messages};
+use super::first_pass::{archive_entries, record_messages, resource_key};
 use super::*;
 
 impl PhaseMachine {
@@ -50,6 +50,7 @@ impl PhaseMachine {
             .await?
             .outcomes;
         let mut replace = BTreeMap::new();
+        let mut listed: Vec<(String, String)> = Vec::new();
         for outcome in &outcomes {
             record_messages(
                 &mut run.results,
@@ -60,7 +61,13 @@ impl PhaseMachine {
             if let Some(value) = &outcome.stored {
                 match archive_entries(&outcome.id, value) {
                     Ok(both) => {
-                        replace.extend(both.map(|(path, bytes)| (path, bytes.as_ref().to_vec())))
+                        replace.extend(both.map(|(path, bytes)| (path, bytes.as_ref().to_vec())));
+                        let entry = if outcome.id.namespace.is_empty() {
+                            outcome.id.name.clone()
+                        } else {
+                            format!("{}/{}", outcome.id.namespace, outcome.id.name)
+                        };
+                        listed.push((resource_key(value), entry));
                     }
                     Err(e) => run.results.errors.add(&outcome.id.namespace, e),
                 }
@@ -86,6 +93,37 @@ impl PhaseMachine {
                 .await?;
             self.store
                 .put(&name, BackupFile::Contents, rewritten.into())
+                .await?;
+            self.list_finalized(&name, listed).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds what finalize backed up to the resource list: a post-operation
+    /// item may not have existed in the first pass (a snapshot a plugin
+    /// created), and Velero's list names every item of the tarball.
+    async fn list_finalized(
+        &self,
+        name: &str,
+        listed: Vec<(String, String)>,
+    ) -> Result<(), PhaseError> {
+        let mut resources: BTreeMap<String, Vec<String>> = self
+            .store
+            .get_json(name, BackupFile::ResourceList)
+            .await?
+            .unwrap_or_default();
+        let mut changed = false;
+        for (key, entry) in listed {
+            let list = resources.entry(key).or_default();
+            if !list.contains(&entry) {
+                list.push(entry);
+                list.sort();
+                changed = true;
+            }
+        }
+        if changed {
+            self.store
+                .put_json(name, BackupFile::ResourceList, &resources)
                 .await?;
         }
         Ok(())

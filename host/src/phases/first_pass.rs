@@ -95,7 +95,7 @@ pub(super) fn archive_entries(
 
 /// Velero's resource list key of an item: `<apiVersion>/<kind>`
 /// ("v1/ConfigMap", "apps/v1/Deployment"), as `resourceKey` makes it.
-fn resource_key(item: &Item) -> String {
+pub(super) fn resource_key(item: &Item) -> String {
     format!("{}/{}", item.api_version(), item.kind())
 }
 
@@ -474,6 +474,7 @@ impl PhaseMachine {
         self.store
             .put_json(run.name(), BackupFile::ResourceList, &resources)
             .await?;
+        self.record_created(run, outcomes).await?;
         self.operations.update(run.name(), |_| true).await;
         self.operations.sync(run.name(), &self.store).await?;
         Ok(attempted)

@@ -205,6 +205,9 @@ impl PhaseMachine {
             }
         }
         tracing::info!(backup = %name, expiration = ?found.status.expiration, ?reason, "deleting a backup");
+        // What its plugins created goes first: its record is among the
+        // files deleted below.
+        self.delete_created(name).await?;
         let keys = self.store.backup_keys(name).await?;
         for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
             self.store.delete_key(key).await?;

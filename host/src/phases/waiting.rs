@@ -184,6 +184,11 @@ impl PhaseMachine {
             }
             Plan::Nothing => {}
         }
+        // Canceled: what its plugins created for it goes (their own
+        // cancel may have deleted it already).
+        if let Err(e) = self.delete_created(run.name()).await {
+            run.results.errors.add("", e.to_string());
+        }
         self.journal
             .line(run.name(), format!("backup canceled: {reason}"));
         run.object.status.failure_reason = reason.to_string();

@@ -7,6 +7,7 @@ use super::exports::{Action, Guest};
 use super::validate::{self, ExecuteResult, Progress};
 use super::{BackupRef, Interface, Plugin};
 use crate::cluster::ClusterReader;
+use crate::cluster::writes::{CreatedObject, WriteCall, WriteScope};
 use crate::contract::latest;
 use crate::item::{Item, ItemRef};
 use crate::limits::{Isolation, Limits};
@@ -58,6 +59,7 @@ pub struct PluginInstance {
     cluster: Arc<dyn ClusterReader>,
     live: Option<Live>,
     logs: Vec<GuestLog>,
+    created: Vec<CreatedObject>,
     instantiations: usize,
     stdio: StdioCounts,
     /// The metric series of this plugin's successful calls, by call.
@@ -96,6 +98,7 @@ impl PluginInstance {
             cluster,
             live: None,
             logs: Vec::new(),
+            created: Vec::new(),
             instantiations: 0,
             stdio: StdioCounts::default(),
             ok_metrics: Vec::new(),
@@ -120,6 +123,36 @@ impl PluginInstance {
     /// Log lines the guest wrote since the last call to this method.
     pub fn take_logs(&mut self) -> Vec<GuestLog> {
         std::mem::take(&mut self.logs)
+    }
+
+    /// Objects the guest created since the last call to this method, in
+    /// calls that succeeded and in calls that failed after creating: each
+    /// is the backup's to delete.
+    pub fn take_created(&mut self) -> Vec<CreatedObject> {
+        std::mem::take(&mut self.created)
+    }
+
+    /// Who a call writes as: creates only from `execute`, deletes from
+    /// `execute`, `progress` and `cancel` (see `cluster::writes`).
+    fn write_scope(&self, call: Call, target: &Target, backup: Option<&BackupRef>) -> WriteScope {
+        let Some(backup) = backup else {
+            return WriteScope::default();
+        };
+        let call = match (call, target) {
+            (Call::Execute, Target::Item(id)) => WriteCall::Execute {
+                namespace: id.namespace.clone(),
+                finalize: backup.phase == super::Phase::Finalize,
+            },
+            (Call::Progress, _) => WriteCall::Progress,
+            (Call::Cancel, _) => WriteCall::Cancel,
+            _ => WriteCall::None,
+        };
+        WriteScope {
+            plugin: self.plugin.name().to_string(),
+            backup_name: backup.name.clone(),
+            backup_uid: backup.uid.clone(),
+            call,
+        }
     }
 
     fn error(
@@ -149,6 +182,7 @@ impl PluginInstance {
             limits,
             inner.config.clone(),
             inner.grants.clone(),
+            inner.write_grants.clone(),
             self.cluster.clone(),
         );
         let mut store = Store::new(inner.runtime.engine(), state);
@@ -237,8 +271,10 @@ impl PluginInstance {
         {
             return Err(self.error(Call::Instantiate, target, violation, String::new()));
         }
+        let scope = self.write_scope(call, target, backup);
         let live = self.live.as_mut().expect("instantiated above");
         live.store.data_mut().begin_call();
+        live.store.data_mut().write_scope = scope;
         live.store
             .set_epoch_deadline(first_check(self.plugin.limits()));
         let started = std::time::Instant::now();
@@ -298,6 +334,7 @@ impl PluginInstance {
         };
         let plugin = self.plugin.name();
         let state = live.store.data_mut();
+        self.created.append(&mut state.created);
         for line in state.logs.drain(..) {
             match line.level {
                 "error" => tracing::error!(plugin, "{}", line.message),

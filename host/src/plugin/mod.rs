@@ -63,6 +63,7 @@ pub(crate) struct Inner {
     pub(crate) settings: PluginSettings,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) grants: Arc<ReadGrants>,
+    pub(crate) write_grants: Arc<crate::cluster::writes::WriteGrants>,
     pub(crate) runtime: Runtime,
     pub(crate) applies_to: ResourceSelector,
     pub(crate) selector: CompiledSelector,
@@ -160,6 +161,7 @@ impl Plugin {
         })?;
         let config = Arc::new(settings.config.clone());
         let grants = Arc::new(settings.grants.clone());
+        let write_grants = Arc::new(settings.write_grants.clone());
         let mut inner = Inner {
             name: plugin.clone(),
             digest,
@@ -170,6 +172,7 @@ impl Plugin {
             settings,
             config,
             grants,
+            write_grants,
             runtime: runtime.clone(),
             applies_to: ResourceSelector::default(),
             selector: CompiledSelector::compile(&ResourceSelector::default(), Catalog::builtin())

@@ -4,6 +4,7 @@
 //! `iar test` file. One format, so a tested setting is the deployed one.
 
 use crate::cluster::ReadGrants;
+use crate::cluster::writes::WriteGrants;
 use crate::limits::Limits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -17,9 +18,12 @@ pub struct PluginSettings {
     pub config: BTreeMap<String, String>,
     /// What the guest may read through `cluster-get`.
     pub grants: ReadGrants,
+    /// What the guest may create (and delete once created) through
+    /// `cluster-write` (contract 1.2.0); nothing by default.
+    pub write_grants: WriteGrants,
 }
 
-/// `config`, `limits` and `allowRead`; unknown fields are errors, so a typo
+/// `config`, `limits`, `allowRead` and `allowWrite`; unknown fields are errors, so a typo
 /// is not silently a default.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -27,6 +31,8 @@ pub struct SettingsFile {
     pub config: BTreeMap<String, String>,
     pub limits: Limits,
     pub allow_read: Option<Vec<String>>,
+    /// Resources the plugin may create, by exact `resource.group`.
+    pub allow_write: Vec<String>,
 }
 
 impl SettingsFile {
@@ -58,12 +64,14 @@ impl SettingsFile {
             Some(list) => ReadGrants::only(list)?,
             None => ReadGrants::default(),
         };
+        let write_grants = WriteGrants::only(&self.allow_write)?;
         let mut config = self.config;
         config.extend(extra);
         Ok(PluginSettings {
             limits: self.limits,
             config,
             grants,
+            write_grants,
         })
     }
 }

@@ -69,6 +69,9 @@ pub enum BackupFile {
     /// What was backed up, by API version and kind (Velero's
     /// `BackupResourceList`, read by `velero backup describe --details`).
     ResourceList,
+    /// The objects plugins created in the cluster for this backup
+    /// (contract 1.2.0): deleted with the backup.
+    CreatedObjects,
 }
 
 impl BackupFile {
@@ -84,6 +87,7 @@ impl BackupFile {
             BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
             BackupFile::PluginSet => format!("{backup}-plugins.json.gz"),
             BackupFile::ResourceList => format!("{backup}-resource-list.json.gz"),
+            BackupFile::CreatedObjects => format!("{backup}-created-objects.json.gz"),
         };
         format!("{BACKUPS}/{backup}/{file}")
     }

@@ -39,25 +39,62 @@ fn run_chains_plugins_on_the_shipped_example_item() {
     );
 }
 
+/// `iar run` of pvc-snapshot with a write grant and an overlay creates
+/// the snapshot there (the report lists it); a second run's progress reads
+/// it back from the overlay, and reports it complete once the test plays
+/// the snapshot controller on its file. Without the grant, the refusal
+/// names the rule.
 #[test]
-fn run_progress_reads_the_cluster_directory() {
-    let out = iar(&[
-        "run",
-        "--plugin",
-        artifacts::PVC_SNAPSHOT,
-        "--item",
-        "examples/items/pvc.yaml",
-        "--cluster",
-        "examples/cluster",
-        "--progress",
-        "shop/data-web-0-demo",
-    ]);
+fn run_creates_into_the_overlay_and_progress_reads_it_back() {
+    let overlay = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--plugin",
+            artifacts::PVC_SNAPSHOT,
+            "--item",
+            "examples/items/pvc.yaml",
+            "--cluster",
+            "examples/cluster",
+            "--overlay",
+            overlay.path().to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        iar(&args)
+    };
+    let refused = run(&[]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("(rule: write-grant)"),
+        "{}",
+        text(&refused)
+    );
+
+    let out = run(&["--allow-write", "volumesnapshots.snapshot.storage.k8s.io"]);
     assert!(out.status.success(), "{}", text(&out));
     let report = stdout_json(&out);
     assert_eq!(
-        report["results"][0]["progress"]["completed"], true,
+        report["results"][0]["output"]["operationId"], "shop/data-web-0-iar-run",
         "{report}"
     );
+    assert_eq!(
+        report["results"][0]["created"][0]["name"], "data-web-0-iar-run",
+        "{report}"
+    );
+
+    let progress = || {
+        let out = run(&["--progress", "shop/data-web-0-iar-run"]);
+        assert!(out.status.success(), "{}", text(&out));
+        stdout_json(&out)["results"][0]["progress"]["completed"].clone()
+    };
+    assert_eq!(progress(), false);
+    let file = overlay
+        .path()
+        .join("volumesnapshots.snapshot.storage.k8s.io/shop/data-web-0-iar-run.yaml");
+    let mut text_now = std::fs::read_to_string(&file).unwrap();
+    text_now.push_str("status: {readyToUse: true}\n");
+    std::fs::write(&file, text_now).unwrap();
+    assert_eq!(progress(), true);
 }
 
 #[test]
@@ -269,7 +306,7 @@ fn a_killed_backup_resumes_after_a_real_restart() {
     assert!(created.is_string(), "{before}");
 
     // Play the snapshot controller while no iar runs.
-    ready_snapshot(items.path(), "killme");
+    let _snapshots = ready_snapshot(store.path(), "killme");
 
     wait_for_lease_expiry(&backup_dir, "killme");
     let out = iar_command(&[
@@ -360,15 +397,14 @@ fn wait_for_lease_expiry(backup_dir: &Path, name: &str) {
     }
 }
 
-/// The example application without its VolumeSnapshot (so the snapshot
-/// operation waits until the test writes one) and the example plugins.
+/// The example application and the example plugins, pvc-snapshot granted
+/// the write it needs: its snapshot operation waits until the test plays
+/// the snapshot controller ([`ready_snapshot`]).
 fn waiting_backup_fixture() -> (tempfile::TempDir, tempfile::TempDir) {
     let items = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(repo().join("examples/cluster")).unwrap() {
         let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "volumesnapshot.yaml" {
-            std::fs::copy(&path, items.path().join(path.file_name().unwrap())).unwrap();
-        }
+        std::fs::copy(&path, items.path().join(path.file_name().unwrap())).unwrap();
     }
     let plugins = tempfile::tempdir().unwrap();
     for wasm in [
@@ -379,15 +415,30 @@ fn waiting_backup_fixture() -> (tempfile::TempDir, tempfile::TempDir) {
         let wasm = Path::new(wasm);
         std::fs::copy(wasm, plugins.path().join(wasm.file_name().unwrap())).unwrap();
     }
+    grant_snapshot_writes(plugins.path());
     (items, plugins)
 }
 
-fn ready_snapshot(items: &Path, backup: &str) {
+/// pvc-snapshot's settings beside it: the write grant to create snapshots.
+fn grant_snapshot_writes(plugins: &Path) {
     std::fs::write(
-        items.join("volumesnapshot.yaml"),
-        format!("apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: data-web-0-{backup}\n  namespace: shop\n  creationTimestamp: \"2026-11-30T01:00:00Z\"\nspec:\n  source:\n    persistentVolumeClaimName: data-web-0\n  volumeSnapshotClassName: csi-snapclass\nstatus:\n  creationTime: \"2026-11-30T01:00:04Z\"\n  readyToUse: true\n  restoreSize: 1Gi\n"),
+        plugins.join("iar_plugin_pvc_snapshot.yaml"),
+        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\n",
     )
     .unwrap();
+}
+
+/// Plays the snapshot controller for `iar` processes on `store`: the
+/// snapshot pvc-snapshot creates for `backup` in the store's overlay
+/// becomes ready once it exists, for as long as the guard lives.
+fn ready_snapshot(store: &Path, backup: &str) -> iar_tests::snapshots::SnapshotController {
+    let controller =
+        iar_tests::snapshots::SnapshotController::start(&store.join("cluster-overlay"));
+    controller.set(
+        &format!("data-web-0-{backup}"),
+        serde_json::json!({"readyToUse": true, "creationTime": "2026-11-30T01:00:04Z", "restoreSize": "1Gi"}),
+    );
+    controller
 }
 
 /// The `winner` label every item in the backup's tarball carries.
@@ -547,7 +598,7 @@ fn two_processes_never_drive_one_backup() {
     winner.kill().expect("killing the winner");
     winner.wait().unwrap();
     wait_for_lease_expiry(&backup_dir, "twin");
-    ready_snapshot(items.path(), "twin");
+    let _snapshots = ready_snapshot(store.path(), "twin");
     let out = resume();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(phase(), Some(Value::from("Completed")));
@@ -618,7 +669,6 @@ fn resume_refuses_a_backup_whose_sources_are_missing() {
 #[test]
 fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     let (items, plugins) = waiting_backup_fixture();
-    ready_snapshot(items.path(), "vols");
     let hook = |phase: &str| {
         serde_json::to_string(&[
             "sh",
@@ -646,6 +696,7 @@ fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     std::fs::write(volume.join("table"), vec![7u8; 100_000]).unwrap();
     let store = tempfile::tempdir().unwrap();
     let store_dir = store.path().to_str().unwrap();
+    let _snapshots = ready_snapshot(store.path(), "vols");
     let out = iar(&[
         "backup",
         "vols",
@@ -1096,10 +1147,16 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
     )
     .unwrap();
     std::fs::copy(
+        repo().join("examples/cluster/volumesnapshotclass.yaml"),
+        cluster.join("volumesnapshotclass.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
         artifacts::PVC_SNAPSHOT,
         plugins.join("iar_plugin_pvc_snapshot.wasm"),
     )
     .unwrap();
+    grant_snapshot_writes(&plugins);
     let common = |cmd: &mut Command| {
         cmd.args(["--plugins", plugins.to_str().unwrap()])
             .args(["--store", store.to_str().unwrap()])
@@ -1127,11 +1184,7 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
     );
     // Past its lease: the store now says anyone may take it over.
     std::thread::sleep(std::time::Duration::from_millis(2500));
-    std::fs::write(
-        cluster.join("snapshot.yaml"),
-        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: data-web-0-fenced, namespace: shop, creationTimestamp: \"2026-11-30T01:00:00Z\"}\nstatus: {readyToUse: true, creationTime: \"2026-11-30T01:00:04Z\"}\n",
-    )
-    .unwrap();
+    let _snapshots = ready_snapshot(&store, "fenced");
     let mut second = iar_command(&["resume", "fenced"]);
     common(&mut second);
     let out = second.output().unwrap();

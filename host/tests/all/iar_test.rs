@@ -87,7 +87,7 @@ fn an_undeclared_host_call_fails_the_case_naming_the_object() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(stdout(&out).contains(
-        "\n     - unexpected host call: cluster-get of volumesnapshots.snapshot.storage.k8s.io shop/data-nightly is not in the fixtures (declare it as a fixture, or as `absent:`)\n"
+        "\n     - unexpected host call: cluster-get of persistentvolumes pv-data is not in the fixtures (declare it as a fixture, or as `absent:`)\n"
     ), "{}", text(&out));
 }
 
@@ -247,12 +247,14 @@ fn bad_input_exits_2_naming_the_file_and_case() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
-/// `iar run --record` keeps what cluster-get answered; a case replays it
-/// as fixtures and passes strict mode.
+/// `iar run --record` keeps what cluster-get answered (here the claim's
+/// PersistentVolume, read by pvc-snapshot's execute); a case replays it as
+/// fixtures and passes strict mode.
 #[test]
 fn a_recorded_run_replays_as_fixtures() {
     let dir = tempfile::tempdir().unwrap();
-    let recording = dir.path().join("snapshot.recording.yaml");
+    let recording = dir.path().join("volume.recording.yaml");
+    let overlay = dir.path().join("overlay");
     let out = iar(&[
         "run",
         "--plugin",
@@ -261,34 +263,48 @@ fn a_recorded_run_replays_as_fixtures() {
         "examples/items/pvc.yaml",
         "--cluster",
         "examples/cluster",
-        "--progress",
-        "shop/data-web-0-demo",
+        "--overlay",
+        overlay.to_str().unwrap(),
+        "--allow-write",
+        "volumesnapshots.snapshot.storage.k8s.io",
         "--record",
         recording.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let recorded = std::fs::read_to_string(&recording).unwrap();
-    assert!(recorded.contains("resource: volumesnapshots"), "{recorded}");
-    assert!(recorded.contains("readyToUse: true"), "{recorded}");
+    assert!(
+        recorded.contains("resource: persistentvolumes"),
+        "{recorded}"
+    );
+    assert!(
+        recorded.contains("driver: hostpath.csi.k8s.io"),
+        "{recorded}"
+    );
 
     let pvc = repo().join("examples/items/pvc.yaml");
+    let class = repo().join("examples/cluster/volumesnapshotclass.yaml");
     let test = dir.path().join("replay.iar-test.yaml");
     std::fs::write(
         &test,
         format!(
             "plugin: none.wasm
 backup: {{name: demo}}
+settings: {{allowWrite: [volumesnapshots.snapshot.storage.k8s.io]}}
 cases:
-  - name: replays the recorded snapshot
+  - name: replays the recorded volume
     itemFile: {}
-    replay: [snapshot.recording.yaml]
+    replay: [volume.recording.yaml]
+    fixtures:
+      - file: {}
     expectedGets:
-      - {{group: snapshot.storage.k8s.io, resource: volumesnapshots, namespace: shop, name: data-web-0-demo}}
-    expect: {{operationId: shop/data-web-0-demo}}
-    steps:
-      - poll: {{completed: true, description: snapshot ready}}
+      - {{group: \"\", resource: persistentvolumes, namespace: \"\", name: pv-data-web-0}}
+    expect:
+      operationId: shop/data-web-0-demo
+      created:
+        - {{group: snapshot.storage.k8s.io, resource: volumesnapshots, namespace: shop, name: data-web-0-demo}}
 ",
-            pvc.display()
+            pvc.display(),
+            class.display()
         ),
     )
     .unwrap();

@@ -1,13 +1,23 @@
-//! Snapshots PersistentVolumeClaims as an asynchronous operation.
+//! Snapshots PersistentVolumeClaims through CSI, as Velero's CSI action
+//! does, as an asynchronous operation.
 //!
-//! For each bound PVC it starts an operation named
-//! `<namespace>/<pvc>-<backup>`: the VolumeSnapshot of that name (created by
-//! the CSI snapshot machinery, or by hand when trying iar on manifests) is
-//! the snapshot of this PVC for this backup. `progress` reads the
-//! VolumeSnapshot through `cluster-get`: the operation has started once it
+//! For each bound PVC whose PersistentVolume is a CSI volume it creates a
+//! VolumeSnapshot of the claim (contract 1.2.0's `create`, so the operator
+//! must grant `allowWrite: [volumesnapshots.snapshot.storage.k8s.io]`),
+//! named `<pvc>-<backup>`, and returns the operation `<namespace>/<name>`.
+//! The name is the same for every try of one backup, so a retried
+//! `execute` finds the snapshot it created instead of creating another.
+//! The VolumeSnapshotClass is chosen as Velero chooses it: the claim's
+//! `velero.io/csi-volume-snapshot-class` annotation, else this plugin's
+//! `snapshot-class` setting, else the one class of the volume's driver
+//! labelled `velero.io/csi-volumesnapshot-class: "true"` (found with
+//! `list`). A claim whose volume is not CSI is left to other actions.
+//!
+//! `progress` reads the VolumeSnapshot: the operation has started once it
 //! exists and is complete when `status.readyToUse` is true, or has failed
 //! when `status.error` is set. The VolumeSnapshot is a post-operation item,
-//! so the finalized backup holds it in its ready state.
+//! so the finalized backup holds it in its ready state. `cancel` deletes
+//! it (only the plugin's own: the host refuses any other).
 //!
 //! On a VolumeSnapshot (finalize backs the post-operation items up, and
 //! runs the actions on them), it names the snapshot's bound
@@ -15,11 +25,12 @@
 //! Velero's CSI action does: a Velero restore with `--features=EnableCSI`
 //! rebinds the snapshot to that content.
 //!
-//! Config: `snapshot-group` (default `snapshot.storage.k8s.io`).
+//! Config: `snapshot-group` (default `snapshot.storage.k8s.io`),
+//! `snapshot-class` (the class for every driver, unless a claim names one).
 
 use iar_sdk::{
     Backup, Error, Item, ItemAction, Output, Phase, Progress, ResourceId, Result, Selector,
-    Timestamp, Value, cluster_get_as, config, info, warn,
+    Timestamp, Value, cluster_get_as, config, create, delete, info, json, list,
 };
 use serde::Deserialize;
 
@@ -83,6 +94,80 @@ fn snapshot_parts(item: &Item) -> Result<Output> {
     Ok(Output::unchanged().with_additional_items(parts))
 }
 
+/// The claim annotation naming its VolumeSnapshotClass (Velero's).
+const CLASS_ANNOTATION: &str = "velero.io/csi-volume-snapshot-class";
+/// The label that makes a class Velero's choice for its driver.
+const CLASS_LABEL: &str = "velero.io/csi-volumesnapshot-class";
+
+/// The snapshot of claim `pvc` for backup `backup`: the same name on every
+/// try, `<pvc>-<backup>` when that is short enough for a name.
+fn snapshot_name(pvc: &str, backup: &str) -> String {
+    let name = format!("{pvc}-{backup}");
+    if name.len() <= 253 {
+        name
+    } else {
+        iar_sdk::object_name(pvc, &[pvc, backup])
+    }
+}
+
+/// The CSI driver of the claim's volume; `None` when it is not a CSI
+/// volume.
+fn csi_driver(spec: &Value, namespace: &str, name: &str) -> Result<Option<String>> {
+    let Some(volume) = spec["volumeName"].as_str() else {
+        return Ok(None);
+    };
+    let pv = cluster_get_as::<Value>(&ResourceId::cluster("", "persistentvolumes", volume))
+        .map_err(Error::Retryable)?
+        .ok_or_else(|| {
+            Error::Failed(format!(
+                "{namespace}/{name} is bound to PersistentVolume {volume}, which does not exist"
+            ))
+        })?;
+    Ok(pv["spec"]["csi"]["driver"].as_str().map(String::from))
+}
+
+/// The VolumeSnapshotClass for `driver`, chosen as Velero chooses it.
+fn snapshot_class(driver: &str, named: Option<&String>) -> Result<String> {
+    let group = group();
+    let named = named.cloned().or_else(|| config("snapshot-class"));
+    if let Some(class) = named {
+        let found = cluster_get_as::<Value>(&ResourceId::cluster(
+            &group,
+            "volumesnapshotclasses",
+            &class,
+        ))
+        .map_err(Error::Retryable)?
+        .ok_or_else(|| Error::Failed(format!("VolumeSnapshotClass {class} does not exist")))?;
+        if found["driver"].as_str() != Some(driver) {
+            return Err(Error::Failed(format!(
+                "VolumeSnapshotClass {class} is for driver {}, not the volume's {driver}",
+                found["driver"].as_str().unwrap_or("(none)")
+            )));
+        }
+        return Ok(class);
+    }
+    let labelled = list(
+        &group,
+        "volumesnapshotclasses",
+        "",
+        &format!("{CLASS_LABEL}=true"),
+    )
+    .map_err(Error::Retryable)?;
+    let mut classes = labelled
+        .iter()
+        .filter(|c| c["driver"].as_str() == Some(driver))
+        .filter_map(|c| c["metadata"]["name"].as_str());
+    match (classes.next(), classes.next()) {
+        (Some(class), None) => Ok(class.to_string()),
+        (None, _) => Err(Error::Failed(format!(
+            "no VolumeSnapshotClass for driver {driver}: label one {CLASS_LABEL}=true, or set this plugin's snapshot-class"
+        ))),
+        (Some(a), Some(b)) => Err(Error::Failed(format!(
+            "more than one VolumeSnapshotClass for driver {driver} is labelled {CLASS_LABEL}=true ({a}, {b}, ...): keep one, or set this plugin's snapshot-class"
+        ))),
+    }
+}
+
 fn snapshot_id(operation_id: &str) -> Result<ResourceId> {
     let (namespace, name) = operation_id
         .split_once('/')
@@ -112,33 +197,57 @@ impl ItemAction for PvcSnapshot {
             return snapshot_parts(&item);
         }
         // A finalize pass must not start operations; nothing to do there.
-        // Only the name and the status phase are read, in one pass; the rest
-        // is skipped, not parsed.
-        #[derive(serde::Deserialize)]
+        // Only what is needed is read, in one pass; the rest is skipped.
+        #[derive(Deserialize)]
         struct Claim {
             metadata: Metadata,
-            status: Option<Status>,
+            #[serde(default)]
+            spec: Value,
+            #[serde(default)]
+            status: Value,
         }
-        #[derive(serde::Deserialize)]
+        #[derive(Deserialize)]
         struct Metadata {
             #[serde(default)]
             namespace: String,
             name: String,
-        }
-        #[derive(serde::Deserialize)]
-        struct Status {
-            phase: Option<String>,
+            #[serde(default)]
+            annotations: std::collections::BTreeMap<String, String>,
         }
         let claim: Claim = item.parse_as()?;
-        let bound = claim.status.and_then(|s| s.phase).as_deref() == Some("Bound");
+        let bound = claim.status["phase"].as_str() == Some("Bound");
         if backup.phase == Phase::Finalize || !bound {
             return Ok(Output::unchanged());
         }
-        let Metadata { namespace, name } = &claim.metadata;
-        let operation_id = format!("{namespace}/{name}-{}", backup.name);
-        let snapshot = snapshot_id(&operation_id)?;
-        info!("snapshot of {namespace} {name} is {snapshot}");
-        Ok(Output::unchanged().with_operation(operation_id, [snapshot]))
+        let Metadata {
+            namespace,
+            name,
+            annotations,
+        } = &claim.metadata;
+        let Some(driver) = csi_driver(&claim.spec, namespace, name)? else {
+            info!("{namespace}/{name} is not a CSI volume: not snapshotted");
+            return Ok(Output::unchanged());
+        };
+        let class = snapshot_class(&driver, annotations.get(CLASS_ANNOTATION))?;
+        let snapshot = snapshot_name(name, &backup.name);
+        let group = group();
+        let id = ResourceId::namespaced(&group, "volumesnapshots", namespace, &snapshot);
+        let mut labels = iar_sdk::serde_json::Map::new();
+        if backup.name.len() <= 63 {
+            labels.insert("velero.io/backup-name".into(), backup.name.clone().into());
+        }
+        let object = json!({
+            "apiVersion": format!("{group}/v1"),
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": snapshot, "namespace": namespace, "labels": labels},
+            "spec": {
+                "source": {"persistentVolumeClaimName": name},
+                "volumeSnapshotClassName": class,
+            },
+        });
+        create(&id, &object).map_err(Error::Failed)?;
+        info!("snapshot of {namespace}/{name} is {id} (class {class})");
+        Ok(Output::unchanged().with_operation(format!("{namespace}/{snapshot}"), [id]))
     }
 
     fn progress(operation_id: &str, _backup: &Backup) -> Result<Progress> {
@@ -174,9 +283,11 @@ impl ItemAction for PvcSnapshot {
 
     fn cancel(operation_id: &str, _backup: &Backup) -> Result<()> {
         let id = snapshot_id(operation_id)?;
-        // Read-only by contract: the snapshot controller owns the object. The
-        // host marks the operation Canceled; this plugin only reports it.
-        warn!("backup gave up on {id}; its VolumeSnapshot is left to the snapshot controller");
+        // The host deletes only this plugin's own snapshot of this backup.
+        match delete(&id).map_err(Error::Failed)? {
+            true => info!("backup gave up on {id}: deleted it"),
+            false => info!("backup gave up on {id}: it was already gone"),
+        }
         Ok(())
     }
 }

@@ -67,6 +67,18 @@ pub(crate) fn kwok() -> Result<Option<PathBuf>, StartError> {
     built_by(&script).map(Some)
 }
 
+/// The CSI snapshot-controller binary `tools/snapshot-controller/build.sh`
+/// builds (or finds in its cache); its CRDs (`crds.yaml`) lie next to it.
+/// `None` without Go.
+pub(crate) fn snapshot_controller() -> Result<Option<PathBuf>, StartError> {
+    if find_in_path("go").is_none() {
+        return Ok(None);
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/snapshot-controller/build.sh");
+    built_by(&script).map(Some)
+}
+
 /// Runs a build script that prints the path of what it built (or found
 /// cached) as its last line.
 fn built_by(script: &Path) -> Result<PathBuf, StartError> {

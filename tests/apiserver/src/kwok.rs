@@ -50,7 +50,7 @@ impl Kwok {
         };
         let files = binary.parent().expect("the binary is in a directory");
         let client = server.client(crate::User::Admin).await?;
-        install_exec_crd(&client, &files.join("execs.crd.yaml")).await?;
+        crate::install_crds(&client, &files.join("execs.crd.yaml")).await?;
         let kwok = Kwok::spawn(&binary, &files.join("stages.yaml"), &kubeconfig, &dir)?;
         kwok.wait_serving().await?;
         Ok(Some(kwok))
@@ -218,45 +218,6 @@ impl Kwok {
 impl Drop for Kwok {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Creates kwok's Exec CRD from its YAML and waits until it is served.
-async fn install_exec_crd(client: &kube::Client, path: &Path) -> Result<(), StartError> {
-    let text = std::fs::read_to_string(path).map_err(StartError::io(format!("read {path:?}")))?;
-    let crd: Value = serde_yaml::from_str(&text).map_err(|e| StartError::Io {
-        what: format!("parse {path:?}"),
-        source: std::io::Error::other(e),
-    })?;
-    let body = serde_json::to_vec(&crd).expect("JSON serializes");
-    let request = http::Request::post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-        .header("content-type", "application/json")
-        .body(body)
-        .expect("a valid request");
-    match client.request_text(request).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => {
-            return Err(StartError::Client {
-                context: "admin",
-                source: e.into(),
-            });
-        }
-    }
-    let deadline = Instant::now() + READY;
-    let gvk = GroupVersionKind::gvk("kwok.x-k8s.io", "v1alpha1", "Exec");
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
-    loop {
-        match api.list(&Default::default()).await {
-            Ok(_) => return Ok(()),
-            Err(e) if Instant::now() > deadline => {
-                return Err(StartError::Client {
-                    context: "admin",
-                    source: e.into(),
-                });
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
     }
 }
 

@@ -22,6 +22,7 @@ mod credentials;
 mod error;
 pub mod kwok;
 mod process;
+pub mod snapshot_controller;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -29,6 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::core::ApiResource;
 
 pub use binaries::{ENV_KUBE_APISERVER, build_script};
 pub use credentials::User;
@@ -42,6 +46,7 @@ use process::{ServerProcess, free_port, log_tail};
 const ETCD_READY: Duration = Duration::from_secs(60);
 const APISERVER_READY: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(100);
+const CRDS_SERVED: Duration = Duration::from_secs(60);
 
 /// A running etcd + kube-apiserver pair and the files that describe it.
 pub struct ApiServer {
@@ -453,4 +458,108 @@ pub async fn create_namespace(client: &kube::Client, name: &str) {
         .create(&PostParams::default(), &namespace)
         .await
         .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+}
+
+/// Creates the CustomResourceDefinitions in the YAML file `path` (one or
+/// more documents; one that exists already is fine) and waits until each
+/// is Established and lists in every version it serves.
+pub(crate) async fn install_crds(client: &kube::Client, path: &Path) -> Result<(), StartError> {
+    use k8s_openapi::serde::Deserialize;
+    use kube::api::{Api, DynamicObject, PostParams};
+
+    let text = std::fs::read_to_string(path).map_err(StartError::io(format!("read {path:?}")))?;
+    let parse_error = |e: String| StartError::Io {
+        what: format!("parse {path:?}"),
+        source: std::io::Error::other(e),
+    };
+    // Created as written: the typed struct would drop any field it lacks.
+    let raw: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<CustomResourceDefinition>(&()),
+    );
+    // All parsed before the first await: the YAML parser is not Send.
+    let mut documents = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let value =
+            serde_json::Value::deserialize(document).map_err(|e| parse_error(e.to_string()))?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    let mut names = Vec::new();
+    for value in documents {
+        let crd: DynamicObject =
+            serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))?;
+        let name = crd
+            .metadata
+            .name
+            .clone()
+            .ok_or_else(|| parse_error(String::from("a CRD without a name")))?;
+        match raw.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                return Err(StartError::Client {
+                    context: "admin",
+                    source: e.into(),
+                });
+            }
+        }
+        names.push(name);
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = Instant::now() + CRDS_SERVED;
+    for name in names {
+        loop {
+            match crd_served(client, &crds, &name).await {
+                Ok(()) => break,
+                Err(last) if Instant::now() > deadline => {
+                    return Err(StartError::Client {
+                        context: "admin",
+                        source: format!("CRD {name} not served after {CRDS_SERVED:?}: {last}")
+                            .into(),
+                    });
+                }
+                Err(_) => tokio::time::sleep(POLL).await,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `Ok` once CRD `name` is Established and a list of each version it
+/// serves succeeds; else why not.
+async fn crd_served(
+    client: &kube::Client,
+    crds: &kube::api::Api<CustomResourceDefinition>,
+    name: &str,
+) -> Result<(), String> {
+    use kube::api::{Api, DynamicObject};
+
+    let crd = crds.get(name).await.map_err(|e| e.to_string())?;
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    if !established {
+        return Err(String::from("not Established"));
+    }
+    let spec = &crd.spec;
+    for version in spec.versions.iter().filter(|v| v.served) {
+        let resource = ApiResource {
+            group: spec.group.clone(),
+            version: version.name.clone(),
+            api_version: format!("{}/{}", spec.group, version.name),
+            kind: spec.names.kind.clone(),
+            plural: spec.names.plural.clone(),
+        };
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .list(&Default::default())
+            .await
+            .map_err(|e| format!("list {}/{}: {e}", resource.api_version, resource.plural))?;
+    }
+    Ok(())
 }

@@ -16,16 +16,21 @@ use std::time::Duration;
 
 const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-0\n  namespace: shop\n  labels: {app: web}\nspec:\n  containers: [{name: web, image: nginx}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data-web-0}\n";
 const PVC: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data-web-0, namespace: shop}\nspec: {volumeName: pv-data-web-0}\nstatus: {phase: Bound}\n";
-const PV: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-data-web-0}\nspec: {capacity: {storage: 1Gi}}\n";
+const PV: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-data-web-0}\nspec: {capacity: {storage: 1Gi}, csi: {driver: hostpath.csi.k8s.io, volumeHandle: vol-1}}\n";
+/// The class pvc-snapshot chooses for the volume's driver, as Velero does.
+const CLASS: &str = "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshotClass\nmetadata: {name: csi-snapclass, labels: {velero.io/csi-volumesnapshot-class: \"true\"}}\ndriver: hostpath.csi.k8s.io\ndeletionPolicy: Retain\n";
 const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config, namespace: shop}\ndata: {a: b}\n";
 /// How long a test waits for a backup to reach a state.
 const WAIT: Duration = Duration::from_secs(15);
 const OTHER_NS: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: skipped, namespace: other}\ndata: {a: b}\n";
 
-/// A cluster of manifests in a fresh directory.
+/// A cluster of manifests in a fresh directory, the overlay where the
+/// objects plugins create go, and the snapshot controller played on it.
 struct Cluster {
     dir: tempfile::TempDir,
+    overlay: tempfile::TempDir,
+    snapshots: iar_tests::snapshots::SnapshotController,
 }
 
 impl Cluster {
@@ -37,27 +42,32 @@ impl Cluster {
             ("pv.yaml", PV),
             ("cm.yaml", CONFIGMAP),
             ("other.yaml", OTHER_NS),
+            ("class.yaml", CLASS),
         ] {
             std::fs::write(dir.path().join(file), text).unwrap();
         }
-        Cluster { dir }
+        let overlay = tempfile::tempdir().unwrap();
+        let snapshots = iar_tests::snapshots::SnapshotController::start(overlay.path());
+        Cluster {
+            dir,
+            overlay,
+            snapshots,
+        }
+    }
+
+    /// The cluster as a backup reads and writes it.
+    fn reader(&self) -> ManifestCluster {
+        ManifestCluster::new(vec![self.path()]).with_overlay(self.overlay.path().to_path_buf())
     }
 
     fn path(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
 
-    /// Plays the snapshot controller: the VolumeSnapshot of the PVC for `backup`.
+    /// Plays the snapshot controller: the status the VolumeSnapshot that
+    /// pvc-snapshot creates for the PVC in `backup` gets once it exists.
     fn snapshot(&self, backup: &str, status: Value) {
-        let doc = json!({
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshot",
-            "metadata": {"name": format!("data-web-0-{backup}"), "namespace": "shop", "creationTimestamp": "2026-11-30T01:00:00Z"},
-            "status": status,
-        });
-        let tmp = self.dir.path().join(".snapshot.tmp");
-        std::fs::write(&tmp, serde_json::to_string(&doc).unwrap()).unwrap();
-        std::fs::rename(tmp, self.dir.path().join("snapshot.json")).unwrap();
+        self.snapshots.set(&format!("data-web-0-{backup}"), status);
     }
 }
 
@@ -66,12 +76,7 @@ fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> Ph
         sync_period: Duration::from_millis(50),
         ..Settings::default()
     };
-    PhaseMachine::new(
-        plugins,
-        store,
-        Arc::new(ManifestCluster::new(vec![cluster.path()])),
-        settings,
-    )
+    PhaseMachine::new(plugins, store, Arc::new(cluster.reader()), settings)
 }
 
 fn request(name: &str, cluster: &Cluster, spec: Value) -> BackupRequest {
@@ -323,7 +328,8 @@ async fn a_backup_without_operations_goes_straight_to_finalizing() {
         .await
         .unwrap();
     assert_eq!(object.status.phase, BackupPhase::Completed);
-    assert_eq!(object.status.progress.items_backed_up, 5);
+    // The pod, claim, volume, ConfigMap, snapshot class and namespace.
+    assert_eq!(object.status.progress.items_backed_up, 6);
     let phases: Vec<String> = log_lines(&store, "quick")
         .await
         .iter()
@@ -684,6 +690,8 @@ struct PanickingCluster {
     inner: ManifestCluster,
     on: &'static str,
 }
+
+impl iar::cluster::ClusterWriter for PanickingCluster {}
 
 impl iar::ClusterReader for PanickingCluster {
     fn get(&self, id: &iar::ItemRef) -> Result<Option<Value>, iar::cluster::ClusterError> {
@@ -1306,4 +1314,58 @@ fn entry_bytes(entries: &[(String, Vec<u8>)], path: &str) -> Vec<u8> {
         .find(|(p, _)| p == path)
         .map(|(_, d)| d.clone())
         .unwrap_or_else(|| panic!("{path} not in the tarball"))
+}
+
+/// What pvc-snapshot created for a backup is recorded with it (once,
+/// whatever the retries) and logged; deleting the backup deletes it from
+/// the cluster, here the overlay, and a snapshot of another backup stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_plugins_created_is_deleted_with_the_backup() {
+    let cluster = Cluster::new();
+    cluster.snapshot("kept", json!({"readyToUse": true}));
+    cluster.snapshot("other", json!({"readyToUse": true}));
+    let (_store_dir, store) = store();
+    let c = controller(example_plugins(), store.clone(), &cluster);
+    for name in ["kept", "other"] {
+        let object = c
+            .run_backup(request(name, &cluster, shop_only()))
+            .await
+            .unwrap();
+        assert_eq!(object.status.phase, BackupPhase::Completed, "{name}");
+    }
+    let created = c.created_objects("kept").await.unwrap();
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0].plugin, "iar_plugin_pvc_snapshot");
+    assert_eq!(created[0].id.name, "data-web-0-kept");
+    assert!(!created[0].uid.is_empty());
+    assert!(
+        log_lines(&store, "kept")
+            .await
+            .iter()
+            .any(|l| l.contains("plugin iar_plugin_pvc_snapshot created volumesnapshots.snapshot.storage.k8s.io shop/data-web-0-kept")),
+    );
+    let snapshot = |name: &str| {
+        cluster.overlay.path().join(format!(
+            "volumesnapshots.snapshot.storage.k8s.io/shop/data-web-0-{name}.yaml"
+        ))
+    };
+    assert!(snapshot("kept").exists() && snapshot("other").exists());
+    // The backup holds the ready snapshot finalize read.
+    let entries = contents(&store, "kept").await;
+    let stored = entry(
+        &entries,
+        "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/shop/data-web-0-kept.json",
+    );
+    assert_eq!(stored["status"]["readyToUse"], true);
+
+    let outcome = c.delete_backup("kept", false).await.unwrap();
+    assert!(
+        matches!(outcome, iar::phases::gc::Outcome::Deleted(_)),
+        "{outcome:?}"
+    );
+    assert!(!snapshot("kept").exists(), "deleted with its backup");
+    assert!(
+        snapshot("other").exists(),
+        "another backup's snapshot stays"
+    );
 }

@@ -50,31 +50,35 @@ fn write_items(dir: &Path, b: usize) {
         docs.push(json!({
             "apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": format!("pv-{pvc}")},
-            "spec": {"capacity": {"storage": "1Gi"}}
+            "spec": {"capacity": {"storage": "1Gi"}, "csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": pvc}}
+        }));
+    }
+    if b == 0 {
+        // The class pvc-snapshot chooses for the volumes' driver.
+        docs.push(json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "csi-snapclass", "labels": {"velero.io/csi-volumesnapshot-class": "true"}},
+            "driver": "hostpath.csi.k8s.io"
         }));
     }
     let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
     write_atomic(dir, "items.json", &list.to_string());
 }
 
-/// The VolumeSnapshot the pvc-snapshot plugin waits for, one file each.
-fn write_snapshot(dir: &Path, b: usize, i: usize, ready: bool) {
+/// Plays the snapshot controller on the VolumeSnapshot pvc-snapshot
+/// created in the overlay: its status, written the way a controller
+/// replaces an object.
+fn write_snapshot(overlay: &Path, b: usize, i: usize, ready: bool) {
     let mut status = json!({"readyToUse": ready});
     if ready {
         status["creationTime"] = json!("2026-11-30T01:00:04Z");
     }
-    let doc = json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshot",
-        "metadata": {
-            "name": format!("{}-{}", pvc_name(b, i), backup_name(b)),
-            "namespace": "shop",
-            "creationTimestamp": "2026-11-30T01:00:00Z"
-        },
-        "spec": {"source": {"persistentVolumeClaimName": pvc_name(b, i)}},
-        "status": status,
-    });
-    write_atomic(dir, &format!("snapshot-{i:02}.json"), &doc.to_string());
+    let dir = overlay.join("volumesnapshots.snapshot.storage.k8s.io/shop");
+    let file = format!("{}-{}.yaml", pvc_name(b, i), backup_name(b));
+    let mut doc: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join(&file)).unwrap()).unwrap();
+    doc["status"] = status;
+    write_atomic(&dir, &file, &serde_yaml::to_string(&doc).unwrap());
 }
 
 fn rank(phase: OperationPhase) -> u8 {
@@ -225,7 +229,9 @@ async fn many_backups_with_many_operations_persist_exactly_what_is_in_memory() {
         write_items(dir.path(), b);
     }
     let (_store_dir, store) = store();
-    let cluster = ManifestCluster::new(dirs.iter().map(|d| d.path().to_path_buf()).collect());
+    let overlay = tempfile::tempdir().unwrap();
+    let cluster = ManifestCluster::new(dirs.iter().map(|d| d.path().to_path_buf()).collect())
+        .with_overlay(overlay.path().to_path_buf());
     let settings = Settings {
         sync_period: Duration::from_millis(20),
         ..Settings::default()
@@ -257,7 +263,7 @@ async fn many_backups_with_many_operations_persist_exactly_what_is_in_memory() {
     let snapshotters: Vec<_> = (0..BACKUPS)
         .map(|b| {
             let c = c.clone();
-            let dir = dirs[b].path().to_path_buf();
+            let dir = overlay.path().to_path_buf();
             tokio::spawn(async move {
                 let name = backup_name(b);
                 let deadline = Instant::now() + Duration::from_secs(15);

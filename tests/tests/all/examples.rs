@@ -2,6 +2,7 @@
 
 use crate::support::*;
 use iar::{ItemRef, ManifestCluster, NoCluster, Phase, ReadGrants};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 #[test]
@@ -96,28 +97,37 @@ fn pod_volumes_names_claims_and_bound_volumes() {
     assert!(out.additional_items.is_empty());
 }
 
-fn snapshot_manifest(dir: &std::path::Path, ready: Option<bool>) {
-    let file = dir.join("snapshot.yaml");
-    match ready {
-        None => {
-            let _ = std::fs::remove_file(file);
-        }
-        Some(ready) => std::fs::write(
-            file,
-            format!(
-                "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: data-web-0-nightly\n  namespace: shop\n  creationTimestamp: \"2026-11-30T01:00:00Z\"\nstatus:\n  readyToUse: {ready}\n"
-            ),
-        )
-        .unwrap(),
-    }
+/// A cluster for pvc-snapshot: the claim's CSI volume and the class
+/// labelled for its driver, in `dir`.
+fn csi_cluster(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("pv.yaml"),
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-data-web-0}\nspec: {csi: {driver: hostpath.csi.k8s.io, volumeHandle: h-1}}\n",
+    )
+    .unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/cluster/volumesnapshotclass.yaml"),
+        dir.join("class.yaml"),
+    )
+    .unwrap();
 }
 
+/// The plugin creates the claim's snapshot in the overlay, labelled for
+/// the backup, and reports progress from it as the snapshot controller
+/// (played here by editing the file) moves it on; finalize and unbound
+/// claims create nothing; cancel deletes the snapshot.
 #[test]
-fn pvc_snapshot_reports_progress_from_cluster_state() {
+fn pvc_snapshot_creates_its_snapshot_and_reports_progress_from_it() {
     let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let plugin = load(&runtime, artifacts::PVC_SNAPSHOT, &[]);
-    let cluster = Arc::new(ManifestCluster::new(vec![dir.path().to_path_buf()]));
+    let overlay = tempfile::tempdir().unwrap();
+    csi_cluster(dir.path());
+    let plugin = pvc_snapshot(&runtime);
+    let cluster = Arc::new(
+        ManifestCluster::new(vec![dir.path().to_path_buf()])
+            .with_overlay(overlay.path().to_path_buf()),
+    );
     let mut instance = plugin.instance(cluster);
     let claim = pvc("data-web-0", true);
 
@@ -127,35 +137,65 @@ fn pvc_snapshot_reports_progress_from_cluster_state() {
     assert_eq!(out.operation_id.as_deref(), Some("shop/data-web-0-nightly"));
     assert_eq!(out.post_operation_items[0].resource, "volumesnapshots");
     assert_eq!(out.post_operation_items[0].name, "data-web-0-nightly");
+    let file = overlay
+        .path()
+        .join("volumesnapshots.snapshot.storage.k8s.io/shop/data-web-0-nightly.yaml");
+    let created: Value = serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        created["spec"]["source"]["persistentVolumeClaimName"],
+        "data-web-0"
+    );
+    assert_eq!(created["spec"]["volumeSnapshotClassName"], "csi-snapclass");
+    assert_eq!(
+        created["metadata"]["labels"]["velero.io/backup-name"],
+        "nightly"
+    );
+    assert_eq!(
+        created["metadata"]["labels"]["iar.dev/backup-uid"],
+        backup(Phase::Backup).uid
+    );
+    let first = instance.take_created();
+    assert_eq!(first.len(), 1);
+
+    // A retried execute finds the same snapshot (recorded again, the same
+    // uid): nothing more is created.
+    let again = instance
+        .execute(&claim, &backup(Phase::Backup), &never_seen)
+        .unwrap();
+    assert_eq!(again.operation_id, out.operation_id);
+    assert_eq!(instance.take_created(), first);
+    assert_eq!(
+        iar_tests::snapshots::snapshot_files(overlay.path()).len(),
+        1
+    );
 
     let op = out.operation_id.unwrap();
     let progress =
         |i: &mut iar::PluginInstance| i.progress(&op, &claim.id, &backup(Phase::Backup)).unwrap();
-
-    snapshot_manifest(dir.path(), None);
-    let p = progress(&mut instance);
-    assert!(!p.completed && p.started.is_none());
-    assert!(
-        p.description.starts_with("waiting for"),
-        "{}",
-        p.description
-    );
-
-    snapshot_manifest(dir.path(), Some(false));
     let p = progress(&mut instance);
     assert!(!p.completed);
-    let started = p.started.expect("started once the VolumeSnapshot exists");
-    assert_eq!(
-        humantime::format_rfc3339(started).to_string(),
-        "2026-11-30T01:00:00Z"
+    assert!(
+        p.started.is_some(),
+        "started once the VolumeSnapshot exists"
     );
 
-    snapshot_manifest(dir.path(), Some(true));
+    let controller = iar_tests::snapshots::SnapshotController::start(overlay.path());
+    controller.set("data-web-0-nightly", json!({"readyToUse": true}));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !progress(&mut instance).completed {
+        assert!(
+            std::time::Instant::now() < until,
+            "the snapshot never became ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(controller);
     let p = progress(&mut instance);
     assert!(p.completed && p.error.is_none());
     assert_eq!((p.n_completed, p.n_total), (1, 1));
 
-    // The finalize pass starts nothing, and unbound claims are skipped.
+    // The finalize pass starts and creates nothing, and unbound claims are
+    // skipped.
     let out = instance
         .execute(&claim, &backup(Phase::Finalize), &never_seen)
         .unwrap();
@@ -164,13 +204,54 @@ fn pvc_snapshot_reports_progress_from_cluster_state() {
         .execute(&pvc("pending", false), &backup(Phase::Backup), &never_seen)
         .unwrap();
     assert_eq!(out.operation_id, None);
+    assert!(instance.take_created().is_empty());
+
+    // Cancel deletes it.
+    instance
+        .cancel(&op, &claim.id, &backup(Phase::Backup))
+        .unwrap();
+    assert!(!file.exists());
+}
+
+/// Without the write grant the claim fails, and the error names the rule
+/// and the grant to give; nothing is created.
+#[test]
+fn pvc_snapshot_without_the_write_grant_is_refused_by_rule() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let overlay = tempfile::tempdir().unwrap();
+    csi_cluster(dir.path());
+    let plugin = load(&runtime, artifacts::PVC_SNAPSHOT, &[]);
+    let cluster = Arc::new(
+        ManifestCluster::new(vec![dir.path().to_path_buf()])
+            .with_overlay(overlay.path().to_path_buf()),
+    );
+    let err = plugin
+        .instance(cluster)
+        .execute(
+            &pvc("data-web-0", true),
+            &backup(Phase::Backup),
+            &never_seen,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("volumesnapshots.snapshot.storage.k8s.io is not in this plugin's allowWrite (rule: write-grant)"),
+        "{err}"
+    );
+    assert!(err.contains("iar_plugin_pvc_snapshot"), "{err}");
+    assert!(iar_tests::snapshots::snapshot_files(overlay.path()).is_empty());
 }
 
 #[test]
 fn cluster_reads_obey_the_grants() {
     let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
-    snapshot_manifest(dir.path(), Some(true));
+    std::fs::write(
+        dir.path().join("snapshot.yaml"),
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: data-web-0-nightly, namespace: shop}\nstatus: {readyToUse: true}\n",
+    )
+    .unwrap();
     let mut settings = settings(&[], iar::Limits::default());
     settings.grants = ReadGrants::only(&["pods"]).unwrap();
     let plugin =

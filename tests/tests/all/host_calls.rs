@@ -15,6 +15,8 @@ struct SlowCluster {
     pod: Value,
 }
 
+impl iar::cluster::ClusterWriter for SlowCluster {}
+
 impl ClusterReader for SlowCluster {
     fn get(&self, _id: &ItemRef) -> Result<Option<Value>, iar::cluster::ClusterError> {
         std::thread::sleep(self.delay);

@@ -9,6 +9,7 @@ mod apiserver_plugins;
 mod artifacts;
 mod backups;
 mod blocks;
+mod cluster_writes;
 mod concurrency;
 mod examples;
 mod host_calls;

@@ -107,8 +107,21 @@ pub fn example_plugins() -> Vec<Plugin> {
             &[("labels", "backed-up-by=iar")],
         ),
         load(&runtime, artifacts::POD_VOLUMES, &[]),
-        load(&runtime, artifacts::PVC_SNAPSHOT, &[]),
+        pvc_snapshot(&runtime),
     ]
+}
+
+/// The write grant `pvc-snapshot` needs to create its VolumeSnapshots.
+pub const SNAPSHOT_GRANT: &str = "volumesnapshots.snapshot.storage.k8s.io";
+
+/// `pvc-snapshot` with its write grant.
+pub fn pvc_snapshot(runtime: &Runtime) -> Plugin {
+    let settings = PluginSettings {
+        write_grants: iar::cluster::writes::WriteGrants::only(&[SNAPSHOT_GRANT]).unwrap(),
+        ..PluginSettings::default()
+    };
+    Plugin::from_file(runtime, artifacts::PVC_SNAPSHOT.as_ref(), settings)
+        .unwrap_or_else(|e| panic!("loading pvc-snapshot: {e}"))
 }
 
 /// A store on a fresh local directory (kept alive by the returned guard).

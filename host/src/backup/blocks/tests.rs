@@ -8,6 +8,8 @@ use std::sync::Arc;
 /// (lookups by identity), without files.
 struct Objects(HashMap<ItemRef, Value>);
 
+impl crate::cluster::ClusterWriter for Objects {}
+
 impl ClusterReader for Objects {
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, crate::cluster::ClusterError> {
         if id.name == "unreadable" {

@@ -29,6 +29,12 @@ pub struct GrantPolicy {
     /// exact entry `secrets` is here (no glob covers them). Default `["*"]`:
     /// every resource but Secrets.
     pub readable: Vec<String>,
+    /// The resources a ConfigMap's `allowWrite` may name (contract 1.2.0:
+    /// creating the objects a plugin's operations track), as globs over
+    /// `resource.group`; Secrets only by the exact entry `secrets`.
+    /// Default empty: no plugin ConfigMap may write until the operator
+    /// says which resources.
+    pub writable: Vec<String>,
     /// The most a ConfigMap's `limits` may ask, field by field. Default:
     /// [`DEFAULT_HEADROOM`] times each default limit.
     pub max_limits: MaxLimits,
@@ -61,6 +67,7 @@ impl Default for GrantPolicy {
     fn default() -> Self {
         GrantPolicy {
             readable: vec!["*".into()],
+            writable: Vec::new(),
             max_limits: MaxLimits::default(),
             isolation: vec![Isolation::Item, Isolation::Backup],
         }
@@ -163,6 +170,10 @@ impl GrantPolicy {
             glob::Pattern::new(entry)
                 .map_err(|e| format!("readable entry {entry:?} is not a glob: {e}"))?;
         }
+        for entry in &policy.writable {
+            glob::Pattern::new(entry)
+                .map_err(|e| format!("writable entry {entry:?} is not a glob: {e}"))?;
+        }
         Ok(policy)
     }
 
@@ -194,6 +205,14 @@ impl GrantPolicy {
                 refused.push(format!(
                     "allowRead {asked:?} (the policy makes readable {:?}{hint})",
                     self.readable
+                ));
+            }
+        }
+        for asked in settings.write_grants.entries() {
+            if !self.writable.iter().any(|p| covers(p, asked)) {
+                refused.push(format!(
+                    "allowWrite {asked:?} (the policy makes writable {:?})",
+                    self.writable
                 ));
             }
         }

@@ -42,6 +42,10 @@
 //! | `clock-poll` | sleeps 1 ms at a time for ever: many short clock waits, each under any bound |
 //! | `get-id` | calls `cluster-get` for the identifier in config `id-group`, `id-resource`, `id-namespace`, `id-name` and returns the item with annotation `hostile.iar.test/got` = `found:<the object's JSON>`, `none`, or `error:<message>` |
 //! | `additional-id` | returns the item unchanged, naming the identifier of `get-id` as an additional item |
+//! | `create-id` | (1.2.0) calls `create` for the identifier of `get-id` with config `object` (JSON), or by default an object of that identity (`apiVersion` from `id-group`, `kind` from config `kind`, default `ConfigMap`), `create-times` times (default 1), and returns the item with annotation `hostile.iar.test/created` = `ok:<the object's JSON>` or `error:<message>` (of the last try) |
+//! | `delete-id` | (1.2.0) calls `delete` for the identifier of `get-id`; annotation `hostile.iar.test/deleted` = `true`, `false` or `error:<message>` |
+//! | `list-id` | (1.2.0) calls `list` for `id-group`, `id-resource`, `id-namespace` and config `selector`; annotation `hostile.iar.test/listed` = the names found, comma-separated, or `error:<message>` |
+//! | `create-then-trap` | (1.2.0) creates as `create-id` does, then panics: the object must still be recorded |
 //!
 //! Any other value fails the item with a message listing the known ones, so
 //! a typo in a test does not pass as `ok`.
@@ -62,7 +66,11 @@
 //! applies to every item (a slow but good load).
 //!
 //! `cancel` logs `cancel <operation id>` at warn level and succeeds; with
-//! config `cancel` = `sleep` it sleeps for `Duration::MAX` first.
+//! config `cancel` = `sleep` it sleeps for `Duration::MAX` first; with
+//! `cancel` = `delete-id` it deletes the identifier of `get-id` and fails
+//! with the host's refusal if there is one. `progress` = `create-id` tries
+//! to create as `execute` would and fails with what the host answered
+//! (the host refuses: creates come only from `execute`).
 
 use iar_sdk::bindings::exports::iar::plugin::item_action::Guest;
 use iar_sdk::bindings::iar::plugin::types::{
@@ -106,7 +114,38 @@ const BEHAVIORS: &[&str] = &[
     "clock-poll",
     "get-id",
     "additional-id",
+    "create-id",
+    "delete-id",
+    "list-id",
+    "create-then-trap",
 ];
+
+/// `create` for the configured identifier, with the configured object;
+/// the last try's answer.
+fn create_configured() -> Result<String, String> {
+    let id = configured_id();
+    let object = config("object").unwrap_or_else(|| {
+        let api_version = if id.group.is_empty() {
+            "v1".to_string()
+        } else {
+            format!("{}/v1", id.group)
+        };
+        serde_json::json!({
+            "apiVersion": api_version,
+            "kind": config("kind").unwrap_or_else(|| "ConfigMap".into()),
+            "metadata": {"name": id.name, "namespace": id.namespace},
+        })
+        .to_string()
+    });
+    let times: usize = config("create-times")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let mut last = Err("not tried".to_string());
+    for _ in 0..times.max(1) {
+        last = iar_sdk::bindings_v1_2::iar::plugin::cluster_write::create(&id, &object);
+    }
+    last
+}
 
 /// The name of the item the previous `remember` call saw: state that lives
 /// as long as the instance.
@@ -489,6 +528,48 @@ impl Guest for Hostile {
                 };
                 annotate(&item, "hostile.iar.test/got", got)
             }
+            "create-id" => {
+                let created = match create_configured() {
+                    Ok(json) => format!("ok:{json}"),
+                    Err(e) => format!("error:{e}"),
+                };
+                annotate(&item, "hostile.iar.test/created", created)
+            }
+            "create-then-trap" => {
+                let _ = create_configured();
+                panic!("hostile plugin panicked after creating");
+            }
+            "delete-id" => {
+                let deleted = match iar_sdk::bindings_v1_2::iar::plugin::cluster_write::delete(
+                    &configured_id(),
+                ) {
+                    Ok(b) => b.to_string(),
+                    Err(e) => format!("error:{e}"),
+                };
+                annotate(&item, "hostile.iar.test/deleted", deleted)
+            }
+            "list-id" => {
+                let id = configured_id();
+                let selector = config("selector").unwrap_or_default();
+                let listed = match iar_sdk::bindings_v1_2::iar::plugin::cluster_list::list(
+                    &id.group,
+                    &id.resource,
+                    &id.namespace,
+                    &selector,
+                ) {
+                    Ok(objects) => objects
+                        .iter()
+                        .map(|o| {
+                            serde_json::from_str::<Value>(o)
+                                .map(|v| str_at(&v, "/metadata/name").to_string())
+                                .unwrap_or_else(|e| format!("unparsable:{e}"))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    Err(e) => format!("error:{e}"),
+                };
+                annotate(&item, "hostile.iar.test/listed", listed)
+            }
             "additional-id" => Ok(ExecuteOutput {
                 additional_items: vec![configured_id()],
                 ..unchanged()
@@ -532,6 +613,12 @@ impl Guest for Hostile {
             updated: None,
         };
         match config("progress").as_deref() {
+            Some("create-id") => {
+                return match create_configured() {
+                    Ok(json) => Err(failed(format!("created from progress: {json}"))),
+                    Err(e) => Err(failed(e)),
+                };
+            }
             Some("complete") => {
                 progress.completed = true;
                 progress.n_completed = 1;
@@ -571,6 +658,10 @@ impl Guest for Hostile {
     fn cancel(operation_id: String, _backup: Backup) -> Result<(), ActionError> {
         if config("cancel").as_deref() == Some("sleep") {
             sleep_forever();
+        }
+        if config("cancel").as_deref() == Some("delete-id") {
+            iar_sdk::bindings_v1_2::iar::plugin::cluster_write::delete(&configured_id())
+                .map_err(failed)?;
         }
         log(Level::Warn, &format!("cancel {operation_id}"));
         Ok(())

@@ -1,0 +1,313 @@
+//! What a plugin may write to the cluster (contract 1.2.0's
+//! `cluster-write`): which resources (its write grant), from which call,
+//! in which namespace, and which objects are its own. Everything here is
+//! decided from the call and the object alone, before any request leaves
+//! the host; the cluster then creates or deletes.
+
+use crate::catalog::GroupResource;
+use crate::item::ItemRef;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The label naming the backup an object was created for (its name as a
+/// label value: a digest when it is not one).
+pub const BACKUP_NAME_LABEL: &str = "iar.dev/backup-name";
+/// The label holding the uid of the backup an object was created for: what
+/// ownership is decided by (a name may be reused, a uid is not).
+pub const BACKUP_UID_LABEL: &str = "iar.dev/backup-uid";
+/// The annotation naming the plugin that created an object.
+pub const CREATED_BY_ANNOTATION: &str = "iar.dev/created-by";
+
+/// Rule names, as refusals and the docs give them.
+pub mod rule {
+    pub const GRANT: &str = "write-grant";
+    pub const CALL: &str = "write-call";
+    pub const FINALIZE: &str = "no-create-in-finalize";
+    pub const NAMESPACE: &str = "write-namespace";
+    pub const OBJECT: &str = "write-object";
+    pub const CONFLICT: &str = "create-conflict";
+    pub const NOT_OWN: &str = "delete-not-own";
+    pub const READ_ONLY: &str = "cluster-read-only";
+}
+
+/// Which resources a plugin may create (and delete what it created), by
+/// exact `resource.group` ("volumesnapshots.snapshot.storage.k8s.io",
+/// "configmaps"). No glob: a write is granted resource by resource. None
+/// by default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteGrants {
+    allow: Vec<String>,
+}
+
+impl WriteGrants {
+    /// Exactly these resources; an entry with a glob character, or that is
+    /// not `resource` or `resource.group`, is refused.
+    pub fn only<S: AsRef<str>>(entries: &[S]) -> Result<Self, String> {
+        let mut allow = Vec::new();
+        for entry in entries {
+            let entry = entry.as_ref();
+            if entry.contains(['*', '?', '[', ']']) {
+                return Err(format!(
+                    "allowWrite entry {entry:?}: a write is granted by the resource's exact name (resource.group), not a glob"
+                ));
+            }
+            let (resource, group) = entry.split_once('.').unwrap_or((entry, ""));
+            let valid = crate::names::dns_label(resource).is_ok()
+                && (group.is_empty() || crate::names::dns_subdomain(group).is_ok());
+            if !valid {
+                return Err(format!(
+                    "allowWrite entry {entry:?} is not a resource name (resource.group)"
+                ));
+            }
+            allow.push(entry.to_string());
+        }
+        Ok(WriteGrants { allow })
+    }
+
+    pub fn none() -> Self {
+        WriteGrants::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty()
+    }
+
+    /// The entries as written.
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.allow.iter().map(String::as_str)
+    }
+
+    pub fn allows(&self, gr: &GroupResource) -> bool {
+        let name = gr.to_string();
+        self.allow.contains(&name)
+    }
+}
+
+/// The call a write comes from, as the host set it before entering the
+/// guest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum WriteCall {
+    /// `applies-to`, `get-related-items`, instantiation: no writes.
+    #[default]
+    None,
+    /// `execute` on an item of `namespace` ("" for a cluster-scoped item).
+    Execute {
+        namespace: String,
+        finalize: bool,
+    },
+    Progress,
+    Cancel,
+}
+
+/// Who writes: the plugin, the backup it writes for, and the call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteScope {
+    pub plugin: String,
+    pub backup_name: String,
+    pub backup_uid: String,
+    pub call: WriteCall,
+}
+
+/// One object a plugin created for a backup, as the backup records it:
+/// deleting or cancelling the backup deletes it (with this uid as the
+/// precondition, so a newer object of the same name is never deleted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedObject {
+    pub plugin: String,
+    #[serde(flatten)]
+    pub id: ItemRef,
+    pub uid: String,
+}
+
+/// A write refused by a rule, before or instead of any request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (rule: {rule})")]
+pub struct WriteRefused {
+    pub rule: &'static str,
+    pub message: String,
+}
+
+fn refuse(rule: &'static str, message: impl Into<String>) -> WriteRefused {
+    WriteRefused {
+        rule,
+        message: message.into(),
+    }
+}
+
+/// The checks every write makes: the grant, then the call.
+fn check_common(
+    what: &str,
+    scope: &WriteScope,
+    grants: &WriteGrants,
+    id: &ItemRef,
+) -> Result<(), WriteRefused> {
+    let gr = id.group_resource();
+    if !grants.allows(&gr) {
+        return Err(refuse(
+            rule::GRANT,
+            format!("{what} {id}: {gr} is not in this plugin's allowWrite"),
+        ));
+    }
+    if scope.call == WriteCall::None {
+        return Err(refuse(
+            rule::CALL,
+            format!("{what} {id}: writes are allowed only from execute, progress and cancel"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a create and returns the object to send: `object` parsed, its
+/// identity checked against `id` (filled in where absent), the backup's
+/// labels and the plugin's annotation set, and what the API server owns
+/// (status, uid, resourceVersion, ...) left out.
+pub fn prepare_create(
+    scope: &WriteScope,
+    grants: &WriteGrants,
+    id: &ItemRef,
+    object: &str,
+    max_bytes: usize,
+) -> Result<Value, WriteRefused> {
+    check_common("creating", scope, grants, id)?;
+    let namespace = match &scope.call {
+        WriteCall::Execute {
+            finalize: false,
+            namespace,
+        } => namespace,
+        WriteCall::Execute { finalize: true, .. } => {
+            return Err(refuse(
+                rule::FINALIZE,
+                format!("creating {id}: finalize starts nothing and creates nothing"),
+            ));
+        }
+        _ => {
+            return Err(refuse(
+                rule::CALL,
+                format!("creating {id}: objects are created only from execute"),
+            ));
+        }
+    };
+    if !id.namespace.is_empty() && id.namespace != *namespace {
+        let item = if namespace.is_empty() {
+            "a cluster-scoped item".to_string()
+        } else {
+            format!("an item of namespace {namespace:?}")
+        };
+        return Err(refuse(
+            rule::NAMESPACE,
+            format!("creating {id}: a plugin executing on {item} creates only in that namespace"),
+        ));
+    }
+    if object.len() > max_bytes {
+        return Err(refuse(
+            rule::OBJECT,
+            format!(
+                "creating {id}: the object is {} bytes, over the plugin's maxItemBytes {max_bytes}",
+                object.len()
+            ),
+        ));
+    }
+    let bad = |why: String| refuse(rule::OBJECT, format!("creating {id}: {why}"));
+    let mut value: Value =
+        serde_json::from_str(object).map_err(|e| bad(format!("the object is not JSON: {e}")))?;
+    let Value::Object(map) = &mut value else {
+        return Err(bad("the object is not a JSON object".into()));
+    };
+    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    if api_version.is_empty() || map.get("kind").and_then(Value::as_str).is_none() {
+        return Err(bad("the object has no apiVersion or kind".into()));
+    }
+    if group != id.group {
+        return Err(bad(format!(
+            "its apiVersion {api_version:?} is not of group {:?}",
+            id.group
+        )));
+    }
+    // Only what a creator may set survives; the server fills in the rest.
+    map.remove("status");
+    let metadata = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = metadata else {
+        return Err(bad("its metadata is not an object".into()));
+    };
+    meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "labels" | "annotations"));
+    for (field, want) in [("name", &id.name), ("namespace", &id.namespace)] {
+        match meta.get(field).and_then(Value::as_str) {
+            None => {
+                if !want.is_empty() {
+                    meta.insert(field.into(), Value::String(want.clone()));
+                }
+            }
+            Some(got) if got == want.as_str() => {}
+            Some(got) => {
+                return Err(bad(format!(
+                    "its metadata.{field} {got:?} is not the identifier's {want:?}"
+                )));
+            }
+        }
+    }
+    for (field, key, value) in [
+        (
+            "labels",
+            BACKUP_NAME_LABEL,
+            crate::names::label_value(&scope.backup_name),
+        ),
+        ("labels", BACKUP_UID_LABEL, scope.backup_uid.clone()),
+        ("annotations", CREATED_BY_ANNOTATION, scope.plugin.clone()),
+    ] {
+        let entry = meta
+            .entry(field)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        if let Value::Object(m) = entry {
+            m.retain(|_, v| v.is_string());
+            m.insert(key.into(), Value::String(value));
+        }
+    }
+    Ok(value)
+}
+
+/// Checks a delete before the object is read.
+pub fn check_delete(
+    scope: &WriteScope,
+    grants: &WriteGrants,
+    id: &ItemRef,
+) -> Result<(), WriteRefused> {
+    check_common("deleting", scope, grants, id)
+}
+
+/// Whether `object` was created by this scope's plugin for this scope's
+/// backup: the uid label and the annotation, both set by the host.
+pub fn is_own(object: &Value, scope: &WriteScope) -> bool {
+    let meta = &object["metadata"];
+    meta["labels"][BACKUP_UID_LABEL].as_str() == Some(scope.backup_uid.as_str())
+        && meta["annotations"][CREATED_BY_ANNOTATION].as_str() == Some(scope.plugin.as_str())
+}
+
+/// The refusal for an object of that name that is not this plugin's.
+pub fn not_own(what: &'static str, id: &ItemRef, scope: &WriteScope) -> WriteRefused {
+    let (rule, verb) = if what == "delete" {
+        (rule::NOT_OWN, "deleting")
+    } else {
+        (rule::CONFLICT, "creating")
+    };
+    refuse(
+        rule,
+        format!(
+            "{verb} {id}: an object of that name exists that plugin {} did not create for backup {}",
+            scope.plugin, scope.backup_name
+        ),
+    )
+}
+
+/// An object's uid (`metadata.uid`), empty when it has none.
+pub fn uid_of(object: &Value) -> String {
+    object["metadata"]["uid"].as_str().unwrap_or("").to_string()
+}
+
+#[cfg(test)]
+mod tests;
