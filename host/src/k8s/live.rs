@@ -294,8 +294,10 @@ impl LiveCluster {
         f: impl std::future::Future<Output = Result<T, ClusterError>>,
     ) -> Result<T, ClusterError> {
         let wait = budget.min(GET_TIMEOUT);
+        // The timer is made inside `block_on`: tokio makes it on the
+        // current runtime, and a plugin's blocking thread has none.
         self.handle
-            .block_on(tokio::time::timeout(wait, f))
+            .block_on(async { tokio::time::timeout(wait, f).await })
             .map_err(|_| ClusterError::TimedOut {
                 id: id.clone(),
                 wait,

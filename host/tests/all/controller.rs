@@ -18,11 +18,11 @@ use iar::{BackupRef, Phase, Plugin, ReadGrants};
 use iar_apiserver::{User, create_namespace};
 use iar_tests::{artifacts, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -31,29 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A stand-in for the snapshot controller's CRD: VolumeSnapshots whose
-/// status the test writes directly.
-fn volume_snapshot_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": "volumesnapshots.snapshot.storage.k8s.io",
-            // *.k8s.io groups are protected; the real CRD carries this.
-            "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-csi/external-snapshotter/pull/419"}
-        },
-        "spec": {
-            "group": "snapshot.storage.k8s.io",
-            "names": {"kind": "VolumeSnapshot", "plural": "volumesnapshots", "singular": "volumesnapshot"},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-            }]
-        }
-    }))
-    .unwrap()
-}
-
-/// The Backup CRD and the VolumeSnapshot CRD, created once and established.
+/// iar's CRDs, created once and established. (The VolumeSnapshot CRDs are
+/// the real ones, installed with the real snapshot-controller:
+/// `csi::snapshots`.)
 pub(crate) async fn install_crds(client: &Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_init(|| async {
@@ -61,7 +41,6 @@ pub(crate) async fn install_crds(client: &Client) {
         for crd in [
             iar::k8s::crd::definition(),
             iar::k8s::crd::volume_backup_definition(),
-            volume_snapshot_crd(),
         ] {
             let name = crd.metadata.name.clone().unwrap();
             match crds.create(&PostParams::default(), &crd).await {
@@ -103,52 +82,6 @@ async fn create_config_map(client: &Client, ns: &str, name: &str, app: &str) {
         .create(&PostParams::default(), &cm)
         .await
         .unwrap_or_else(|e| panic!("create configmap {ns}/{name}: {e}"));
-}
-
-/// A PVC marked Bound (no controller-manager runs to bind it).
-async fn create_bound_pvc(client: &Client, ns: &str, name: &str, app: &str) {
-    let api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
-    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &pvc)
-        .await
-        .unwrap_or_else(|e| panic!("create pvc {ns}/{name}: {e}"));
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Bound"}})),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("bind pvc {ns}/{name}: {e}"));
-}
-
-fn snapshot_api(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "snapshot.storage.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "snapshot.storage.k8s.io/v1".into(),
-        kind: "VolumeSnapshot".into(),
-        plural: "volumesnapshots".into(),
-    };
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-/// Plays the snapshot controller: the VolumeSnapshot exists and is ready.
-async fn ready_snapshot(client: &Client, ns: &str, name: &str) {
-    let snapshot: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshot",
-        "metadata": {"name": name, "namespace": ns},
-        "status": {"readyToUse": true, "creationTime": "2026-11-30T12:00:00Z"}
-    }))
-    .unwrap();
-    snapshot_api(client, ns)
-        .create(&PostParams::default(), &snapshot)
-        .await
-        .unwrap_or_else(|e| panic!("create volumesnapshot {ns}/{name}: {e}"));
 }
 
 pub(crate) async fn create_backup(client: &Client, ns: &str, name: &str, spec: BackupSpec) {
@@ -229,11 +162,20 @@ pub(crate) async fn start_controller(
         volume_agent_silence: Duration::from_secs(10),
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
+    // The operator lets plugin ConfigMaps create VolumeSnapshots
+    // (deploy/grant-policy.yaml says how), as pvc-snapshot needs.
+    let watch = iar::k8s::plugins::WatchOptions {
+        grant_policy: iar::k8s::plugins::policy::GrantPolicy {
+            writable: vec![crate::csi::SNAPSHOT_GRANT.into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     let plugins = Plugins {
         runtime: runtime(),
         registry,
         files: plugins,
-        watch: Default::default(),
+        watch,
     };
     let task = tokio::spawn(async move {
         if let Err(e) = run(client, options, plugins, Some(tx)).await {
@@ -288,13 +230,17 @@ async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
     install_crds(&admin).await;
+    assert!(
+        crate::csi::snapshots(&admin).await,
+        "the snapshot-controller runs"
+    );
     let (system, shop) = ("ctl-a", "ctl-a-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;
     create_config_map(&admin, shop, "web-config", "web").await;
     create_config_map(&admin, shop, "db-config", "db").await;
-    create_bound_pvc(&admin, shop, "data-web", "web").await;
-    create_bound_pvc(&admin, shop, "data-db", "db").await;
+    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
+    crate::csi::csi_claim(&admin, shop, "data-db", "db").await;
     let secret: Secret = serde_json::from_value(
         json!({"metadata": {"name": "web-token", "labels": {"app": "web"}}}),
     )
@@ -308,7 +254,7 @@ async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
     let rt = runtime();
     let plugins = vec![
         load(&rt, artifacts::LABELS, &[("labels", "backed-up-by=iar")]),
-        load(&rt, artifacts::PVC_SNAPSHOT, &[]),
+        crate::csi::pvc_snapshot(&rt),
     ];
     let (addr, controller) =
         start_controller(admin.clone(), system, store, plugins, PluginRegistry::new()).await;
@@ -326,7 +272,7 @@ async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
     assert_eq!(status.backup_item_operations_attempted, 1);
     assert!(status.start_timestamp.is_some());
 
-    ready_snapshot(&admin, shop, "data-web-nightly").await;
+    crate::csi::cut_snapshot(&admin, shop, "data-web-nightly").await;
     let done = wait_phase(&admin, system, "nightly", BackupPhase::Completed).await;
     let status = done.status.unwrap();
     assert_eq!(status.errors, 0, "{status:?}");
@@ -465,12 +411,16 @@ async fn snapshot_scene(
     shop: &str,
 ) -> (tempfile::TempDir, BackupStore, tokio::task::JoinHandle<()>) {
     install_crds(admin).await;
+    assert!(
+        crate::csi::snapshots(admin).await,
+        "the snapshot-controller runs"
+    );
     create_namespace(admin, system).await;
     create_namespace(admin, shop).await;
     create_config_map(admin, shop, "web-config", "web").await;
-    create_bound_pvc(admin, shop, "data-web", "web").await;
+    crate::csi::csi_claim(admin, shop, "data-web", "web").await;
     let (store_dir, store) = store();
-    let plugins = vec![load(&runtime(), artifacts::PVC_SNAPSHOT, &[])];
+    let plugins = vec![crate::csi::pvc_snapshot(&runtime())];
     let (_, controller) = start_controller(
         admin.clone(),
         system,
@@ -558,12 +508,14 @@ async fn deleting_an_unfinished_backup_cancels_its_operations_and_keeps_its_data
             .starts_with("canceled: "),
         "{raw}"
     );
-    // The plugin's cancel ran (its log line) and the data is kept.
+    // The plugin's cancel ran (its log line) and deleted the snapshot it
+    // had created; the data is kept.
     let logs = store.get_logs("doomed").await.unwrap().unwrap();
     assert!(
         logs.iter().any(|l| l.contains("backup gave up on")),
         "{logs:#?}"
     );
+    crate::csi::wait_deleted(&admin, shop, "data-web-doomed").await;
     let entries = tar_entries(store_dir.path(), "doomed");
     assert!(entries.contains_key(&entry_path("", "configmaps", shop, "web-config")));
     assert!(entries.contains_key(&entry_path("", "persistentvolumeclaims", shop, "data-web")));
@@ -665,9 +617,11 @@ async fn an_expired_backup_goes_with_its_resource_once_it_has_ended() {
             .is_some()
     );
 
-    // The operation completes, the backup ends, and then it goes.
-    ready_snapshot(&admin, shop, "data-web-expiring").await;
+    // The operation completes, the backup ends, and then it goes, with
+    // the snapshot its plugin created.
+    crate::csi::cut_snapshot(&admin, shop, "data-web-expiring").await;
     wait_gone(&admin, system, "expiring").await;
+    crate::csi::wait_deleted(&admin, shop, "data-web-expiring").await;
     assert!(stored("expiring").await.is_none());
     assert!(!store_dir.path().join("backups/expiring").exists());
     assert_eq!(store.list_backups().await.unwrap(), ["kept"]);
@@ -714,9 +668,15 @@ async fn cluster_get_reads_live_objects_only_within_the_grants() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
     install_crds(&admin).await;
+    assert!(
+        crate::csi::snapshots(&admin).await,
+        "the snapshot-controller runs"
+    );
     let ns = "ctl-grants";
     create_namespace(&admin, ns).await;
-    ready_snapshot(&admin, ns, "data-b").await;
+    crate::csi::csi_claim(&admin, ns, "data", "x").await;
+    crate::csi::create_snapshot(&admin, ns, "data-b", "data").await;
+    crate::csi::cut_snapshot(&admin, ns, "data-b").await;
     let cluster: Arc<dyn iar::ClusterReader> = Arc::new(LiveCluster::new(
         admin.clone(),
         tokio::runtime::Handle::current(),
@@ -841,10 +801,14 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
     install_crds(&admin).await;
+    assert!(
+        crate::csi::snapshots(&admin).await,
+        "the snapshot-controller runs"
+    );
     let (system, shop) = ("ctl-lead", "ctl-lead-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;
-    create_bound_pvc(&admin, shop, "data-web", "web").await;
+    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
     create_config_map(&admin, shop, "web-config", "web").await;
 
     let work = tempfile::tempdir().unwrap();
@@ -854,6 +818,7 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
         let p = Path::new(p);
         std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
     }
+    crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
     let store = work.path().join("store");
     let log = |who: &str| work.path().join(format!("{who}.log"));
     let logs = || {
@@ -895,7 +860,7 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
     .await;
     drop(a); // SIGKILL: no release of either lease.
 
-    ready_snapshot(&admin, shop, "data-web-handover").await;
+    crate::csi::cut_snapshot(&admin, shop, "data-web-handover").await;
     let done = wait_phase(&admin, system, "handover", BackupPhase::Completed).await;
     assert_eq!(done.status.unwrap().backup_item_operations_completed, 1);
     assert_eq!(
@@ -1309,7 +1274,7 @@ async fn live_backup_of_5000_objects() {
     let three = vec![
         load(&rt, artifacts::LABELS, &[("labels", "backed-up-by=iar")]),
         load(&rt, artifacts::POD_VOLUMES, &[]),
-        load(&rt, artifacts::PVC_SNAPSHOT, &[]),
+        crate::csi::pvc_snapshot(&rt),
     ];
     // The same backup with no plugins, in the same run: the baseline.
     let mut took = Vec::new();
@@ -1386,11 +1351,15 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
     install_crds(&admin).await;
+    assert!(
+        crate::csi::snapshots(&admin).await,
+        "the snapshot-controller runs"
+    );
     let (system, shop) = ("ctl-pin", "ctl-pin-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;
     create_config_map(&admin, shop, "web-config", "web").await;
-    create_bound_pvc(&admin, shop, "data-web", "web").await;
+    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
     register_plugin(
         &admin,
         system,
@@ -1399,7 +1368,14 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
         "config:\n  labels: set=first\n",
     )
     .await;
-    register_plugin(&admin, system, "pvc-snapshot", artifacts::PVC_SNAPSHOT, "").await;
+    register_plugin(
+        &admin,
+        system,
+        "pvc-snapshot",
+        artifacts::PVC_SNAPSHOT,
+        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\n",
+    )
+    .await;
 
     let registry = PluginRegistry::new();
     let (store_dir, store) = store();
@@ -1445,7 +1421,7 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
     })
     .await;
 
-    ready_snapshot(&admin, shop, "data-web-pinned").await;
+    crate::csi::cut_snapshot(&admin, shop, "data-web-pinned").await;
     let done = wait_phase(&admin, system, "pinned", BackupPhase::Completed).await;
     // The operation was polled by the unloaded pvc-snapshot of its set.
     assert_eq!(done.status.unwrap().backup_item_operations_completed, 1);
@@ -1817,4 +1793,128 @@ async fn the_status_shows_progress_while_the_pass_runs() {
     // Counts only grow.
     let counts: Vec<u64> = seen.iter().map(|(_, done, _)| *done).collect();
     assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+}
+
+/// pvc-snapshot against the live API server and the real snapshot-
+/// controller, call by call: execute creates the claim's VolumeSnapshot,
+/// labelled with the backup and annotated with the plugin, in the class
+/// labelled for the volume's driver; a retried execute (another instance,
+/// as after a restart) gets the same snapshot back and creates no second
+/// one; the controller binds it to a content; cancel deletes it. Without
+/// the write grant the claim fails naming the rule, and nothing is
+/// created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pvc_snapshot_creates_one_labelled_snapshot_the_real_controller_binds() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    assert!(
+        crate::csi::snapshots(&admin).await,
+        "the snapshot-controller runs"
+    );
+    let ns = "ctl-csi";
+    create_namespace(&admin, ns).await;
+    crate::csi::csi_claim(&admin, ns, "data", "db").await;
+    let cluster: Arc<dyn iar::ClusterReader> = Arc::new(LiveCluster::new(
+        admin.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+    let claim = cluster
+        .get_item_async(&ItemRef {
+            group: String::new(),
+            resource: "persistentvolumeclaims".into(),
+            namespace: ns.into(),
+            name: "data".into(),
+        })
+        .await
+        .unwrap()
+        .expect("the claim");
+    let backup = BackupRef {
+        name: "live".into(),
+        namespace: "iar-system".into(),
+        uid: "5e1f0000-0000-4000-8000-00000000c5c1".into(),
+        spec: json!({}),
+        phase: Phase::Backup,
+    };
+    let rt = runtime();
+    let granted = crate::csi::pvc_snapshot(&rt);
+    let ungranted = load(&rt, artifacts::PVC_SNAPSHOT, &[]);
+    let (first, again, refused) = tokio::task::spawn_blocking({
+        let (cluster, claim, backup) = (cluster.clone(), claim.clone(), backup.clone());
+        move || {
+            let never = |_: &str| false;
+            let refused = ungranted
+                .instance(cluster.clone())
+                .execute(&claim, &backup, &never)
+                .map(|o| o.operation_id);
+            let first = granted
+                .instance(cluster.clone())
+                .execute(&claim, &backup, &never)
+                .unwrap();
+            let again = granted
+                .instance(cluster)
+                .execute(&claim, &backup, &never)
+                .unwrap();
+            (first, again, refused)
+        }
+    })
+    .await
+    .unwrap();
+    let refused = refused.expect_err("no write grant").to_string();
+    assert!(refused.contains("(rule: write-grant)"), "{refused}");
+    assert_eq!(first.operation_id.as_deref(), Some("ctl-csi/data-live"));
+    assert_eq!(again.operation_id, first.operation_id);
+
+    let snapshots = crate::csi::snapshot_api(&admin, ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(snapshots.items.len(), 1, "one snapshot for two tries");
+    let vs = &snapshots.items[0];
+    let labels = vs.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["iar.dev/backup-uid"], backup.uid);
+    assert_eq!(labels["iar.dev/backup-name"], "live");
+    assert_eq!(labels["velero.io/backup-name"], "live");
+    assert_eq!(
+        vs.metadata.annotations.clone().unwrap_or_default()["iar.dev/created-by"],
+        "iar_plugin_pvc_snapshot"
+    );
+    assert_eq!(
+        vs.data["spec"]["volumeSnapshotClassName"],
+        crate::csi::CLASS
+    );
+    assert_eq!(
+        vs.data["spec"]["source"]["persistentVolumeClaimName"],
+        "data"
+    );
+
+    // The real controller binds it; the test plays the driver's sidecar.
+    let content = crate::csi::cut_snapshot(&admin, ns, "data-live").await;
+    let bound = crate::csi::content_api(&admin).get(&content).await.unwrap();
+    assert_eq!(
+        bound.data["spec"]["source"]["volumeHandle"],
+        "vol-ctl-csi-data"
+    );
+    let op = first.operation_id.unwrap();
+    let progress = tokio::task::spawn_blocking({
+        let (cluster, claim, backup, plugin) = (
+            cluster.clone(),
+            claim.clone(),
+            backup.clone(),
+            crate::csi::pvc_snapshot(&rt),
+        );
+        move || {
+            let mut instance = plugin.instance(cluster);
+            let p = instance.progress(&op, &claim.id, &backup).unwrap();
+            instance.cancel(&op, &claim.id, &backup).unwrap();
+            p
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        progress.completed && progress.error.is_none(),
+        "{progress:?}"
+    );
+    crate::csi::wait_deleted(&admin, ns, "data-live").await;
 }

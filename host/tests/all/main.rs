@@ -10,6 +10,7 @@ mod cli_contract;
 mod cli_plugin;
 mod conformance;
 mod controller;
+mod csi;
 mod iar_bench;
 mod iar_new;
 mod iar_test;

@@ -350,6 +350,9 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     // And the example application with its ready VolumeSnapshot: the
     // pvc-snapshot plugin's operation completes, and finalize backs up the
     // snapshot with its bound content and class.
+    // pvc-snapshot creates it (with its write grant) in the manifest
+    // cluster's overlay; the snapshot controller is played there: the
+    // content it makes, and the snapshot's status once bound to it.
     let snapshot_plugins = work.path().join("snapshot-plugins");
     std::fs::create_dir_all(&snapshot_plugins).unwrap();
     std::fs::copy(
@@ -357,6 +360,21 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         snapshot_plugins.join("pvc-snapshot.wasm"),
     )
     .unwrap();
+    crate::csi::grant_in_dir(&snapshot_plugins, "pvc-snapshot");
+    let overlay = work.path().join("overlay");
+    let contents = overlay.join("volumesnapshotcontents.snapshot.storage.k8s.io/_cluster");
+    std::fs::create_dir_all(&contents).unwrap();
+    std::fs::write(
+        contents.join("snapcontent-data-web-0-demo.yaml"),
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshotContent\nmetadata: {name: snapcontent-data-web-0-demo}\nspec:\n  deletionPolicy: Retain\n  driver: hostpath.csi.k8s.io\n  source: {volumeHandle: vol-data-web-0}\n  volumeSnapshotClassName: csi-snapclass\n  volumeSnapshotRef: {apiVersion: snapshot.storage.k8s.io/v1, kind: VolumeSnapshot, name: data-web-0-demo, namespace: shop}\nstatus: {creationTime: 1764464404000000000, readyToUse: true, restoreSize: 1073741824, snapshotHandle: snap-data-web-0-demo}\n",
+    )
+    .unwrap();
+    let snapshot_controller = iar_tests::snapshots::SnapshotController::start(&overlay);
+    snapshot_controller.set(
+        "data-web-0-demo",
+        json!({"boundVolumeSnapshotContentName": "snapcontent-data-web-0-demo",
+            "creationTime": "2026-11-30T01:00:04Z", "readyToUse": true, "restoreSize": "1Gi"}),
+    );
     let out = iar_on_s3(
         &endpoint,
         &[
@@ -367,12 +385,15 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
             snapshot_plugins.to_str().unwrap(),
             "--store",
             &format!("s3://{BUCKET}"),
+            "--overlay",
+            overlay.to_str().unwrap(),
             "--sync-period",
             "1s",
             "demo",
         ],
     );
     assert!(out.status.success(), "iar backup demo: {}", text(&out));
+    drop(snapshot_controller);
 
     // Velero, pointed at the same bucket.
     let client = client(server, User::Admin).await;
@@ -380,9 +401,12 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     iar_apiserver::create_namespace(&client, "velero").await;
     velero_deployment(&client, "velero").await;
     create_location(&client, "velero", &endpoint).await;
-    // Velero's CSI support reads the three snapshot kinds.
-    crate::controller::install_crds(&client).await;
-    install_snapshot_crds(&client).await;
+    // Velero's CSI support reads the three snapshot kinds: the real CRDs,
+    // with the real snapshot-controller.
+    assert!(
+        crate::csi::snapshots(&client).await,
+        "the snapshot-controller runs"
+    );
     velero_plugins(&tools, work.path());
     let velero = velero_server(
         &tools,
@@ -557,50 +581,6 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     drop(velero);
 }
 
-/// Stand-ins for the CSI snapshot controller's VolumeSnapshotContent and
-/// VolumeSnapshotClass CRDs (the VolumeSnapshot one is the controller
-/// tests'), cluster-scoped as theirs, created once.
-async fn install_snapshot_crds(client: &kube::Client) {
-    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    DONE.get_or_init(|| async {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for (kind, plural) in [
-            ("VolumeSnapshotContent", "volumesnapshotcontents"),
-            ("VolumeSnapshotClass", "volumesnapshotclasses"),
-        ] {
-            let name = format!("{plural}.snapshot.storage.k8s.io");
-            let crd: CustomResourceDefinition = serde_json::from_value(json!({
-                "metadata": {"name": name,
-                    "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-csi/external-snapshotter/pull/419"}},
-                "spec": {"group": "snapshot.storage.k8s.io",
-                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
-                    "scope": "Cluster",
-                    "versions": [{"name": "v1", "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-            }))
-            .unwrap();
-            match crds.create(&PostParams::default(), &crd).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => panic!("create CRD {name}: {e}"),
-            }
-            iar_tests::wait_until(&format!("CRD {name} established"), Duration::from_secs(30), || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    crds.get(&name).await.is_ok_and(|c| {
-                        c.status.and_then(|s| s.conditions).is_some_and(|cs| {
-                            cs.iter().any(|c| c.type_ == "Established" && c.status == "True")
-                        })
-                    })
-                }
-            })
-            .await;
-        }
-    })
-    .await;
-}
-
 /// Waits for `check` to find something; on a timeout the message ends
 /// with the Velero server's log.
 pub(crate) async fn wait_for_or_log<T, F, Fut>(
@@ -714,54 +694,6 @@ pub(crate) fn entry(entries: &std::collections::BTreeMap<String, String>, path: 
         .get(path)
         .unwrap_or_else(|| panic!("{path} not in {:?}", entries.keys().collect::<Vec<_>>()));
     serde_json::from_str(text).unwrap()
-}
-
-/// A bound PVC and its PV in `namespace`, and the ready VolumeSnapshot the
-/// CSI machinery would have made for it in backup `backup` (the name
-/// pvc-snapshot's operation tracks).
-async fn bound_claim_with_snapshot(client: &kube::Client, namespace: &str, backup: &str) {
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let pv = serde_json::from_value(json!({
-        "metadata": {"name": format!("pv-{namespace}-data")},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-            "hostPath": {"path": "/tmp/ledger-data"},
-            "claimRef": {"namespace": namespace, "name": "data"},
-            "persistentVolumeReclaimPolicy": "Retain"}
-    }))
-    .unwrap();
-    pvs.create(&PostParams::default(), &pv).await.unwrap();
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    let pvc = serde_json::from_value(json!({
-        "metadata": {"name": "data", "namespace": namespace},
-        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": format!("pv-{namespace}-data"),
-            "resources": {"requests": {"storage": "1Gi"}}}
-    }))
-    .unwrap();
-    pvcs.create(&PostParams::default(), &pvc).await.unwrap();
-    pvcs.patch_status(
-        "data",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"status": {"phase": "Bound"}})),
-    )
-    .await
-    .unwrap();
-    crate::controller::install_crds(client).await;
-    create(
-        client,
-        &resource(
-            "snapshot.storage.k8s.io",
-            "v1",
-            "VolumeSnapshot",
-            "volumesnapshots",
-        ),
-        namespace,
-        json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-            "metadata": {"name": format!("data-{backup}"), "namespace": namespace},
-            "spec": {"source": {"persistentVolumeClaimName": "data"}},
-            "status": {"readyToUse": true, "creationTime": "2026-12-01T00:00:00Z"}}),
-    )
-    .await;
 }
 
 /// Waits until the server started at `since` has validated the default
@@ -955,7 +887,14 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
             "metadata": {"name": "app-config", "namespace": app}, "data": {"mode": "strict"}}),
     )
     .await;
-    bound_claim_with_snapshot(&client, app, "via-velero").await;
+    // A claim on a CSI volume: pvc-snapshot, inside Velero, creates its
+    // snapshot; the real snapshot-controller binds it, and the test plays
+    // the driver's sidecar once it is bound.
+    assert!(
+        crate::csi::snapshots(&client).await,
+        "the snapshot-controller runs"
+    );
+    crate::csi::csi_claim(&client, app, "data", "ledger").await;
     create_location(&client, velero_ns, &endpoint).await;
 
     // Velero's plugin directory, filled as deploy/velero/'s init container
@@ -975,6 +914,7 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         image.join("pvc-snapshot.wasm"),
     )
     .unwrap();
+    crate::csi::grant_in_dir(&image, "pvc-snapshot");
     let install = || {
         let out = iar(&[
             "plugin",
@@ -1004,7 +944,12 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     let velero = velero_server(&tools, server, work.path(), velero_ns, "");
     wait_location_available(&client, velero_ns, since, &log).await;
 
+    let sidecar = tokio::spawn({
+        let client = client.clone();
+        async move { crate::csi::cut_snapshot(&client, app, "data-via-velero").await }
+    });
     let status = velero_backup(&client, velero_ns, "via-velero", app, &log).await;
+    sidecar.await.expect("the sidecar played its part");
     let bucket = work.path().join("s3").join(BUCKET).join("backups");
     assert_eq!(
         status["status"]["phase"],
