@@ -9,7 +9,7 @@ use serde_json::Value;
 /// The objects of a resource (`group` "" for core) in `namespace` (""
 /// for every namespace, or a cluster-scoped resource) whose labels match
 /// `label_selector` ("" matches all), sorted by namespace and name. Under
-/// the plugin's read grant, as [`crate::cluster_get`]. More than 100
+/// the plugin's read grant, as [`crate::cluster_get`]. More than 1000
 /// objects is an error: narrow the selector.
 pub fn list(
     group: &str,

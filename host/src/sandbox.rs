@@ -646,7 +646,7 @@ impl State {
 }
 
 /// Most objects one `cluster-list` may return.
-pub const MAX_LIST_OBJECTS: usize = 100;
+pub const MAX_LIST_OBJECTS: usize = 1000;
 
 impl crate::contract::latest::cluster_list::Host for State {
     fn list(

@@ -543,6 +543,7 @@ impl PhaseMachine {
                     self.set_phase(run, next).await?;
                     Ok(Step::Requeue(Duration::ZERO))
                 } else {
+                    self.show_operation_counts(run).await;
                     // A period is from the start of one poll to the start
                     // of the next.
                     Ok(Step::Requeue(

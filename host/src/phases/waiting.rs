@@ -108,6 +108,31 @@ impl PhaseMachine {
         Ok(all_done)
     }
 
+    /// While operations run: their counts as they change (completed,
+    /// failed), told to the status sink, as Velero's operations controller
+    /// updates its Backup each period. Persisted with the next phase change.
+    pub(super) async fn show_operation_counts(&self, run: &mut Run) {
+        let ops = self.operations.get(run.name()).await.unwrap_or_default();
+        let count = |f: &dyn Fn(OperationPhase) -> bool| {
+            ops.iter().filter(|o| f(o.status.phase)).count() as u64
+        };
+        let completed = count(&|p| p == OperationPhase::Completed);
+        let failed = count(&|p| p.is_terminal() && p != OperationPhase::Completed);
+        let status = &mut run.object.status;
+        if (
+            status.backup_item_operations_completed,
+            status.backup_item_operations_failed,
+        ) == (completed, failed)
+        {
+            return;
+        }
+        status.backup_item_operations_completed = completed;
+        status.backup_item_operations_failed = failed;
+        if let Some(sink) = &self.status_sink {
+            sink(&run.object);
+        }
+    }
+
     /// Once every operation is terminal: persists them, counts them on the
     /// backup, and records each one that did not complete as an error.
     pub(super) async fn finish_waiting(&self, run: &mut Run) -> Result<(), PhaseError> {

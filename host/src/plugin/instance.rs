@@ -334,7 +334,12 @@ impl PluginInstance {
         };
         let plugin = self.plugin.name();
         let state = live.store.data_mut();
-        self.created.append(&mut state.created);
+        // A retried create finds its own object again: one record each.
+        for record in state.created.drain(..) {
+            if !self.created.contains(&record) {
+                self.created.push(record);
+            }
+        }
         for line in state.logs.drain(..) {
             match line.level {
                 "error" => tracing::error!(plugin, "{}", line.message),

@@ -243,6 +243,17 @@ impl ActionSet {
                 log.message
             );
         }
+        // Velero keeps no record of them for iar (its own delete actions
+        // delete a backup's snapshots): said in Velero's log, not kept, so
+        // a long-lived process does not accumulate them.
+        for created in instance.take_created() {
+            tracing::info!(
+                plugin = loaded.plugin.name(),
+                object = %created.id,
+                uid = %created.uid,
+                "created for the backup"
+            );
+        }
         loaded.idle.lock().expect("not poisoned").push(instance);
         out
     }

@@ -1918,3 +1918,62 @@ async fn pvc_snapshot_creates_one_labelled_snapshot_the_real_controller_binds() 
     );
     crate::csi::wait_deleted(&admin, ns, "data-live").await;
 }
+
+/// Operation counts reach the Backup resource's status as operations end,
+/// while the backup still waits for the others, as Velero's operations
+/// controller updates its Backup each period; before, they appeared only
+/// once every operation had ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operation_counts_show_while_the_backup_waits() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    assert!(
+        crate::csi::snapshots(&admin).await,
+        "the snapshot-controller runs"
+    );
+    let (system, shop) = ("ctl-count", "ctl-count-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    crate::csi::csi_claim(&admin, shop, "a", "web").await;
+    crate::csi::csi_claim(&admin, shop, "b", "web").await;
+    let (_store_dir, store) = store();
+    let plugins = vec![crate::csi::pvc_snapshot(&runtime())];
+    let (_, controller) =
+        start_controller(admin.clone(), system, store, plugins, PluginRegistry::new()).await;
+    create_backup(&admin, system, "counting", spec(shop)).await;
+    wait_phase(
+        &admin,
+        system,
+        "counting",
+        BackupPhase::WaitingForPluginOperations,
+    )
+    .await;
+    crate::csi::cut_snapshot(&admin, shop, "a-counting").await;
+    let api = Api::<Backup>::namespaced(admin.clone(), system);
+    wait_for(
+        "one operation completed, shown while the other runs",
+        Duration::from_secs(30),
+        || {
+            let api = api.clone();
+            async move {
+                let status = api
+                    .get("counting")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                (status.phase == BackupPhase::WaitingForPluginOperations
+                    && status.backup_item_operations_attempted == 2
+                    && status.backup_item_operations_completed == 1)
+                    .then_some(())
+                    .ok_or_else(|| format!("{status:?}"))
+            }
+        },
+    )
+    .await;
+    crate::csi::cut_snapshot(&admin, shop, "b-counting").await;
+    let done = wait_phase(&admin, system, "counting", BackupPhase::Completed).await;
+    assert_eq!(done.status.unwrap().backup_item_operations_completed, 2);
+    controller.abort();
+}

@@ -11,7 +11,10 @@
 //! `velero.io/csi-volume-snapshot-class` annotation, else this plugin's
 //! `snapshot-class` setting, else the one class of the volume's driver
 //! labelled `velero.io/csi-volumesnapshot-class: "true"` (found with
-//! `list`). A claim whose volume is not CSI is left to other actions.
+//! `list`). A claim whose volume is not CSI is left to other actions, and
+//! so is one a pod's volume sends to a file-system backup (its opt-in
+//! annotation, or `defaultVolumesToFsBackup` without its opt-out), as
+//! Velero's CSI action leaves it: a volume is never both.
 //!
 //! `progress` reads the VolumeSnapshot: the operation has started once it
 //! exists and is complete when `status.readyToUse` is true, or has failed
@@ -108,6 +111,55 @@ fn snapshot_name(pvc: &str, backup: &str) -> String {
     } else {
         iar_sdk::object_name(pvc, &[pvc, backup])
     }
+}
+
+/// The pod and volume through which claim `namespace/name` gets a
+/// file-system backup in this backup, if one does: the pod's opt-in
+/// (`backup.velero.io/backup-volumes`) or, with the spec's
+/// `defaultVolumesToFsBackup`, the absence of its opt-out
+/// (`backup.velero.io/backup-volumes-excludes`). Velero's CSI action skips
+/// such a claim (its volume helper): a volume is never both snapshotted and
+/// backed up as files.
+fn fs_backed(namespace: &str, name: &str, spec: &Value) -> Result<Option<(String, String)>> {
+    let listed = |annotations: &Value, key: &str| -> Vec<String> {
+        annotations[key]
+            .as_str()
+            .unwrap_or("")
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect()
+    };
+    let by_default = spec["defaultVolumesToFsBackup"].as_bool() == Some(true);
+    let pods = list("", "pods", namespace, "").map_err(Error::Retryable)?;
+    for pod in &pods {
+        let Some(volumes) = pod["spec"]["volumes"].as_array() else {
+            continue;
+        };
+        let annotations = &pod["metadata"]["annotations"];
+        for volume in volumes {
+            if volume["persistentVolumeClaim"]["claimName"].as_str() != Some(name) {
+                continue;
+            }
+            let Some(volume) = volume["name"].as_str() else {
+                continue;
+            };
+            let fs = if by_default {
+                !listed(annotations, "backup.velero.io/backup-volumes-excludes")
+                    .iter()
+                    .any(|v| v == volume)
+            } else {
+                listed(annotations, "backup.velero.io/backup-volumes")
+                    .iter()
+                    .any(|v| v == volume)
+            };
+            if fs {
+                let pod = pod["metadata"]["name"].as_str().unwrap_or("?").to_string();
+                return Ok(Some((pod, volume.to_string())));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The CSI driver of the claim's volume; `None` when it is not a CSI
@@ -224,6 +276,12 @@ impl ItemAction for PvcSnapshot {
             name,
             annotations,
         } = &claim.metadata;
+        if let Some((pod, volume)) = fs_backed(namespace, name, &backup.spec)? {
+            info!(
+                "{namespace}/{name} is backed up as files from pod {pod}'s volume {volume}: not snapshotted"
+            );
+            return Ok(Output::unchanged());
+        }
         let Some(driver) = csi_driver(&claim.spec, namespace, name)? else {
             info!("{namespace}/{name} is not a CSI volume: not snapshotted");
             return Ok(Output::unchanged());
