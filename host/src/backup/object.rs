@@ -107,6 +107,22 @@ pub struct BackupStatus {
     /// failed. Absent when the backup ran no hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook_status: Option<HookStatusCounts>,
+    /// iar's pod volume backups as they go (Velero reports them only as
+    /// PodVolumeBackup objects): how many, how they ended, bytes done of
+    /// bytes in all. Absent when the backup backs up no volume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_backups: Option<VolumeBackupCounts>,
+}
+
+/// The volume backups of a backup, counted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeBackupCounts {
+    pub attempted: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
 }
 
 /// How many backup hooks ran, and failed (a non-zero exit, a timeout or an

@@ -146,7 +146,11 @@ pub async fn run(
                 store_url.as_str(),
                 options.volume_agent_silence,
             )))
-            .with_status_sink(sink),
+            .with_status_sink(sink)
+            .with_cancel_probe(given_up(Api::namespaced(
+                client.clone(),
+                &options.namespace,
+            ))),
     );
 
     let health = Arc::new(Health {
@@ -220,4 +224,19 @@ pub async fn run(
         })
         .await?;
     Ok(())
+}
+
+/// A backup is given up once its Backup resource is being deleted, or is
+/// gone; an error reading it is not taken for either.
+fn given_up(api: Api<Backup>) -> crate::phases::CancelProbe {
+    Arc::new(move |name: String| {
+        let api = api.clone();
+        Box::pin(async move {
+            match api.get_opt(&name).await {
+                Ok(Some(b)) => b.metadata.deletion_timestamp.is_some(),
+                Ok(None) => true,
+                Err(_) => false,
+            }
+        })
+    })
 }

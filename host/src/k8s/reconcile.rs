@@ -228,6 +228,10 @@ async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, Reconcile
             backup.namespace().unwrap_or_default(),
             o.status.phase
         );
+        // Its volume backups stop first, and without the lease: the
+        // process running the backup may be waiting for them (holding the
+        // lease), and would otherwise wait for the whole volume.
+        c.cancel_volume_backups(&name).await;
         let canceled = c.with_lease(&name, c.cancel(&name, &reason)).await;
         c.release(&name).await;
         // An error keeps the finalizer: the cleanup is tried again (a

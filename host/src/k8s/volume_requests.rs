@@ -122,6 +122,36 @@ fn record_of(mut record: Record, status: Option<&VolumeBackupStatus>) -> Record 
 
 #[async_trait::async_trait]
 impl VolumeBackupper for RequestBackupper {
+    /// `spec.cancel` on each of the backup's requests that has not ended:
+    /// their agents stop them, wherever the controller that made them is.
+    async fn cancel_backup(&self, backup: &str) -> Result<(), String> {
+        let api = Api::<VolumeBackup>::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!("{BACKUP_LABEL}={backup}");
+        let requests = api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| format!("listing the volume backup requests of {backup}: {e}"))?;
+        for request in requests.items {
+            let ended = request
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(VolumePhase::is_terminal);
+            if ended || request.spec.cancel {
+                continue;
+            }
+            let name = request.metadata.name.clone().unwrap_or_default();
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await
+            .map_err(|e| format!("canceling volume backup request {name}: {e}"))?;
+        }
+        Ok(())
+    }
+
     async fn start(&self, volume: VolumeRequest) -> VolumeHandle {
         let (progress, rx) = watch::channel(volume.record());
         let (cancel, cancel_rx) = watch::channel(false);

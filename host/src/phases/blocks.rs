@@ -107,17 +107,66 @@ impl PhaseMachine {
             let finished = work.finish();
             tokio::pin!(finished);
             let mut tick = tokio::time::interval(self.settings.sync_period);
+            let mut given_up = false;
             loop {
                 tokio::select! {
                     report = &mut finished => break report,
-                    _ = tick.tick() => self.persist_volume_progress(&name, work).await?,
+                    _ = tick.tick() => {
+                        self.persist_volume_progress(&name, work).await?;
+                        self.show_volume_progress(run, &work.progress());
+                        if !given_up
+                            && let Some(probe) = &self.cancel_probe
+                            && probe(name.clone()).await
+                        {
+                            given_up = true;
+                            self.journal.line(&name, "the backup was given up: its volume backups are canceled");
+                            self.cancel_volume_backups(&name).await;
+                        }
+                    }
                 }
             }
         };
+        self.show_volume_progress(run, &report.volumes);
         // The report holds every hook run: it replaces the counts of the
         // pre hooks persisted before the wait.
         run.object.status.hook_status = None;
         self.record_blocks(run, report).await
+    }
+
+    /// The volume backups' counts and bytes on the backup's status, told
+    /// to the status sink when they changed (at most once a sync period
+    /// while blocks wait); persisted with the next phase change.
+    fn show_volume_progress(
+        &self,
+        run: &mut Run,
+        volumes: &[crate::backup::volumes::VolumeBackup],
+    ) {
+        if volumes.is_empty() {
+            return;
+        }
+        let counts = crate::backup::object::VolumeBackupCounts {
+            attempted: volumes.len() as u64,
+            completed: volumes
+                .iter()
+                .filter(|v| v.phase == crate::backup::volumes::VolumePhase::Completed)
+                .count() as u64,
+            failed: volumes
+                .iter()
+                .filter(|v| {
+                    v.phase.is_terminal()
+                        && v.phase != crate::backup::volumes::VolumePhase::Completed
+                })
+                .count() as u64,
+            bytes_done: volumes.iter().map(|v| v.bytes_done).sum(),
+            bytes_total: volumes.iter().map(|v| v.bytes_total).sum(),
+        };
+        if run.object.status.volume_backups.as_ref() == Some(&counts) {
+            return;
+        }
+        run.object.status.volume_backups = Some(counts);
+        if let Some(sink) = &self.status_sink {
+            sink(&run.object);
+        }
     }
 
     /// Records every hook run and every volume backup that did not

@@ -156,6 +156,12 @@ pub type PluginSource = Arc<dyn Fn() -> Vec<Plugin> + Send + Sync>;
 /// cluster copies it into the Backup resource's status). Must not block.
 pub type StatusSink = Arc<dyn Fn(&BackupObject) + Send + Sync>;
 
+/// Whether a running backup has been given up by whoever asked for it (the
+/// cluster controller: its Backup resource is deleted or gone), asked once
+/// a sync period while its blocks wait for volume backups.
+pub type CancelProbe =
+    Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
+
 /// What one [`PhaseMachine::step`] leaves to do.
 #[derive(Debug)]
 pub enum Step {
@@ -179,6 +185,7 @@ pub struct PhaseMachine {
     /// instances live for the backup (isolation `backup`).
     pollers: Mutex<HashMap<String, Poller>>,
     status_sink: Option<StatusSink>,
+    cancel_probe: Option<CancelProbe>,
     /// Where hooks run when `settings.exec_hooks_locally` is off (the
     /// cluster controller: in the pod, through `pods/exec`); none: they are
     /// recorded as skipped.
@@ -238,6 +245,7 @@ impl PhaseMachine {
             pinned: Mutex::new(HashMap::new()),
             pollers: Mutex::new(HashMap::new()),
             status_sink: None,
+            cancel_probe: None,
             hook_runner: None,
             volume_backupper: None,
             passes: std::sync::OnceLock::new(),
@@ -266,6 +274,14 @@ impl PhaseMachine {
         backupper: Arc<dyn crate::backup::volumes::VolumeBackupper>,
     ) -> Self {
         self.volume_backupper = Some(backupper);
+        self
+    }
+
+    /// Asks `probe`, while a backup's blocks wait, whether it was given up;
+    /// its volume backups are then canceled at once (the wait runs inside
+    /// a reconcile, which the deletion's reconcile would wait behind).
+    pub fn with_cancel_probe(mut self, probe: CancelProbe) -> Self {
+        self.cancel_probe = Some(probe);
         self
     }
 

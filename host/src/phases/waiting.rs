@@ -198,7 +198,19 @@ impl PhaseMachine {
         result
     }
 
+    /// Asks the node agents to stop every unfinished volume backup of
+    /// `name` (no lease needed: it only marks the requests); a failure to
+    /// ask is logged, and whoever cancels goes on.
+    pub async fn cancel_volume_backups(&self, name: &str) {
+        if let Some(backupper) = &self.volume_backupper
+            && let Err(e) = backupper.cancel_backup(name).await
+        {
+            tracing::warn!(backup = %name, "{e}");
+        }
+    }
+
     pub(super) async fn cancel_run(&self, run: &mut Run, reason: &str) -> Result<(), PhaseError> {
+        self.cancel_volume_backups(run.name()).await;
         match plan(run.object.status.phase) {
             Plan::FailInterrupted => self.interrupted_blocks(run).await?,
             Plan::Poll | Plan::Finalize => {

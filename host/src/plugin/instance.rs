@@ -135,7 +135,9 @@ impl PluginInstance {
     /// Who a call writes as: creates only from `execute`, deletes from
     /// `execute`, `progress` and `cancel` (see `cluster::writes`).
     fn write_scope(&self, call: Call, target: &Target, backup: Option<&BackupRef>) -> WriteScope {
-        let Some(backup) = backup else {
+        // A plugin granted no write is refused by the grant whatever the
+        // call: its calls pay nothing for a scope.
+        let Some(backup) = backup.filter(|_| !self.plugin.0.write_grants.is_empty()) else {
             return WriteScope::default();
         };
         let call = match (call, target) {

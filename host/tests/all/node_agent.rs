@@ -303,6 +303,20 @@ async fn node_agents_back_up_each_nodes_volumes_between_the_hooks() {
         a.bytes_done > 3 << 20 && a.bytes_done == a.bytes_total,
         "{a:?}"
     );
+    // The Backup resource's status counts them, with their bytes.
+    let shown = status
+        .volume_backups
+        .clone()
+        .expect("volume backups on the status");
+    assert_eq!(
+        (shown.attempted, shown.completed, shown.failed),
+        (2, 2, 0),
+        "{shown:?}"
+    );
+    assert_eq!(
+        shown.bytes_done,
+        records.iter().map(|r| r.bytes_done).sum::<u64>()
+    );
 
     // The requests: one per volume, each done by its own node's agent.
     let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns)
@@ -665,5 +679,113 @@ async fn each_post_hook_waits_for_its_own_blocks_volumes_only() {
         fast_post < slow_done,
         "fast-0's post hook waited for slow-0's volume on another node: fast done {fast_done}, fast post {fast_post}, slow started {:?}, slow done {slow_done}",
         slow_record.started.map(nanos)
+    );
+}
+
+/// A Backup resource deleted while a block waits for its volume backup:
+/// the controller asks the node agent to stop (`spec.cancel` on the
+/// request) at once, the request ends instead of running on for a backup
+/// that is gone, the pod's post hook still runs (its pre hook quiesced the
+/// application, which must not stay so), and the backup does not end
+/// Completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_the_backup_mid_wait_cancels_its_volume_backups() {
+    let ns = "agent-cancel";
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-e"]).await
+    else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("kubelet");
+    let annotations = json!({
+        HOOKS: r#"["sh", "-c", "echo quiesced > pre.txt"]"#,
+        "post.hook.backup.velero.io/command": r#"["sh", "-c", "echo ran >> post.log"]"#,
+    });
+    let dir = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "doomed-0",
+        "kwok-e",
+        "pv-agent-e",
+        &root,
+        annotations,
+    )
+    .await;
+    big_file(&dir.join("big.bin"), 192);
+
+    let store_path = work.path().join("store");
+    let url = store_path.to_str().unwrap();
+    let _agent = Agent::start(server, ns, "kwok-e", &root, url);
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let log = work.path().join("controller.log");
+    let _controller = crate::controller::spawn_controller(
+        server.kubeconfig(),
+        ns,
+        &store_path,
+        &plugins,
+        "only",
+        &log,
+    );
+    create_backup(&admin, ns, "doomed", fs_backup_spec(ns)).await;
+    let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let name = wait_in_progress(&requests, Duration::from_secs(90)).await;
+    Api::<iar::k8s::crd::Backup>::namespaced(admin.clone(), ns)
+        .delete("doomed", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let controller_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    iar_tests::wait_for(
+        "the request canceled and ended",
+        Duration::from_secs(90),
+        || {
+            let requests = requests.clone();
+            let name = name.clone();
+            async move {
+                let r = requests.get(&name).await.map_err(|e| e.to_string())?;
+                let phase = r.status.as_ref().and_then(|s| s.phase);
+                (r.spec.cancel && phase.is_some_and(VolumePhase::is_terminal))
+                    .then_some(())
+                    .ok_or_else(|| format!("cancel {}, phase {phase:?}", r.spec.cancel))
+            }
+        },
+    )
+    .await;
+    let store = BackupStore::open(url).unwrap();
+    let ended = iar_tests::wait_for("the backup ended", Duration::from_secs(60), || {
+        let store = store.clone();
+        async move {
+            let object = store
+                .get_json::<iar::backup::object::BackupObject>("doomed", BackupFile::Metadata)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no backup object")?;
+            object
+                .status
+                .phase
+                .is_terminal()
+                .then_some(object.status.phase)
+                .ok_or_else(|| format!("phase {}", object.status.phase))
+        }
+    })
+    .await;
+    // Its volume backup did not complete: the backup cannot have.
+    assert_ne!(ended, BackupPhase::Completed, "{}", controller_log());
+    let records: Vec<Record> = store
+        .get_json("doomed", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(records[0].phase, VolumePhase::Completed, "{records:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("post.log")).unwrap_or_default(),
+        "ran\n",
+        "the post hook resumed the application once\n{}",
+        controller_log()
     );
 }
