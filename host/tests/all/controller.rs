@@ -109,7 +109,11 @@ pub(crate) async fn wait_phase(
                 let b = api.get(name).await.map_err(|e| e.to_string())?;
                 match b.status.as_ref().map(|s| s.phase) {
                     Some(p) if p == phase => Ok(b),
-                    other => Err(format!("phase {other:?}")),
+                    // A backup that ended otherwise says why.
+                    other => Err(format!(
+                        "phase {other:?}, failure reason {:?}",
+                        b.status.as_ref().map(|s| s.failure_reason.as_str())
+                    )),
                 }
             }
         },
