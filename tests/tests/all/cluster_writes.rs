@@ -394,3 +394,49 @@ fn list_follows_the_read_grant_and_its_bounds() {
     let over = list("many=x", None);
     assert!(over.contains("more than 1000 objects match"), "{over}");
 }
+
+/// A plugin built against 1.2.0 itself (its exports at 1.2.0, with
+/// wit-bindgen directly, not the SDK) loads as a 1.2.0 plugin and writes
+/// through the same rules: without the grant its item fails naming the
+/// rule, with it the object lands, labelled for the backup.
+#[test]
+fn a_plugin_exporting_1_2_0_loads_and_writes_by_the_same_rules() {
+    let (_base, overlay, reader) = cluster();
+    let load = |writes: &[&str]| {
+        let settings = PluginSettings {
+            write_grants: WriteGrants::only(writes).unwrap(),
+            ..PluginSettings::default()
+        };
+        Plugin::from_file(&runtime(), artifacts::WRITER_V1_2.as_ref(), settings).unwrap()
+    };
+    let refused = load(&[]);
+    assert_eq!(refused.version(), "1.2.0");
+    assert!(
+        refused
+            .shape()
+            .exports
+            .contains(&"iar:plugin/item-action@1.2.0".to_string()),
+        "{:?}",
+        refused.shape().exports
+    );
+    let err = refused
+        .instance(reader.clone())
+        .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("(rule: write-grant)"), "{err}");
+    assert!(files(overlay.path()).is_empty());
+
+    let granted = load(&["configmaps"]);
+    let mut instance = granted.instance(reader);
+    instance
+        .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+        .unwrap();
+    assert_eq!(
+        files(overlay.path()),
+        ["configmaps.core/shop/web-0-marker.yaml"]
+    );
+    let created = instance.take_created();
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].plugin, granted.name());
+}
