@@ -213,6 +213,30 @@ pub trait ClusterWriter: Send + Sync {
     }
 }
 
+/// What every cluster answers a `cluster-list` with: the objects found,
+/// sorted by namespace and name, as their text; more than `limit` is an
+/// error, never a cut list.
+pub(crate) fn list_answer<I: std::borrow::Borrow<Item>>(
+    gr: &GroupResource,
+    mut found: Vec<I>,
+    limit: usize,
+) -> Result<Vec<Arc<str>>, ClusterError> {
+    if found.len() > limit {
+        return Err(ClusterError::TooMany {
+            what: gr.to_string(),
+            limit,
+        });
+    }
+    found.sort_by(|a, b| {
+        let (a, b) = (a.borrow(), b.borrow());
+        (&a.id.namespace, &a.id.name).cmp(&(&b.id.namespace, &b.id.name))
+    });
+    Ok(found
+        .iter()
+        .map(|item| item.borrow().json().clone())
+        .collect())
+}
+
 fn to_item(value: Value) -> Result<Item, ClusterError> {
     Ok(Item::from_value(value, Catalog::builtin())?)
 }
@@ -581,74 +605,6 @@ impl ManifestCluster {
     }
 }
 
-impl ClusterWriter for ManifestCluster {
-    /// Into the overlay, with the uid and creation time an API server
-    /// would give it.
-    fn create_within(
-        &self,
-        id: &ItemRef,
-        mut object: Value,
-        _budget: std::time::Duration,
-    ) -> Result<Created, ClusterError> {
-        let Some(dir) = &self.overlay else {
-            return Err(ClusterError::ReadOnly);
-        };
-        if let Some(existing) = self.get(id)? {
-            return Ok(Created::Existing(existing));
-        }
-        let now = SystemTime::now();
-        let since = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        let uid = {
-            use sha2::{Digest, Sha256};
-            let digest = Sha256::digest(format!("{id}@{}", since.as_nanos()).as_bytes());
-            let h = hex::encode(&digest[..16]);
-            format!(
-                "{}-{}-{}-{}-{}",
-                &h[..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..]
-            )
-        };
-        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("uid".into(), Value::String(uid));
-            meta.insert(
-                "creationTimestamp".into(),
-                Value::String(humantime::format_rfc3339_seconds(now).to_string()),
-            );
-        }
-        if overlay::create(dir, id, &object)? {
-            Ok(Created::New(object))
-        } else {
-            // Another writer got there first: its object, as written.
-            Ok(Created::Existing(self.get(id)?.unwrap_or(object)))
-        }
-    }
-
-    /// Only from the overlay: the sources are the operator's, never a
-    /// plugin's to delete.
-    fn delete_within(
-        &self,
-        id: &ItemRef,
-        uid: &str,
-        _budget: std::time::Duration,
-    ) -> Result<bool, ClusterError> {
-        let Some(dir) = &self.overlay else {
-            return Err(ClusterError::ReadOnly);
-        };
-        if !overlay::path_of(dir, id).exists() {
-            return Ok(false);
-        }
-        match self.get(id)? {
-            Some(found) if writes::uid_of(&found) == uid => overlay::delete(dir, id),
-            _ => Ok(false),
-        }
-    }
-}
-
 #[async_trait::async_trait]
 impl ClusterReader for ManifestCluster {
     /// Every object, in the order `manifests::read_items` gives, read
@@ -715,7 +671,7 @@ impl ClusterReader for ManifestCluster {
         for file in cache.all.clone() {
             cache.refresh(&file, self.catalog)?;
         }
-        let mut found: Vec<&Item> = cache
+        let found: Vec<&Item> = cache
             .index
             .iter()
             .filter(|(id, (file, _))| {
@@ -727,14 +683,7 @@ impl ClusterReader for ManifestCluster {
             .filter_map(|(id, _)| cache.lookup(id))
             .filter(|item| selector.matches(&item.labels()))
             .collect();
-        if found.len() > limit {
-            return Err(ClusterError::TooMany {
-                what: gr.to_string(),
-                limit,
-            });
-        }
-        found.sort_by(|a, b| (&a.id.namespace, &a.id.name).cmp(&(&b.id.namespace, &b.id.name)));
-        Ok(found.into_iter().map(|item| item.json().clone()).collect())
+        list_answer(gr, found, limit)
     }
 
     /// The text each cached object keeps (written on its first lookup):

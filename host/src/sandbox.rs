@@ -1,11 +1,10 @@
 //! The world a guest runs in: WASI with no ambient rights, bounded stdio,
 //! a memory cap, and the `iar:plugin/host` imports.
 
-use crate::cluster::writes::{self, CreatedObject, WriteGrants, WriteScope};
-use crate::cluster::{ClusterReader, Created, ReadGrants};
+use crate::cluster::writes::{CreatedObject, WriteGrants, WriteScope};
+use crate::cluster::{ClusterReader, ReadGrants};
 use crate::contract::MAX_TABLE_ELEMENTS;
 use crate::contract::v1::{host, types};
-use crate::item::ItemRef;
 use crate::limits::Limits;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +15,9 @@ use wasmtime_wasi::clocks::WasiClocksCtxView;
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamError};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+mod cluster_calls;
+pub use cluster_calls::MAX_LIST_OBJECTS;
 
 /// A guest tried to grow its memory past its cap. Raised from the resource
 /// limiter so that the call traps with this error and the boundary can name
@@ -500,211 +502,25 @@ impl host::Host for State {
         id: types::ResourceIdentifier,
     ) -> wasmtime::Result<Result<Option<String>, String>> {
         self.count_host_call()?;
-        let id = to_ref(id);
+        let id = cluster_calls::to_ref(id);
         // Checked before the grant and before any lookup: the grant looks
         // at the group and resource only, and every part reaches a URL.
-        if let Err(part) = crate::identifier::check(&id) {
-            return Ok(Err(format!(
-                "cluster-get refused: {part} (rule: {})",
-                crate::identifier::RULE
-            )));
+        if let Err(e) = Self::identifier("cluster-get", &id) {
+            return Ok(Err(e));
         }
-        if !self.grants.allows(&id.group_resource()) {
-            return Ok(Err(format!(
-                "reading {} is not granted to this plugin",
-                id.group_resource()
-            )));
+        if let Err(e) = self.may_read(&id.group_resource()) {
+            return Ok(Err(e));
         }
         // A lookup waits at most what is left of the call's ceiling; one
         // that cannot finish in it stops the call.
-        let Some(budget) = self.wall_left() else {
-            return Err(self.past_ceiling());
-        };
+        let budget = self.budget()?;
         let answer = self
             .cluster
             .get_json_within(&id, budget)
             .map(|v| v.map(|t| t.to_string()))
             .map_err(|e| e.to_string());
-        if self.wall_left().is_none() {
-            return Err(self.past_ceiling());
-        }
+        self.still_within()?;
         Ok(answer)
-    }
-}
-
-fn to_ref(id: types::ResourceIdentifier) -> ItemRef {
-    ItemRef {
-        group: id.group,
-        resource: id.resource,
-        namespace: id.namespace,
-        name: id.name,
-    }
-}
-
-impl State {
-    /// Counts one host call against `maxHostCalls`; past it the call traps.
-    fn count_host_call(&mut self) -> wasmtime::Result<()> {
-        self.host_calls += 1;
-        if self.host_calls > self.max_host_calls {
-            return Err(HostCallLimit {
-                limit: self.max_host_calls,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    /// What is left of the call's ceiling for one cluster request; none:
-    /// the call stops.
-    fn budget(&self) -> wasmtime::Result<Duration> {
-        self.wall_left().ok_or_else(|| self.past_ceiling())
-    }
-
-    fn identifier(what: &str, id: &ItemRef) -> Result<(), String> {
-        crate::identifier::check(id)
-            .map_err(|part| format!("{what} refused: {part} (rule: {})", crate::identifier::RULE))
-    }
-
-    fn create(&mut self, id: &ItemRef, object: &str) -> wasmtime::Result<Result<String, String>> {
-        if let Err(e) = Self::identifier("create", id) {
-            return Ok(Err(e));
-        }
-        let object = match writes::prepare_create(
-            &self.write_scope,
-            &self.write_grants,
-            id,
-            object,
-            self.max_item_bytes,
-        ) {
-            Ok(object) => object,
-            Err(refused) => return Ok(Err(refused.to_string())),
-        };
-        let budget = self.budget()?;
-        let answer = self.cluster.create_within(id, object, budget);
-        if self.wall_left().is_none() {
-            return Err(self.past_ceiling());
-        }
-        let (object, new) = match answer {
-            Ok(Created::New(object)) => (object, true),
-            Ok(Created::Existing(object)) => (object, false),
-            Err(e) => return Ok(Err(format!("creating {id}: {e}"))),
-        };
-        // An object of that name that is not this plugin's, for this
-        // backup, is neither returned nor recorded.
-        if !new && !writes::is_own(&object, &self.write_scope) {
-            return Ok(Err(
-                writes::not_own("create", id, &self.write_scope).to_string()
-            ));
-        }
-        let record = CreatedObject {
-            plugin: self.write_scope.plugin.clone(),
-            id: id.clone(),
-            uid: writes::uid_of(&object),
-        };
-        if !self.created.contains(&record) {
-            self.created.push(record);
-        }
-        Ok(Ok(crate::item::json_text(&object)))
-    }
-
-    fn delete(&mut self, id: &ItemRef) -> wasmtime::Result<Result<bool, String>> {
-        if let Err(e) = Self::identifier("delete", id) {
-            return Ok(Err(e));
-        }
-        if let Err(refused) = writes::check_delete(&self.write_scope, &self.write_grants, id) {
-            return Ok(Err(refused.to_string()));
-        }
-        let budget = self.budget()?;
-        let found = self.cluster.get_json_within(id, budget);
-        if self.wall_left().is_none() {
-            return Err(self.past_ceiling());
-        }
-        let found = match found {
-            Ok(None) => return Ok(Ok(false)),
-            Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
-                .map_err(|e| format!("deleting {id}: reading it: {e}")),
-            Err(e) => Err(format!("deleting {id}: {e}")),
-        };
-        let found = match found {
-            Ok(found) => found,
-            Err(e) => return Ok(Err(e)),
-        };
-        if !writes::is_own(&found, &self.write_scope) {
-            return Ok(Err(
-                writes::not_own("delete", id, &self.write_scope).to_string()
-            ));
-        }
-        let budget = self.budget()?;
-        let answer = self
-            .cluster
-            .delete_within(id, &writes::uid_of(&found), budget);
-        if self.wall_left().is_none() {
-            return Err(self.past_ceiling());
-        }
-        Ok(answer.map_err(|e| format!("deleting {id}: {e}")))
-    }
-}
-
-/// Most objects one `cluster-list` may return.
-pub const MAX_LIST_OBJECTS: usize = 1000;
-
-impl crate::contract::latest::cluster_list::Host for State {
-    fn list(
-        &mut self,
-        group: String,
-        resource: String,
-        namespace: String,
-        label_selector: String,
-    ) -> wasmtime::Result<Result<Vec<String>, String>> {
-        self.count_host_call()?;
-        let gr = crate::catalog::GroupResource::new(group, resource);
-        // Every part reaches a URL: checked as an identifier's are.
-        let probe = ItemRef {
-            group: gr.group.clone(),
-            resource: gr.resource.clone(),
-            namespace: namespace.clone(),
-            name: "list".into(),
-        };
-        if let Err(e) = Self::identifier("cluster-list", &probe) {
-            return Ok(Err(e));
-        }
-        if !self.grants.allows(&gr) {
-            return Ok(Err(format!("reading {gr} is not granted to this plugin")));
-        }
-        let selector: crate::select::labels::LabelSelector = match label_selector.parse() {
-            Ok(s) => s,
-            Err(e) => {
-                return Ok(Err(format!(
-                    "cluster-list refused: label selector {label_selector:?}: {e} (rule: label-selector)"
-                )));
-            }
-        };
-        let budget = self.budget()?;
-        let answer = self
-            .cluster
-            .list_within(&gr, &namespace, &selector, MAX_LIST_OBJECTS, budget);
-        if self.wall_left().is_none() {
-            return Err(self.past_ceiling());
-        }
-        Ok(answer
-            .map(|objects| objects.iter().map(|o| o.to_string()).collect())
-            .map_err(|e| e.to_string()))
-    }
-}
-
-impl crate::contract::latest::cluster_write::Host for State {
-    fn create(
-        &mut self,
-        id: types::ResourceIdentifier,
-        object: String,
-    ) -> wasmtime::Result<Result<String, String>> {
-        self.count_host_call()?;
-        State::create(self, &to_ref(id), &object)
-    }
-
-    fn delete(&mut self, id: types::ResourceIdentifier) -> wasmtime::Result<Result<bool, String>> {
-        self.count_host_call()?;
-        State::delete(self, &to_ref(id))
     }
 }
 

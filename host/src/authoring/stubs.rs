@@ -133,7 +133,7 @@ impl ClusterReader for StrictCluster {
         _budget: std::time::Duration,
     ) -> Result<Vec<Arc<str>>, ClusterError> {
         let s = self.lock();
-        let found: Vec<Arc<str>> = s
+        let found: Vec<Item> = s
             .objects
             .iter()
             .filter(|(id, _)| {
@@ -141,27 +141,10 @@ impl ClusterReader for StrictCluster {
                     && id.resource == gr.resource
                     && (namespace.is_empty() || id.namespace == namespace)
             })
-            .filter_map(|(_, object)| object.as_ref())
-            .filter(|object| {
-                let labels = object["metadata"]["labels"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                selector.matches(&labels)
-            })
-            .map(|object| crate::item::json_text(object).into())
+            .filter_map(|(id, object)| Some(Item::with_id(id.clone(), object.clone()?)))
+            .filter(|item| selector.matches(&item.labels()))
             .collect();
-        if found.len() > limit {
-            return Err(ClusterError::TooMany {
-                what: gr.to_string(),
-                limit,
-            });
-        }
-        Ok(found)
+        crate::cluster::list_answer(gr, found, limit)
     }
 
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {

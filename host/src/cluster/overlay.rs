@@ -6,10 +6,11 @@
 //! the controller that would act on the object (the snapshot controller
 //! marking a VolumeSnapshot ready).
 
-use super::ClusterError;
+use super::{ClusterError, ClusterReader, ClusterWriter, Created, ManifestCluster, writes};
 use crate::item::ItemRef;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 /// Where the overlay keeps `id`. The parts passed the identifier check (no
 /// `/`, no `..`), so the path stays under `dir`.
@@ -112,4 +113,73 @@ pub fn objects(dir: &Path) -> Vec<(ItemRef, PathBuf)> {
     }
     out.sort();
     out
+}
+
+/// A manifest cluster with an overlay takes writes there.
+impl ClusterWriter for ManifestCluster {
+    /// Into the overlay, with the uid and creation time an API server
+    /// would give it.
+    fn create_within(
+        &self,
+        id: &ItemRef,
+        mut object: Value,
+        _budget: std::time::Duration,
+    ) -> Result<Created, ClusterError> {
+        let Some(dir) = &self.overlay else {
+            return Err(ClusterError::ReadOnly);
+        };
+        if let Some(existing) = self.get(id)? {
+            return Ok(Created::Existing(existing));
+        }
+        let now = SystemTime::now();
+        let since = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let uid = {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(format!("{id}@{}", since.as_nanos()).as_bytes());
+            let h = hex::encode(&digest[..16]);
+            format!(
+                "{}-{}-{}-{}-{}",
+                &h[..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            )
+        };
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("uid".into(), Value::String(uid));
+            meta.insert(
+                "creationTimestamp".into(),
+                Value::String(humantime::format_rfc3339_seconds(now).to_string()),
+            );
+        }
+        if create(dir, id, &object)? {
+            Ok(Created::New(object))
+        } else {
+            // Another writer got there first: its object, as written.
+            Ok(Created::Existing(self.get(id)?.unwrap_or(object)))
+        }
+    }
+
+    /// Only from the overlay: the sources are the operator's, never a
+    /// plugin's to delete.
+    fn delete_within(
+        &self,
+        id: &ItemRef,
+        uid: &str,
+        _budget: std::time::Duration,
+    ) -> Result<bool, ClusterError> {
+        let Some(dir) = &self.overlay else {
+            return Err(ClusterError::ReadOnly);
+        };
+        if !path_of(dir, id).exists() {
+            return Ok(false);
+        }
+        match self.get(id)? {
+            Some(found) if writes::uid_of(&found) == uid => delete(dir, id),
+            _ => Ok(false),
+        }
+    }
 }

@@ -415,13 +415,12 @@ impl ClusterReader for LiveCluster {
                     limit,
                 });
             }
-            let mut items = page
+            let items = page
                 .items
                 .into_iter()
                 .map(|o| to_item(&r.api, o))
                 .collect::<Result<Vec<_>, _>>()?;
-            items.sort_by(|a, b| (&a.id.namespace, &a.id.name).cmp(&(&b.id.namespace, &b.id.name)));
-            Ok(items.into_iter().map(|i| i.json().clone()).collect())
+            crate::cluster::list_answer(gr, items, limit)
         })
     }
 

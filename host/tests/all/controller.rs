@@ -233,11 +233,7 @@ fn entry_path(group: &str, resource: &str, ns: &str, name: &str) -> String {
 async fn a_backup_resource_runs_to_completed_with_its_status_and_data() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    assert!(
-        crate::csi::snapshots(&admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-a", "ctl-a-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;
@@ -414,11 +410,7 @@ async fn snapshot_scene(
     system: &str,
     shop: &str,
 ) -> (tempfile::TempDir, BackupStore, tokio::task::JoinHandle<()>) {
-    install_crds(admin).await;
-    assert!(
-        crate::csi::snapshots(admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(admin).await;
     create_namespace(admin, system).await;
     create_namespace(admin, shop).await;
     create_config_map(admin, shop, "web-config", "web").await;
@@ -671,11 +663,7 @@ fn expiration_of(object: &BackupObject) -> String {
 async fn cluster_get_reads_live_objects_only_within_the_grants() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    assert!(
-        crate::csi::snapshots(&admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(&admin).await;
     let ns = "ctl-grants";
     create_namespace(&admin, ns).await;
     crate::csi::csi_claim(&admin, ns, "data", "x").await;
@@ -804,11 +792,7 @@ async fn lease_holder(client: &Client, ns: &str) -> Result<String, String> {
 async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    assert!(
-        crate::csi::snapshots(&admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-lead", "ctl-lead-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;
@@ -1354,11 +1338,7 @@ async fn register_plugin(client: &Client, ns: &str, name: &str, component: &str,
 async fn a_backup_keeps_its_plugin_set_through_a_reload() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    assert!(
-        crate::csi::snapshots(&admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-pin", "ctl-pin-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;
@@ -1811,11 +1791,7 @@ async fn the_status_shows_progress_while_the_pass_runs() {
 async fn pvc_snapshot_creates_one_labelled_snapshot_the_real_controller_binds() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    assert!(
-        crate::csi::snapshots(&admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(&admin).await;
     let ns = "ctl-csi";
     create_namespace(&admin, ns).await;
     crate::csi::csi_claim(&admin, ns, "data", "db").await;
@@ -1931,11 +1907,7 @@ async fn pvc_snapshot_creates_one_labelled_snapshot_the_real_controller_binds() 
 async fn operation_counts_show_while_the_backup_waits() {
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
-    install_crds(&admin).await;
-    assert!(
-        crate::csi::snapshots(&admin).await,
-        "the snapshot-controller runs"
-    );
+    crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-count", "ctl-count-shop");
     create_namespace(&admin, system).await;
     create_namespace(&admin, shop).await;

@@ -36,6 +36,13 @@ pub async fn snapshots(client: &Client) -> bool {
     true
 }
 
+/// What a live snapshot test needs first: iar's CRDs, the real
+/// snapshot-controller with its CRDs, and the labelled class.
+pub async fn ready(client: &Client) {
+    crate::controller::install_crds(client).await;
+    assert!(snapshots(client).await, "the snapshot-controller runs");
+}
+
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "snapshot.storage.k8s.io".into(),
