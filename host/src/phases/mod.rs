@@ -391,12 +391,20 @@ impl PhaseMachine {
             }
         };
         // A lost lease is someone else's now; a failed release expires.
-        if !matches!(result, Err(PhaseError::Lease(_)))
-            && let Err(e) = lease.release().await
-        {
-            tracing::warn!("releasing a backup lease failed: {e}");
+        if matches!(result, Err(PhaseError::Lease(_))) {
+            return result;
         }
-        result
+        match lease.release().await {
+            Ok(()) => result,
+            // Taken over while the work ran (a process paused past its
+            // lease that then found the backup ended by its taker): the
+            // work's success is not this process's.
+            Err(lost @ LeaseError::Lost { .. }) if result.is_ok() => Err(PhaseError::Lease(lost)),
+            Err(e) => {
+                tracing::warn!("releasing a backup lease failed: {e}");
+                result
+            }
+        }
     }
 
     /// Ends a backup Failed with the error that stopped it, so that nothing

@@ -354,18 +354,28 @@ impl Lease {
         Ok(())
     }
 
-    /// Marks the lease free at once, unless someone else holds it by now.
-    pub async fn release(self) -> Result<(), StoreError> {
+    /// Marks the lease free at once. Someone else holding it by now is
+    /// [`LeaseError::Lost`]: what this process did under it was done after
+    /// a takeover, and must not be reported as this process's success. No
+    /// lease at all (its files deleted with the backup) is nothing to give
+    /// back.
+    pub async fn release(self) -> Result<(), LeaseError> {
         // Given back, not abandoned: this process's fence on it goes.
         self.store.fences.clear(&self.backup, &self.fence);
         match self.store.current_lease(&self.backup).await? {
             Some(current) if current.generation == self.record.generation => {}
-            _ => return Ok(()),
+            Some(current) => {
+                return Err(LeaseError::Lost {
+                    backup: self.backup.clone(),
+                    reason: format!("{} took it over", current.holder),
+                });
+            }
+            None => return Ok(()),
         }
         let mut done = self.record.clone();
         done.released = true;
         done.expires = rfc3339(SystemTime::now());
-        self.write(&done).await
+        Ok(self.write(&done).await?)
     }
 }
 
