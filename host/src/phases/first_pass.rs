@@ -237,6 +237,11 @@ impl PhaseMachine {
             self.journal.line(run.name(), format!("error: {e}"));
             run.results.errors.add("", e);
         }
+        // The volume backups started by the pass are recorded before the
+        // tarball: a restart that finds the tarball (and so resumes the
+        // wait) must find every request too, or it would run owed post
+        // hooks before their block's volumes ended and never record them.
+        self.persist_volume_progress(run.name(), &work).await?;
         // The items and operations are stored before the blocks' volume
         // backups and post hooks are waited for: a restart during that
         // wait then finds the items written and resumes the wait (see
