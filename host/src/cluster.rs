@@ -355,6 +355,11 @@ struct Cache {
     /// When a miss last re-checked every file, and how many times one did.
     last_full_scan: Option<std::time::Instant>,
     full_scans: u64,
+    /// Where the parsed objects' texts are kept ([`crate::spool`]): the
+    /// cache holds positions, so its memory does not grow with the
+    /// manifests' size. `None` until the first file is read; `Some(None)`
+    /// when no spool could be made (the texts stay in memory).
+    spool: Option<Option<Arc<crate::spool::Spool>>>,
 }
 
 /// How often a miss may re-check every manifest file: a file edited in
@@ -466,7 +471,13 @@ impl Cache {
             .get(file)
             .is_some_and(|c| c.modified == modified && c.len == len && modified.is_some());
         if !fresh {
-            let items = manifests::read_file(file, catalog)?;
+            // Each object is spooled as it is read: neither the file's
+            // objects nor their texts are ever in memory together.
+            let spool = self.spool();
+            let items = manifests::read_file_with(file, catalog, &mut |item| match &spool {
+                Some(spool) => item.spooled(spool),
+                None => item,
+            })?;
             for (at, item) in items.iter().enumerate() {
                 self.index.insert(item.id.clone(), (file.to_path_buf(), at));
             }
@@ -480,6 +491,21 @@ impl Cache {
             );
         }
         Ok(())
+    }
+
+    /// The spool, made on first use.
+    fn spool(&mut self) -> Option<Arc<crate::spool::Spool>> {
+        self.spool
+            .get_or_insert_with(|| match crate::spool::Spool::new() {
+                Ok(spool) => Some(spool),
+                Err(e) => {
+                    tracing::warn!(
+                        "no spool in the temporary directory ({e}): manifests are kept in memory"
+                    );
+                    None
+                }
+            })
+            .clone()
     }
 
     fn lookup(&self, id: &ItemRef) -> Option<&Item> {
@@ -528,7 +554,7 @@ impl ManifestCluster {
     /// (which re-lists the directories); a copy of the object added to
     /// another file meanwhile is not looked for (two files holding one
     /// object is ambiguous anyway, and the one already read answers).
-    fn get_unchanged<R>(&self, id: &ItemRef, answer: &impl Fn(&Item) -> R) -> Option<R> {
+    fn get_unchanged(&self, id: &ItemRef) -> Option<Item> {
         let (file, file_stamp) = {
             let cache = self.cache.read().ok()?;
             if cache.all.is_empty() {
@@ -551,16 +577,22 @@ impl ManifestCluster {
         if (cached.modified, cached.len) != file_stamp {
             return None;
         }
-        cache.lookup(id).map(answer)
+        cache.lookup(id).cloned()
     }
 
-    /// Finds an object as the files are now and answers from it.
+    /// Finds an object as the files are now: a copy of the cached item
+    /// (which holds its spool position, or shares its text), answered from
+    /// outside the lock, so the cache's own items never load a text.
     fn find<R>(
         &self,
         id: &ItemRef,
         answer: impl Fn(&Item) -> R,
     ) -> Result<Option<R>, ClusterError> {
-        if let Some(found) = self.get_unchanged(id, &answer) {
+        Ok(self.find_item(id)?.map(|item| answer(&item)))
+    }
+
+    fn find_item(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
+        if let Some(found) = self.get_unchanged(id) {
             return Ok(Some(found));
         }
         // The write lock guards the parse cache; it is held while a changed
@@ -574,7 +606,7 @@ impl ManifestCluster {
         {
             cache.refresh(&file, self.catalog)?;
             if let Some(found) = cache.lookup(id) {
-                return Ok(Some(answer(found)));
+                return Ok(Some(found.clone()));
             }
         }
         // A miss, or the object moved: every file, changed ones re-read.
@@ -598,7 +630,7 @@ impl ManifestCluster {
             .get(id)
             .is_some_and(|(f, _)| cache.all_set.contains(f));
         Ok(if listed {
-            cache.lookup(id).map(answer)
+            cache.lookup(id).cloned()
         } else {
             None
         })
@@ -610,7 +642,7 @@ impl ClusterReader for ManifestCluster {
     /// Every object, in the order `manifests::read_items` gives, read
     /// through the parse cache: the lookups that follow in the same backup
     /// (item blocks, additional items, post-operation items) find them
-    /// parsed, and the items listed share their JSON with the cache.
+    /// parsed, and the items listed hold the cache's spool positions.
     async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
         let mut files = Vec::new();
         for path in &self.paths {
@@ -671,7 +703,7 @@ impl ClusterReader for ManifestCluster {
         for file in cache.all.clone() {
             cache.refresh(&file, self.catalog)?;
         }
-        let found: Vec<&Item> = cache
+        let found: Vec<Item> = cache
             .index
             .iter()
             .filter(|(id, (file, _))| {
@@ -682,7 +714,10 @@ impl ClusterReader for ManifestCluster {
             })
             .filter_map(|(id, _)| cache.lookup(id))
             .filter(|item| selector.matches(&item.labels()))
+            .cloned()
             .collect();
+        // Texts are read (from the spool) outside the lock.
+        drop(cache);
         list_answer(gr, found, limit)
     }
 

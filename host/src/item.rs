@@ -2,6 +2,7 @@
 
 use crate::catalog::{Catalog, GroupResource};
 use crate::item_scan::Identity;
+use crate::spool::{Spool, Spooled};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -59,11 +60,17 @@ pub enum ItemError {
 ///
 /// Both are shared, so cloning an item (a cached cluster object handed to
 /// a backup, a block's items kept for its volume decisions) copies no JSON.
+///
+/// A listed item may hold neither, only where its text is in a [`Spool`]
+/// ([`Item::spooled`]): a backup of 100,000 objects then holds positions,
+/// and each text is read back when something asks for it, into the copy
+/// that asked (a clone taken before that holds the position alone).
 #[derive(Clone, Debug)]
 pub struct Item {
     pub id: ItemRef,
     value: OnceLock<Arc<Value>>,
     text: OnceLock<Arc<str>>,
+    spooled: Option<Spooled>,
     /// apiVersion, kind, metadata.namespace and metadata.name as the object
     /// has them (which the boundary compares), known without a parse.
     fields: Arc<Identity<'static>>,
@@ -118,6 +125,7 @@ impl Item {
             fields: Arc::new(fields),
             value: OnceLock::from(Arc::new(value)),
             text: OnceLock::new(),
+            spooled: None,
         })
     }
 
@@ -129,6 +137,7 @@ impl Item {
             fields: Arc::new(Identity::of(&value)),
             value: OnceLock::from(Arc::new(value)),
             text: OnceLock::new(),
+            spooled: None,
         }
     }
 
@@ -140,12 +149,18 @@ impl Item {
             value: OnceLock::new(),
             text: OnceLock::from(text),
             fields: Arc::new(fields),
+            spooled: None,
         }
     }
 
     /// The object, parsed from its text on first use.
     pub fn value(&self) -> &Value {
         self.value.get_or_init(|| {
+            if self.text.get().is_none()
+                && let Some(text) = self.read_spooled()
+            {
+                let _ = self.text.set(text);
+            }
             let text = self
                 .text
                 .get()
@@ -166,7 +181,51 @@ impl Item {
             value: OnceLock::new(),
             text: OnceLock::from(text),
             fields: self.fields,
+            spooled: None,
         }
+    }
+
+    /// The same item held as a position in `spool`: its text is written
+    /// there and dropped from memory, and read back on first use. If the
+    /// spool cannot be written (a full disk), the item stays as it was,
+    /// in memory: slower to nothing, only bigger.
+    pub fn spooled(self, spool: &Arc<Spool>) -> Item {
+        if self.is_spooled_only() {
+            return self;
+        }
+        match spool.put(self.json()) {
+            Ok(spooled) => Item {
+                id: self.id,
+                value: OnceLock::new(),
+                text: OnceLock::new(),
+                fields: self.fields,
+                spooled: Some(spooled),
+            },
+            Err(e) => {
+                tracing::warn!("item {}: kept in memory, not spooled: {e}", self.id);
+                self
+            }
+        }
+    }
+
+    /// Whether the item holds no body in memory, only its spool position.
+    pub fn is_spooled_only(&self) -> bool {
+        self.spooled.is_some() && self.text.get().is_none() && self.value.get().is_none()
+    }
+
+    /// The text, read back from the spool (not kept).
+    fn read_spooled(&self) -> Option<Arc<str>> {
+        let spooled = self.spooled.as_ref()?;
+        // The spool is this process's own unlinked file: failing to read
+        // it back is the machine failing (a panic, which the item pass
+        // turns into this item's error, rule host-panic).
+        let text = spooled.read().unwrap_or_else(|e| {
+            panic!(
+                "item {}: reading its text back from the spool: {e}",
+                self.id
+            )
+        });
+        Some(text.into())
     }
 
     /// The object, giving up the item (copied if another clone shares it).
@@ -182,11 +241,17 @@ impl Item {
         self.fields = Arc::new(Identity::of(&value));
         self.value = OnceLock::from(Arc::new(value));
         self.text = OnceLock::new();
+        self.spooled = None;
     }
 
     /// The object as compact JSON text: written once, then kept.
     pub fn json(&self) -> &Arc<str> {
         self.text.get_or_init(|| {
+            if self.value.get().is_none()
+                && let Some(text) = self.read_spooled()
+            {
+                return text;
+            }
             json_text(
                 self.value
                     .get()
@@ -213,7 +278,17 @@ impl Item {
     /// text is not parsed into a value for this (which it would then keep):
     /// the labels alone are read from the text.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        if let (None, Some(text)) = (self.value.get(), self.text.get()) {
+        // A spooled item's labels are read from its text read back, which
+        // is then dropped: a filter asking every listed item keeps none.
+        let read_back;
+        let text = match self.text.get() {
+            None if self.value.get().is_none() => {
+                read_back = self.read_spooled();
+                read_back.as_ref()
+            }
+            text => text,
+        };
+        if let (None, Some(text)) = (self.value.get(), text) {
             #[derive(serde::Deserialize, Default)]
             struct Object {
                 #[serde(default)]
@@ -245,5 +320,58 @@ impl Item {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_map() -> Item {
+        let value = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "labels": {"app": "web", "n": 1}},
+            "data": {"k": "v"}});
+        Item::from_value(value, Catalog::builtin()).unwrap()
+    }
+
+    /// A spooled item holds no body; its labels are read without keeping
+    /// one; a clone taken before a read stays a position while the copy
+    /// that read holds the text, the same bytes as before spooling.
+    #[test]
+    fn a_spooled_item_reads_its_text_back_into_the_copy_that_asks() {
+        let spool = Spool::new().unwrap();
+        let before = config_map();
+        let text = before.json().clone();
+        let item = before.clone().spooled(&spool);
+        assert!(item.is_spooled_only());
+        assert_eq!(item.api_version(), "v1");
+        assert_eq!(item.kind(), "ConfigMap");
+        let labels = item.labels();
+        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert!(!labels.contains_key("n"), "non-string values are ignored");
+        assert!(item.is_spooled_only(), "labels kept no body");
+        let kept = item.clone();
+        assert_eq!(item.json(), &text);
+        assert!(!item.is_spooled_only());
+        assert!(kept.is_spooled_only());
+        assert_eq!(kept.value(), before.value());
+        assert_eq!(kept.into_value(), before.into_value());
+        // Spooling a spooled item writes nothing more.
+        let len = spool.len();
+        let again = item.clone().spooled(&spool).spooled(&spool);
+        assert_eq!(spool.len(), len + text.len() as u64);
+        assert_eq!(again.json(), &text);
+    }
+
+    /// A changed value forgets the position: the item is its new value.
+    #[test]
+    fn set_value_replaces_a_spooled_body() {
+        let spool = Spool::new().unwrap();
+        let mut item = config_map().spooled(&spool);
+        let mut value = item.value().clone();
+        value["data"]["k"] = "changed".into();
+        item.set_value(value.clone());
+        assert_eq!(item.clone().into_value(), value);
+        assert!(!item.is_spooled_only());
     }
 }

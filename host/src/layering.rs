@@ -13,6 +13,7 @@ const LAYERS: &[&str] = &[
     "catalog",
     "names",
     "item_scan",
+    "spool",
     "item",
     "identifier",
     "select",

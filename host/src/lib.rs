@@ -40,6 +40,7 @@ pub mod plugin;
 pub mod runtime;
 pub mod sandbox;
 pub mod select;
+pub mod spool;
 pub mod store;
 pub mod velero_plugin;
 

@@ -164,6 +164,19 @@ fn json_list_items(text: &str) -> Option<Vec<&serde_json::value::RawValue>> {
 
 /// Reads one file into items.
 pub fn read_file(path: &Path, catalog: &Catalog) -> Result<Vec<Item>, ManifestError> {
+    read_file_with(path, catalog, &mut |item| item)
+}
+
+/// Reads one file into items, each passed through `keep` as it is made
+/// (the manifest cluster spools it there), so the items' texts and the
+/// file's are never all in memory together. The file is read whole:
+/// serde_json parses a slice several times faster than a reader (a reader
+/// halved `iar backup`'s items/s at 50,000 items, for 2 MB less peak).
+pub fn read_file_with(
+    path: &Path,
+    catalog: &Catalog,
+    keep: &mut dyn FnMut(Item) -> Item,
+) -> Result<Vec<Item>, ManifestError> {
     let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
         path: path.to_path_buf(),
         source,
@@ -187,7 +200,7 @@ pub fn read_file(path: &Path, catalog: &Catalog) -> Result<Vec<Item>, ManifestEr
                     )));
                 }
                 Item::from_value(value, catalog)
-                    .map(Item::text_only)
+                    .map(|i| keep(i.text_only()))
                     .map_err(|e| parse_err(e.to_string()))
             })
             .collect();
@@ -199,7 +212,7 @@ pub fn read_file(path: &Path, catalog: &Catalog) -> Result<Vec<Item>, ManifestEr
             // Kept as text: what plugins and the tarball read; a value is
             // parsed again only where one is needed.
             Item::from_value(v, catalog)
-                .map(Item::text_only)
+                .map(|i| keep(i.text_only()))
                 .map_err(|e| ManifestError::Parse {
                     path: path.to_path_buf(),
                     index: i + 1,
@@ -286,5 +299,37 @@ mod tests {
             err.starts_with("bad.json: document 1: key must be a string"),
             "{err}"
         );
+    }
+
+    /// Every item of a JSON List or a YAML file goes through `keep` once,
+    /// in file order, and what `keep` returns is what is read.
+    #[test]
+    fn each_item_passes_through_keep_as_it_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let cm = |n: &str| {
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{n}"}}}}"#)
+        };
+        let list = dir.path().join("list.json");
+        std::fs::write(
+            &list,
+            format!(r#"{{"kind":"List","items":[{},{}]}}"#, cm("a"), cm("b")),
+        )
+        .unwrap();
+        let yaml = dir.path().join("two.yaml");
+        std::fs::write(&yaml, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: d}\n").unwrap();
+        let spool = crate::spool::Spool::new().unwrap();
+        for (file, want) in [(&list, ["a", "b"]), (&yaml, ["c", "d"])] {
+            let mut seen = Vec::new();
+            let items = read_file_with(file, Catalog::builtin(), &mut |i| {
+                seen.push(i.id.name.clone());
+                i.spooled(&spool)
+            })
+            .unwrap();
+            assert_eq!(seen, want);
+            assert!(items.iter().all(Item::is_spooled_only));
+            let names: Vec<&str> = items.iter().map(|i| i.id.name.as_str()).collect();
+            assert_eq!(names, want);
+            assert_eq!(items[0].value()["metadata"]["name"], want[0]);
+        }
     }
 }

@@ -50,7 +50,25 @@ pub struct ItemOutcome {
     /// The index of the item block it was backed up in (blocks are numbered
     /// in the order they were formed; additional items follow, one each).
     pub block: usize,
+    /// Set when the item was written out as its block ended (the first
+    /// pass streams its tarball) and `stored` dropped: what the backup
+    /// still needs of it.
+    pub written: Option<WrittenItem>,
 }
+
+/// What remains of a stored item once it is written to the tarball.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WrittenItem {
+    /// Velero's resource-list key, `<apiVersion>/<kind>`.
+    pub resource_key: String,
+    /// Written before the post-operation items' member (see
+    /// `store::tarball::StreamWriter`).
+    pub in_head: bool,
+}
+
+/// Takes each outcome as its block ends, on the worker that made it: the
+/// first pass writes the stored item out and drops it.
+pub type OutcomeSink<'a> = &'a (dyn Fn(&mut ItemOutcome) + Sync);
 
 /// What a pass did: one outcome per item, and what forming the item blocks
 /// reported (related items not found, relations that failed).
@@ -250,6 +268,7 @@ pub fn run(
     work: Option<&Arc<BlockWork>>,
     filter: Option<&BackupFilter>,
     progress: Option<&PassProgress>,
+    sink: Option<OutcomeSink<'_>>,
 ) -> PassOutput {
     let mut output = PassOutput::default();
     let blocks: Vec<Vec<Item>> = if in_blocks {
@@ -392,6 +411,9 @@ pub fn run(
                         let stored = outcomes.iter().filter(|o| o.stored.is_some()).count();
                         p.backed_up.fetch_add(stored as u64, Ordering::Relaxed);
                         p.total.fetch_add(found_all.len() as u64, Ordering::Relaxed);
+                    }
+                    if let Some(sink) = sink {
+                        outcomes.iter_mut().for_each(sink);
                     }
                     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                     for item in found_all {

@@ -187,8 +187,9 @@ fn manifest_cluster_sees_edits() {
 }
 
 /// A backup of the manifests the cluster is made of lists them through
-/// the cluster's parse cache: a later lookup answers with the very value
-/// listed (no second parse). Other manifests are the caller's to read.
+/// the cluster's parse cache: a later lookup answers from the same parse,
+/// kept in the spool (a second parse would spool the file again). Other
+/// manifests are the caller's to read.
 #[tokio::test]
 async fn listing_its_own_manifests_shares_the_parse_with_lookups() {
     let dir = tempfile::tempdir().unwrap();
@@ -210,9 +211,79 @@ async fn listing_its_own_manifests_shares_the_parse_with_lookups() {
         .unwrap();
     let names: Vec<_> = listed.iter().map(|i| i.id.name.as_str()).collect();
     assert_eq!(names, ["a"], "the filter applies");
+    let spooled = || {
+        let cache = cluster.cache.read().unwrap();
+        cache.spool.clone().flatten().map(|s| s.len())
+    };
+    let before = spooled();
+    assert!(before.is_some_and(|len| len > 0));
     let found = cluster.get_item(&listed[0].id).unwrap().unwrap();
+    assert_eq!(found.json(), listed[0].json());
+    assert_eq!(spooled(), before, "the lookup parsed the file again");
+}
+
+/// The cache holds listed objects as spool positions: listing, lookups,
+/// filters and cluster-list answers read the texts back and leave the
+/// cache's own items without a body; what they answer is the object as
+/// written, and an edit made after the listing is what a lookup sees.
+#[test]
+fn the_cache_holds_positions_not_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let items: Vec<Value> = (0..200)
+        .map(|i| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": "shop",
+                             "labels": {"n": i.to_string()}},
+                "data": {"k": "x".repeat(500)}})
+        })
+        .collect();
+    let file = dir.path().join("list.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let selector: crate::select::LabelSelector = "n in (7, 8)".parse().unwrap();
+    let filter = BackupFilter::from_spec(&serde_json::json!({})).unwrap();
+    let listed = rt.block_on(cluster.list(&filter)).unwrap();
+    assert_eq!(listed.len(), 200);
+    assert!(listed.iter().all(Item::is_spooled_only));
+    let id = |name: &str| ItemRef {
+        group: String::new(),
+        resource: "configmaps".into(),
+        namespace: "shop".into(),
+        name: name.into(),
+    };
+    assert_eq!(cluster.get(&id("cm-3")).unwrap().unwrap(), items[3]);
+    let text = cluster.get_json(&id("cm-4")).unwrap().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), items[4]);
+    let answered = cluster
+        .list_within(
+            &gr("", "configmaps"),
+            "shop",
+            &selector,
+            10,
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+    assert_eq!(answered.len(), 2);
+    // A listed item reads its own text back, as listed.
+    assert_eq!(listed[5].value()["metadata"]["name"], "cm-5");
+    let cache = cluster.cache.read().unwrap();
     assert!(
-        std::sync::Arc::ptr_eq(found.json(), listed[0].json()),
-        "the lookup parsed the file again"
+        cache
+            .files
+            .values()
+            .flat_map(|f| &f.items)
+            .all(Item::is_spooled_only),
+        "the cache's items hold no body after every kind of read"
     );
+    assert!(cache.spool.as_ref().unwrap().as_ref().unwrap().len() > 200 * 500);
 }

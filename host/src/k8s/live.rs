@@ -147,6 +147,7 @@ impl LiveCluster {
         r: &Resource,
         namespace: Option<&str>,
         filter: &BackupFilter,
+        spool: Option<&Arc<crate::spool::Spool>>,
         out: &mut Vec<Item>,
     ) -> Result<(), ClusterError> {
         let api = self.api(r, namespace);
@@ -164,13 +165,31 @@ impl LiveCluster {
                 api_error(what, e)
             })?;
             self.count(1);
+            let mut kept = Vec::with_capacity(page.items.len());
             for object in page.items {
                 let item = to_item(&r.api, object)?;
                 // The server applied the label selector; namespaces and
                 // resources are decided here, by the same rules as files.
                 if filter.matches(&item) {
-                    out.push(item);
+                    kept.push(item);
                 }
+            }
+            match spool {
+                // Held as spool positions: each page's objects leave
+                // memory as they are listed. Written on a blocking thread
+                // (file I/O), a page at a time.
+                Some(spool) => {
+                    let spool = spool.clone();
+                    let spooled = tokio::task::spawn_blocking(move || {
+                        kept.into_iter()
+                            .map(|i| i.spooled(&spool))
+                            .collect::<Vec<_>>()
+                    })
+                    .await
+                    .map_err(|e| ClusterError::Panicked(e.to_string()))?;
+                    out.extend(spooled);
+                }
+                None => out.extend(kept),
             }
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -431,6 +450,15 @@ impl ClusterReader for LiveCluster {
         let selector = filter.selector();
         let namespaces = selector.exact_namespaces();
         let mut items = Vec::new();
+        // One spool per listing, gone with the last of its items.
+        let spool = crate::spool::Spool::new()
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "no spool in the temporary directory ({e}): listed objects are kept in memory"
+                )
+            })
+            .ok();
+        let spool = spool.as_ref();
         for gr in names {
             let r = &resources[gr];
             if !r.listable || !selector.includes_resource(&gr.group, &gr.resource) {
@@ -440,10 +468,14 @@ impl ClusterReader for LiveCluster {
                 (_, false) if !selector.includes_cluster_scope() => {}
                 (Some(list), true) => {
                     for ns in list {
-                        self.list_resource(r, Some(ns), filter, &mut items).await?;
+                        self.list_resource(r, Some(ns), filter, spool, &mut items)
+                            .await?;
                     }
                 }
-                _ => self.list_resource(r, None, filter, &mut items).await?,
+                _ => {
+                    self.list_resource(r, None, filter, spool, &mut items)
+                        .await?
+                }
             }
         }
         Ok(items)

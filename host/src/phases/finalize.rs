@@ -7,7 +7,8 @@ use crate::store::BackupFile;
 use crate::store::tarball;
 use std::collections::BTreeMap;
 
-use super::first_pass::{archive_entries, record_messages, resource_key};
+use super::contents::{archive_entries, resource_key};
+use super::first_pass::record_messages;
 use super::*;
 
 impl PhaseMachine {

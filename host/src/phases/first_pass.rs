@@ -14,10 +14,11 @@ use crate::plugin::{BackupRef, Phase};
 use crate::select::BackupFilter;
 use crate::store::tarball;
 use crate::store::{BackupFile, StoreError};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::contents::ContentsSink;
 use super::*;
 
 /// A turn at a first pass; dropping it lets the next backup in.
@@ -61,43 +62,12 @@ pub(super) struct FirstPassParts {
     work: Arc<BlockWork>,
     filter: BackupFilter,
     progress: Arc<PassProgress>,
+    /// Where each block's items go as it ends.
+    contents: Arc<ContentsSink>,
 }
 
 /// How often a running pass's progress reaches the status sink, at most.
 const LIVE_STATUS_EVERY: Duration = Duration::from_secs(1);
-
-/// An item as the tarball holds it: compact JSON, as Velero writes items
-/// (`json.Marshal`), and the text the item already has when a plugin
-/// changed it or it crossed into one, so nothing is serialized again;
-/// shared, so its two entries and the item hold one copy.
-#[derive(Clone)]
-pub(super) struct EntryBytes(std::sync::Arc<str>);
-
-impl AsRef<[u8]> for EntryBytes {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
-
-/// The tarball entries of one backed-up item, as Velero writes them since
-/// format 1.1.0: the plain path and the same bytes under the version the
-/// item was read at (`<version>-preferredversion`).
-pub(super) fn archive_entries(
-    id: &ItemRef,
-    item: &Item,
-) -> Result<[(String, EntryBytes); 2], String> {
-    // From the identity read with the item: no parse of its whole value.
-    let versioned = tarball::preferred_version_path(id, item.api_version())?;
-    let plain = tarball::item_path(id)?;
-    let bytes = EntryBytes(item.json().clone());
-    Ok([(plain, bytes.clone()), (versioned, bytes)])
-}
-
-/// Velero's resource list key of an item: `<apiVersion>/<kind>`
-/// ("v1/ConfigMap", "apps/v1/Deployment"), as `resourceKey` makes it.
-pub(super) fn resource_key(item: &Item) -> String {
-    format!("{}/{}", item.api_version(), item.kind())
-}
 
 impl PhaseMachine {
     /// Waits for a turn at a first pass (listing and the item pass), held
@@ -223,7 +193,7 @@ impl PhaseMachine {
         let turn = self.pass_turn(run.name()).await;
         let items = self.selected_items(run, req, filter).await?;
         let work = self.block_work(run).await?;
-        let pass = self.item_pass(run, items, &work, filter).await?;
+        let (pass, contents) = self.item_pass(run, items, &work, filter).await?;
         // The turn covers listing and the plugins; waiting on volumes and
         // post hooks does not hold one.
         drop(turn);
@@ -246,7 +216,7 @@ impl PhaseMachine {
         // backups and post hooks are waited for: a restart during that
         // wait then finds the items written and resumes the wait (see
         // `resume_blocks`) instead of failing the backup.
-        let attempted = self.store_outcomes(run, &pass.outcomes).await?;
+        let attempted = self.store_outcomes(run, &pass.outcomes, contents).await?;
         // The outcomes are in the store now; their memory goes.
         drop(pass.outcomes);
         run.object.status.hook_status = work.hook_counts();
@@ -343,9 +313,10 @@ impl PhaseMachine {
         items: Vec<Item>,
         work: &Arc<BlockWork>,
         filter: &BackupFilter,
-    ) -> Result<PassOutput, PhaseError> {
+    ) -> Result<(PassOutput, Arc<ContentsSink>), PhaseError> {
         let name = run.name();
         let progress = Arc::new(PassProgress::default());
+        let contents = Arc::new(ContentsSink::new());
         let pass = self.run_pass(
             name,
             items,
@@ -354,6 +325,7 @@ impl PhaseMachine {
                 work: work.clone(),
                 filter: filter.clone(),
                 progress: progress.clone(),
+                contents: contents.clone(),
             }),
         );
         tokio::pin!(pass);
@@ -365,7 +337,7 @@ impl PhaseMachine {
         let mut shown = (0, 0);
         loop {
             tokio::select! {
-                pass = &mut pass => return pass,
+                pass = &mut pass => return Ok((pass?, contents)),
                 _ = tick.tick() => self.persist_volume_progress(name, work).await?,
                 _ = live.tick() => {
                     let now = progress.now();
@@ -381,26 +353,16 @@ impl PhaseMachine {
         }
     }
 
-    /// Writes the pass's items into the tarball and registers the
-    /// operations its plugins started (persisted even when there are none,
-    /// so describe and resume always find the file); returns how many.
+    /// Stores the tarball the pass wrote as it went, the resource list,
+    /// and registers the operations its plugins started (persisted even
+    /// when there are none, so describe and resume always find the file);
+    /// returns how many.
     async fn store_outcomes(
         &self,
         run: &mut Run,
         outcomes: &[ItemOutcome],
+        contents: Arc<ContentsSink>,
     ) -> Result<u64, PhaseError> {
-        let mut entries: Vec<(String, EntryBytes)> = vec![(
-            tarball::VERSION_PATH.to_string(),
-            EntryBytes(std::str::from_utf8(tarball::VERSION).expect("ASCII").into()),
-        )];
-        // Post-operation items go last, in their own gzip member: finalize
-        // rewrites that member alone (see `store::tarball`).
-        let post_operation: HashSet<&ItemRef> = outcomes
-            .iter()
-            .flat_map(|o| &o.operations)
-            .flat_map(|op| &op.post_operation_items)
-            .collect();
-        let mut tail = Vec::new();
         let mut resources: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut attempted = 0;
         self.operations.insert_loaded(run.name(), Vec::new()).await;
@@ -411,28 +373,17 @@ impl PhaseMachine {
                 &run.object.metadata.name,
                 outcome,
             );
-            if let Some(value) = &outcome.stored {
-                match archive_entries(&outcome.id, value) {
-                    Ok(both) => {
-                        let part = if post_operation.contains(&outcome.id) {
-                            &mut tail
-                        } else {
-                            &mut entries
-                        };
-                        part.extend(both);
-                        run.object.status.progress.items_backed_up += 1;
-                        let entry = if outcome.id.namespace.is_empty() {
-                            outcome.id.name.clone()
-                        } else {
-                            format!("{}/{}", outcome.id.namespace, outcome.id.name)
-                        };
-                        resources
-                            .entry(resource_key(value))
-                            .or_default()
-                            .push(entry);
-                    }
-                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
-                }
+            if let Some(written) = &outcome.written {
+                run.object.status.progress.items_backed_up += 1;
+                let entry = if outcome.id.namespace.is_empty() {
+                    outcome.id.name.clone()
+                } else {
+                    format!("{}/{}", outcome.id.namespace, outcome.id.name)
+                };
+                resources
+                    .entry(written.resource_key.clone())
+                    .or_default()
+                    .push(entry);
             }
             for op in &outcome.operations {
                 attempted += 1;
@@ -459,15 +410,13 @@ impl PhaseMachine {
                 outcomes.len()
             ),
         );
-        let split = !post_operation.is_empty();
-        // Compressing every item is CPU work: off the runtime's threads.
+        let contents = Arc::into_inner(contents).expect("the pass is over: no worker holds it");
+        let late = contents.late_post_operation_items(outcomes);
+        // Ending the stream compresses the tail (and, rarely, the whole):
+        // CPU work, off the runtime's threads.
         let contents = self
             .blocking(run.name(), "building the tarball", move || {
-                if !split {
-                    tarball::build(entries)
-                } else {
-                    tarball::build_split(entries, tail)
-                }
+                contents.finish(late)
             })
             .await?;
         self.store
@@ -510,6 +459,10 @@ impl PhaseMachine {
                 .map(|r| Box::new(r) as Box<dyn Relation>)
                 .collect();
             let relations: Vec<&dyn Relation> = relations.iter().map(|r| r.as_ref()).collect();
+            let take = first.as_ref().map(|f| {
+                let contents = &f.contents;
+                move |outcome: &mut ItemOutcome| contents.take(outcome)
+            });
             pass::run(
                 &plugins,
                 items,
@@ -521,6 +474,7 @@ impl PhaseMachine {
                 first.as_ref().map(|f| &f.work),
                 first.as_ref().map(|f| &f.filter),
                 first.as_ref().map(|f| &*f.progress),
+                take.as_ref().map(|t| t as pass::OutcomeSink<'_>),
             )
         })
         .await

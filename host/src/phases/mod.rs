@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 mod blocks;
+mod contents;
 mod created;
 mod finalize;
 mod first_pass;

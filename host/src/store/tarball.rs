@@ -215,14 +215,72 @@ pub fn build_split<B: AsRef<[u8]>>(
     head: impl IntoIterator<Item = (String, B)>,
     tail: impl IntoIterator<Item = (String, B)>,
 ) -> io::Result<Vec<u8>> {
-    let mut out = head_encoder();
-    let head_len = write_entries(&mut out, head)?;
-    let mut out = finish_head(out, head_len)?;
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
-    write_entries(&mut gz, tail)?;
-    gz.write_all(&[0; TRAILER])?;
-    out.extend(gz.finish()?);
-    Ok(out)
+    let mut out = StreamWriter::new();
+    for (path, data) in head {
+        out.append(&path, data.as_ref())?;
+    }
+    out.finish(tail)
+}
+
+/// A contents tarball written as the items come, in the layout
+/// [`build_split`] gives: entries are compressed into the head member as
+/// they are appended (memory holds the compressed head, not the items),
+/// and [`StreamWriter::finish`] ends the head and writes `tail`, the
+/// post-operation items, into the second member.
+pub struct StreamWriter {
+    head: flate2::write::GzEncoder<Vec<u8>>,
+    head_len: u64,
+    entry: Vec<u8>,
+}
+
+impl Default for StreamWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamWriter {
+    pub fn new() -> StreamWriter {
+        StreamWriter {
+            head: head_encoder(),
+            head_len: 0,
+            entry: Vec::new(),
+        }
+    }
+
+    /// Appends one entry to the head member.
+    pub fn append(&mut self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.entry.clear();
+        encode_entry(&mut self.entry, path, data)?;
+        self.head.write_all(&self.entry)?;
+        self.head_len += self.entry.len() as u64;
+        Ok(())
+    }
+
+    /// Compressed bytes of the head so far.
+    pub fn compressed_len(&self) -> usize {
+        self.head.get_ref().len()
+    }
+
+    /// The whole tarball: the head, then `tail` and the trailer.
+    pub fn finish<B: AsRef<[u8]>>(
+        self,
+        tail: impl IntoIterator<Item = (String, B)>,
+    ) -> io::Result<Vec<u8>> {
+        let mut out = finish_head(self.head, self.head_len)?;
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        write_entries(&mut gz, tail)?;
+        gz.write_all(&[0; TRAILER])?;
+        out.extend(gz.finish()?);
+        Ok(out)
+    }
+}
+
+/// The same tarball in one member: for one whose head holds an item that
+/// finalize will replace (an item named a post-operation item only after
+/// it was written), which [`rewrite`] must then rewrite whole.
+pub fn one_member(tar_gz: &[u8]) -> io::Result<Vec<u8>> {
+    gzip(&gunzip(tar_gz)?)
 }
 
 /// The regular files of a gzip'd tar, in archive order.
