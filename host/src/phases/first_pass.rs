@@ -247,16 +247,20 @@ impl PhaseMachine {
         // When the cluster is those very manifests (`iar backup`), it lists
         // them through its parse cache: the plugins' lookups and finalize
         // then parse no file a second time.
-        let items = if req.sources.is_empty() {
-            self.cluster.list(filter).await.map_err(items_error)?
+        // A cluster lists what the filter selects; files read here are
+        // filtered here (a second match would read every spooled item's
+        // labels back once more).
+        let (items, filtered) = if req.sources.is_empty() {
+            (self.cluster.list(filter).await.map_err(items_error)?, true)
         } else if let Some(listed) = self.cluster.list_sources(&req.sources, filter).await {
-            listed.map_err(items_error)?
+            (listed.map_err(items_error)?, true)
         } else {
-            crate::manifests::read_items(&req.sources, Catalog::builtin())
-                .map_err(|e| items_error(e.into()))?
+            let read = crate::manifests::read_items(&req.sources, Catalog::builtin())
+                .map_err(|e| items_error(e.into()))?;
+            (read, false)
         };
         let mut selected = Vec::new();
-        for item in items.into_iter().filter(|i| filter.matches(i)) {
+        for item in items.into_iter().filter(|i| filtered || filter.matches(i)) {
             match tarball::item_path(&item.id) {
                 Ok(_) => selected.push(item),
                 Err(e) => run.results.errors.add(&item.id.namespace, e),

@@ -104,6 +104,7 @@ fn pass_once(s: &Setup, workers: usize, groups: usize) {
         None,
         None,
         None,
+        None,
     );
     let mut counts: BTreeMap<ItemRef, usize> = BTreeMap::new();
     for o in &out.outcomes {

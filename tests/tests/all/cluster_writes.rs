@@ -146,13 +146,16 @@ fn a_granted_create_lands_labelled_and_a_retry_creates_nothing_more() {
     );
 }
 
+/// A hostile case: the guest's config, the write grants, the rule refused.
+type HostileCase<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>, &'a str);
+
 /// Every rule, from a hostile guest: each refusal names the rule and the
 /// overlay stays empty.
 #[test]
 fn hostile_writes_are_refused_by_rule_and_write_nothing() {
     let (_base, overlay, reader) = cluster();
     let b = backup(Phase::Backup);
-    let cases: Vec<(Vec<(&str, &str)>, Vec<&str>, &str)> = vec![
+    let cases: Vec<HostileCase> = vec![
         // No grant at all, and a grant for another resource.
         (id_config("create-id", "shop", "x"), vec![], "write-grant"),
         (
