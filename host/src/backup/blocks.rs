@@ -122,6 +122,18 @@ pub fn form_blocks(
     cluster: &dyn ClusterReader,
     relations: &[&dyn Relation],
 ) -> Blocks {
+    form_blocks_keeping(items, cluster, relations, &|_| true)
+}
+
+/// [`form_blocks`], where a related item read from the cluster (not one of
+/// `items`) stays in its block only if `keep_read` says so; its own
+/// relations are followed either way, so a block grows the same.
+pub fn form_blocks_keeping(
+    items: Vec<Item>,
+    cluster: &dyn ClusterReader,
+    relations: &[&dyn Relation],
+    keep_read: &dyn Fn(&Item) -> bool,
+) -> Blocks {
     let mut collected: BTreeMap<ItemRef, Item> =
         items.into_iter().map(|i| (i.id.clone(), i)).collect();
     // PVC → the collected Pods mounting it and PVs claimed by it: the
@@ -157,8 +169,9 @@ pub fn form_blocks(
     while let Some((_, first)) = collected.pop_first() {
         placed.insert(first.id.clone());
         let mut block = Vec::new();
-        let mut queue = VecDeque::from([first]);
-        while let Some(item) = queue.pop_front() {
+        // Each with whether it was read from the cluster.
+        let mut queue = VecDeque::from([(first, false)]);
+        while let Some((item, read_here)) = queue.pop_front() {
             let mut related = builtin_related(&item, &by_claim);
             match plugin_edges.remove(&item.id) {
                 Some(more) => related.extend(more),
@@ -173,7 +186,7 @@ pub fn form_blocks(
                     continue;
                 }
                 if let Some(found) = collected.remove(&id) {
-                    queue.push_back(found);
+                    queue.push_back((found, false));
                     continue;
                 }
                 // A panic in a cluster reader (host code) is an error for
@@ -191,7 +204,7 @@ pub fn form_blocks(
                     ))
                 });
                 match read {
-                    Ok(Some(found)) => queue.push_back(found),
+                    Ok(Some(found)) => queue.push_back((found, true)),
                     Ok(None) => out.warnings.push(format!(
                         "item block of {}: related item {id} (named by {}) was not found; skipped",
                         block_root(&block, &item),
@@ -208,7 +221,9 @@ pub fn form_blocks(
                     }
                 }
             }
-            block.push(item);
+            if !read_here || keep_read(&item) {
+                block.push(item);
+            }
         }
         // Most blocks are one item, and a Vec grows to room for four: at
         // 100,000 blocks that was half the pass's memory.

@@ -11,13 +11,13 @@
 //! backed up exactly once.
 
 use crate::backup::block_work::BlockWork;
-use crate::backup::blocks::{ClaimSet, form_blocks};
+use crate::backup::blocks::{ClaimSet, form_blocks_keeping};
 use crate::cluster::ClusterReader;
 use crate::item::{Item, ItemRef};
 use crate::plugin::Relation;
 use crate::plugin::{BackupRef, Plugin, PluginInstance};
 use crate::select::BackupFilter;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -36,8 +36,10 @@ pub struct StartedOperation {
 #[derive(Debug, Default)]
 pub struct ItemOutcome {
     pub id: ItemRef,
-    /// The item as the actions left it; `None` when an action failed it.
-    pub stored: Option<Item>,
+    /// The item as the actions left it; `None` when an action failed it
+    /// (or, in the first pass, once it is written out). Boxed: a backup
+    /// keeps an outcome per item, and most outcomes hold none.
+    pub stored: Option<Box<Item>>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
     pub operations: Vec<StartedOperation>,
@@ -152,7 +154,7 @@ fn act_on_item(
             }
         }
     }
-    outcome.stored = Some(current);
+    outcome.stored = Some(Box::new(current));
     outcome
 }
 
@@ -272,23 +274,14 @@ pub fn run(
 ) -> PassOutput {
     let mut output = PassOutput::default();
     let blocks: Vec<Vec<Item>> = if in_blocks {
-        let collected: HashSet<ItemRef> = items.iter().map(|i| i.id.clone()).collect();
-        let formed = form_blocks(items, cluster.as_ref(), relations);
-        output.warnings = formed.warnings;
-        output.errors = formed.errors;
         // A related item read from the cluster joins its block only if the
         // spec's filters select it (as in Velero, a block holds only items
         // of the backup); plugins' additional items are followed as before.
-        formed
-            .blocks
-            .into_iter()
-            .map(|b| {
-                b.items
-                    .into_iter()
-                    .filter(|i| collected.contains(&i.id) || filter.is_none_or(|f| f.matches(i)))
-                    .collect()
-            })
-            .collect()
+        let keep_read = |i: &Item| filter.is_none_or(|f| f.matches(i));
+        let formed = form_blocks_keeping(items, cluster.as_ref(), relations, &keep_read);
+        output.warnings = formed.warnings;
+        output.errors = formed.errors;
+        formed.blocks.into_iter().map(|b| b.items).collect()
     } else {
         items.into_iter().map(|i| vec![i]).collect()
     };

@@ -166,7 +166,7 @@ mod tests {
         assert_eq!(item.id.resource, resource);
         ItemOutcome {
             id: item.id.clone(),
-            stored: Some(item),
+            stored: Some(Box::new(item)),
             ..ItemOutcome::default()
         }
     }
