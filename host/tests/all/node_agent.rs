@@ -559,7 +559,7 @@ async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() 
 
 /// Seed 002 across nodes: each block's post hook waits for its own
 /// block's volume backup and no other. A pod with a small volume on one
-/// node runs its post hook while a 96 MiB volume on another node is still
+/// node runs its post hook while a 384 MiB volume on another node is still
 /// being read; and a pod whose pre hook fails with `onError: Fail` gets no
 /// volume backup request and no post hook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -616,7 +616,10 @@ async fn each_post_hook_waits_for_its_own_blocks_volumes_only() {
     )
     .await;
     std::fs::write(fast.join("small.txt"), "small").unwrap();
-    big_file(&slow.join("big.bin"), 96);
+    // Several times what the agent reads in the second the fast block's
+    // post hook takes to follow its volume (a warm page cache reads 96 MiB
+    // in 0.6 s here, which once let the slow volume end first).
+    big_file(&slow.join("big.bin"), 384);
     std::fs::write(strict.join("rows.db"), "rows").unwrap();
 
     let store_dir = tempfile::tempdir().unwrap();
@@ -716,7 +719,9 @@ async fn deleting_the_backup_mid_wait_cancels_its_volume_backups() {
         annotations,
     )
     .await;
-    big_file(&dir.join("big.bin"), 192);
+    // Long enough to be read still when the deletion's cancel arrives, on
+    // a fast machine too (192 MiB once completed first).
+    big_file(&dir.join("big.bin"), 640);
 
     let store_path = work.path().join("store");
     let url = store_path.to_str().unwrap();
