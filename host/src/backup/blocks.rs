@@ -14,7 +14,7 @@ use crate::cluster::{ClusterError, ClusterReader};
 use crate::item::{Item, ItemRef};
 use crate::plugin::Relation;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Mutex;
 
@@ -114,6 +114,35 @@ fn builtin_related(item: &Item, by_claim: &HashMap<ItemRef, Vec<ItemRef>>) -> Ve
     out
 }
 
+/// An item ordered and found by its id alone.
+struct ById(Item);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl PartialOrd for ById {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ById {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
+}
+
+impl std::borrow::Borrow<ItemRef> for ById {
+    fn borrow(&self) -> &ItemRef {
+        &self.0.id
+    }
+}
+
 /// Forms the blocks of a backup from the items it collected. Deterministic:
 /// the same items, cluster and relations give the same blocks in the same
 /// order. Blocking (cluster reads, plugin calls): call from a blocking thread.
@@ -134,13 +163,20 @@ pub fn form_blocks_keeping(
     relations: &[&dyn Relation],
     keep_read: &dyn Fn(&Item) -> bool,
 ) -> Blocks {
-    let mut collected: BTreeMap<ItemRef, Item> =
-        items.into_iter().map(|i| (i.id.clone(), i)).collect();
+    // Keyed by the item's own id (no second copy of every identity); of
+    // two items with one id, the later one stays, as a map would keep it.
+    // The order is the id's alone, which nothing mutates (the item's lazy
+    // text and value cells are outside it).
+    #[allow(clippy::mutable_key_type)]
+    let mut collected: BTreeSet<ById> = BTreeSet::new();
+    for i in items {
+        collected.replace(ById(i));
+    }
     // PVC → the collected Pods mounting it and PVs claimed by it: the
     // reverse of Pod → PVC and PV → PVC, so a block grows the same way
     // whichever of its items sorts first.
     let mut by_claim: HashMap<ItemRef, Vec<ItemRef>> = HashMap::new();
-    for i in collected.values() {
+    for ById(i) in &collected {
         if is(&i.id, "", "pods") || is(&i.id, "", "persistentvolumes") {
             for target in builtin_related(i, &HashMap::new()) {
                 if is(&target, "", "persistentvolumeclaims") {
@@ -155,7 +191,8 @@ pub fn form_blocks_keeping(
     // when it sorts first and would otherwise start a block of its own.
     let mut plugin_edges: HashMap<ItemRef, Vec<ItemRef>> = HashMap::new();
     let mut named_by: HashMap<ItemRef, Vec<ItemRef>> = HashMap::new();
-    for i in collected.values() {
+    // Without relations there is nothing to ask (and no entry per item).
+    for ById(i) in collected.iter().filter(|_| !relations.is_empty()) {
         let more = relate(i, relations, &mut out.errors);
         for target in &more {
             named_by
@@ -166,7 +203,7 @@ pub fn form_blocks_keeping(
         plugin_edges.insert(i.id.clone(), more);
     }
     let mut placed: HashSet<ItemRef> = HashSet::new();
-    while let Some((_, first)) = collected.pop_first() {
+    while let Some(ById(first)) = collected.pop_first() {
         placed.insert(first.id.clone());
         let mut block = Vec::new();
         // Each with whether it was read from the cluster.
@@ -185,7 +222,7 @@ pub fn form_blocks_keeping(
                 if !placed.insert(id.clone()) {
                     continue;
                 }
-                if let Some(found) = collected.remove(&id) {
+                if let Some(ById(found)) = collected.take(&id) {
                     queue.push_back((found, false));
                     continue;
                 }

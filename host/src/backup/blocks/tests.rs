@@ -2,6 +2,7 @@ use super::*;
 use crate::catalog::Catalog;
 use crate::plugin::FnRelation;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A cluster holding these objects: the ClusterReader contract in full
