@@ -147,7 +147,6 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => super::backup::load_plugins(&runtime, dir, &[])?,
         None => Vec::new(),
     };
-    let store = BackupStore::open(&args.store)?;
     let defaults = Settings::default();
     let settings = Settings {
         sync_period: args.sync_period,
@@ -166,6 +165,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
             std::process::id()
         )
     });
+    let store = BackupStore::open(&args.store)?;
     let options = Options {
         namespace: args.namespace.clone(),
         listen: args.listen,

@@ -1,10 +1,10 @@
-//! `iar controller`: the pieces put together. Health and metrics are
-//! served by every replica; only the leader reconciles Backups and
-//! collects garbage.
+//! `iar controller`: the pieces put together. Every replica serves health
+//! and metrics and drives backups (each backup by one replica, as its
+//! store lease says); only the leader collects garbage.
 
 use super::crd::Backup;
 use super::exec::PodExecRunner;
-use super::leader::{Elector, LeaderError};
+use super::leader::Elector;
 use super::live::LiveCluster;
 use super::plugins::{PluginRegistry, WatchOptions, watch_forever};
 use super::reconcile::{Context, error_policy, reconcile};
@@ -75,8 +75,6 @@ impl Plugins {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error(transparent)]
-    Leader(#[from] LeaderError),
     #[error("serving health and metrics on {addr}: {source}")]
     Serve {
         addr: SocketAddr,
@@ -85,8 +83,8 @@ pub enum RunError {
     },
 }
 
-/// Runs until leadership is lost (an error: the process should exit and
-/// be restarted as a follower) or the Backup watch ends.
+/// Runs until the Backup watch ends; an error only when it cannot serve
+/// health and metrics.
 pub async fn run(
     client: kube::Client,
     options: Options,
@@ -136,8 +134,11 @@ pub async fn run(
     }
     let registry = plugins.registry.clone();
     let store_url = options.store.url().to_string();
+    // The store's leases name this replica: which one drives a backup is
+    // read off its lease.
+    let store = options.store.with_holder_name(&options.identity);
     let controller = Arc::new(
-        PhaseMachine::new(Vec::new(), options.store, cluster, options.settings)
+        PhaseMachine::new(Vec::new(), store, cluster, options.settings)
             .with_plugin_source(plugins.source())
             .with_hook_runner(Arc::new(PodExecRunner::new(client.clone())))
             .with_volume_backupper(Arc::new(RequestBackupper::new(
@@ -194,36 +195,59 @@ pub async fn run(
         &options.identity,
         options.leader_lease,
     );
+    // However this ends (the future dropped included), the leases kept
+    // for the backups it drives are let go, not renewed by their keepers
+    // for a controller that no longer steps them.
+    let _abandon = AbandonKept(controller.clone());
     let context = Arc::new(Context::new(controller, api.clone()));
     let registry = plugins.registry.clone();
-    elector
-        .run(async {
-            // No backup starts (or resumes) before the plugin ConfigMaps
-            // have all loaded; `/readyz` says the same.
-            if !registry.is_synced() {
-                tracing::info!("waiting for the plugin ConfigMaps to load before reconciling");
-                registry.wait_synced().await;
+    // No backup starts (or resumes) before the plugin ConfigMaps have all
+    // loaded; `/readyz` says the same.
+    if !registry.is_synced() {
+        tracing::info!("waiting for the plugin ConfigMaps to load before reconciling");
+        registry.wait_synced().await;
+    }
+    // Every replica reconciles: the backups' store leases share them out
+    // (`super::reconcile`). On start the watch lists every Backup: those
+    // persisted and unfinished, and not driven by a live replica, are
+    // taken over by their first reconcile. Reconciles at once are bounded
+    // too (kube-runtime's default is unbounded); the heavy part of each,
+    // a backup's first pass, takes a turn of `Settings::concurrent_passes`.
+    let reconciling = Controller::new(api, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(16))
+        .run(reconcile, error_policy, context.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!("reconcile: {e}");
             }
-            // On start the watch lists every Backup: those persisted and
-            // unfinished are resumed by their first reconcile.
-            // Reconciles at once are bounded too (kube-runtime's default is
-            // unbounded); the heavy part of each, a backup's first pass,
-            // takes a turn of `Settings::concurrent_passes`.
-            let reconciling = Controller::new(api, watcher::Config::default())
-                .with_config(kube::runtime::controller::Config::default().concurrency(16))
-                .run(reconcile, error_policy, context.clone())
-                .for_each(|result| async move {
-                    if let Err(e) = result {
-                        tracing::debug!("reconcile: {e}");
-                    }
-                });
-            tokio::select! {
-                () = reconciling => {}
-                () = super::sweep::sweep_forever(&context) => {}
+        });
+    // Only the garbage-collection sweep is singular: the leader runs it.
+    // A replica that loses the Lease stops sweeping and stands for it
+    // again; its backups go on.
+    let sweeping = async {
+        loop {
+            match elector.run(super::sweep::sweep_forever(&context)).await {
+                Ok(never) => match never {},
+                Err(e) => {
+                    tracing::warn!("{e}; no longer sweeping, standing for the lease again");
+                    tokio::time::sleep(options.leader_lease / 3).await;
+                }
             }
-        })
-        .await?;
+        }
+    };
+    tokio::select! {
+        () = reconciling => {}
+        never = sweeping => match never {},
+    }
     Ok(())
+}
+
+struct AbandonKept(Arc<PhaseMachine>);
+
+impl Drop for AbandonKept {
+    fn drop(&mut self) {
+        self.0.abandon_kept_leases();
+    }
 }
 
 /// A backup is given up once its Backup resource is being deleted, or is

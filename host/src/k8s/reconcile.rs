@@ -4,6 +4,14 @@
 //! [`decide`] from the persisted backup and the resource's status alone,
 //! so any replica can take over at any point.
 //!
+//! Every replica reconciles every Backup. The store lease decides who
+//! drives each: the replica that takes it for a backup's first step keeps
+//! it until the last ([`PhaseMachine::drive`]); the others find it held
+//! and look again within a lease duration, so a backup whose replica died
+//! is taken over once its lease expires. A replica takes a new backup
+//! only with a first-pass turn free, so new backups spread over the
+//! replicas by how busy each is.
+//!
 //! Each Backup carries the finalizer [`FINALIZER`]: deleting the resource
 //! of an unfinished backup cancels its operations and ends it Failed
 //! ([`PhaseMachine::cancel`]) before the resource goes; its data stays.
@@ -300,8 +308,14 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
                 write_status(ctx, &name, &status).await?;
                 return Ok(Action::await_change());
             }
+            // Every replica sees the new Backup; one busy with as many
+            // first passes as it may run leaves it to the others (and
+            // looks again shortly, in case there are none).
+            let Some(_claim) = c.claim_start() else {
+                return Ok(Action::requeue(busy_retry(&name)));
+            };
             let stepped = c
-                .with_lease(&name, async {
+                .drive(&name, async {
                     c.start(request).await?;
                     c.step(&name).await
                 })
@@ -312,7 +326,7 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
             if let Some(wait) = ctx.not_before(&name) {
                 return Ok(Action::requeue(wait));
             }
-            let stepped = c.with_lease(&name, c.step(&name)).await;
+            let stepped = c.drive(&name, c.step(&name)).await;
             after_step(ctx, &name, stepped).await
         }
         Decision::Mirror(status) => {
@@ -342,6 +356,15 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
             Ok(stored.map_or_else(Action::await_change, |o| until_expiry(c, &o.status, now)))
         }
     }
+}
+
+/// When a busy replica looks at a new backup again: soon, and spread by
+/// the name so that backups refused together do not come back together.
+fn busy_retry(name: &str) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    Duration::from_millis(500 + h.finish() % 500)
 }
 
 /// A finished backup comes back at its expiration (at the latest after a
@@ -397,8 +420,9 @@ async fn after_step(
             write_status(ctx, name, &object.status).await?;
             Ok(Action::await_change())
         }
-        // Another process drives it (a replica that led before, whose
-        // lease in the store has not expired yet): try again later.
+        // Another replica drives it (or one that died, whose lease in
+        // the store has not expired yet): look again within a lease
+        // duration, to take it over if that replica is gone.
         Err(PhaseError::Lease(LeaseError::Held { .. })) => {
             c.release(name).await;
             Ok(Action::requeue(c.settings.lease_duration / 3))

@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 /// Sweeps every `gc_period`, the first at once, for as long as it runs
 /// (the leader runs it beside the reconciler).
-pub async fn sweep_forever(ctx: &Context) {
+pub async fn sweep_forever(ctx: &Context) -> std::convert::Infallible {
     loop {
         sweep(ctx, SystemTime::now()).await;
         tokio::time::sleep(ctx.controller.settings.gc_period).await;

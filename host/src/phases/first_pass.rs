@@ -27,6 +27,16 @@ pub(super) struct PassTurn<'a> {
     running: &'a std::sync::atomic::AtomicUsize,
 }
 
+/// A place claimed for a backup about to start ([`PhaseMachine::claim_start`]);
+/// given back when dropped.
+pub struct StartClaim<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for StartClaim<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 impl Drop for PassTurn<'_> {
     fn drop(&mut self) {
         self.running
@@ -74,9 +84,7 @@ impl PhaseMachine {
     /// until the returned guard drops.
     pub(super) async fn pass_turn(&self, backup: &str) -> PassTurn<'_> {
         use std::sync::atomic::Ordering;
-        let passes = self
-            .passes
-            .get_or_init(|| tokio::sync::Semaphore::new(self.settings.concurrent_passes.max(1)));
+        let passes = self.passes();
         let permit = match passes.try_acquire() {
             Ok(permit) => permit,
             Err(_) => {
@@ -99,6 +107,28 @@ impl PhaseMachine {
             _permit: permit,
             running: &self.passes_running,
         }
+    }
+
+    fn passes(&self) -> &tokio::sync::Semaphore {
+        self.passes
+            .get_or_init(|| tokio::sync::Semaphore::new(self.settings.concurrent_passes.max(1)))
+    }
+
+    /// Claims one of `settings.concurrent_passes` places for a backup this
+    /// process is about to start, or none when as many are starting here
+    /// already. A controller replica takes a new backup only with a claim,
+    /// and leaves it to a less busy replica otherwise. Claimed at once,
+    /// not checked: reconciles that run together cannot all pass a check
+    /// before any of them has taken its turn.
+    pub fn claim_start(&self) -> Option<StartClaim<'_>> {
+        use std::sync::atomic::Ordering;
+        let most = self.settings.concurrent_passes.max(1);
+        self.starting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < most).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| StartClaim(&self.starting))
     }
 
     /// The most first passes that ran at once in this controller.
@@ -171,6 +201,10 @@ impl PhaseMachine {
             object,
             results: Results::default(),
         };
+        // Which process drives it, in its log: of several controller
+        // replicas, the one that took it.
+        self.journal
+            .line(&req.name, format!("driven by {}", self.store.holder()));
         self.set_phase(&mut run, BackupPhase::New).await?;
         run.object.status.start_timestamp = Some(rfc3339(SystemTime::now()));
         self.set_phase(&mut run, BackupPhase::InProgress).await?;

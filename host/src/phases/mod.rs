@@ -14,7 +14,7 @@ use crate::cluster::ClusterReader;
 use crate::operations::OperationsMap;
 use crate::plugin::{BackupRef, Phase, Plugin};
 use crate::select::BackupFilter;
-use crate::store::lease::{Lease, LeaseError};
+use crate::store::lease::LeaseError;
 use crate::store::{BackupFile, BackupStore, StoreError};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -27,6 +27,7 @@ mod created;
 mod finalize;
 mod first_pass;
 pub mod gc;
+mod held;
 mod journal;
 mod plugin_set;
 mod poller;
@@ -201,6 +202,10 @@ pub struct PhaseMachine {
     /// First passes running now, and the most that ever ran at once.
     passes_running: std::sync::atomic::AtomicUsize,
     passes_high_water: std::sync::atomic::AtomicUsize,
+    /// Leases kept between the steps of the backups this process drives.
+    kept: held::Kept,
+    /// Backups claimed to start here and not yet through their first step.
+    starting: std::sync::atomic::AtomicUsize,
 }
 
 /// Where a backup stands while the controller drives it.
@@ -252,6 +257,8 @@ impl PhaseMachine {
             passes: std::sync::OnceLock::new(),
             passes_running: Default::default(),
             passes_high_water: Default::default(),
+            kept: held::Kept::default(),
+            starting: Default::default(),
         }
     }
 
@@ -338,6 +345,7 @@ impl PhaseMachine {
                 .keys()
                 .cloned(),
         );
+        names.extend(self.kept.backups());
         names.sort();
         names.dedup();
         names
@@ -362,40 +370,37 @@ impl PhaseMachine {
         self.forget(name).await;
     }
 
-    /// Runs `work` while holding `lease`, renewing it every third of its
-    /// duration, and releases it at the end. If the lease is lost (another
-    /// process took it over after it expired) `work` is dropped where it
-    /// stands and nothing more is written: the other process drives the
-    /// backup now.
+    /// Runs `work` under a lease just taken, renewing it every third of
+    /// its duration, and gives it back at the end. If the lease is lost
+    /// (another process took it over after it expired) `work` is dropped
+    /// where it stands and nothing more is written: the other process
+    /// drives the backup now.
     async fn leased<T>(
         &self,
-        mut lease: Lease,
+        lease: held::Held,
         work: impl Future<Output = Result<T, PhaseError>>,
     ) -> Result<T, PhaseError> {
-        let result = {
-            let keep = async {
-                loop {
-                    tokio::time::sleep(lease.renew_every()).await;
-                    match lease.renew().await {
-                        Ok(()) => {}
-                        // Transient: retried until the lease expires.
-                        Err(LeaseError::Store(e)) => {
-                            tracing::warn!("renewing a backup lease failed, will retry: {e}");
-                        }
-                        Err(lost) => return lost,
-                    }
-                }
-            };
-            tokio::select! {
-                r = work => r,
-                lost = keep => Err(PhaseError::Lease(lost)),
-            }
-        };
-        // A lost lease is someone else's now; a failed release expires.
+        let result = lease.run(work).await;
+        self.finish_lease(lease, result, false).await
+    }
+
+    /// After work under `lease`: kept for the next step (`keep`), or given
+    /// back. A lost lease is someone else's now, and is dropped; a failed
+    /// give-back expires.
+    async fn finish_lease<T>(
+        &self,
+        lease: held::Held,
+        result: Result<T, PhaseError>,
+        keep: bool,
+    ) -> Result<T, PhaseError> {
         if matches!(result, Err(PhaseError::Lease(_))) {
             return result;
         }
-        match lease.release().await {
+        if keep {
+            self.kept.put(lease);
+            return result;
+        }
+        match lease.give_back().await {
             Ok(()) => result,
             // Taken over while the work ran (a process paused past its
             // lease that then found the backup ended by its taker): the
@@ -406,6 +411,17 @@ impl PhaseMachine {
                 result
             }
         }
+    }
+
+    /// The backup's lease: the one this process keeps between steps, or
+    /// taken now.
+    async fn lease_for(&self, name: &str) -> Result<held::Held, PhaseError> {
+        if let Some(kept) = self.kept.take(name)
+            && !kept.is_lost()
+        {
+            return Ok(kept);
+        }
+        Ok(held::take(&self.store, name, self.settings.lease_duration).await?)
     }
 
     /// Ends a backup Failed with the error that stopped it, so that nothing
@@ -435,10 +451,7 @@ impl PhaseMachine {
     /// the backup exists ends it Failed with the reason, and is returned.
     pub async fn run_backup(&self, req: BackupRequest) -> Result<BackupObject, PhaseError> {
         let filter = self.validate(&req)?;
-        let lease = self
-            .store
-            .acquire_lease(&req.name, self.settings.lease_duration)
-            .await?;
+        let lease = held::take(&self.store, &req.name, self.settings.lease_duration).await?;
         let name = req.name.clone();
         let result = self
             .leased(lease, async {
@@ -486,19 +499,42 @@ impl PhaseMachine {
         }
     }
 
-    /// Runs `work` on a backup under its lease (taken here, renewed while
-    /// `work` runs, released after): what the cluster controller wraps
-    /// each reconcile in, so that two processes never drive one backup.
+    /// Runs `work` on a backup under its lease (the one this process keeps
+    /// between the backup's steps, or taken here; renewed while `work`
+    /// runs, given back after): so that two processes never drive one
+    /// backup.
     pub async fn with_lease<T>(
         &self,
         name: &str,
         work: impl Future<Output = Result<T, PhaseError>>,
     ) -> Result<T, PhaseError> {
-        let lease = self
-            .store
-            .acquire_lease(name, self.settings.lease_duration)
-            .await?;
-        self.leased(lease, work).await
+        let lease = self.lease_for(name).await?;
+        let result = lease.run(work).await;
+        self.finish_lease(lease, result, false).await
+    }
+
+    /// Abandons the leases kept between steps: they are no longer renewed
+    /// and expire, so that another process takes their backups over. For
+    /// a controller that stops driving (its run ended or was dropped)
+    /// while this value lives on.
+    pub fn abandon_kept_leases(&self) {
+        self.kept.abandon_all();
+    }
+
+    /// One step under the backup's lease, as [`PhaseMachine::with_lease`],
+    /// except that a backup that goes on (a requeue) keeps its lease in
+    /// this process for its next step: the cluster controller's replicas
+    /// each drive the backups they took from first step to last, and the
+    /// others leave them alone until the lease expires (the replica died).
+    pub async fn drive(
+        &self,
+        name: &str,
+        step: impl Future<Output = Result<Step, PhaseError>>,
+    ) -> Result<Step, PhaseError> {
+        let lease = self.lease_for(name).await?;
+        let result = lease.run(step).await;
+        let keep = matches!(result, Ok(Step::Requeue(_)));
+        self.finish_lease(lease, result, keep).await
     }
 
     /// One step of the phase machine, decided by the phase the store holds

@@ -61,10 +61,7 @@ impl PhaseMachine {
         if object.status.phase == BackupPhase::Deleting {
             return Err(PhaseError::Deleting(name.into()));
         }
-        let lease = self
-            .store
-            .acquire_lease(name, self.settings.lease_duration)
-            .await?;
+        let lease = super::held::take(&self.store, name, self.settings.lease_duration).await?;
         let result = self.leased(lease, self.steps(name)).await;
         self.forget(name).await;
         result
@@ -116,6 +113,16 @@ impl PhaseMachine {
             {
                 self.journal.preload(name, previous);
             }
+            // This process takes it over (a restart, or another replica
+            // died): its log says who drives it from here.
+            self.journal.line(
+                name,
+                format!(
+                    "driven by {} from phase {}",
+                    self.store.holder(),
+                    object.status.phase
+                ),
+            );
         }
         let mut run = Run { object, results };
         for note in notes {

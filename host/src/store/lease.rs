@@ -236,7 +236,7 @@ impl BackupStore {
         duration: Duration,
     ) -> Result<Lease, LeaseError> {
         self.check_conditional_create().await?;
-        let holder = holder_id();
+        let holder = self.holder.to_string();
         // A contender that loses the create race reads the winner's lease
         // next time round, so a few rounds always settle it.
         for _ in 0..8 {

@@ -126,6 +126,9 @@ pub struct BackupStore {
     /// Whether the store was seen to honour a conditional create (checked
     /// once, before the first lease).
     conditional: Arc<tokio::sync::OnceCell<Result<(), String>>>,
+    /// Who this process is in the leases it takes ([`lease::holder_id`],
+    /// with the replica's name in front when it has one).
+    holder: Arc<str>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -220,7 +223,20 @@ impl BackupStore {
             puts: Arc::new(AtomicU64::new(0)),
             fences: Arc::default(),
             conditional: Arc::default(),
+            holder: lease::holder_id().into(),
         }
+    }
+
+    /// Names this process `name` in the leases it takes (a controller
+    /// replica's identity), so a lease says which replica drives a backup.
+    pub fn with_holder_name(mut self, name: &str) -> Self {
+        self.holder = format!("{name}: {}", lease::holder_id()).into();
+        self
+    }
+
+    /// Who this process is in the leases it takes.
+    pub fn holder(&self) -> &str {
+        &self.holder
     }
 
     pub fn url(&self) -> &str {

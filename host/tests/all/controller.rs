@@ -72,7 +72,7 @@ pub(crate) async fn install_crds(client: &Client) {
     .await;
 }
 
-async fn create_config_map(client: &Client, ns: &str, name: &str, app: &str) {
+pub(crate) async fn create_config_map(client: &Client, ns: &str, name: &str, app: &str) {
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"app": app}},
         "data": {"greeting": "hello"}
@@ -190,7 +190,7 @@ pub(crate) async fn start_controller(
 }
 
 /// One HTTP/1.0 GET: (status code, body).
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut response = String::new();
@@ -774,7 +774,7 @@ pub(crate) fn spawn_controller(
     ControllerProcess(child)
 }
 
-async fn lease_holder(client: &Client, ns: &str) -> Result<String, String> {
+pub(crate) async fn lease_holder(client: &Client, ns: &str) -> Result<String, String> {
     let lease = Api::<Lease>::namespaced(client.clone(), ns)
         .get_opt("iar-controller")
         .await

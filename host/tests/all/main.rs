@@ -17,6 +17,7 @@ mod iar_test;
 mod node_agent;
 mod pod_hooks;
 mod polyglot;
+mod replicas;
 mod support;
 mod velero;
 mod velero_bench;

@@ -1,0 +1,195 @@
+//! Controller replicas that share the backups: three `iar controller`
+//! processes against one kube-apiserver and one store, thirty Backups.
+//! Each backup is driven by one replica from its first step to its last
+//! (the store lease it keeps says which, and so does the backup's log),
+//! the work is spread over the three, and a SIGKILLed replica's backups
+//! are finished by the others, with no operation started twice.
+
+use crate::controller::{
+    create_backup, create_config_map, http_get, lease_holder, spawn_controller, spec, wait_phase,
+};
+use crate::support::server;
+use iar::backup::object::BackupPhase;
+use iar::store::BackupStore;
+use iar_apiserver::{User, create_namespace};
+use iar_tests::{artifacts, wait_for};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+const REPLICAS: [&str; 3] = ["a", "b", "c"];
+const BACKUPS: usize = 30;
+
+/// Where a replica serves, from its log, once it says so.
+fn served_at(log: &Path) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().find(|l| l.contains("serving /healthz"))?;
+    line.rsplit(' ').next()?.trim().parse().ok()
+}
+
+/// The replicas named in a backup's log as driving it, in order.
+async fn drivers(store: &BackupStore, name: &str) -> Vec<String> {
+    let lines = store.get_logs(name).await.unwrap().unwrap_or_default();
+    lines
+        .iter()
+        .filter_map(|l| l.split("driven by ").nth(1))
+        .map(|rest| rest.split(':').next().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_thirty_backups_and_finish_a_killed_ones() {
+    let Some(server) = server().await else { return };
+    let admin = crate::support::client(server, User::Admin).await;
+    crate::csi::ready(&admin).await;
+    let (system, shop) = ("ctl-share", "ctl-share-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
+    create_config_map(&admin, shop, "web-config", "web").await;
+
+    let work = tempfile::tempdir().unwrap();
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    for p in [artifacts::LABELS, artifacts::PVC_SNAPSHOT] {
+        let p = Path::new(p);
+        std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
+    }
+    crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
+    let store_dir = work.path().join("store");
+    let log = |who: &str| work.path().join(format!("{who}.log"));
+    let logs = || {
+        REPLICAS
+            .map(|w| {
+                format!(
+                    "--- {w}:\n{}",
+                    std::fs::read_to_string(log(w)).unwrap_or_default()
+                )
+            })
+            .join("\n")
+    };
+    let mut running: BTreeMap<&str, _> = REPLICAS
+        .iter()
+        .map(|&who| {
+            let p = spawn_controller(
+                server.kubeconfig(),
+                system,
+                &store_dir,
+                &plugins,
+                who,
+                &log(who),
+            );
+            (who, p)
+        })
+        .collect();
+    // All three ready (their plugins loaded: they reconcile from then on)
+    // and one of them leading, before any backup exists.
+    for who in REPLICAS {
+        let addr = wait_for(
+            &format!("replica {who} serves"),
+            Duration::from_secs(60),
+            || async { served_at(&log(who)).ok_or_else(|| "not yet".to_string()) },
+        )
+        .await;
+        wait_for(
+            &format!("replica {who} ready"),
+            Duration::from_secs(60),
+            || async move {
+                match tokio::task::spawn_blocking(move || http_get(addr, "/readyz"))
+                    .await
+                    .unwrap()
+                {
+                    (200, _) => Ok(()),
+                    (code, body) => Err(format!("{code} {body}")),
+                }
+            },
+        )
+        .await;
+    }
+    let leader = wait_for("a leader", Duration::from_secs(30), || {
+        lease_holder(&admin, system)
+    })
+    .await;
+
+    let names: Vec<String> = (0..BACKUPS).map(|i| format!("share-{i:02}")).collect();
+    for name in &names {
+        create_backup(&admin, system, name, spec(shop)).await;
+    }
+    // Each waits for its snapshot: every backup's first pass has run.
+    for name in &names {
+        wait_phase(
+            &admin,
+            system,
+            name,
+            BackupPhase::WaitingForPluginOperations,
+        )
+        .await;
+    }
+    let store = BackupStore::open(store_dir.to_str().unwrap()).unwrap();
+    let mut first: BTreeMap<String, String> = BTreeMap::new();
+    for name in &names {
+        let driven = drivers(&store, name).await;
+        assert_eq!(driven.len(), 1, "{name}: driven by {driven:?}\n{}", logs());
+        // The lease it keeps while it waits says the same.
+        let lease = store.current_lease(name).await.unwrap().unwrap();
+        assert!(!lease.released, "{name}: its lease is kept while it waits");
+        assert!(
+            lease.holder.starts_with(&format!("{}: ", driven[0])),
+            "{name}: lease {lease:?}, log {driven:?}"
+        );
+        first.insert(name.clone(), driven[0].clone());
+    }
+    let mut drove: BTreeMap<&str, usize> = REPLICAS.iter().map(|&w| (w, 0)).collect();
+    for who in first.values() {
+        *drove.get_mut(who.as_str()).expect("one of the three") += 1;
+    }
+    eprintln!("backups each replica took: {drove:?} (leader: {leader})");
+    for (who, n) in &drove {
+        assert!(*n > 0, "replica {who} drove none: {drove:?}\n{}", logs());
+    }
+
+    // The replica with the most is killed (SIGKILL: its leases are not
+    // given back; they expire).
+    let victim = *drove.iter().max_by_key(|(_, n)| **n).unwrap().0;
+    drop(running.remove(victim));
+    for name in &names {
+        crate::csi::cut_snapshot(&admin, shop, &format!("data-web-{name}")).await;
+    }
+    for name in &names {
+        let done = wait_phase(&admin, system, name, BackupPhase::Completed).await;
+        let status = done.status.unwrap();
+        assert_eq!(
+            (
+                status.backup_item_operations_attempted,
+                status.backup_item_operations_completed
+            ),
+            (1, 1),
+            "{name}: one operation, started once\n{}",
+            logs()
+        );
+        let driven = drivers(&store, name).await;
+        if first[name] == victim {
+            assert_eq!(driven.len(), 2, "{name}: {driven:?}\n{}", logs());
+            assert_ne!(driven[1], victim, "{name}: taken over by a survivor");
+        } else {
+            assert_eq!(driven, [first[name].clone()], "{name}: no second driver");
+        }
+        assert!(store.current_lease(name).await.unwrap().unwrap().released);
+    }
+    // One snapshot per backup: none was created twice, by the survivors
+    // included.
+    let snapshots = crate::csi::snapshot_api(&admin, shop)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let taken: Vec<_> = snapshots
+        .items
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .filter(|n| n.starts_with("data-web-share-"))
+        .collect();
+    assert_eq!(taken.len(), BACKUPS, "{taken:?}");
+    let survivors: Vec<_> = running.keys().collect();
+    eprintln!("killed {victim}; its backups finished by {survivors:?}");
+}
