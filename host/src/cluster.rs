@@ -474,10 +474,14 @@ impl Cache {
             // Each object is spooled as it is read: neither the file's
             // objects nor their texts are ever in memory together.
             let spool = self.spool();
-            let items = manifests::read_file_with(file, catalog, &mut |item| match &spool {
+            let mut items = manifests::read_file_with(file, catalog, &mut |item| match &spool {
                 Some(spool) => item.spooled(spool),
                 None => item,
             })?;
+            // Kept for the whole backup: without the slack of its growth
+            // (up to half again), and the index grown once, not doubled.
+            items.shrink_to_fit();
+            self.index.reserve(items.len());
             for (at, item) in items.iter().enumerate() {
                 self.index.insert(item.id.clone(), (file.to_path_buf(), at));
             }

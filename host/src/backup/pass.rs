@@ -297,15 +297,18 @@ pub fn run(
         .filter(|b| !b.is_empty())
         .enumerate()
         .collect();
+    let listed: usize = blocks.iter().map(|(_, b)| b.len()).sum();
     if let Some(p) = progress {
-        let listed: usize = blocks.iter().map(|(_, b)| b.len()).sum();
         p.total.fetch_add(listed as u64, Ordering::Relaxed);
     }
     let queue = Mutex::new(Queue {
         next_index: blocks.len(),
         blocks,
         busy: 0,
-        outcomes: Vec::new(),
+        // One outcome per listed item at least: made at its size, not
+        // grown by doubling (at 50,000 items the last doubling alone held
+        // 17 MB beside the 8 MB it replaced).
+        outcomes: Vec::with_capacity(listed),
     });
     let wake = Condvar::new();
     let claimed = OperationClaims::new();

@@ -293,7 +293,7 @@ impl PhaseMachine {
                 .map_err(|e| items_error(e.into()))?;
             (read, false)
         };
-        let mut selected = Vec::new();
+        let mut selected = Vec::with_capacity(items.len());
         for item in items.into_iter().filter(|i| filtered || filter.matches(i)) {
             match tarball::item_path(&item.id) {
                 Ok(_) => selected.push(item),
