@@ -50,6 +50,7 @@ pub struct Metrics {
     load_failures: Family<ReasonLabels, Counter>,
     operations: Family<PhaseLabels, Gauge>,
     backups: Family<PhaseLabels, Gauge>,
+    cluster_requests: Counter,
     /// The last phase of each backup, by `namespace/name`, that
     /// `backups` counts: a phase change moves one backup between two
     /// counts.
@@ -119,6 +120,12 @@ impl Metrics {
             "Backups this process has seen, by phase",
             backups.clone(),
         );
+        let cluster_requests = Counter::default();
+        registry.register(
+            "cluster_requests",
+            "Requests to the API server for backups: discovery, list pages, gets, plugin reads and writes",
+            cluster_requests.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -127,6 +134,7 @@ impl Metrics {
             load_failures,
             operations,
             backups,
+            cluster_requests,
             backup_phases: Default::default(),
         }
     }
@@ -178,6 +186,11 @@ impl Metrics {
                 rule: rule.into(),
             })
             .inc();
+    }
+
+    /// Counts `n` requests a live cluster made to the API server.
+    pub fn cluster_requests(&self, n: u64) {
+        self.cluster_requests.inc_by(n);
     }
 
     pub fn load_failure(&self, reason: &str) {

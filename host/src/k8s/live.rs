@@ -76,6 +76,7 @@ impl LiveCluster {
 
     fn count(&self, n: u64) {
         self.requests.fetch_add(n, Ordering::Relaxed);
+        crate::metrics::global().cluster_requests(n);
     }
 
     /// Every resource at its group's preferred version, from aggregated

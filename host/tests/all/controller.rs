@@ -724,6 +724,12 @@ async fn cluster_get_reads_live_objects_only_within_the_grants() {
 /// An `iar controller` process, killed when dropped.
 pub(crate) struct ControllerProcess(std::process::Child);
 
+impl ControllerProcess {
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -14,6 +14,7 @@ mod csi;
 mod iar_bench;
 mod iar_new;
 mod iar_test;
+mod live_bench;
 mod node_agent;
 mod pod_hooks;
 mod polyglot;

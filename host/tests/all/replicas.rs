@@ -22,7 +22,7 @@ const REPLICAS: [&str; 3] = ["a", "b", "c"];
 const BACKUPS: usize = 30;
 
 /// Where a replica serves, from its log, once it says so.
-fn served_at(log: &Path) -> Option<SocketAddr> {
+pub(crate) fn served_at(log: &Path) -> Option<SocketAddr> {
     let text = std::fs::read_to_string(log).ok()?;
     let line = text.lines().find(|l| l.contains("serving /healthz"))?;
     line.rsplit(' ').next()?.trim().parse().ok()
