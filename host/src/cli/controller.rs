@@ -175,6 +175,21 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         settings,
         store,
         volume_agent_silence: args.volume_agent_silence,
+        // Kubernetes stops a pod with SIGTERM (and a terminal with ^C):
+        // the replica gives its backups back before it exits.
+        shutdown: Some(Box::pin(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                },
+                Err(e) => {
+                    tracing::warn!("no SIGTERM handler ({e}); stopping on ^C only");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        })),
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -34,6 +34,11 @@ pub struct Options {
     pub leader_lease: Duration,
     pub settings: Settings,
     pub store: BackupStore,
+    /// When it resolves (SIGTERM, in `iar controller`), the replica stops
+    /// reconciling and gives back the leases of the backups it drives, so
+    /// another replica takes them at once. None: it runs until the watch
+    /// ends.
+    pub shutdown: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// How long a node agent may say nothing about a volume backup request
     /// (not take it, or stop reporting) before it fails; more than the
     /// agents' heartbeat ([`super::node_agent::HEARTBEAT`]).
@@ -235,10 +240,22 @@ pub async fn run(
             }
         }
     };
+    let shutdown = async {
+        match options.shutdown {
+            Some(stop) => stop.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = reconciling => {}
         never = sweeping => match never {},
+        () = shutdown => {
+            tracing::info!("stopping: no more reconciles; giving back the leases of the backups this replica drives");
+        }
     }
+    // A step that was running is dropped (its lease abandoned: it
+    // expires); the backups between steps are free at once.
+    context.controller.give_back_kept_leases().await;
     Ok(())
 }
 

@@ -358,6 +358,14 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
     }
 }
 
+/// When a replica looks again at a backup another one drives: within a
+/// third of a lease duration (to take it over once the lease expires), and
+/// within a sync period (at least a second), so that a lease given back by
+/// a replica that stopped is taken up at once even when leases are long.
+fn held_retry(c: &PhaseMachine) -> Duration {
+    (c.settings.lease_duration / 3).min(c.settings.sync_period.max(Duration::from_secs(1)))
+}
+
 /// When a busy replica looks at a new backup again: soon, and spread by
 /// the name so that backups refused together do not come back together.
 fn busy_retry(name: &str) -> Duration {
@@ -425,7 +433,7 @@ async fn after_step(
         // duration, to take it over if that replica is gone.
         Err(PhaseError::Lease(LeaseError::Held { .. })) => {
             c.release(name).await;
-            Ok(Action::requeue(c.settings.lease_duration / 3))
+            Ok(Action::requeue(held_retry(c)))
         }
         Err(e) => {
             ctx.polled(name, true);

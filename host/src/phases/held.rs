@@ -33,6 +33,10 @@ pub(super) struct Held {
 }
 
 impl Held {
+    pub(super) fn backup(&self) -> &str {
+        &self.backup
+    }
+
     pub(super) fn is_lost(&self) -> bool {
         self.lost.borrow().is_some()
     }
@@ -164,6 +168,12 @@ impl Kept {
     pub(super) fn abandon_all(&self) {
         let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
         drop(all);
+    }
+
+    /// Every kept lease, taken out.
+    pub(super) fn take_all(&self) -> Vec<Held> {
+        let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        all.into_values().collect()
     }
 
     /// The backups whose leases are kept here, sorted.

@@ -521,6 +521,21 @@ impl PhaseMachine {
         self.kept.abandon_all();
     }
 
+    /// Gives back (releases in the store) the leases kept between steps,
+    /// and forgets their backups: what a controller replica does when it
+    /// is stopped, so that another takes its backups at once instead of
+    /// after their leases expire.
+    pub async fn give_back_kept_leases(&self) {
+        for held in self.kept.take_all() {
+            let name = held.backup().to_string();
+            match held.give_back().await {
+                Ok(()) => tracing::info!(backup = %name, "gave its lease back"),
+                Err(e) => tracing::warn!(backup = %name, "giving its lease back: {e}"),
+            }
+            self.forget(&name).await;
+        }
+    }
+
     /// One step under the backup's lease, as [`PhaseMachine::with_lease`],
     /// except that a backup that goes on (a requeue) keeps its lease in
     /// this process for its next step: the cluster controller's replicas

@@ -164,6 +164,7 @@ pub(crate) async fn start_controller(
         store,
         // Above the agents' 5 s heartbeat, short enough for a test.
         volume_agent_silence: Duration::from_secs(10),
+        shutdown: None,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     // The operator lets plugin ConfigMaps create VolumeSnapshots
@@ -728,6 +729,16 @@ impl ControllerProcess {
     pub(crate) fn pid(&self) -> u32 {
         self.0.id()
     }
+
+    /// Stops it as Kubernetes stops a pod (SIGTERM) and waits for it.
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        self.0.wait().unwrap()
+    }
 }
 
 impl Drop for ControllerProcess {
@@ -744,6 +755,19 @@ pub(crate) fn spawn_controller(
     plugins: &Path,
     identity: &str,
     log: &Path,
+) -> ControllerProcess {
+    spawn_controller_leased(kubeconfig, namespace, store, plugins, identity, log, "3s")
+}
+
+/// [`spawn_controller`] with backup leases of `lease` (`--lease-duration`).
+pub(crate) fn spawn_controller_leased(
+    kubeconfig: &Path,
+    namespace: &str,
+    store: &Path,
+    plugins: &Path,
+    identity: &str,
+    log: &Path,
+    lease: &str,
 ) -> ControllerProcess {
     let log = std::fs::File::create(log).unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_iar"))
@@ -764,7 +788,7 @@ pub(crate) fn spawn_controller(
             "--leader-lease",
             "3s",
             "--lease-duration",
-            "3s",
+            lease,
         ])
         .args(["--sync-period", "200ms", "--workers", "2"])
         .env("KUBECONFIG", kubeconfig)

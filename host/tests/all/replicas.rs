@@ -6,7 +6,8 @@
 //! are finished by the others, with no operation started twice.
 
 use crate::controller::{
-    create_backup, create_config_map, http_get, lease_holder, spawn_controller, spec, wait_phase,
+    create_backup, create_config_map, http_get, lease_holder, spawn_controller,
+    spawn_controller_leased, spec, wait_phase,
 };
 use crate::support::server;
 use iar::backup::object::BackupPhase;
@@ -26,6 +27,31 @@ pub(crate) fn served_at(log: &Path) -> Option<SocketAddr> {
     let text = std::fs::read_to_string(log).ok()?;
     let line = text.lines().find(|l| l.contains("serving /healthz"))?;
     line.rsplit(' ').next()?.trim().parse().ok()
+}
+
+/// Waits until a replica serves and says it is ready (its plugins loaded:
+/// it reconciles from then on).
+async fn wait_ready(who: &str, log: &Path) {
+    let addr = wait_for(
+        &format!("replica {who} serves"),
+        Duration::from_secs(60),
+        || async { served_at(log).ok_or_else(|| "not yet".to_string()) },
+    )
+    .await;
+    wait_for(
+        &format!("replica {who} ready"),
+        Duration::from_secs(60),
+        || async move {
+            match tokio::task::spawn_blocking(move || http_get(addr, "/readyz"))
+                .await
+                .unwrap()
+            {
+                (200, _) => Ok(()),
+                (code, body) => Err(format!("{code} {body}")),
+            }
+        },
+    )
+    .await;
 }
 
 /// The replicas named in a backup's log as driving it, in order.
@@ -86,26 +112,7 @@ async fn three_replicas_share_thirty_backups_and_finish_a_killed_ones() {
     // All three ready (their plugins loaded: they reconcile from then on)
     // and one of them leading, before any backup exists.
     for who in REPLICAS {
-        let addr = wait_for(
-            &format!("replica {who} serves"),
-            Duration::from_secs(60),
-            || async { served_at(&log(who)).ok_or_else(|| "not yet".to_string()) },
-        )
-        .await;
-        wait_for(
-            &format!("replica {who} ready"),
-            Duration::from_secs(60),
-            || async move {
-                match tokio::task::spawn_blocking(move || http_get(addr, "/readyz"))
-                    .await
-                    .unwrap()
-                {
-                    (200, _) => Ok(()),
-                    (code, body) => Err(format!("{code} {body}")),
-                }
-            },
-        )
-        .await;
+        wait_ready(who, &log(who)).await;
     }
     let leader = wait_for("a leader", Duration::from_secs(30), || {
         lease_holder(&admin, system)
@@ -192,4 +199,95 @@ async fn three_replicas_share_thirty_backups_and_finish_a_killed_ones() {
     assert_eq!(taken.len(), BACKUPS, "{taken:?}");
     let survivors: Vec<_> = running.keys().collect();
     eprintln!("killed {victim}; its backups finished by {survivors:?}");
+}
+
+/// A replica stopped as Kubernetes stops a pod (SIGTERM) gives back the
+/// leases of the backups it drives before it exits, so another replica
+/// takes them at once: with backup leases of two minutes, the other
+/// replica drives the backup within seconds, and finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_replica_gives_its_backups_to_another_at_once() {
+    let Some(server) = server().await else { return };
+    let admin = crate::support::client(server, User::Admin).await;
+    crate::csi::ready(&admin).await;
+    let (system, shop) = ("ctl-stop", "ctl-stop-shop");
+    create_namespace(&admin, system).await;
+    create_namespace(&admin, shop).await;
+    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
+    create_config_map(&admin, shop, "web-config", "web").await;
+    let work = tempfile::tempdir().unwrap();
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let p = Path::new(artifacts::PVC_SNAPSHOT);
+    std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
+    crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
+    let store_dir = work.path().join("store");
+    let log = |who: &str| work.path().join(format!("{who}.log"));
+    let logs = || {
+        ["a", "b"]
+            .map(|w| {
+                format!(
+                    "--- {w}:\n{}",
+                    std::fs::read_to_string(log(w)).unwrap_or_default()
+                )
+            })
+            .join("\n")
+    };
+    let spawn = |who: &str| {
+        spawn_controller_leased(
+            server.kubeconfig(),
+            system,
+            &store_dir,
+            &plugins,
+            who,
+            &log(who),
+            "120s",
+        )
+    };
+    let mut a = spawn("a");
+    wait_ready("a", &log("a")).await;
+    create_backup(&admin, system, "handed", spec(shop)).await;
+    wait_phase(
+        &admin,
+        system,
+        "handed",
+        BackupPhase::WaitingForPluginOperations,
+    )
+    .await;
+    let _b = spawn("b");
+    wait_ready("b", &log("b")).await;
+    let store = BackupStore::open(store_dir.to_str().unwrap()).unwrap();
+    assert_eq!(drivers(&store, "handed").await, ["a"]);
+
+    let exit = a.terminate();
+    assert!(
+        exit.success(),
+        "a stopped replica exits 0: {exit:?}\n{}",
+        logs()
+    );
+    let lease = store.current_lease("handed").await.unwrap().unwrap();
+    assert!(
+        lease.released,
+        "given back on SIGTERM: {lease:?}\n{}",
+        logs()
+    );
+    // Far sooner than the two-minute lease would have expired.
+    wait_for("b drives the backup", Duration::from_secs(30), || {
+        let store = store.clone();
+        async move {
+            let lease = store
+                .current_lease("handed")
+                .await
+                .map_err(|e| e.to_string())?;
+            match lease {
+                Some(l) if l.holder.starts_with("b: ") && !l.released => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    crate::csi::cut_snapshot(&admin, shop, "data-web-handed").await;
+    let done = wait_phase(&admin, system, "handed", BackupPhase::Completed).await;
+    assert_eq!(done.status.unwrap().backup_item_operations_completed, 1);
+    assert_eq!(drivers(&store, "handed").await, ["a", "b"], "{}", logs());
 }
