@@ -176,7 +176,7 @@ pub fn read_file(path: &Path, catalog: &Catalog) -> Result<Vec<Item>, ManifestEr
 /// Reads one file into items, each passed through `keep` as it is made
 /// (the manifest cluster spools it there), so the items' texts and the
 /// file's are never all in memory together. A large JSON `List` is read a
-/// piece at a time ([`list_stream`]); any other file is read whole, as
+/// piece at a time (`list_stream`); any other file is read whole, as
 /// serde_json parses a slice several times faster than a reader.
 pub fn read_file_with(
     path: &Path,
@@ -251,7 +251,7 @@ fn stream_json_list(
         return Ok(None);
     }
     let mut items = Vec::new();
-    let scanned = list_stream::split_items(file, 1 << 20, &mut |_, bytes| {
+    let scanned = list_stream::split_items(file, 1 << 20, &mut |bytes| {
         let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
             return false;
         };

@@ -7,10 +7,11 @@
 //! Every replica reconciles every Backup. The store lease decides who
 //! drives each: the replica that takes it for a backup's first step keeps
 //! it until the last ([`PhaseMachine::drive`]); the others find it held
-//! and look again within a lease duration, so a backup whose replica died
-//! is taken over once its lease expires. A replica takes a new backup
-//! only with a first-pass turn free, so new backups spread over the
-//! replicas by how busy each is.
+//! and look again soon (`held_retry`), so a backup whose replica died is
+//! taken over once its lease expires, and one whose replica stopped and
+//! gave it back, at once. A replica takes a new backup only with a start
+//! place free ([`PhaseMachine::claim_start`]), so new backups spread over
+//! the replicas by how busy each is.
 //!
 //! Each Backup carries the finalizer [`FINALIZER`]: deleting the resource
 //! of an unfinished backup cancels its operations and ends it Failed
@@ -429,8 +430,8 @@ async fn after_step(
             Ok(Action::await_change())
         }
         // Another replica drives it (or one that died, whose lease in
-        // the store has not expired yet): look again within a lease
-        // duration, to take it over if that replica is gone.
+        // the store has not expired yet): look again, to take it over
+        // once that replica is gone.
         Err(PhaseError::Lease(LeaseError::Held { .. })) => {
             c.release(name).await;
             Ok(Action::requeue(held_retry(c)))

@@ -57,14 +57,14 @@ enum Text {
     Kind,
 }
 
-/// Calls `each(index, element)` for every element of the top-level
+/// Calls `each(element)` for every element of the top-level
 /// `items` array of the JSON object `read` holds, reading `chunk` bytes at
 /// a time. `None` when the text is not of the plain shape (the caller
 /// falls back to reading it whole), or when `each` says stop (`false`).
 pub(super) fn split_items(
     mut read: impl Read,
     chunk: usize,
-    each: &mut dyn FnMut(usize, &[u8]) -> bool,
+    each: &mut dyn FnMut(&[u8]) -> bool,
 ) -> io::Result<Option<Scanned>> {
     let mut buf: Vec<u8> = Vec::with_capacity(chunk);
     let mut pos = 0;
@@ -81,7 +81,6 @@ pub(super) fn split_items(
     let mut key = String::new();
     let mut kind: Option<String> = None;
     let mut seen_items = false;
-    let mut count = 0;
     let decode = |bytes: &[u8]| serde_json::from_slice::<String>(bytes).ok();
     loop {
         if pos == buf.len() {
@@ -118,16 +117,14 @@ pub(super) fn split_items(
                 escaped = true;
             } else if b == b'"' {
                 string = None;
-                match text {
-                    Text::Other => {}
-                    Text::Key => match decode(&buf[at..=pos]) {
-                        Some(k) => key = k,
-                        None => return Ok(None),
-                    },
-                    Text::Kind => match decode(&buf[at..=pos]) {
-                        Some(k) => kind = Some(k),
-                        None => return Ok(None),
-                    },
+                if text != Text::Other {
+                    let Some(decoded) = decode(&buf[at..=pos]) else {
+                        return Ok(None);
+                    };
+                    match text {
+                        Text::Key => key = decoded,
+                        _ => kind = Some(decoded),
+                    }
                 }
             }
             pos += 1;
@@ -141,11 +138,10 @@ pub(super) fn split_items(
                     depth -= 1;
                     if depth == base {
                         nested = None;
-                        if let Some(at) = element.take() {
-                            if !each(count, &buf[at..=pos]) {
-                                return Ok(None);
-                            }
-                            count += 1;
+                        if let Some(at) = element.take()
+                            && !each(&buf[at..=pos])
+                        {
+                            return Ok(None);
                         }
                     }
                 }
@@ -261,8 +257,7 @@ mod tests {
 
     fn streamed(text: &str, chunk: usize) -> Option<(Vec<String>, Option<String>)> {
         let mut items = Vec::new();
-        let scanned = split_items(text.as_bytes(), chunk, &mut |i, bytes| {
-            assert_eq!(i, items.len());
+        let scanned = split_items(text.as_bytes(), chunk, &mut |bytes| {
             items.push(String::from_utf8(bytes.to_vec()).unwrap());
             true
         })
@@ -326,7 +321,7 @@ mod tests {
     fn a_refused_element_stops_the_scan() {
         let text = r#"{"kind":"List","items":[{"a":1},{"b":2}]}"#;
         let mut calls = 0;
-        let out = split_items(text.as_bytes(), 4, &mut |_, _| {
+        let out = split_items(text.as_bytes(), 4, &mut |_| {
             calls += 1;
             false
         })

@@ -29,7 +29,7 @@ pub(super) struct Held {
     lost: watch::Receiver<Option<String>>,
     /// Tells the keeper to give the lease back; dropped unsent, the keeper
     /// abandons the lease (it expires).
-    give_back: Option<oneshot::Sender<oneshot::Sender<Result<(), LeaseError>>>>,
+    give_back: oneshot::Sender<oneshot::Sender<Result<(), LeaseError>>>,
 }
 
 impl Held {
@@ -67,26 +67,21 @@ impl Held {
     }
 
     /// Gives the lease back (released in the store: free at once).
-    pub(super) async fn give_back(mut self) -> Result<(), LeaseError> {
+    pub(super) async fn give_back(self) -> Result<(), LeaseError> {
         if let Some(lost) = self.lost_error() {
             return Err(lost);
         }
         let (tx, rx) = oneshot::channel();
-        let Some(give_back) = self.give_back.take() else {
-            return Ok(());
+        let sent = self.give_back.send(tx);
+        let ended = |reason: &str| LeaseError::Lost {
+            backup: self.backup.clone(),
+            reason: self.lost.borrow().clone().unwrap_or_else(|| reason.into()),
         };
-        if give_back.send(tx).is_err() {
-            return Err(self.lost_error().unwrap_or_else(|| LeaseError::Lost {
-                backup: self.backup.clone(),
-                reason: "its keeper ended".into(),
-            }));
+        if sent.is_err() {
+            return Err(ended("its keeper ended"));
         }
-        rx.await.unwrap_or_else(|_| {
-            Err(LeaseError::Lost {
-                backup: self.backup.clone(),
-                reason: "its keeper ended while giving it back".into(),
-            })
-        })
+        rx.await
+            .unwrap_or_else(|_| Err(ended("its keeper ended while giving it back")))
     }
 }
 
@@ -103,7 +98,7 @@ pub(super) async fn take(
     Ok(Held {
         backup: backup.to_string(),
         lost,
-        give_back: Some(give_back),
+        give_back,
     })
 }
 
@@ -166,8 +161,7 @@ impl Kept {
     /// Lets every kept lease go unreleased (each expires): what a
     /// controller that stops does, so that no keeper renews for it after.
     pub(super) fn abandon_all(&self) {
-        let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
-        drop(all);
+        drop(self.take_all());
     }
 
     /// Every kept lease, taken out.

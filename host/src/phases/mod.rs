@@ -509,8 +509,7 @@ impl PhaseMachine {
         work: impl Future<Output = Result<T, PhaseError>>,
     ) -> Result<T, PhaseError> {
         let lease = self.lease_for(name).await?;
-        let result = lease.run(work).await;
-        self.finish_lease(lease, result, false).await
+        self.leased(lease, work).await
     }
 
     /// Abandons the leases kept between steps: they are no longer renewed
