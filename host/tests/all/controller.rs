@@ -804,6 +804,57 @@ pub(crate) fn spawn_controller_leased(
     ControllerProcess(child)
 }
 
+/// What the tests of several controller processes share: the system and
+/// shop namespaces, a CSI claim `data-web` and a ConfigMap of app `web` in
+/// the shop, and a work directory with a plugin directory (`labels`, and
+/// `pvc-snapshot` granted its snapshots), a store and each replica's log.
+pub(crate) struct ReplicaScene {
+    pub work: tempfile::TempDir,
+    pub plugins: PathBuf,
+    pub store: PathBuf,
+}
+
+impl ReplicaScene {
+    pub(crate) async fn new(admin: &Client, system: &str, shop: &str) -> Self {
+        create_namespace(admin, system).await;
+        create_namespace(admin, shop).await;
+        crate::csi::csi_claim(admin, shop, "data-web", "web").await;
+        create_config_map(admin, shop, "web-config", "web").await;
+        let work = tempfile::tempdir().unwrap();
+        let plugins = work.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        for p in [artifacts::LABELS, artifacts::PVC_SNAPSHOT] {
+            let p = Path::new(p);
+            std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
+        }
+        crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
+        let store = work.path().join("store");
+        ReplicaScene {
+            work,
+            plugins,
+            store,
+        }
+    }
+
+    pub(crate) fn log(&self, who: &str) -> PathBuf {
+        self.work.path().join(format!("{who}.log"))
+    }
+
+    /// Every named replica's log, for a failure message.
+    pub(crate) fn logs(&self, replicas: &[&str]) -> String {
+        replicas
+            .iter()
+            .map(|w| {
+                format!(
+                    "--- {w}:\n{}",
+                    std::fs::read_to_string(self.log(w)).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 pub(crate) async fn lease_holder(client: &Client, ns: &str) -> Result<String, String> {
     let lease = Api::<Lease>::namespaced(client.clone(), ns)
         .get_opt("iar-controller")
@@ -824,37 +875,14 @@ async fn two_controllers_one_leader_the_survivor_finishes_the_backup() {
     let admin = client(server, User::Admin).await;
     crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-lead", "ctl-lead-shop");
-    create_namespace(&admin, system).await;
-    create_namespace(&admin, shop).await;
-    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
-    create_config_map(&admin, shop, "web-config", "web").await;
-
-    let work = tempfile::tempdir().unwrap();
-    let plugins = work.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    for p in [artifacts::LABELS, artifacts::PVC_SNAPSHOT] {
-        let p = Path::new(p);
-        std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
-    }
-    crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
-    let store = work.path().join("store");
-    let log = |who: &str| work.path().join(format!("{who}.log"));
-    let logs = || {
-        ["a", "b"]
-            .map(|w| {
-                format!(
-                    "--- {w}:\n{}",
-                    std::fs::read_to_string(log(w)).unwrap_or_default()
-                )
-            })
-            .join("\n")
-    };
+    let scene = ReplicaScene::new(&admin, system, shop).await;
+    let (log, logs) = (|who: &str| scene.log(who), || scene.logs(&["a", "b"]));
     let spawn = |who: &str| {
         spawn_controller(
             server.kubeconfig(),
             system,
-            &store,
-            &plugins,
+            &scene.store,
+            &scene.plugins,
             who,
             &log(who),
         )
@@ -1265,27 +1293,18 @@ async fn live_backup_of_5000_objects() {
     let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
     let existing = api.list(&Default::default()).await.unwrap().items.len();
     let create_started = Instant::now();
-    let mut pending = futures::stream::FuturesUnordered::new();
-    for i in existing..5000 {
+    let objects = (existing..5000).map(|i| {
         let api = api.clone();
-        pending.push(async move {
+        async move {
             let cm: ConfigMap = serde_json::from_value(json!({
                 "metadata": {"name": format!("cm-{i:05}"), "labels": {"app": "bench"}},
                 "data": {"payload": "x".repeat(512)}
             }))
             .unwrap();
             api.create(&PostParams::default(), &cm).await.map(|_| ())
-        });
-        if pending.len() >= 32 {
-            futures::StreamExt::next(&mut pending)
-                .await
-                .unwrap()
-                .unwrap();
         }
-    }
-    while let Some(r) = futures::StreamExt::next(&mut pending).await {
-        r.unwrap();
-    }
+    });
+    crate::support::in_flight(32, objects).await;
     eprintln!("created 5000 objects in {:.1?}", create_started.elapsed());
 
     let rt = runtime();

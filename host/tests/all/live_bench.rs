@@ -31,77 +31,59 @@ fn objects() -> usize {
         .unwrap_or(100_000)
 }
 
-/// Creates the objects not there yet: of every ten, eight ConfigMaps, one
-/// Secret, one ServiceAccount; 32 requests in flight.
+/// Creates the objects (those an earlier run made are kept: a conflict is
+/// no error): of every ten, eight ConfigMaps, one Secret, one
+/// ServiceAccount; 32 requests in flight.
 async fn populate(admin: &Client, total: usize) -> Vec<String> {
     let namespaces: Vec<String> = (0..NAMESPACES)
         .map(|i| format!("bench-live-{i:02}"))
         .collect();
-    let mut pending = futures::stream::FuturesUnordered::new();
-    let started = Instant::now();
-    let mut made = 0;
-    for (n, ns) in namespaces.iter().enumerate() {
+    for ns in &namespaces {
         create_namespace(admin, ns).await;
-        let have = Api::<ConfigMap>::namespaced(admin.clone(), ns)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .len();
-        let per = total / NAMESPACES + usize::from(n < total % NAMESPACES);
-        // Resumed runs keep what an earlier run made (ConfigMaps counted).
-        for i in (have * 10 / 8).min(per)..per {
-            let (admin, ns) = (admin.clone(), ns.clone());
-            pending.push(async move {
-                let name = format!("obj-{i:06}");
-                let pp = PostParams::default();
-                let r = match i % 10 {
-                    8 => {
-                        let s: Secret = serde_json::from_value(json!({
-                            "metadata": {"name": name}, "stringData": {"k": "v".repeat(64)}}))
-                        .unwrap();
-                        Api::<Secret>::namespaced(admin, &ns)
-                            .create(&pp, &s)
-                            .await
-                            .map(|_| ())
-                    }
-                    9 => {
-                        let sa: ServiceAccount =
-                            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-                        Api::<ServiceAccount>::namespaced(admin, &ns)
-                            .create(&pp, &sa)
-                            .await
-                            .map(|_| ())
-                    }
-                    _ => {
-                        let cm: ConfigMap = serde_json::from_value(json!({
-                            "metadata": {"name": name, "labels": {"app": "bench"}},
-                            "data": {"payload": "x".repeat(512)}}))
-                        .unwrap();
-                        Api::<ConfigMap>::namespaced(admin, &ns)
-                            .create(&pp, &cm)
-                            .await
-                            .map(|_| ())
-                    }
-                };
-                match r {
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    r => r,
-                }
-            });
-            made += 1;
-            if pending.len() >= 32 {
-                futures::StreamExt::next(&mut pending)
-                    .await
-                    .unwrap()
+    }
+    let started = Instant::now();
+    let objects = (0..total).map(|i| {
+        let (admin, ns) = (admin.clone(), namespaces[i % NAMESPACES].clone());
+        async move {
+            let name = format!("obj-{i:06}");
+            let pp = PostParams::default();
+            let r = match i % 10 {
+                8 => {
+                    let s: Secret = serde_json::from_value(json!({
+                        "metadata": {"name": name}, "stringData": {"k": "v".repeat(64)}}))
                     .unwrap();
+                    Api::<Secret>::namespaced(admin, &ns)
+                        .create(&pp, &s)
+                        .await
+                        .map(|_| ())
+                }
+                9 => {
+                    let sa: ServiceAccount =
+                        serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+                    Api::<ServiceAccount>::namespaced(admin, &ns)
+                        .create(&pp, &sa)
+                        .await
+                        .map(|_| ())
+                }
+                _ => {
+                    let cm: ConfigMap = serde_json::from_value(json!({
+                        "metadata": {"name": name, "labels": {"app": "bench"}},
+                        "data": {"payload": "x".repeat(512)}}))
+                    .unwrap();
+                    Api::<ConfigMap>::namespaced(admin, &ns)
+                        .create(&pp, &cm)
+                        .await
+                        .map(|_| ())
+                }
+            };
+            match r {
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                r => r,
             }
         }
-    }
-    while let Some(r) = futures::StreamExt::next(&mut pending).await {
-        r.unwrap();
-    }
-    eprintln!("created {made} objects in {:.1?}", started.elapsed());
+    });
+    crate::support::in_flight(32, objects).await;
+    eprintln!("created {total} objects in {:.1?}", started.elapsed());
     namespaces
 }
 

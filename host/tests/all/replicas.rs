@@ -6,14 +6,14 @@
 //! are finished by the others, with no operation started twice.
 
 use crate::controller::{
-    create_backup, create_config_map, http_get, lease_holder, spawn_controller,
-    spawn_controller_leased, spec, wait_phase,
+    ReplicaScene, create_backup, http_get, lease_holder, spawn_controller, spawn_controller_leased,
+    spec, wait_phase,
 };
 use crate::support::server;
 use iar::backup::object::BackupPhase;
 use iar::store::BackupStore;
-use iar_apiserver::{User, create_namespace};
-use iar_tests::{artifacts, wait_for};
+use iar_apiserver::User;
+use iar_tests::wait_for;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -70,39 +70,17 @@ async fn three_replicas_share_thirty_backups_and_finish_a_killed_ones() {
     let admin = crate::support::client(server, User::Admin).await;
     crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-share", "ctl-share-shop");
-    create_namespace(&admin, system).await;
-    create_namespace(&admin, shop).await;
-    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
-    create_config_map(&admin, shop, "web-config", "web").await;
-
-    let work = tempfile::tempdir().unwrap();
-    let plugins = work.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    for p in [artifacts::LABELS, artifacts::PVC_SNAPSHOT] {
-        let p = Path::new(p);
-        std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
-    }
-    crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
-    let store_dir = work.path().join("store");
-    let log = |who: &str| work.path().join(format!("{who}.log"));
-    let logs = || {
-        REPLICAS
-            .map(|w| {
-                format!(
-                    "--- {w}:\n{}",
-                    std::fs::read_to_string(log(w)).unwrap_or_default()
-                )
-            })
-            .join("\n")
-    };
+    let scene = ReplicaScene::new(&admin, system, shop).await;
+    let (store_dir, plugins) = (&scene.store, &scene.plugins);
+    let (log, logs) = (|who: &str| scene.log(who), || scene.logs(&REPLICAS));
     let mut running: BTreeMap<&str, _> = REPLICAS
         .iter()
         .map(|&who| {
             let p = spawn_controller(
                 server.kubeconfig(),
                 system,
-                &store_dir,
-                &plugins,
+                store_dir,
+                plugins,
                 who,
                 &log(who),
             );
@@ -211,34 +189,15 @@ async fn a_stopped_replica_gives_its_backups_to_another_at_once() {
     let admin = crate::support::client(server, User::Admin).await;
     crate::csi::ready(&admin).await;
     let (system, shop) = ("ctl-stop", "ctl-stop-shop");
-    create_namespace(&admin, system).await;
-    create_namespace(&admin, shop).await;
-    crate::csi::csi_claim(&admin, shop, "data-web", "web").await;
-    create_config_map(&admin, shop, "web-config", "web").await;
-    let work = tempfile::tempdir().unwrap();
-    let plugins = work.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let p = Path::new(artifacts::PVC_SNAPSHOT);
-    std::fs::copy(p, plugins.join(p.file_name().unwrap())).unwrap();
-    crate::csi::grant_in_dir(&plugins, "iar_plugin_pvc_snapshot");
-    let store_dir = work.path().join("store");
-    let log = |who: &str| work.path().join(format!("{who}.log"));
-    let logs = || {
-        ["a", "b"]
-            .map(|w| {
-                format!(
-                    "--- {w}:\n{}",
-                    std::fs::read_to_string(log(w)).unwrap_or_default()
-                )
-            })
-            .join("\n")
-    };
+    let scene = ReplicaScene::new(&admin, system, shop).await;
+    let (store_dir, plugins) = (&scene.store, &scene.plugins);
+    let (log, logs) = (|who: &str| scene.log(who), || scene.logs(&["a", "b"]));
     let spawn = |who: &str| {
         spawn_controller_leased(
             server.kubeconfig(),
             system,
-            &store_dir,
-            &plugins,
+            store_dir,
+            plugins,
             who,
             &log(who),
             "120s",

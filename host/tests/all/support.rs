@@ -193,3 +193,18 @@ pub const HOOKED_NAMESPACES: &[&str] = &[
     "agent-restart",
     "agent-order",
 ];
+
+/// Runs `requests`, `at_once` of them at a time; the first that fails
+/// fails the test.
+pub(crate) async fn in_flight<F, E>(at_once: usize, requests: impl IntoIterator<Item = F>)
+where
+    F: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Debug,
+{
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(requests)
+        .buffer_unordered(at_once)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+}
