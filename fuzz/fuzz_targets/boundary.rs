@@ -301,12 +301,7 @@ fn check_progress(p: ProgressIn) {
         backup_name: "b".into(),
         backup_uid: "u".into(),
         backup_item_action: "p".into(),
-        resource_identifier: ItemRef {
-            group: String::new(),
-            resource: "pods".into(),
-            namespace: "ns".into(),
-            name: "n".into(),
-        },
+        resource_identifier: ItemRef::new("", "pods", "ns", "n"),
         operation_id: "op".into(),
         post_operation_items: Vec::new(),
     };

@@ -119,19 +119,19 @@ fn in_flight(now: SystemTime) -> Vec<Operation> {
                 backup_name: BACKUP.into(),
                 backup_uid: backup_ref().uid,
                 backup_item_action: "iar_plugin_pvc_snapshot".into(),
-                resource_identifier: ItemRef {
-                    group: String::new(),
-                    resource: "persistentvolumeclaims".into(),
-                    namespace: ns.clone(),
-                    name: pvc.clone(),
-                },
+                resource_identifier: ItemRef::new(
+                    "",
+                    "persistentvolumeclaims",
+                    ns.clone(),
+                    pvc.clone(),
+                ),
                 operation_id: format!("{ns}/{pvc}-{BACKUP}"),
-                post_operation_items: vec![ItemRef {
-                    group: SNAPSHOT_GROUP.into(),
-                    resource: "volumesnapshots".into(),
-                    namespace: ns,
-                    name: format!("{pvc}-{BACKUP}"),
-                }],
+                post_operation_items: vec![ItemRef::new(
+                    SNAPSHOT_GROUP,
+                    "volumesnapshots",
+                    ns,
+                    format!("{pvc}-{BACKUP}"),
+                )],
             };
             let mut op = Operation::new(spec, now);
             op.status.phase = OperationPhase::InProgress;

@@ -94,12 +94,7 @@ mod tests {
     use super::*;
 
     fn id(group: &str, resource: &str, namespace: &str, name: &str) -> ItemRef {
-        ItemRef {
-            group: group.into(),
-            resource: resource.into(),
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+        ItemRef::new(group, resource, namespace, name)
     }
 
     #[test]

@@ -11,15 +11,80 @@ use std::sync::{Arc, OnceLock};
 
 /// Names one object: group ("" for core), plural resource, namespace ("" for
 /// cluster-scoped), name. Velero's ResourceIdentifier.
+///
+/// Shared: a backup names each item in several places at once (the
+/// manifest cache and its index, the listed items, the set of items
+/// claimed, the outcome), and a clone is a reference count, not four
+/// strings (at 100,000 items the copies were a third of the heap). The
+/// fields are read through [`ItemRefFields`].
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ItemRef(Arc<ItemRefFields>);
+
+/// The fields of an [`ItemRef`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ItemRef {
+pub struct ItemRefFields {
     pub group: String,
     pub resource: String,
     pub namespace: String,
     pub name: String,
 }
 
+impl From<ItemRefFields> for ItemRef {
+    fn from(fields: ItemRefFields) -> Self {
+        ItemRef(Arc::new(fields))
+    }
+}
+
+impl std::ops::Deref for ItemRef {
+    type Target = ItemRefFields;
+    fn deref(&self) -> &ItemRefFields {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ItemRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ItemRef")
+            .field("group", &self.group)
+            .field("resource", &self.resource)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Serialize for ItemRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ItemRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ItemRefFields::deserialize(d).map(ItemRef::from)
+    }
+}
+
 impl ItemRef {
+    pub fn new(
+        group: impl Into<String>,
+        resource: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> ItemRef {
+        ItemRef::from(ItemRefFields {
+            group: group.into(),
+            resource: resource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        })
+    }
+
+    /// The fields, copied only if another clone shares them.
+    pub fn into_fields(self) -> ItemRefFields {
+        Arc::unwrap_or_clone(self.0)
+    }
+
     pub fn group_resource(&self) -> GroupResource {
         GroupResource {
             group: self.group.clone(),
@@ -114,12 +179,12 @@ impl Item {
             }
         }
         let gr = catalog.for_kind(&fields.api_version, &fields.kind);
-        let id = ItemRef {
-            group: gr.group,
-            resource: gr.resource,
-            namespace: fields.namespace.to_string(),
-            name: fields.name.to_string(),
-        };
+        let id = ItemRef::new(
+            gr.group,
+            gr.resource,
+            fields.namespace.to_string(),
+            fields.name.to_string(),
+        );
         Ok(Item {
             id,
             fields: Arc::new(fields),

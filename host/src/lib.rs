@@ -45,7 +45,7 @@ pub mod store;
 pub mod velero_plugin;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
-pub use item::{Item, ItemRef};
+pub use item::{Item, ItemRef, ItemRefFields};
 pub use limits::{Isolation, Limits};
 pub use plugin::{
     BackupRef, CallError, LoadError, Phase, Plugin, PluginInstance, PluginSettings, Violation,

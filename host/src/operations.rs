@@ -275,12 +275,7 @@ struct RefWire {
 
 impl From<RefWire> for ItemRef {
     fn from(w: RefWire) -> Self {
-        ItemRef {
-            group: w.group,
-            resource: w.resource,
-            namespace: w.namespace,
-            name: w.name,
-        }
+        ItemRef::new(w.group, w.resource, w.namespace, w.name)
     }
 }
 

@@ -58,12 +58,7 @@ pub struct ObjectRef {
 
 impl From<ObjectRef> for ItemRef {
     fn from(r: ObjectRef) -> ItemRef {
-        ItemRef {
-            group: r.group,
-            resource: r.resource,
-            namespace: r.namespace,
-            name: r.name,
-        }
+        ItemRef::new(r.group, r.resource, r.namespace, r.name)
     }
 }
 

@@ -352,12 +352,7 @@ impl BlockWork {
                 };
                 let request = VolumeRequest {
                     backup: v.backup.clone(),
-                    pod: ItemRef {
-                        resource: "pods".into(),
-                        namespace: v.pod_namespace.clone(),
-                        name: v.pod_name.clone(),
-                        ..ItemRef::default()
-                    },
+                    pod: ItemRef::new("", "pods", v.pod_namespace.clone(), v.pod_name.clone()),
                     volume: v.volume.clone(),
                     pvc: v.pvc.clone(),
                 };
@@ -514,12 +509,7 @@ mod tests {
     use crate::backup::volumes::VolumePhase;
 
     fn pod(name: &str) -> ItemRef {
-        ItemRef {
-            group: String::new(),
-            resource: "pods".into(),
-            namespace: "shop".into(),
-            name: name.into(),
-        }
+        ItemRef::new("", "pods", "shop", name)
     }
 
     fn entry(name: &str, phase: &str, state: &str) -> LedgerEntry {

@@ -51,12 +51,7 @@ fn is(id: &ItemRef, group: &str, resource: &str) -> bool {
 }
 
 fn core(resource: &str, namespace: &str, name: &str) -> ItemRef {
-    ItemRef {
-        group: String::new(),
-        resource: resource.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-    }
+    ItemRef::new("", resource, namespace, name)
 }
 
 /// The claim names of a Pod's PVC volumes, in spec order.

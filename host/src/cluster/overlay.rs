@@ -99,12 +99,12 @@ pub fn objects(dir: &Path) -> Vec<(ItemRef, PathBuf)> {
                 let fname = file.file_name().to_string_lossy().into_owned();
                 if let Some(name) = fname.strip_suffix(".yaml") {
                     out.push((
-                        ItemRef {
-                            group: group.to_string(),
-                            resource: resource_name.to_string(),
-                            namespace: namespace.to_string(),
-                            name: name.to_string(),
-                        },
+                        ItemRef::new(
+                            group.to_string(),
+                            resource_name.to_string(),
+                            namespace.to_string(),
+                            name.to_string(),
+                        ),
                         file.path(),
                     ));
                 }

@@ -17,12 +17,7 @@ fn misses_rescan_the_files_at_most_once_per_period() {
         .unwrap();
     }
     let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
-    let id = |name: &str| ItemRef {
-        group: String::new(),
-        resource: "configmaps".into(),
-        namespace: "shop".into(),
-        name: name.into(),
-    };
+    let id = |name: &str| ItemRef::new("", "configmaps", "shop", name);
     let started = std::time::Instant::now();
     for i in 0..2000 {
         assert_eq!(cluster.get(&id(&format!("missing-{i}"))).unwrap(), None);
@@ -133,12 +128,7 @@ fn manifest_cluster_sees_edits() {
     };
     write(false);
     let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
-    let id = ItemRef {
-        group: "snapshot.storage.k8s.io".into(),
-        resource: "volumesnapshots".into(),
-        namespace: "ns".into(),
-        name: "s".into(),
-    };
+    let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "ns", "s");
     let ready = |c: &ManifestCluster| c.get(&id).unwrap().unwrap()["status"]["readyToUse"].clone();
     assert_eq!(ready(&cluster), Value::Bool(false));
     // "true" is shorter than "false": the length alone shows the change
@@ -148,12 +138,7 @@ fn manifest_cluster_sees_edits() {
     // A file added later is found; a file removed is forgotten.
     let other = dir.path().join("sub");
     std::fs::create_dir(&other).unwrap();
-    let cm = ItemRef {
-        group: "".into(),
-        resource: "configmaps".into(),
-        namespace: "ns".into(),
-        name: "late".into(),
-    };
+    let cm = ItemRef::new("", "configmaps", "ns", "late");
     assert_eq!(cluster.get(&cm).unwrap(), None);
     std::fs::write(
         other.join("late.yaml"),
@@ -163,10 +148,10 @@ fn manifest_cluster_sees_edits() {
     assert!(cluster.get(&cm).unwrap().is_some());
     std::fs::remove_file(other.join("late.yaml")).unwrap();
     assert_eq!(cluster.get(&cm).unwrap(), None);
-    let missing = ItemRef {
+    let missing = ItemRef::from(crate::ItemRefFields {
         name: "other".into(),
-        ..id.clone()
-    };
+        ..(*id).clone()
+    });
     assert_eq!(cluster.get(&missing).unwrap(), None);
     // The object moves to another file (its old file rewritten without
     // it): found where it is now. Its file renamed away: gone.
@@ -255,12 +240,7 @@ fn the_cache_holds_positions_not_bodies() {
     let listed = rt.block_on(cluster.list(&filter)).unwrap();
     assert_eq!(listed.len(), 200);
     assert!(listed.iter().all(Item::is_spooled_only));
-    let id = |name: &str| ItemRef {
-        group: String::new(),
-        resource: "configmaps".into(),
-        namespace: "shop".into(),
-        name: name.into(),
-    };
+    let id = |name: &str| ItemRef::new("", "configmaps", "shop", name);
     assert_eq!(cluster.get(&id("cm-3")).unwrap().unwrap(), items[3]);
     let text = cluster.get_json(&id("cm-4")).unwrap().unwrap();
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), items[4]);

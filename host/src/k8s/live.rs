@@ -231,12 +231,12 @@ fn to_item(api: &ApiResource, object: DynamicObject) -> Result<Item, ClusterErro
         map.insert("apiVersion".into(), Value::String(api.api_version.clone()));
         map.insert("kind".into(), Value::String(api.kind.clone()));
     }
-    let id = ItemRef {
-        group: api.group.clone(),
-        resource: api.plural.clone(),
-        namespace: object.metadata.namespace.clone().unwrap_or_default(),
-        name: object.metadata.name.clone().unwrap_or_default(),
-    };
+    let id = ItemRef::new(
+        api.group.clone(),
+        api.plural.clone(),
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    );
     Ok(Item::with_id(id, value))
 }
 
@@ -404,12 +404,12 @@ impl ClusterReader for LiveCluster {
         limit: usize,
         budget: std::time::Duration,
     ) -> Result<Vec<Arc<str>>, ClusterError> {
-        let what = ItemRef {
-            group: gr.group.clone(),
-            resource: gr.resource.clone(),
-            namespace: namespace.to_string(),
-            name: String::new(),
-        };
+        let what = ItemRef::new(
+            gr.group.clone(),
+            gr.resource.clone(),
+            namespace.to_string(),
+            "",
+        );
         self.within(&what, budget, async {
             let Some(r) = self.resource(gr).await? else {
                 return Ok(Vec::new());

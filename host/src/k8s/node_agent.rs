@@ -262,12 +262,12 @@ async fn serve(
     let path = dir.as_ref().ok().cloned();
     let volume = VolumeRequest {
         backup: spec.backup_name.clone(),
-        pod: ItemRef {
-            resource: "pods".into(),
-            namespace: spec.pod.namespace.clone(),
-            name: spec.pod.name.clone(),
-            ..ItemRef::default()
-        },
+        pod: ItemRef::new(
+            "",
+            "pods",
+            spec.pod.namespace.clone(),
+            spec.pod.name.clone(),
+        ),
         volume: spec.volume.clone(),
         pvc: spec.pvc.clone(),
     };

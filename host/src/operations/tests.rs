@@ -5,12 +5,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use tokio::time::timeout;
 
 fn item(resource: &str, ns: &str, name: &str) -> ItemRef {
-    ItemRef {
-        group: String::new(),
-        resource: resource.into(),
-        namespace: ns.into(),
-        name: name.into(),
-    }
+    ItemRef::new("", resource, ns, name)
 }
 
 fn op(backup: &str, i: usize) -> Operation {
@@ -154,7 +149,8 @@ async fn get_is_a_deep_copy_and_changes_mark_dirty() {
     let again = map.get("b").await.unwrap();
     copy[0].status.phase = OperationPhase::Failed;
     copy[0].spec.operation_id.push_str("-mutated");
-    copy[0].spec.post_operation_items[0].name.clear();
+    // (an ItemRef is immutable and shared: replaced, not changed)
+    copy[0].spec.post_operation_items[0] = crate::item::ItemRef::default();
     copy.push(op("b", 9));
     assert_ne!(copy, again, "the mutation happened");
     assert_eq!(map.get("b").await.unwrap(), vec![op("b", 0)]);

@@ -367,12 +367,7 @@ pub async fn resource_policies(
         ));
     }
     let name = field("name")?;
-    let id = crate::item::ItemRef {
-        group: String::new(),
-        resource: "configmaps".into(),
-        namespace: backup_namespace.into(),
-        name: name.into(),
-    };
+    let id = crate::item::ItemRef::new("", "configmaps", backup_namespace, name);
     let config_map = cluster
         .get_async(&id)
         .await

@@ -318,12 +318,7 @@ impl PhaseMachine {
         selected: &mut Vec<Item>,
     ) {
         for ns in filter.namespace_objects_wanted(selected) {
-            let id = ItemRef {
-                group: String::new(),
-                resource: "namespaces".into(),
-                namespace: String::new(),
-                name: ns.clone(),
-            };
+            let id = ItemRef::new("", "namespaces", "", ns.clone());
             match self.cluster.get_item_async(&id).await {
                 Ok(Some(mut item)) if filter.keeps_namespace_object(&item) => {
                     item.id = id;

@@ -255,12 +255,7 @@ mod poll_tests {
             backup_name: "b".into(),
             backup_uid: "u".into(),
             backup_item_action: plugin.into(),
-            resource_identifier: ItemRef {
-                resource: "pods".into(),
-                namespace: "ns".into(),
-                name: format!("p{i}"),
-                ..ItemRef::default()
-            },
+            resource_identifier: ItemRef::new("", "pods", "ns", format!("p{i}")),
             operation_id: format!("op-{i}"),
             post_operation_items: Vec::new(),
         };

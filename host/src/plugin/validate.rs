@@ -57,12 +57,7 @@ fn identifiers(
     ids.into_iter()
         .enumerate()
         .map(|(index, id)| {
-            let id = ItemRef {
-                group: id.group,
-                resource: id.resource,
-                namespace: id.namespace,
-                name: id.name,
-            };
+            let id = ItemRef::new(id.group, id.resource, id.namespace, id.name);
             crate::identifier::check(&id).map_err(|part| Violation::InvalidIdentifier {
                 list,
                 index,

@@ -12,12 +12,7 @@ use crate::sandbox::HostCallLimit;
 use std::time::Duration;
 
 pub(super) fn to_ref(id: types::ResourceIdentifier) -> ItemRef {
-    ItemRef {
-        group: id.group,
-        resource: id.resource,
-        namespace: id.namespace,
-        name: id.name,
-    }
+    ItemRef::new(id.group, id.resource, id.namespace, id.name)
 }
 
 impl State {
@@ -149,12 +144,12 @@ impl crate::contract::latest::cluster_list::Host for State {
         self.count_host_call()?;
         let gr = crate::catalog::GroupResource::new(group, resource);
         // Every part reaches a URL: checked as an identifier's are.
-        let probe = ItemRef {
-            group: gr.group.clone(),
-            resource: gr.resource.clone(),
-            namespace: namespace.clone(),
-            name: "list".into(),
-        };
+        let probe = ItemRef::new(
+            gr.group.clone(),
+            gr.resource.clone(),
+            namespace.clone(),
+            "list",
+        );
         if let Err(e) = Self::identifier("cluster-list", &probe) {
             return Ok(Err(e));
         }

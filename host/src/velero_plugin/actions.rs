@@ -98,10 +98,7 @@ fn stamp_of(path: &Path) -> (Option<SystemTime>, u64) {
 
 /// The item an operation names when this process did not start it.
 fn unknown_item() -> ItemRef {
-    ItemRef {
-        resource: "(started in another plugin process)".into(),
-        ..ItemRef::default()
-    }
+    ItemRef::new("", "(started in another plugin process)", "", "")
 }
 
 impl ActionSet {

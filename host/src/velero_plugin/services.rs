@@ -52,6 +52,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn identifier(id: ItemRef) -> ResourceIdentifier {
+    let id = id.into_fields();
     ResourceIdentifier {
         group: id.group,
         resource: id.resource,

@@ -216,13 +216,7 @@ fn tar_entries(store_dir: &Path, name: &str) -> BTreeMap<String, Value> {
 }
 
 fn entry_path(group: &str, resource: &str, ns: &str, name: &str) -> String {
-    tarball::item_path(&ItemRef {
-        group: group.into(),
-        resource: resource.into(),
-        namespace: ns.into(),
-        name: name.into(),
-    })
-    .unwrap()
+    tarball::item_path(&ItemRef::new(group, resource, ns, name)).unwrap()
 }
 
 /// A Backup created with the client goes to Completed through a plugin
@@ -694,12 +688,7 @@ async fn cluster_get_reads_live_objects_only_within_the_grants() {
         spec: json!({}),
         phase: Phase::Backup,
     };
-    let pvc = ItemRef {
-        group: String::new(),
-        resource: "persistentvolumeclaims".into(),
-        namespace: ns.into(),
-        name: "data".into(),
-    };
+    let pvc = ItemRef::new("", "persistentvolumeclaims", ns, "data");
     let (ok, refused) = tokio::task::spawn_blocking(move || {
         let id = format!("{ns}/data-b");
         let ok = granted
@@ -1561,12 +1550,7 @@ async fn crafted_identifiers_cannot_read_a_secret_a_pod_log_or_a_node_subresourc
             "{got}"
         );
 
-        let id = ItemRef {
-            group: String::new(),
-            resource: resource.into(),
-            namespace: namespace.clone(),
-            name: name.into(),
-        };
+        let id = ItemRef::new("", resource, namespace.clone(), name);
         let direct = iar::ClusterReader::get_async(live.as_ref(), &id)
             .await
             .expect_err("refused when asked directly");
@@ -1734,12 +1718,7 @@ async fn lookups_of_unknown_resources_do_not_rerun_discovery_each_time() {
     let admin = client(server, User::Admin).await;
     let live = LiveCluster::new(admin, tokio::runtime::Handle::current());
     for i in 0..50 {
-        let id = ItemRef {
-            group: "nowhere.example.com".into(),
-            resource: format!("things{i}"),
-            namespace: "shop".into(),
-            name: "x".into(),
-        };
+        let id = ItemRef::new("nowhere.example.com", format!("things{i}"), "shop", "x");
         assert_eq!(
             iar::ClusterReader::get_async(&live, &id).await.unwrap(),
             None
@@ -1849,12 +1828,7 @@ async fn pvc_snapshot_creates_one_labelled_snapshot_the_real_controller_binds() 
         tokio::runtime::Handle::current(),
     ));
     let claim = cluster
-        .get_item_async(&ItemRef {
-            group: String::new(),
-            resource: "persistentvolumeclaims".into(),
-            namespace: ns.into(),
-            name: "data".into(),
-        })
+        .get_item_async(&ItemRef::new("", "persistentvolumeclaims", ns, "data"))
         .await
         .unwrap()
         .expect("the claim");

@@ -186,12 +186,7 @@ pub(crate) fn hook(
 
 pub(crate) fn target(ns: &str, pod: &str) -> HookTarget {
     HookTarget {
-        pod: ItemRef {
-            resource: "pods".into(),
-            namespace: ns.into(),
-            name: pod.into(),
-            ..ItemRef::default()
-        },
+        pod: ItemRef::new("", "pods", ns, pod),
         ..HookTarget::default()
     }
 }

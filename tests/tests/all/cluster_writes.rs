@@ -245,12 +245,7 @@ fn hostile_writes_are_refused_by_rule_and_write_nothing() {
     // The base manifest is untouched.
     assert!(
         reader
-            .get(&iar::ItemRef {
-                group: String::new(),
-                resource: "configmaps".into(),
-                namespace: "shop".into(),
-                name: "operators".into(),
-            })
+            .get(&iar::ItemRef::new("", "configmaps", "shop", "operators"))
             .unwrap()
             .is_some()
     );

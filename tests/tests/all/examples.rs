@@ -68,12 +68,12 @@ fn pod_volumes_names_claims_and_bound_volumes() {
     assert_eq!(out.item, None);
     assert_eq!(
         out.additional_items,
-        vec![ItemRef {
-            group: "".into(),
-            resource: "persistentvolumeclaims".into(),
-            namespace: "shop".into(),
-            name: "data-web-0".into()
-        }]
+        vec![ItemRef::new(
+            "",
+            "persistentvolumeclaims",
+            "shop",
+            "data-web-0"
+        )]
     );
     let out = instance
         .execute(
@@ -84,12 +84,7 @@ fn pod_volumes_names_claims_and_bound_volumes() {
         .unwrap();
     assert_eq!(
         out.additional_items,
-        vec![ItemRef {
-            group: "".into(),
-            resource: "persistentvolumes".into(),
-            namespace: "".into(),
-            name: "pv-data-web-0".into()
-        }]
+        vec![ItemRef::new("", "persistentvolumes", "", "pv-data-web-0")]
     );
     let out = instance
         .execute(&pvc("pending", false), &backup(Phase::Backup), &never_seen)

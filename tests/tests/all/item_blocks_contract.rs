@@ -31,12 +31,7 @@ fn configmap(name: &str) -> Item {
 }
 
 fn cm_ref(name: &str) -> ItemRef {
-    ItemRef {
-        group: String::new(),
-        resource: "configmaps".into(),
-        namespace: "shop".into(),
-        name: name.into(),
-    }
+    ItemRef::new("", "configmaps", "shop", name)
 }
 
 /// A 1.1.0 plugin exporting only `item-block-action` (the example

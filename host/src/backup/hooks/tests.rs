@@ -378,12 +378,7 @@ async fn local_hook_timeout_kills_the_process_group() {
 
 fn record(status: HookStatus, on_error: OnError) -> HookRecord {
     HookRecord {
-        pod: ItemRef {
-            resource: "pods".into(),
-            namespace: "ns".into(),
-            name: "p".into(),
-            ..ItemRef::default()
-        },
+        pod: ItemRef::new("", "pods", "ns", "p"),
         hook: hook(&["x"], on_error, Duration::from_secs(1)),
         status,
         output: HookOutput::default(),

@@ -4,12 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 fn request(backup: &str, ns: &str, pod: &str, volume: &str, pvc: Option<&str>) -> VolumeRequest {
     VolumeRequest {
         backup: backup.into(),
-        pod: ItemRef {
-            resource: "pods".into(),
-            namespace: ns.into(),
-            name: pod.into(),
-            ..ItemRef::default()
-        },
+        pod: ItemRef::new("", "pods", ns, pod),
         volume: volume.into(),
         pvc: pvc.map(String::from),
     }

@@ -18,12 +18,12 @@ fn execute(namespace: &str) -> WriteScope {
 }
 
 fn id(namespace: &str, name: &str) -> ItemRef {
-    ItemRef {
-        group: "snapshot.storage.k8s.io".into(),
-        resource: "volumesnapshots".into(),
-        namespace: namespace.into(),
-        name: name.into(),
-    }
+    ItemRef::new(
+        "snapshot.storage.k8s.io",
+        "volumesnapshots",
+        namespace,
+        name,
+    )
 }
 
 fn grants() -> WriteGrants {
@@ -125,12 +125,7 @@ fn every_write_rule_refuses_by_name() {
     let ok = snapshot("s");
     let g = grants();
     // write-grant: another resource, or no grant at all.
-    let cm = ItemRef {
-        group: String::new(),
-        resource: "configmaps".into(),
-        namespace: "shop".into(),
-        name: "s".into(),
-    };
+    let cm = ItemRef::new("", "configmaps", "shop", "s");
     assert_eq!(
         rule_of(prepare_create(&execute("shop"), &g, &cm, &ok, 1 << 20)),
         rule::GRANT
@@ -252,12 +247,7 @@ fn every_write_rule_refuses_by_name() {
 #[test]
 fn a_granted_cluster_scoped_resource_may_be_created() {
     let g = WriteGrants::only(&["volumesnapshotcontents.snapshot.storage.k8s.io"]).unwrap();
-    let content = ItemRef {
-        group: "snapshot.storage.k8s.io".into(),
-        resource: "volumesnapshotcontents".into(),
-        namespace: String::new(),
-        name: "c".into(),
-    };
+    let content = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshotcontents", "", "c");
     let object =
         json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent"})
             .to_string();

@@ -1,12 +1,7 @@
 use super::*;
 
 fn id(group: &str, resource: &str, namespace: &str, name: &str) -> ItemRef {
-    ItemRef {
-        group: group.into(),
-        resource: resource.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-    }
+    ItemRef::new(group, resource, namespace, name)
 }
 
 #[test]
@@ -373,11 +368,8 @@ fn a_head_member_whose_lengths_do_not_hold_is_not_trusted() {
 /// that could change the path is refused like any bad name.
 #[test]
 fn items_are_also_under_their_preferred_version() {
-    let id = |group: &str, resource: &str, namespace: &str, name: &str| ItemRef {
-        group: group.into(),
-        resource: resource.into(),
-        namespace: namespace.into(),
-        name: name.into(),
+    let id = |group: &str, resource: &str, namespace: &str, name: &str| {
+        ItemRef::new(group, resource, namespace, name)
     };
     assert_eq!(
         preferred_version_path(&id("", "configmaps", "shop", "web"), "v1").unwrap(),
