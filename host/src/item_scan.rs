@@ -12,6 +12,7 @@
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 /// The fields the boundary compares, each "" when missing or not a string
@@ -27,31 +28,72 @@ pub struct Identity<'a> {
 impl Identity<'_> {
     pub fn into_owned(self) -> Identity<'static> {
         Identity {
-            api_version: Cow::Owned(self.api_version.into_owned()),
-            kind: Cow::Owned(self.kind.into_owned()),
-            namespace: Cow::Owned(self.namespace.into_owned()),
-            name: Cow::Owned(self.name.into_owned()),
+            api_version: interned(&self.api_version),
+            kind: interned(&self.kind),
+            namespace: owned(self.namespace),
+            name: owned(self.name),
         }
     }
 
     /// The fields of a parsed value.
     pub fn of(value: &serde_json::Value) -> Identity<'static> {
         let at = |p: &str| {
-            Cow::Owned(
-                value
-                    .pointer(p)
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-            )
+            value
+                .pointer(p)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
         };
         Identity {
-            api_version: at("/apiVersion"),
-            kind: at("/kind"),
-            namespace: at("/metadata/namespace"),
-            name: at("/metadata/name"),
+            api_version: interned(at("/apiVersion")),
+            kind: interned(at("/kind")),
+            namespace: owned(Cow::Borrowed(at("/metadata/namespace"))),
+            name: owned(Cow::Borrowed(at("/metadata/name"))),
         }
     }
+}
+
+fn owned(s: Cow<'_, str>) -> Cow<'static, str> {
+    if s.is_empty() {
+        Cow::Borrowed("")
+    } else {
+        Cow::Owned(s.into_owned())
+    }
+}
+
+/// At most this many distinct apiVersion and kind values are interned, each
+/// of at most [`INTERNED_LEN`] bytes.
+const INTERNED_MAX: usize = 4096;
+const INTERNED_LEN: usize = 256;
+
+/// An apiVersion or kind, kept once for the process: a backup's items take
+/// few values ("v1", "ConfigMap"), and every item holds both (two
+/// allocations less per item a backup keeps). The values live as long as
+/// the process, so their number and length are bounded: input with
+/// endless distinct kinds gets owned copies beyond the bound, never
+/// unbounded growth.
+fn interned(s: &str) -> Cow<'static, str> {
+    static SEEN: std::sync::OnceLock<std::sync::RwLock<HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    if s.is_empty() {
+        return Cow::Borrowed("");
+    }
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(found) = seen.read().unwrap_or_else(|p| p.into_inner()).get(s) {
+        return Cow::Borrowed(found);
+    }
+    if s.len() > INTERNED_LEN {
+        return Cow::Owned(s.to_string());
+    }
+    let mut seen = seen.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = seen.get(s) {
+        return Cow::Borrowed(found);
+    }
+    if seen.len() >= INTERNED_MAX {
+        return Cow::Owned(s.to_string());
+    }
+    let kept: &'static str = Box::leak(s.into());
+    seen.insert(kept);
+    Cow::Borrowed(kept)
 }
 
 /// What a JSON text holds, as far as the boundary cares.
@@ -258,6 +300,25 @@ impl<'de> Visitor<'de> for Root {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    #[test]
+    fn kinds_are_kept_once_and_hostile_ones_never_grow_the_set_past_its_bound() {
+        let a = interned("ConfigMap");
+        let b = interned(&String::from("ConfigMap"));
+        assert!(matches!((&a, &b), (Cow::Borrowed(x), Cow::Borrowed(y)) if std::ptr::eq(*x, *y)));
+        // An input with endless distinct kinds: every value is right, and
+        // at most INTERNED_MAX of them were ever kept for the process.
+        let mut kept = 0;
+        for i in 0..INTERNED_MAX + 100 {
+            let kind = format!("HostileKind{i}");
+            let got = interned(&kind);
+            assert_eq!(got, kind);
+            kept += matches!(got, Cow::Borrowed(_)) as usize;
+        }
+        assert!(kept <= INTERNED_MAX);
+        let long = "K".repeat(INTERNED_LEN + 1);
+        assert!(matches!(interned(&long), Cow::Owned(s) if s == long));
+    }
 
     /// The scan and `Value` agree on whether `text` is JSON, whether it is
     /// an object, and the object's identity.

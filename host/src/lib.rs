@@ -19,6 +19,25 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Gives freed memory back to the system at once rather than a second (ten
+/// for whole arenas) later: a backup frees as it goes (each block's items
+/// once written), and with the delay the resident set kept what had been
+/// freed meanwhile (100,000 items: 115 MB peak against 92 MB, items/s the
+/// same; docs/performance.md). `MIMALLOC_PURGE_DELAY` in the environment
+/// still decides, as for any mimalloc program. Called first thing in
+/// `main`; a no-op without the `mimalloc` feature.
+pub fn tune_allocator() {
+    #[cfg(feature = "mimalloc")]
+    {
+        // mi_option_purge_delay in mimalloc v3's option enum (mimalloc.h);
+        // libmimalloc-sys names only the options its v2 and v3 share.
+        const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+        // SAFETY: sets an option before other threads run; `set_default`
+        // leaves a value the environment gave alone.
+        unsafe { libmimalloc_sys::mi_option_set_default(PURGE_DELAY, 0) };
+    }
+}
+
 pub mod authoring;
 pub mod backup;
 pub mod catalog;

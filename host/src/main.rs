@@ -4,5 +4,6 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
+    iar::tune_allocator();
     cli::main()
 }

@@ -20,6 +20,7 @@ use crate::select::BackupFilter;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use thin_vec::{ThinVec, thin_vec};
 
 /// An operation an action started on an item.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,15 +41,18 @@ pub struct ItemOutcome {
     /// (or, in the first pass, once it is written out). Boxed: a backup
     /// keeps an outcome per item, and most outcomes hold none.
     pub stored: Option<Box<Item>>,
-    pub errors: Vec<String>,
-    pub warnings: Vec<String>,
-    pub operations: Vec<StartedOperation>,
+    // The lists below are empty for almost every item: a `ThinVec` is one
+    // pointer (8 bytes, no allocation while empty) where a `Vec` is 24,
+    // 80 bytes less per outcome kept until the pass ends.
+    pub errors: ThinVec<String>,
+    pub warnings: ThinVec<String>,
+    pub operations: ThinVec<StartedOperation>,
     /// Objects the plugins created while acting on it (contract 1.2.0),
     /// recorded whether or not the item was stored: the backup deletes
     /// them when it is deleted or canceled.
-    pub created: Vec<crate::cluster::writes::CreatedObject>,
+    pub created: ThinVec<crate::cluster::writes::CreatedObject>,
     /// What the plugins logged while acting on it, as `plugin: message`.
-    pub logs: Vec<String>,
+    pub logs: ThinVec<String>,
     /// The index of the item block it was backed up in (blocks are numbered
     /// in the order they were formed; additional items follow, one each).
     pub block: usize,
@@ -61,8 +65,9 @@ pub struct ItemOutcome {
 /// What remains of a stored item once it is written to the tarball.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WrittenItem {
-    /// Velero's resource-list key, `<apiVersion>/<kind>`.
-    pub resource_key: String,
+    /// Velero's resource-list key, `<apiVersion>/<kind>`: one shared
+    /// string per kind, not one per item.
+    pub resource_key: Arc<str>,
     /// Written before the post-operation items' member (see
     /// `store::tarball::StreamWriter`).
     pub in_head: bool,
@@ -355,7 +360,7 @@ pub fn run(
                         for item in &items {
                             outcomes.push(ItemOutcome {
                                 id: item.id.clone(),
-                                errors: vec![format!(
+                                errors: thin_vec![format!(
                                     "item {}: not backed up: a pre hook of its block failed it (rule: hook onError Fail): {}",
                                     item.id,
                                     failed.join("; ")
@@ -387,7 +392,7 @@ pub fn run(
                             // The instances may have been mid-call: start afresh.
                             instances = fresh_instances(plugins, cluster);
                             let outcome = ItemOutcome {
-                                errors: vec![format!(
+                                errors: thin_vec![format!(
                                     "item {id}: host code panicked while running the actions on it: {} (rule: host-panic)",
                                     panic_message(panic.as_ref())
                                 )],
@@ -429,7 +434,10 @@ pub fn run(
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
         .outcomes;
-    outcomes.sort_by(|a, b| a.id.cmp(&b.id));
+    // Unstable: ids are unique (each item is claimed once), and a stable
+    // sort takes a buffer as large as the outcomes (8 MB at 50,000 items,
+    // held at the backup's peak).
+    outcomes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     output.outcomes = outcomes;
     output
 }

@@ -29,7 +29,9 @@ pub(super) struct Cache {
     pub(super) files: HashMap<PathBuf, CachedFile>,
     /// Which file last held each object, and where in that file's items:
     /// a lookup is a hash probe, not a walk through a 2,500-object List.
-    index: HashMap<ItemRef, (PathBuf, usize)>,
+    /// The file's path is shared by its objects' entries (one allocation
+    /// per file, not one per object).
+    index: HashMap<ItemRef, (Arc<Path>, usize)>,
     /// Directory listings (files, subdirectories), valid while the
     /// directory's mtime is unchanged: adding, removing or renaming an entry
     /// changes it.
@@ -167,8 +169,9 @@ impl Cache {
             // (up to half again), and the index grown once, not doubled.
             items.shrink_to_fit();
             self.index.reserve(items.len());
+            let shared: Arc<Path> = Arc::from(file);
             for (at, item) in items.iter().enumerate() {
-                self.index.insert(item.id.clone(), (file.to_path_buf(), at));
+                self.index.insert(item.id.clone(), (shared.clone(), at));
             }
             self.files.insert(
                 file.to_path_buf(),
@@ -199,7 +202,11 @@ impl Cache {
 
     fn lookup(&self, id: &ItemRef) -> Option<&Item> {
         let (file, at) = self.index.get(id)?;
-        self.files.get(file)?.items.get(*at).filter(|i| &i.id == id)
+        self.files
+            .get(&**file)?
+            .items
+            .get(*at)
+            .filter(|i| &i.id == id)
     }
 }
 
@@ -252,8 +259,8 @@ impl ManifestCluster {
             let (file, _) = cache
                 .index
                 .get(id)
-                .filter(|(f, _)| cache.all_set.contains(f))?;
-            let cached = cache.files.get(file)?;
+                .filter(|(f, _)| cache.all_set.contains(&**f))?;
+            let cached = cache.files.get(&**file)?;
             (file.clone(), (cached.modified, cached.len))
         };
         let now = modified(&file).ok()?;
@@ -261,7 +268,7 @@ impl ManifestCluster {
             return None;
         }
         let cache = self.cache.read().ok()?;
-        let cached = cache.files.get(&file)?;
+        let cached = cache.files.get(&*file)?;
         // Re-checked under the lock: a writer may have re-read it meanwhile.
         if (cached.modified, cached.len) != file_stamp {
             return None;
@@ -291,7 +298,7 @@ impl ManifestCluster {
         let relisted = cache.update_listing(&self.lookup_paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some((file, _)) = cache.index.get(id).cloned()
-            && cache.all_set.contains(&file)
+            && cache.all_set.contains(&*file)
         {
             cache.refresh(&file, self.catalog)?;
             if let Some(found) = cache.lookup(id) {
@@ -317,7 +324,7 @@ impl ManifestCluster {
         let listed = cache
             .index
             .get(id)
-            .is_some_and(|(f, _)| cache.all_set.contains(f));
+            .is_some_and(|(f, _)| cache.all_set.contains(&**f));
         Ok(if listed {
             cache.lookup(id).cloned()
         } else {
@@ -399,7 +406,7 @@ impl ClusterReader for ManifestCluster {
                 id.group == gr.group
                     && id.resource == gr.resource
                     && (namespace.is_empty() || id.namespace == namespace)
-                    && cache.all_set.contains(file)
+                    && cache.all_set.contains(&**file)
             })
             .filter_map(|(id, _)| cache.lookup(id))
             .filter(|item| selector.matches(&item.labels()))

@@ -6,7 +6,7 @@ use crate::backup::pass::{ItemOutcome, WrittenItem};
 use crate::item::{Item, ItemRef};
 use crate::store::tarball;
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// An item as the tarball holds it: compact JSON, as Velero writes items
 /// (`json.Marshal`), and the text the item already has when a plugin
@@ -58,6 +58,9 @@ struct SinkState {
     head: tarball::StreamWriter,
     tail: Vec<(String, EntryBytes)>,
     post_operation: HashSet<ItemRef>,
+    /// The resource-list keys seen so far, each kept once and shared by
+    /// the outcomes of its kind.
+    keys: HashSet<Arc<str>>,
     /// The first write that failed: the tarball is then not written.
     failed: Option<std::io::Error>,
 }
@@ -72,6 +75,7 @@ impl ContentsSink {
                 head,
                 tail: Vec::new(),
                 post_operation: HashSet::new(),
+                keys: HashSet::new(),
                 failed,
             }),
         }
@@ -112,8 +116,17 @@ impl ContentsSink {
         } else {
             state.tail.extend(entries);
         }
+        let key = resource_key(&item);
+        let resource_key = match state.keys.get(key.as_str()) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<str> = key.into();
+                state.keys.insert(shared.clone());
+                shared
+            }
+        };
         outcome.written = Some(WrittenItem {
-            resource_key: resource_key(&item),
+            resource_key,
             in_head,
         });
     }
@@ -213,7 +226,7 @@ mod tests {
             .collect();
         assert_eq!(written, [true, true, false]);
         assert_eq!(
-            outcomes[2].written.as_ref().unwrap().resource_key,
+            outcomes[2].written.as_ref().unwrap().resource_key.as_ref(),
             "snapshot.storage.k8s.io/v1/VolumeSnapshot"
         );
         assert!(!sink.late_post_operation_items(&outcomes));

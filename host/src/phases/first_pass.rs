@@ -413,10 +413,12 @@ impl PhaseMachine {
                 } else {
                     format!("{}/{}", outcome.id.namespace, outcome.id.name)
                 };
-                resources
-                    .entry(written.resource_key.clone())
-                    .or_default()
-                    .push(entry);
+                match resources.get_mut(&*written.resource_key) {
+                    Some(list) => list.push(entry),
+                    None => {
+                        resources.insert(written.resource_key.to_string(), vec![entry]);
+                    }
+                }
             }
             for op in &outcome.operations {
                 attempted += 1;
