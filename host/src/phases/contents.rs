@@ -203,6 +203,32 @@ mod tests {
             .collect()
     }
 
+    /// What an outcome keeps once written is small, and its resource-list
+    /// key is shared by every outcome of its kind: a backup keeps one
+    /// outcome per item until the pass ends (issue 21's memory goal).
+    #[test]
+    fn a_written_outcome_keeps_little_and_shares_its_key() {
+        let sink = ContentsSink::new();
+        let mut outcomes: Vec<ItemOutcome> = (0..3)
+            .map(|i| outcome("ConfigMap", "configmaps", &format!("cm-{i}")))
+            .collect();
+        outcomes.iter_mut().for_each(|o| sink.take(o));
+        let key = |o: &ItemOutcome| o.written.as_ref().unwrap().resource_key.clone();
+        assert_eq!(&*key(&outcomes[0]), "v1/ConfigMap");
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| Arc::ptr_eq(&key(o), &key(&outcomes[0])))
+        );
+        // An id, a box, five thin lists, a block index, the written record:
+        // at most 96 bytes (264 with `Vec`s and an owned id before).
+        assert!(
+            std::mem::size_of::<ItemOutcome>() <= 96,
+            "{}",
+            std::mem::size_of::<ItemOutcome>()
+        );
+    }
+
     /// Items leave memory as they are taken; a post-operation item named
     /// before it came goes to the tail member, which finalize rewrites
     /// alone; the version file comes first.
