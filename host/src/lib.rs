@@ -19,6 +19,12 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mi_option_purge_delay in mimalloc's option enum (mimalloc.h, v2 and
+/// v3 alike); libmimalloc-sys names only some options. A test checks it
+/// by the option's documented default.
+#[cfg(feature = "mimalloc")]
+const PURGE_DELAY_OPTION: libmimalloc_sys::mi_option_t = 15;
+
 /// Gives freed memory back to the system at once rather than a second (ten
 /// for whole arenas) later: a backup frees as it goes (each block's items
 /// once written), and with the delay the resident set kept what had been
@@ -29,12 +35,27 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub fn tune_allocator() {
     #[cfg(feature = "mimalloc")]
     {
-        // mi_option_purge_delay in mimalloc v3's option enum (mimalloc.h);
-        // libmimalloc-sys names only the options its v2 and v3 share.
-        const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-        // SAFETY: sets an option before other threads run; `set_default`
-        // leaves a value the environment gave alone.
-        unsafe { libmimalloc_sys::mi_option_set_default(PURGE_DELAY, 0) };
+        // SAFETY: sets an option (an atomic store in mimalloc);
+        // `set_default` leaves a value the environment gave alone.
+        unsafe { libmimalloc_sys::mi_option_set_default(PURGE_DELAY_OPTION, 0) };
+    }
+}
+
+#[cfg(all(test, feature = "mimalloc"))]
+mod allocator_tests {
+    /// The option set is the purge delay: before, it reads mimalloc v3's
+    /// documented default (1,000 ms), after, 0. An upgrade that moved the
+    /// enum would fail here rather than silently set another option.
+    #[test]
+    fn tune_allocator_sets_the_purge_delay() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return;
+        }
+        // SAFETY: reads an option.
+        let get = || unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY_OPTION) };
+        assert_eq!(get(), 1000);
+        super::tune_allocator();
+        assert_eq!(get(), 0);
     }
 }
 
