@@ -89,7 +89,7 @@ fn backup_10k_items(c: &mut Criterion, rt: &Tokio) {
                     if !reported {
                         reported = true;
                         let tarball = std::fs::metadata(
-                            store_dir.path().join(BackupFile::Contents.key(BACKUP)),
+                            store_dir.path().join(BackupFile::Contents.key(RUN)),
                         )
                         .unwrap()
                         .len();

@@ -8,11 +8,18 @@ use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::store::BackupStore;
 use iar::{BackupRef, ManifestCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub const BACKUP: &str = "bench";
+/// The backup the backup benchmarks run: pvc-snapshot names its snapshots
+/// `<claim>-<backup>`, and those of `BACKUP` are already in the cluster
+/// (for the polling benchmarks), where a create would be refused.
+pub const RUN: &str = "bench-run";
+/// The write grant pvc-snapshot needs to create its VolumeSnapshots.
+pub const SNAPSHOT_GRANT: &str = "volumesnapshots.snapshot.storage.k8s.io";
 pub const NAMESPACES: usize = 10;
 /// Pods, PVCs, PVs and ConfigMaps each.
 pub const PER_KIND: usize = 2_500;
@@ -142,6 +149,20 @@ pub fn write_cluster(dir: &Path) {
     write_lists(dir, "configmaps.json", each(&configmap, true));
     let snapshots = |ns: &str, i: usize| snapshot(ns, &format!("data-web-{i}"));
     write_lists(dir, "volumesnapshots.json", each(&snapshots, true));
+    // The class pvc-snapshot creates its snapshots in (it checks that it
+    // exists); left out of the backups, as the snapshots are.
+    let class = json!({
+        "apiVersion": format!("{SNAPSHOT_GROUP}/v1"),
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "csi-snapclass", "labels": {"velero.io/csi-volumesnapshot-class": "true"}},
+        "driver": "ebs.csi.aws.com",
+        "deletionPolicy": "Retain"
+    });
+    write_lists(
+        dir,
+        "volumesnapshotclasses.json",
+        vec![(String::new(), class)],
+    );
 }
 
 pub fn load(runtime: &Runtime, path: &str, config: &[(&str, &str)]) -> Plugin {
@@ -174,14 +195,28 @@ pub fn backup_ref() -> BackupRef {
     }
 }
 
+/// A fresh store, and the snapshot controller played for it while it lives.
+pub struct FreshStore {
+    dir: tempfile::TempDir,
+    _snapshots: SnapshotPlayer,
+}
+
+impl FreshStore {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 /// A fresh controller (fresh operations map and manifest cache) on a fresh
 /// store; the store's directory goes when the returned guard is dropped.
+/// Objects plugins create go to the store's `cluster-overlay/`, as with
+/// `iar backup`, where a thread plays the CSI snapshot controller.
 pub fn fresh_controller(
     plugins: &[Plugin],
     cluster: &Path,
     workers: usize,
     volume_data: Option<&Path>,
-) -> (tempfile::TempDir, PhaseMachine) {
+) -> (FreshStore, PhaseMachine) {
     let dir = tempfile::tempdir().unwrap();
     let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
     let settings = Settings {
@@ -190,15 +225,85 @@ pub fn fresh_controller(
         volume_data: volume_data.map(Path::to_path_buf),
         ..Settings::default()
     };
-    let cluster = Arc::new(ManifestCluster::new(vec![cluster.to_path_buf()]));
+    let overlay = dir.path().join("cluster-overlay");
+    let snapshots = SnapshotPlayer::start(overlay.clone());
+    let cluster = Arc::new(ManifestCluster::new(vec![cluster.to_path_buf()]).with_overlay(overlay));
     (
-        dir,
+        FreshStore {
+            dir,
+            _snapshots: snapshots,
+        },
         PhaseMachine::new(plugins.to_vec(), store, cluster, settings),
     )
 }
 
-/// labels, pod-volumes and pvc-snapshot, as the backup benchmarks run them.
+/// Plays the CSI snapshot controller, as `examples/demo.sh` does: each
+/// VolumeSnapshot pvc-snapshot creates in the overlay is rewritten ready
+/// (renamed into place, so a reader never sees half a file). Stopped when
+/// dropped.
+pub struct SnapshotPlayer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SnapshotPlayer {
+    pub fn start(overlay: PathBuf) -> SnapshotPlayer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let dir = overlay.join(format!("volumesnapshots.{SNAPSHOT_GROUP}"));
+            let mut ready = std::collections::HashSet::new();
+            while !stopping.load(Ordering::Relaxed) {
+                let files = std::fs::read_dir(&dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .flat_map(|ns| std::fs::read_dir(ns.path()).into_iter().flatten().flatten())
+                    .map(|f| f.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "yaml"));
+                for path in files.collect::<Vec<_>>() {
+                    if ready.contains(&path) {
+                        continue;
+                    }
+                    let Ok(text) = std::fs::read_to_string(&path) else {
+                        continue;
+                    };
+                    let Ok(mut snapshot) = serde_yaml::from_str::<Value>(&text) else {
+                        continue;
+                    };
+                    snapshot["status"] = json!({"creationTime": "2026-11-30T01:00:04Z", "readyToUse": true, "restoreSize": "10Gi"});
+                    let tmp = path.with_extension("tmp");
+                    std::fs::write(&tmp, serde_yaml::to_string(&snapshot).unwrap()).unwrap();
+                    std::fs::rename(&tmp, &path).unwrap();
+                    ready.insert(path);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        SnapshotPlayer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SnapshotPlayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// labels, pod-volumes and pvc-snapshot, as the backup benchmarks run them
+/// (pvc-snapshot with its write grant and its class named).
 pub fn three_plugins(runtime: &Runtime) -> Vec<Plugin> {
+    let pvc_snapshot = PluginSettings {
+        config: [("snapshot-class".to_string(), "csi-snapclass".to_string())].into(),
+        write_grants: iar::cluster::writes::WriteGrants::only(&[SNAPSHOT_GRANT]).unwrap(),
+        ..PluginSettings::default()
+    };
     vec![
         load(
             runtime,
@@ -206,7 +311,12 @@ pub fn three_plugins(runtime: &Runtime) -> Vec<Plugin> {
             &[("labels", "backed-up-by=iar")],
         ),
         load(runtime, iar_tests::artifacts::POD_VOLUMES, &[]),
-        load(runtime, iar_tests::artifacts::PVC_SNAPSHOT, &[]),
+        Plugin::from_file(
+            runtime,
+            iar_tests::artifacts::PVC_SNAPSHOT.as_ref(),
+            pvc_snapshot,
+        )
+        .unwrap_or_else(|e| panic!("loading pvc-snapshot: {e}")),
     ]
 }
 
@@ -214,9 +324,12 @@ pub fn three_plugins(runtime: &Runtime) -> Vec<Plugin> {
 /// finalize reads as post-operation items).
 pub fn request(cluster: &Path) -> BackupRequest {
     BackupRequest {
-        name: BACKUP.into(),
+        name: RUN.into(),
         namespace: "velero".into(),
-        spec: json!({"excludedResources": [format!("volumesnapshots.{SNAPSHOT_GROUP}")]}),
+        spec: json!({"excludedResources": [
+            format!("volumesnapshots.{SNAPSHOT_GROUP}"),
+            format!("volumesnapshotclasses.{SNAPSHOT_GROUP}"),
+        ]}),
         sources: vec![cluster.to_path_buf()],
         annotations: Default::default(),
     }
