@@ -90,8 +90,17 @@ impl Cache {
             let mut files = Vec::new();
             let mut subdirs = Vec::new();
             for entry in std::fs::read_dir(path).map_err(ClusterError::io(path))? {
-                let entry = entry.map_err(ClusterError::io(path))?.path();
-                if entry.is_dir() {
+                let entry = entry.map_err(ClusterError::io(path))?;
+                // The entry's type as the directory listing gives it, with
+                // no `stat` per entry (an overlay directory of thousands of
+                // created objects is re-listed on every create); a symlink
+                // is followed, as before.
+                let is_dir = match entry.file_type() {
+                    Ok(t) if !t.is_symlink() => t.is_dir(),
+                    _ => entry.path().is_dir(),
+                };
+                let entry = entry.path();
+                if is_dir {
                     subdirs.push(entry);
                 } else if manifests::is_manifest(&entry) {
                     files.push(entry);
@@ -316,11 +325,29 @@ impl ManifestCluster {
         if recent && !relisted {
             return Ok(None);
         }
-        for file in cache.all.clone() {
-            cache.refresh(&file, self.catalog)?;
+        if recent {
+            // Within the period only the listing changed: the files new to
+            // it are read, and edits in place wait for the next full scan,
+            // as they do for any miss within the period. A plugin creating
+            // thousands of objects (one overlay file each, each create
+            // looking its object up first) had made every create stat
+            // every file.
+            let new: Vec<PathBuf> = cache
+                .all
+                .iter()
+                .filter(|f| !cache.files.contains_key(*f))
+                .cloned()
+                .collect();
+            for file in new {
+                cache.refresh(&file, self.catalog)?;
+            }
+        } else {
+            for file in cache.all.clone() {
+                cache.refresh(&file, self.catalog)?;
+            }
+            cache.last_full_scan = Some(std::time::Instant::now());
+            cache.full_scans += 1;
         }
-        cache.last_full_scan = Some(std::time::Instant::now());
-        cache.full_scans += 1;
         let listed = cache
             .index
             .get(id)
