@@ -7,10 +7,10 @@
 use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::store::BackupStore;
 use iar::{BackupRef, ManifestCluster, Phase, Plugin, PluginSettings, Runtime, RuntimeConfig};
+use iar_tests::snapshots::SnapshotController;
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub const BACKUP: &str = "bench";
@@ -198,7 +198,7 @@ pub fn backup_ref() -> BackupRef {
 /// A fresh store, and the snapshot controller played for it while it lives.
 pub struct FreshStore {
     dir: tempfile::TempDir,
-    _snapshots: SnapshotPlayer,
+    _snapshots: SnapshotController,
 }
 
 impl FreshStore {
@@ -210,7 +210,8 @@ impl FreshStore {
 /// A fresh controller (fresh operations map and manifest cache) on a fresh
 /// store; the store's directory goes when the returned guard is dropped.
 /// Objects plugins create go to the store's `cluster-overlay/`, as with
-/// `iar backup`, where a thread plays the CSI snapshot controller.
+/// `iar backup`, where a thread plays the CSI snapshot controller
+/// (`iar_tests::snapshots`).
 pub fn fresh_controller(
     plugins: &[Plugin],
     cluster: &Path,
@@ -226,7 +227,14 @@ pub fn fresh_controller(
         ..Settings::default()
     };
     let overlay = dir.path().join("cluster-overlay");
-    let snapshots = SnapshotPlayer::start(overlay.clone());
+    // Every snapshot pvc-snapshot creates for `RUN` is made ready.
+    let snapshots = SnapshotController::start(&overlay);
+    for i in 0..PER_KIND {
+        snapshots.set(
+            &format!("data-web-{i}-{RUN}"),
+            json!({"creationTime": "2026-11-30T01:00:04Z", "readyToUse": true, "restoreSize": "10Gi"}),
+        );
+    }
     let cluster = Arc::new(ManifestCluster::new(vec![cluster.to_path_buf()]).with_overlay(overlay));
     (
         FreshStore {
@@ -235,65 +243,6 @@ pub fn fresh_controller(
         },
         PhaseMachine::new(plugins.to_vec(), store, cluster, settings),
     )
-}
-
-/// Plays the CSI snapshot controller, as `examples/demo.sh` does: each
-/// VolumeSnapshot pvc-snapshot creates in the overlay is rewritten ready
-/// (renamed into place, so a reader never sees half a file). Stopped when
-/// dropped.
-pub struct SnapshotPlayer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl SnapshotPlayer {
-    pub fn start(overlay: PathBuf) -> SnapshotPlayer {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let dir = overlay.join(format!("volumesnapshots.{SNAPSHOT_GROUP}"));
-            let mut ready = std::collections::HashSet::new();
-            while !stopping.load(Ordering::Relaxed) {
-                let files = std::fs::read_dir(&dir)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .flat_map(|ns| std::fs::read_dir(ns.path()).into_iter().flatten().flatten())
-                    .map(|f| f.path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "yaml"));
-                for path in files.collect::<Vec<_>>() {
-                    if ready.contains(&path) {
-                        continue;
-                    }
-                    let Ok(text) = std::fs::read_to_string(&path) else {
-                        continue;
-                    };
-                    let Ok(mut snapshot) = serde_yaml::from_str::<Value>(&text) else {
-                        continue;
-                    };
-                    snapshot["status"] = json!({"creationTime": "2026-11-30T01:00:04Z", "readyToUse": true, "restoreSize": "10Gi"});
-                    let tmp = path.with_extension("tmp");
-                    std::fs::write(&tmp, serde_yaml::to_string(&snapshot).unwrap()).unwrap();
-                    std::fs::rename(&tmp, &path).unwrap();
-                    ready.insert(path);
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        SnapshotPlayer {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for SnapshotPlayer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// labels, pod-volumes and pvc-snapshot, as the backup benchmarks run them
