@@ -325,26 +325,21 @@ impl ManifestCluster {
         if recent && !relisted {
             return Ok(None);
         }
-        if recent {
-            // Within the period only the listing changed: the files new to
-            // it are read, and edits in place wait for the next full scan,
-            // as they do for any miss within the period. A plugin creating
-            // thousands of objects (one overlay file each, each create
-            // looking its object up first) had made every create stat
-            // every file.
-            let new: Vec<PathBuf> = cache
-                .all
-                .iter()
-                .filter(|f| !cache.files.contains_key(*f))
-                .cloned()
-                .collect();
-            for file in new {
-                cache.refresh(&file, self.catalog)?;
-            }
-        } else {
-            for file in cache.all.clone() {
-                cache.refresh(&file, self.catalog)?;
-            }
+        // Within the period only the listing changed: the files new to it
+        // are read, and edits in place wait for the next full scan, as they
+        // do for any miss within the period. (A plugin creating thousands of
+        // objects, one overlay file each, each create looking its object up
+        // first, had made every create stat every file.)
+        let files: Vec<PathBuf> = cache
+            .all
+            .iter()
+            .filter(|f| !recent || !cache.files.contains_key(*f))
+            .cloned()
+            .collect();
+        for file in files {
+            cache.refresh(&file, self.catalog)?;
+        }
+        if !recent {
             cache.last_full_scan = Some(std::time::Instant::now());
             cache.full_scans += 1;
         }
