@@ -9,10 +9,12 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod listing;
 mod manifest;
 pub mod overlay;
 pub mod writes;
 
+pub use listing::SETTLED;
 pub use manifest::{MISS_RESCAN, ManifestCluster};
 
 /// Why a cluster could not answer. What a plugin sees of it is its text;

@@ -15,9 +15,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+/// How many times a status was set, and the statuses by snapshot name.
+type Wanted = (u64, Arc<HashMap<String, Value>>);
+
 /// Plays the snapshot controller until dropped.
 pub struct SnapshotController {
-    statuses: Arc<Mutex<HashMap<String, Value>>>,
+    /// The wanted statuses (copied on write: a pass holds the set it
+    /// started with, not a copy of thousands), and how many times one was
+    /// set.
+    statuses: Arc<Mutex<Wanted>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -25,16 +31,30 @@ pub struct SnapshotController {
 impl SnapshotController {
     /// Watches `overlay` (every 10 ms) for VolumeSnapshots.
     pub fn start(overlay: &Path) -> SnapshotController {
-        let statuses: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
+        let statuses: Arc<Mutex<Wanted>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (statuses, stop, overlay) = (statuses.clone(), stop.clone(), overlay.to_path_buf());
             std::thread::spawn(move || {
                 let mut applied = HashMap::new();
+                let mut passed = HashMap::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let wanted = statuses.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                    for file in snapshot_files(&overlay) {
-                        apply(&file, &wanted, &mut applied);
+                    let (set, wanted) = statuses.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    for dir in snapshot_dirs(&overlay) {
+                        // A directory unchanged (by a settled mtime) since
+                        // a pass with the same wanted statuses has nothing
+                        // new: no read of its thousands of entries.
+                        let stamp = settled_mtime(&dir).map(|m| (m, set));
+                        if stamp.is_some() && passed.get(&dir) == stamp.as_ref() {
+                            continue;
+                        }
+                        for file in yaml_files(&dir) {
+                            apply(&file, &wanted, &mut applied);
+                        }
+                        match stamp {
+                            Some(stamp) => passed.insert(dir, stamp),
+                            None => passed.remove(&dir),
+                        };
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -49,10 +69,9 @@ impl SnapshotController {
 
     /// The status snapshot `name` gets once it exists (now, if it does).
     pub fn set(&self, name: &str, status: Value) {
-        self.statuses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), status);
+        let mut statuses = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        statuses.0 += 1;
+        Arc::make_mut(&mut statuses.1).insert(name.to_string(), status);
     }
 }
 
@@ -68,32 +87,50 @@ impl Drop for SnapshotController {
 /// Every VolumeSnapshot file of the overlay
 /// (`volumesnapshots.<group>/<namespace>/<name>.yaml`).
 pub fn snapshot_files(overlay: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(resources) = std::fs::read_dir(overlay) else {
-        return out;
-    };
-    for resource in resources.flatten() {
-        if !resource
-            .file_name()
-            .to_string_lossy()
-            .starts_with("volumesnapshots.")
-        {
-            continue;
-        }
-        for ns in std::fs::read_dir(resource.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for file in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
-                if file.path().extension().is_some_and(|e| e == "yaml") {
-                    out.push(file.path());
-                }
-            }
-        }
-    }
+    let mut out: Vec<PathBuf> = snapshot_dirs(overlay)
+        .iter()
+        .flat_map(|dir| yaml_files(dir))
+        .collect();
     out.sort();
     out
+}
+
+/// The overlay's VolumeSnapshot namespace directories.
+fn snapshot_dirs(overlay: &Path) -> Vec<PathBuf> {
+    let Ok(resources) = std::fs::read_dir(overlay) else {
+        return Vec::new();
+    };
+    resources
+        .flatten()
+        .filter(|r| {
+            r.file_name()
+                .to_string_lossy()
+                .starts_with("volumesnapshots.")
+        })
+        .flat_map(|r| std::fs::read_dir(r.path()).into_iter().flatten().flatten())
+        .map(|ns| ns.path())
+        .collect()
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
+        .collect()
+}
+
+/// The directory's mtime, when it is old enough to change with the next
+/// entry added (file times come from a coarse clock; the manifest
+/// cluster's listings wait as long, `iar::cluster::SETTLED`); `None`
+/// otherwise.
+fn settled_mtime(dir: &Path) -> Option<SystemTime> {
+    const SETTLED: Duration = Duration::from_millis(100);
+    let at = mtime(dir)?;
+    let age = SystemTime::now().duration_since(at).ok()?;
+    (age >= SETTLED).then_some(at)
 }
 
 /// What was last seen set on each file: the status, and the file's mtime

@@ -3,13 +3,14 @@
 //! lookups read, through a parse cache keyed by each file's mtime and
 //! length.
 
+use super::listing::Listings;
 use super::{ClusterError, ClusterReader, list_answer};
 use crate::catalog::{Catalog, GroupResource};
 use crate::item::{Item, ItemRef};
 use crate::manifests;
 use crate::select::BackupFilter;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
@@ -20,9 +21,23 @@ pub(super) struct CachedFile {
     pub(super) items: Vec<Item>,
 }
 
-/// One directory's listing: its mtime when listed, its manifest files, its
-/// subdirectories.
-type Listing = (Option<SystemTime>, Vec<PathBuf>, Vec<PathBuf>);
+/// Where a list looks: a kind in one namespace.
+#[derive(Hash, PartialEq, Eq)]
+struct Scope {
+    group: String,
+    resource: String,
+    namespace: String,
+}
+
+impl Scope {
+    fn of(id: &ItemRef) -> Scope {
+        Scope {
+            group: id.group.clone(),
+            resource: id.resource.clone(),
+            namespace: id.namespace.clone(),
+        }
+    }
+}
 
 #[derive(Default)]
 pub(super) struct Cache {
@@ -32,13 +47,12 @@ pub(super) struct Cache {
     /// The file's path is shared by its objects' entries (one allocation
     /// per file, not one per object).
     index: HashMap<ItemRef, (Arc<Path>, usize)>,
-    /// Directory listings (files, subdirectories), valid while the
-    /// directory's mtime is unchanged: adding, removing or renaming an entry
-    /// changes it.
-    dirs: HashMap<PathBuf, Listing>,
-    /// Every manifest file under the paths, rebuilt when a listing changes.
-    all: Vec<PathBuf>,
-    all_set: std::collections::HashSet<PathBuf>,
+    /// The same objects by kind and namespace: a plugin listing the pods
+    /// of one namespace (pvc-snapshot does, per claim) reads those, not
+    /// every object of the backup.
+    scopes: HashMap<Scope, HashSet<ItemRef>>,
+    /// Which files there are.
+    listings: Listings,
     /// When a miss last re-checked every file, and how many times one did.
     last_full_scan: Option<std::time::Instant>,
     full_scans: u64,
@@ -49,8 +63,9 @@ pub(super) struct Cache {
     pub(super) spool: Option<Option<Arc<crate::spool::Spool>>>,
 }
 
-/// How often a miss may re-check every manifest file: a file edited in
-/// place to add an object (playing a controller) is seen within this.
+/// How often a miss or a list may re-check every manifest file: a file
+/// edited in place to add an object (playing a controller) is seen within
+/// this. A new file is seen at once.
 pub const MISS_RESCAN: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A directory (or files) of manifests playing the part of a cluster. Every
@@ -74,78 +89,58 @@ fn modified(path: &Path) -> Result<(Option<SystemTime>, u64), ClusterError> {
 }
 
 impl Cache {
-    /// Re-lists the directories under `path` whose mtime changed; returns
-    /// whether any did.
-    fn relist(&mut self, path: &Path) -> Result<bool, ClusterError> {
-        if !path.is_dir() {
-            return Ok(false);
-        }
-        let (mtime, _) = modified(path)?;
-        let mut changed = false;
-        if !self
-            .dirs
-            .get(path)
-            .is_some_and(|(m, _, _)| *m == mtime && mtime.is_some())
-        {
-            let mut files = Vec::new();
-            let mut subdirs = Vec::new();
-            for entry in std::fs::read_dir(path).map_err(ClusterError::io(path))? {
-                let entry = entry.map_err(ClusterError::io(path))?;
-                // The entry's type as the directory listing gives it, with
-                // no `stat` per entry (an overlay directory of thousands of
-                // created objects is re-listed on every create); a symlink
-                // is followed, as before.
-                let is_dir = match entry.file_type() {
-                    Ok(t) if !t.is_symlink() => t.is_dir(),
-                    _ => entry.path().is_dir(),
-                };
-                let entry = entry.path();
-                if is_dir {
-                    subdirs.push(entry);
-                } else if manifests::is_manifest(&entry) {
-                    files.push(entry);
-                }
-            }
-            files.sort();
-            subdirs.sort();
-            self.dirs
-                .insert(path.to_path_buf(), (mtime, files, subdirs));
-            changed = true;
-        }
-        for sub in self.dirs[path].2.clone() {
-            changed |= self.relist(&sub)?;
-        }
-        Ok(changed)
-    }
-
-    fn collect(&self, path: &Path, out: &mut Vec<PathBuf>) {
-        match self.dirs.get(path) {
-            None => out.push(path.to_path_buf()),
-            Some((_, files, subdirs)) => {
-                out.extend(files.iter().cloned());
-                for sub in subdirs {
-                    self.collect(sub, out);
+    /// Forgets what `file` held when it was last read: the index entries
+    /// that still point at it (an object that moved on points elsewhere).
+    fn forget_items(&mut self, file: &Path) {
+        let Some(old) = self.files.remove(file) else {
+            return;
+        };
+        for item in old.items {
+            if self.index.get(&item.id).is_some_and(|(f, _)| **f == *file) {
+                self.index.remove(&item.id);
+                let scope = Scope::of(&item.id);
+                if let Some(ids) = self.scopes.get_mut(&scope) {
+                    ids.remove(&item.id);
+                    if ids.is_empty() {
+                        self.scopes.remove(&scope);
+                    }
                 }
             }
         }
     }
 
-    /// Brings the list of files up to date: a `stat` per directory.
-    /// Returns whether the listing changed.
-    fn update_listing(&mut self, paths: &[PathBuf]) -> Result<bool, ClusterError> {
-        let mut changed = self.all.is_empty();
-        for path in paths {
-            changed |= self.relist(path)?;
+    /// Whether a full scan ran within [`MISS_RESCAN`].
+    fn scanned_recently(&self) -> bool {
+        self.last_full_scan
+            .is_some_and(|at| at.elapsed() < MISS_RESCAN)
+    }
+
+    /// Reads the files new to the listing when `recent`; otherwise checks
+    /// every file, re-reading those that changed.
+    fn scan(&mut self, recent: bool, catalog: &Catalog) -> Result<(), ClusterError> {
+        let files = if recent {
+            self.listings.take_unread()
+        } else {
+            self.listings.all_sorted()
+        };
+        for file in files {
+            self.refresh(&file, catalog)?;
         }
-        if changed {
-            let mut all = Vec::new();
-            for path in paths {
-                self.collect(path, &mut all);
-            }
-            self.all_set = all.iter().cloned().collect();
-            self.all = all;
+        if !recent {
+            self.last_full_scan = Some(std::time::Instant::now());
+            self.full_scans += 1;
         }
-        Ok(changed)
+        Ok(())
+    }
+
+    /// The object, if the file it was last read from is still listed.
+    fn lookup_listed(&self, id: &ItemRef) -> Option<&Item> {
+        let (file, _) = self.index.get(id)?;
+        if self.listings.contains(file) {
+            self.lookup(id)
+        } else {
+            None
+        }
     }
 
     /// Re-reads a file if it changed since it was parsed.
@@ -154,11 +149,7 @@ impl Cache {
             Ok(m) => m,
             Err(_) => {
                 // Gone: forget what it held.
-                if let Some(old) = self.files.remove(file) {
-                    for item in old.items {
-                        self.index.remove(&item.id);
-                    }
-                }
+                self.forget_items(file);
                 return Ok(());
             }
         };
@@ -177,10 +168,15 @@ impl Cache {
             // Kept for the whole backup: without the slack of its growth
             // (up to half again), and the index grown once, not doubled.
             items.shrink_to_fit();
+            self.forget_items(file);
             self.index.reserve(items.len());
             let shared: Arc<Path> = Arc::from(file);
             for (at, item) in items.iter().enumerate() {
                 self.index.insert(item.id.clone(), (shared.clone(), at));
+                self.scopes
+                    .entry(Scope::of(&item.id))
+                    .or_default()
+                    .insert(item.id.clone());
             }
             self.files.insert(
                 file.to_path_buf(),
@@ -262,13 +258,13 @@ impl ManifestCluster {
     fn get_unchanged(&self, id: &ItemRef) -> Option<Item> {
         let (file, file_stamp) = {
             let cache = self.cache.read().ok()?;
-            if cache.all.is_empty() {
+            if !cache.listings.listed_once() {
                 return None;
             }
             let (file, _) = cache
                 .index
                 .get(id)
-                .filter(|(f, _)| cache.all_set.contains(&**f))?;
+                .filter(|(f, _)| cache.listings.contains(f))?;
             let cached = cache.files.get(&**file)?;
             (file.clone(), (cached.modified, cached.len))
         };
@@ -304,10 +300,10 @@ impl ManifestCluster {
         // file is re-read so that concurrent lookups do not parse it twice
         // (atomicity is the point: listing, files and index change together).
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
-        let relisted = cache.update_listing(&self.lookup_paths)?;
+        let relisted = cache.listings.update(&self.lookup_paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some((file, _)) = cache.index.get(id).cloned()
-            && cache.all_set.contains(&*file)
+            && cache.listings.contains(&file)
         {
             cache.refresh(&file, self.catalog)?;
             if let Some(found) = cache.lookup(id) {
@@ -318,40 +314,16 @@ impl ManifestCluster {
         // At most once per MISS_RESCAN unless the listing changed: misses
         // in between (a plugin asking for names that do not exist, as fast
         // as it can) are answered from the last scan instead of each
-        // taking a `stat` of every file under the write lock.
-        let recent = cache
-            .last_full_scan
-            .is_some_and(|at| at.elapsed() < MISS_RESCAN);
+        // taking a `stat` of every file under the write lock. Within the
+        // period only the files new to the listing are read (a plugin
+        // creating thousands of objects, one overlay file each, looks each
+        // up first), and edits in place wait for the next full scan.
+        let recent = cache.scanned_recently();
         if recent && !relisted {
             return Ok(None);
         }
-        // Within the period only the listing changed: the files new to it
-        // are read, and edits in place wait for the next full scan, as they
-        // do for any miss within the period. (A plugin creating thousands of
-        // objects, one overlay file each, each create looking its object up
-        // first, had made every create stat every file.)
-        let files: Vec<PathBuf> = cache
-            .all
-            .iter()
-            .filter(|f| !recent || !cache.files.contains_key(*f))
-            .cloned()
-            .collect();
-        for file in files {
-            cache.refresh(&file, self.catalog)?;
-        }
-        if !recent {
-            cache.last_full_scan = Some(std::time::Instant::now());
-            cache.full_scans += 1;
-        }
-        let listed = cache
-            .index
-            .get(id)
-            .is_some_and(|(f, _)| cache.all_set.contains(&**f));
-        Ok(if listed {
-            cache.lookup(id).cloned()
-        } else {
-            None
-        })
+        cache.scan(recent, self.catalog)?;
+        Ok(cache.lookup_listed(id).cloned())
     }
 }
 
@@ -369,7 +341,7 @@ impl ClusterReader for ManifestCluster {
         // The write lock is held across the reads, as in `find`: listing,
         // files and index change together.
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
-        cache.update_listing(&self.lookup_paths)?;
+        cache.listings.update(&self.lookup_paths)?;
         let mut items = Vec::new();
         for file in &files {
             cache.refresh(file, self.catalog)?;
@@ -405,7 +377,8 @@ impl ClusterReader for ManifestCluster {
         self.get_item(id)
     }
 
-    /// Every file under the sources and the overlay, as they are now.
+    /// Every file under the sources and the overlay: new files at once,
+    /// files edited in place within [`MISS_RESCAN`], as for a miss.
     fn list_within(
         &self,
         gr: &GroupResource,
@@ -417,21 +390,22 @@ impl ClusterReader for ManifestCluster {
         // The write lock, as in `find`: listing, files and index change
         // together.
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
-        cache.update_listing(&self.lookup_paths)?;
-        for file in cache.all.clone() {
-            cache.refresh(&file, self.catalog)?;
-        }
+        cache.listings.update(&self.lookup_paths)?;
+        let recent = cache.scanned_recently();
+        cache.scan(recent, self.catalog)?;
         let found: Vec<Item> = cache
-            .index
+            .scopes
             .iter()
-            .filter(|(id, (file, _))| {
-                id.group == gr.group
-                    && id.resource == gr.resource
-                    && (namespace.is_empty() || id.namespace == namespace)
-                    && cache.all_set.contains(&**file)
+            .filter(|(scope, _)| {
+                scope.group == gr.group
+                    && scope.resource == gr.resource
+                    && (namespace.is_empty() || scope.namespace == namespace)
             })
-            .filter_map(|(id, _)| cache.lookup(id))
-            .filter(|item| selector.matches(&item.labels()))
+            .flat_map(|(_, ids)| ids)
+            .filter_map(|id| cache.lookup_listed(id))
+            // An empty selector takes every object without reading its
+            // labels (from the spool, for each object listed).
+            .filter(|item| selector.is_empty() || selector.matches(&item.labels()))
             .cloned()
             .collect();
         // Texts are read (from the spool) outside the lock.

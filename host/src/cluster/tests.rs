@@ -274,3 +274,103 @@ fn the_cache_holds_positions_not_bodies() {
     );
     assert!(cache.spool.as_ref().unwrap().as_ref().unwrap().len() > 200 * 500);
 }
+
+/// File times come from a coarse clock: a file added within the tick of
+/// the directory's mtime the cache saw leaves that mtime as it was (played
+/// here by setting it back). A listing taken while the mtime was that
+/// recent does not vouch for the directory, so the file is found.
+#[test]
+fn a_file_added_within_the_listings_mtime_tick_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str| {
+        std::fs::write(
+            dir.path().join(format!("{name}.yaml")),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: shop}}\n"
+            ),
+        )
+        .unwrap();
+    };
+    write("first");
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let id = |name: &str| ItemRef::new("", "configmaps", "shop", name);
+    assert!(cluster.get(&id("first")).unwrap().is_some());
+    let seen = std::fs::metadata(dir.path()).unwrap().modified().unwrap();
+    write("second");
+    std::fs::File::open(dir.path())
+        .unwrap()
+        .set_modified(seen)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(dir.path()).unwrap().modified().unwrap(),
+        seen
+    );
+    assert!(cluster.get(&id("second")).unwrap().is_some());
+}
+
+/// A list reads the objects of its kind and namespace only, as the files
+/// are: a new file's objects at once, a removed file's gone, an object
+/// that moved to another file listed once.
+#[test]
+fn a_list_answers_its_scope_as_the_files_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = |kind: &str, ns: &str, name: &str| {
+        format!("apiVersion: v1\nkind: {kind}\nmetadata: {{name: {name}, namespace: {ns}}}\n")
+    };
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        [
+            doc("Pod", "shop", "web-1"),
+            doc("Pod", "bank", "teller"),
+            doc("ConfigMap", "shop", "web-1"),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let everything: crate::select::LabelSelector = "".parse().unwrap();
+    let names = |ns: &str| -> Vec<String> {
+        cluster
+            .list_within(
+                &gr("", "pods"),
+                ns,
+                &everything,
+                100,
+                std::time::Duration::from_secs(1),
+            )
+            .unwrap()
+            .iter()
+            .map(|text| {
+                let v: Value = serde_json::from_str(text).unwrap();
+                format!(
+                    "{}/{}",
+                    v["metadata"]["namespace"].as_str().unwrap(),
+                    v["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(names("shop"), ["shop/web-1"]);
+    assert_eq!(names(""), ["bank/teller", "shop/web-1"]);
+    std::fs::write(dir.path().join("b.yaml"), doc("Pod", "shop", "web-2")).unwrap();
+    assert_eq!(names("shop"), ["shop/web-1", "shop/web-2"]);
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    assert_eq!(names("shop"), ["shop/web-1"]);
+    // web-1 moves from a.yaml to c.yaml.
+    std::fs::write(dir.path().join("c.yaml"), doc("Pod", "shop", "web-1")).unwrap();
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        [
+            doc("Pod", "bank", "teller"),
+            doc("ConfigMap", "shop", "web-1"),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    std::thread::sleep(MISS_RESCAN);
+    assert_eq!(names("shop"), ["shop/web-1"]);
+    std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
+    std::thread::sleep(MISS_RESCAN);
+    assert!(names("shop").is_empty());
+    assert_eq!(names("bank"), ["bank/teller"]);
+}
