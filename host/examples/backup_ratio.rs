@@ -7,7 +7,7 @@
 //! absolute figures.
 //!
 //! `cargo run --release -p iar --example backup_ratio -- [--rounds N]
-//! [--workers 1,2] [--only three|none]`
+//! [--workers 1,2] [--only three|none|<plugin>,...]`
 
 use iar::backup::object::BackupPhase;
 use std::time::{Duration, Instant};
@@ -24,8 +24,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let mut rounds = 5;
     let mut workers = vec![1, 2];
-    // `--only three|none`: back up one side only, for a profiler.
-    let mut only: Option<bool> = None;
+    // `--only three|none|labels,pod-volumes,...`: back up with those
+    // plugins only, timed, for a profiler or to tell the plugins' shares.
+    let mut only: Option<Vec<usize>> = None;
+    const NAMES: [&str; 3] = ["labels", "pod-volumes", "pvc-snapshot"];
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -45,9 +47,18 @@ fn main() {
             }
             "--only" => {
                 only = Some(match args.next().as_deref() {
-                    Some("three") => true,
-                    Some("none") => false,
-                    _ => panic!("--only three|none"),
+                    Some("three") => vec![0, 1, 2],
+                    Some("none") => vec![],
+                    Some(list) => list
+                        .split(',')
+                        .map(|n| {
+                            NAMES
+                                .iter()
+                                .position(|known| *known == n)
+                                .unwrap_or_else(|| panic!("--only: {n} is not one of {NAMES:?}"))
+                        })
+                        .collect(),
+                    None => panic!("--only three|none|<plugin>,..."),
                 })
             }
             other => panic!("unknown argument {other}"),
@@ -72,15 +83,18 @@ fn main() {
         let took = start.elapsed();
         assert_eq!(object.status.phase, BackupPhase::Completed);
         assert_eq!(object.status.progress.items_backed_up, ITEMS as u64);
-        let operations = if plugins.is_empty() { 0 } else { PER_KIND };
+        // pvc-snapshot starts one operation per claim.
+        let snapshots = plugins.iter().any(|p| p.name().contains("pvc_snapshot"));
+        let operations = if snapshots { PER_KIND } else { 0 };
         assert_eq!(
             object.status.backup_item_operations_completed,
             operations as u64
         );
         took
     };
-    if let Some(three) = only {
-        let side: &[iar::Plugin] = if three { &plugins } else { &[] };
+    if let Some(chosen) = only {
+        let side: Vec<iar::Plugin> = chosen.iter().map(|&i| plugins[i].clone()).collect();
+        let side = &side[..];
         for &w in &workers {
             for _ in 0..rounds {
                 let took = backup(side, w);
