@@ -10,7 +10,8 @@
 //! are medians of per-round ratios.
 //!
 //! `cargo run --release -p iar --example compare -- [--velero anchor.json]
-//! [--rounds N] [--calls N] [--profile native|work|reused|fresh|on-demand|instantiate]`; with `--velero`, the Velero anchor's figures
+//! [--rounds N] [--calls N] [--plugin labels.wasm]
+//! [--profile native|work|reused|fresh|on-demand|instantiate]`; with `--velero`, the Velero anchor's figures
 //! (`bench/velero`, JSON) are printed in the same table.
 
 use iar::catalog::Catalog;
@@ -72,6 +73,9 @@ struct Args {
     /// `instantiate`) for `--calls` calls
     /// and exit: what `perf record` is pointed at.
     profile: Option<String>,
+    /// Another build of the labels plugin (`--plugin path.wasm`): the same
+    /// rows for it, e.g. one built without WASI imports.
+    plugin: Option<String>,
 }
 
 fn args() -> Args {
@@ -81,6 +85,7 @@ fn args() -> Args {
         calls: 200,
         starts: 20,
         profile: None,
+        plugin: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -91,6 +96,7 @@ fn args() -> Args {
             "--calls" => a.calls = value().parse().expect("--calls N"),
             "--starts" => a.starts = value().parse().expect("--starts N"),
             "--profile" => a.profile = Some(value()),
+            "--plugin" => a.plugin = Some(value()),
             "--bench" => {} // cargo passes it to examples run as benches
             other => panic!("unknown argument {other}"),
         }
@@ -129,7 +135,11 @@ fn main() {
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let path = std::path::Path::new(iar_tests::artifacts::LABELS);
+    let path = std::path::Path::new(
+        args.plugin
+            .as_deref()
+            .unwrap_or(iar_tests::artifacts::LABELS),
+    );
     let plugin = Plugin::from_file(&runtime, path, bench_settings()).unwrap();
     assert_eq!(runtime.compiles(), 1);
 
