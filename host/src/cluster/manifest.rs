@@ -293,6 +293,19 @@ impl ManifestCluster {
     }
 
     fn find_item(&self, id: &ItemRef) -> Result<Option<Item>, ClusterError> {
+        self.find_item_in(id, &self.lookup_paths)
+    }
+
+    /// The object as the sources hold it, the overlay's directories not
+    /// re-listed (see [`overlay`](super::overlay)'s create).
+    pub(super) fn get_from_sources(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
+        Ok(self
+            .find_item_in(id, &self.paths)?
+            .map(|item| item.value().clone()))
+    }
+
+    /// Finds `id`, re-listing the directories of `paths` first.
+    fn find_item_in(&self, id: &ItemRef, paths: &[PathBuf]) -> Result<Option<Item>, ClusterError> {
         if let Some(found) = self.get_unchanged(id) {
             return Ok(Some(found));
         }
@@ -300,7 +313,7 @@ impl ManifestCluster {
         // file is re-read so that concurrent lookups do not parse it twice
         // (atomicity is the point: listing, files and index change together).
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
-        let relisted = cache.listings.update(&self.lookup_paths)?;
+        let relisted = cache.listings.update(paths)?;
         // Fast path: the file that held the object, if it is still listed.
         if let Some((file, _)) = cache.index.get(id).cloned()
             && cache.listings.contains(&file)

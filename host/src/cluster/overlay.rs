@@ -128,7 +128,16 @@ impl ClusterWriter for ManifestCluster {
         let Some(dir) = &self.overlay else {
             return Err(ClusterError::ReadOnly);
         };
-        if let Some(existing) = self.get(id)? {
+        // Whether it exists: the overlay keeps an object in its own file
+        // only, so its other files are not looked through; the sources
+        // are. (A plugin filling the overlay, one file per create, had
+        // made every create re-list a directory of all the files before.)
+        let existing = if path_of(dir, id).exists() {
+            self.get(id)?
+        } else {
+            self.get_from_sources(id)?
+        };
+        if let Some(existing) = existing {
             return Ok(Created::Existing(existing));
         }
         let now = SystemTime::now();

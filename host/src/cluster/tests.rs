@@ -374,3 +374,42 @@ fn a_list_answers_its_scope_as_the_files_are() {
     assert!(names("shop").is_empty());
     assert_eq!(names("bank"), ["bank/teller"]);
 }
+
+/// A create answers an object that exists, in the sources (a file added
+/// since included) or in the overlay, with that object, and writes
+/// nothing; a new one is written to its overlay file and read at once.
+#[test]
+fn an_overlay_create_finds_what_exists_and_writes_what_does_not() {
+    use crate::cluster::{ClusterWriter, Created};
+    let sources = tempfile::tempdir().unwrap();
+    let overlay = tempfile::tempdir().unwrap();
+    let doc = |name: &str, says: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: shop}}\ndata: {{says: {says}}}\n"
+        )
+    };
+    std::fs::write(sources.path().join("a.yaml"), doc("in-source", "source")).unwrap();
+    let cluster = ManifestCluster::new(vec![sources.path().to_path_buf()])
+        .with_overlay(overlay.path().join("objects"));
+    let id = |name: &str| ItemRef::new("", "configmaps", "shop", name);
+    let object = |name: &str| -> Value { serde_yaml::from_str(&doc(name, "plugin")).unwrap() };
+    let create = |name: &str| {
+        cluster
+            .create_within(&id(name), object(name), std::time::Duration::from_secs(1))
+            .unwrap()
+    };
+    let says = |created: Created| match created {
+        Created::New(v) => format!("new {}", v["data"]["says"]),
+        Created::Existing(v) => format!("existing {}", v["data"]["says"]),
+    };
+    assert_eq!(says(create("in-source")), "existing \"source\"");
+    assert!(!overlay::path_of(&overlay.path().join("objects"), &id("in-source")).exists());
+    assert_eq!(says(create("new")), "new \"plugin\"");
+    assert_eq!(
+        cluster.get(&id("new")).unwrap().unwrap()["data"]["says"],
+        "plugin"
+    );
+    assert_eq!(says(create("new")), "existing \"plugin\"");
+    std::fs::write(sources.path().join("b.yaml"), doc("late", "source")).unwrap();
+    assert_eq!(says(create("late")), "existing \"source\"");
+}
