@@ -14,7 +14,8 @@
 //! `list`). A claim whose volume is not CSI is left to other actions, and
 //! so is one a pod's volume sends to a file-system backup (its opt-in
 //! annotation, or `defaultVolumesToFsBackup` without its opt-out), as
-//! Velero's CSI action leaves it: a volume is never both.
+//! Velero's CSI action leaves it: a volume is never both. A namespace's
+//! pods are listed once per backup, for all its claims.
 //!
 //! `progress` reads the VolumeSnapshot: the operation has started once it
 //! exists and is complete when `status.readyToUse` is true, or has failed
