@@ -52,54 +52,114 @@ pub(super) fn resource_key(item: &Item) -> String {
 /// tarball as one member, which finalize then rewrites whole.
 pub(super) struct ContentsSink {
     state: Mutex<SinkState>,
+    head: HeadWriter,
 }
 
 struct SinkState {
-    head: tarball::StreamWriter,
     tail: Vec<(String, EntryBytes)>,
     post_operation: HashSet<ItemRef>,
     /// The resource-list keys seen so far, each kept once and shared by
     /// the outcomes of its kind.
     keys: HashSet<Arc<str>>,
-    /// The first write that failed: the tarball is then not written.
-    failed: Option<std::io::Error>,
+}
+
+/// How many entries may wait for the head's compressor: past that, a
+/// worker waits (its items are the memory the queue holds).
+const HEAD_QUEUE: usize = 256;
+
+/// The head member, compressed on a thread of its own: a gzip stream takes
+/// its bytes in order, and compressing under the sink's lock had made two
+/// item-block workers queue for it (a backup without plugins ran slower on
+/// two workers than on one). Workers hand it entries through a bounded
+/// queue and go on.
+struct HeadWriter {
+    queue: std::sync::mpsc::SyncSender<(String, EntryBytes)>,
+    /// The writer, and the first write that failed (the tarball is then
+    /// not written).
+    thread: std::thread::JoinHandle<(tarball::StreamWriter, Option<std::io::Error>)>,
+}
+
+impl HeadWriter {
+    fn start(mut head: tarball::StreamWriter) -> std::io::Result<HeadWriter> {
+        let (queue, entries) = std::sync::mpsc::sync_channel::<(String, EntryBytes)>(HEAD_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("iar-tarball".into())
+            .spawn(move || {
+                let mut failed = None;
+                for (path, bytes) in entries {
+                    if failed.is_none()
+                        && let Err(e) = head.append(&path, bytes.as_ref())
+                    {
+                        failed = Some(e);
+                    }
+                }
+                (head, failed)
+            })?;
+        Ok(HeadWriter { queue, thread })
+    }
+
+    fn send(&self, entries: impl IntoIterator<Item = (String, EntryBytes)>) {
+        for entry in entries {
+            // The compressor runs until the queue is dropped, so a send
+            // fails only if it panicked, which `finish` reports.
+            let _ = self.queue.send(entry);
+        }
+    }
+
+    /// Waits for every queued entry to be compressed.
+    fn finish(self) -> std::io::Result<tarball::StreamWriter> {
+        let HeadWriter { queue, thread } = self;
+        drop(queue);
+        let (head, failed) = thread
+            .join()
+            .map_err(|_| std::io::Error::other("the tarball's compressor panicked"))?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(head),
+        }
+    }
+}
+
+/// The post-operation items `outcome`'s operations name.
+fn named_by(outcome: &ItemOutcome) -> impl Iterator<Item = ItemRef> + '_ {
+    outcome
+        .operations
+        .iter()
+        .flat_map(|op| op.post_operation_items.iter().cloned())
 }
 
 impl ContentsSink {
     /// A tarball that starts with the format version, as Velero's does.
-    pub(super) fn new() -> ContentsSink {
+    pub(super) fn new() -> std::io::Result<ContentsSink> {
         let mut head = tarball::StreamWriter::new();
-        let failed = head.append(tarball::VERSION_PATH, tarball::VERSION).err();
-        ContentsSink {
+        head.append(tarball::VERSION_PATH, tarball::VERSION)?;
+        Ok(ContentsSink {
             state: Mutex::new(SinkState {
-                head,
                 tail: Vec::new(),
                 post_operation: HashSet::new(),
                 keys: HashSet::new(),
-                failed,
             }),
-        }
+            head: HeadWriter::start(head)?,
+        })
     }
 
     /// Writes `outcome`'s stored item (if any) and drops it, leaving what
     /// the backup still needs in `outcome.written`. An item whose identity
     /// makes no tarball path gets an error instead.
     ///
-    /// The lock is held while the entries are compressed: a gzip stream
-    /// takes its bytes in order. No I/O happens under it (the head is
-    /// memory).
+    /// The lock is held only to decide where the item goes; a head
+    /// item's entries are compressed by the [`HeadWriter`].
     pub(super) fn take(&self, outcome: &mut ItemOutcome) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.post_operation.extend(
-            outcome
-                .operations
-                .iter()
-                .flat_map(|op| op.post_operation_items.iter().cloned()),
-        );
         let Some(item) = outcome.stored.take() else {
+            self.lock().post_operation.extend(named_by(outcome));
             return;
         };
-        let entries = match archive_entries(&outcome.id, &item) {
+        let entries = archive_entries(&outcome.id, &item);
+        let key = resource_key(&item);
+        drop(item);
+        let mut state = self.lock();
+        state.post_operation.extend(named_by(outcome));
+        let entries = match entries {
             Ok(entries) => entries,
             Err(e) => {
                 outcome.errors.push(e);
@@ -107,16 +167,9 @@ impl ContentsSink {
             }
         };
         let in_head = !state.post_operation.contains(&outcome.id);
-        if in_head {
-            for (path, bytes) in &entries {
-                if let Err(e) = state.head.append(path, bytes.as_ref()) {
-                    state.failed.get_or_insert(e);
-                }
-            }
-        } else {
-            state.tail.extend(entries);
+        if !in_head {
+            state.tail.extend(entries.clone());
         }
-        let key = resource_key(&item);
         let resource_key = match state.keys.get(key.as_str()) {
             Some(shared) => shared.clone(),
             None => {
@@ -125,16 +178,24 @@ impl ContentsSink {
                 shared
             }
         };
+        drop(state);
+        if in_head {
+            self.head.send(entries);
+        }
         outcome.written = Some(WrittenItem {
             resource_key,
             in_head,
         });
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Whether an item written into the head was named a post-operation
     /// item afterwards (see [`ContentsSink`]).
     pub(super) fn late_post_operation_items(&self, outcomes: &[ItemOutcome]) -> bool {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.lock();
         !state.post_operation.is_empty()
             && outcomes.iter().any(|o| {
                 o.written.as_ref().is_some_and(|w| w.in_head)
@@ -146,10 +207,7 @@ impl ContentsSink {
     /// in one member when `late` (see [`ContentsSink`]).
     pub(super) fn finish(self, late: bool) -> std::io::Result<Vec<u8>> {
         let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = state.failed {
-            return Err(e);
-        }
-        let contents = state.head.finish(state.tail)?;
+        let contents = self.head.finish()?.finish(state.tail)?;
         if late {
             tarball::one_member(&contents)
         } else {
@@ -208,7 +266,7 @@ mod tests {
     /// outcome per item until the pass ends (issue 21's memory goal).
     #[test]
     fn a_written_outcome_keeps_little_and_shares_its_key() {
-        let sink = ContentsSink::new();
+        let sink = ContentsSink::new().unwrap();
         let mut outcomes: Vec<ItemOutcome> = (0..3)
             .map(|i| outcome("ConfigMap", "configmaps", &format!("cm-{i}")))
             .collect();
@@ -234,7 +292,7 @@ mod tests {
     /// alone; the version file comes first.
     #[test]
     fn items_are_written_as_they_come_and_post_operation_items_last() {
-        let sink = ContentsSink::new();
+        let sink = ContentsSink::new().unwrap();
         let snapshot = outcome("VolumeSnapshot", "volumesnapshots", "snap");
         let mut outcomes = vec![
             naming(
@@ -276,7 +334,7 @@ mod tests {
     /// so the new version replaces it instead of being added beside it.
     #[test]
     fn a_post_operation_item_named_late_makes_one_member() {
-        let sink = ContentsSink::new();
+        let sink = ContentsSink::new().unwrap();
         let snapshot = outcome("VolumeSnapshot", "volumesnapshots", "snap");
         let claim = naming(
             outcome("PersistentVolumeClaim", "persistentvolumeclaims", "data"),

@@ -349,7 +349,11 @@ impl PhaseMachine {
     ) -> Result<(PassOutput, Arc<ContentsSink>), PhaseError> {
         let name = run.name();
         let progress = Arc::new(PassProgress::default());
-        let contents = Arc::new(ContentsSink::new());
+        let contents = Arc::new(ContentsSink::new().map_err(|source| PhaseError::Io {
+            name: name.to_string(),
+            what: "starting the tarball",
+            source,
+        })?);
         let pass = self.run_pass(
             name,
             items,
