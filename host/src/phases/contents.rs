@@ -360,4 +360,28 @@ mod tests {
             .collect::<Vec<_>>();
         assert_eq!(snapshots, [(snapshots[0].0.clone(), b"{}".to_vec())]);
     }
+
+    /// Workers taking items at once, more than the compressor's queue
+    /// holds: every item is in the tarball once, under both its paths.
+    #[test]
+    fn items_taken_by_many_workers_are_each_written_once() {
+        let sink = ContentsSink::new().unwrap();
+        std::thread::scope(|s| {
+            for worker in 0..3 {
+                let sink = &sink;
+                s.spawn(move || {
+                    for i in 0..HEAD_QUEUE {
+                        let mut o = outcome("ConfigMap", "configmaps", &format!("cm-{worker}-{i}"));
+                        sink.take(&mut o);
+                        assert!(o.written.as_ref().unwrap().in_head);
+                    }
+                });
+            }
+        });
+        let all = paths(&sink.finish(false).unwrap());
+        assert_eq!(all[0], tarball::VERSION_PATH);
+        let unique: std::collections::BTreeSet<&String> = all.iter().collect();
+        assert_eq!(all.len(), 1 + 2 * 3 * HEAD_QUEUE);
+        assert_eq!(unique.len(), all.len());
+    }
 }
