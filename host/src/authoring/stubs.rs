@@ -142,7 +142,7 @@ impl ClusterReader for StrictCluster {
                     && (namespace.is_empty() || id.namespace == namespace)
             })
             .filter_map(|(id, object)| Some(Item::with_id(id.clone(), object.clone()?)))
-            .filter(|item| selector.matches(&item.labels()))
+            .filter(|item| selector.matches_with(|| item.labels()))
             .collect();
         crate::cluster::list_answer(gr, found, limit)
     }

@@ -416,9 +416,7 @@ impl ClusterReader for ManifestCluster {
             })
             .flat_map(|(_, ids)| ids)
             .filter_map(|id| cache.lookup_listed(id))
-            // An empty selector takes every object without reading its
-            // labels (from the spool, for each object listed).
-            .filter(|item| selector.is_empty() || selector.matches(&item.labels()))
+            .filter(|item| selector.matches_with(|| item.labels()))
             .cloned()
             .collect();
         // Texts are read (from the spool) outside the lock.

@@ -95,7 +95,7 @@ impl CompiledSelector {
         } else {
             self.namespaces.should_include(namespace)
         };
-        namespace_ok && (self.labels.is_empty() || self.labels.matches(&labels()))
+        namespace_ok && self.labels.matches_with(labels)
     }
 }
 

@@ -48,6 +48,13 @@ impl LabelSelector {
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
+
+    /// [`matches`](Self::matches) the labels `labels` gives, asked for
+    /// only when there is a requirement to test: an item's labels may be
+    /// read back from the spool, and the empty selector needs none.
+    pub fn matches_with(&self, labels: impl FnOnce() -> BTreeMap<String, String>) -> bool {
+        self.is_empty() || self.matches(&labels())
+    }
 }
 
 impl Requirement {
