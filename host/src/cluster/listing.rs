@@ -78,12 +78,11 @@ impl Listings {
     }
 
     fn add(&mut self, file: PathBuf) -> bool {
-        if self.files.contains(file.as_os_str()) {
-            return false;
+        let added = self.files.insert(file.as_os_str().to_owned());
+        if added {
+            self.unread.push(file);
         }
-        self.files.insert(file.clone().into_os_string());
-        self.unread.push(file);
-        true
+        added
     }
 
     fn remove(&mut self, file: &Path) -> bool {

@@ -167,9 +167,12 @@ impl ContentsSink {
             }
         };
         let in_head = !state.post_operation.contains(&outcome.id);
-        if !in_head {
-            state.tail.extend(entries.clone());
-        }
+        let head_entries = if in_head {
+            Some(entries)
+        } else {
+            state.tail.extend(entries);
+            None
+        };
         let resource_key = match state.keys.get(key.as_str()) {
             Some(shared) => shared.clone(),
             None => {
@@ -179,7 +182,7 @@ impl ContentsSink {
             }
         };
         drop(state);
-        if in_head {
+        if let Some(entries) = head_entries {
             self.head.send(entries);
         }
         outcome.written = Some(WrittenItem {
