@@ -2,6 +2,8 @@
 //! Rust in process (the baseline), by the wasm plugin on a reused instance,
 //! and on a fresh instance per call. Run with `cargo bench -p iar --bench execute`;
 //! compare the three in the same run (the machines are shared and noisy).
+//! Then the boundary's scan of a returned item on the same Pod: the fast
+//! path against the serde path it falls back to and a `Value` parse.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use iar::catalog::Catalog;
@@ -52,6 +54,19 @@ fn bench(c: &mut Criterion) {
                     .unwrap(),
             )
         })
+    });
+    group.finish();
+
+    let text: &str = item.json();
+    let mut group = c.benchmark_group(format!("scan-pod-{}B", text.len()));
+    group.bench_function("scan", |b| {
+        b.iter(|| black_box(iar::item_scan::scan(black_box(text)).unwrap()))
+    });
+    group.bench_function("scan-by-serde", |b| {
+        b.iter(|| black_box(iar::item_scan::by_serde(black_box(text)).unwrap()))
+    });
+    group.bench_function("value-parse", |b| {
+        b.iter(|| black_box(black_box(text).parse::<serde_json::Value>().unwrap()))
     });
     group.finish();
 }

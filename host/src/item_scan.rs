@@ -3,17 +3,21 @@
 //! parsing it into a `Value` (which cost the host more than the rest of the
 //! call together).
 //!
-//! The scan goes through serde_json's own `deserialize_any`, the path
-//! `Value` is parsed by, with visitors that keep only four strings; so it
-//! accepts exactly the texts `Value` accepts (same string escapes, number
-//! ranges, nesting limit, trailing characters) and, for duplicate keys,
-//! keeps the last as `Value` does. `Item::value` relies on that: a text
-//! the scan accepted parses.
+//! The scan accepts exactly the texts `Value` accepts (same string escapes,
+//! number ranges, nesting limit, trailing characters) and, for duplicate
+//! keys, keeps the last as `Value` does. `Item::value` relies on that: a
+//! text the scan accepted parses. Two paths: [`by_serde`] goes through
+//! serde_json's own `deserialize_any`, the path `Value` is parsed by, with
+//! visitors that keep only four strings; it is the judge. A byte-level
+//! fast path (`fast.rs`) reads the common subset first (most of a call's
+//! boundary cost was the serde pass) and hands anything else to it.
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
+
+mod fast;
 
 /// The fields the boundary compares, each "" when missing or not a string
 /// (what a JSON-pointer lookup on the parsed value gives).
@@ -107,6 +111,15 @@ pub enum Scanned<'a> {
 /// Scans `text`: an error when it is not one JSON value, else whether it is
 /// an object and, if so, its identity.
 pub fn scan(text: &str) -> Result<Scanned<'_>, serde_json::Error> {
+    match fast::scan(text) {
+        Some(scanned) => Ok(scanned),
+        None => by_serde(text),
+    }
+}
+
+/// The same answer as [`scan`], through serde_json alone: what the fast
+/// path is checked against, and the baseline of its benchmark.
+pub fn by_serde(text: &str) -> Result<Scanned<'_>, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
     let scanned = de.deserialize_any(Root)?;
     de.end()?;
@@ -320,18 +333,91 @@ mod tests {
         assert!(matches!(interned(&long), Cow::Owned(s) if s == long));
     }
 
-    /// The scan and `Value` agree on whether `text` is JSON, whether it is
-    /// an object, and the object's identity.
+    /// The scan (both paths, and the fast one whenever it answers) and
+    /// `Value` agree on whether `text` is JSON, whether it is an object,
+    /// and the object's identity.
     fn agrees(text: &str) {
         let parsed = text.parse::<Value>();
-        match (scan(text), parsed) {
+        let check = |path: &str, got: Result<Scanned, serde_json::Error>| match (got, &parsed) {
             (Ok(Scanned::Object(id)), Ok(v)) => {
-                assert!(v.is_object(), "{text}");
-                assert_eq!(id, Identity::of(&v), "{text}");
+                assert!(v.is_object(), "{path}: {text}");
+                assert_eq!(id, Identity::of(v), "{path}: {text}");
             }
-            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{text}"),
+            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{path}: {text}"),
             (Err(_), Err(_)) => {}
-            (s, p) => panic!("{text:?}: scan {s:?}, Value {p:?}"),
+            (s, p) => panic!("{path}: {text:?}: scan {s:?}, Value {p:?}"),
+        };
+        check("scan", scan(text));
+        check("by_serde", by_serde(text));
+        if let Some(answer) = fast::scan(text) {
+            check("fast", Ok(answer));
+        }
+    }
+
+    #[test]
+    fn the_fast_path_answers_what_kubernetes_objects_are_made_of() {
+        let pod = include_str!("../../examples/bench/pod.json");
+        let compact = serde_json::to_string(&pod.parse::<Value>().unwrap()).unwrap();
+        for text in [
+            pod,
+            &compact,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"n","annotations":{"x":"{\"a\":[1,\"\\u00e9\"]}\n"}},"data":{"k":"caf\u00e9 \/ \t"}}"#,
+            r#"{"spec":{"replicas":3,"ratio":-0.25,"zero":0,"on":true,"off":false,"none":null,"list":[[],{},[1,[2,[3]]]]}}"#,
+            r#"[1,"a",{"b":null}]"#,
+            r#""just a string""#,
+        ] {
+            let fast =
+                fast::scan(text).unwrap_or_else(|| panic!("the fast path gave up on {text}"));
+            assert_eq!(
+                Ok(fast),
+                by_serde(text).map_err(|e| e.to_string()),
+                "{text}"
+            );
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_every_rare_form_to_serde() {
+        let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        let (within, beyond) = (
+            deep(fast::MAX_DEPTH as usize - 2),
+            deep(fast::MAX_DEPTH as usize),
+        );
+        let long = |n: usize| format!("{{\"a\":{}}}", "9".repeat(n));
+        let (short_int, long_int) = (long(fast::MAX_INT_DIGITS), long(fast::MAX_INT_DIGITS + 1));
+        assert!(fast::scan(&within).is_some());
+        assert!(fast::scan(&short_int).is_some());
+        for text in [
+            r#"{"x":1e5}"#,
+            r#"{"x":1.5E-3}"#,
+            r#"{"x":1e400}"#,
+            &long_int,
+            &format!("{{\"a\":1{}}}", "0".repeat(400)),
+            r#"{"kind":"\ud83d\ude00"}"#,
+            r#"{"kind":"\ud800"}"#,
+            r#"{"x":"\udc00"}"#,
+            r#"{"api\u0056ersion":"v1"}"#,
+            r#"{"kind":"P\u006fd"}"#,
+            r#"{"metadata":{"n\u0061me":"a"}}"#,
+            r#"{"metadata":{"name":"a\"b"}}"#,
+            &beyond,
+            &deep(200),
+            "{\"x\":\"a\u{1}b\"}",
+            r#"{"x":"\q"}"#,
+            r#"{"x":"\u12G4"}"#,
+            r#"{"x":"\u+123"}"#,
+            r#"{"x":01}"#,
+            r#"{"x":1.}"#,
+            r#"{"x":-}"#,
+            r#"{"x":tru}"#,
+            r#"{"x":1,}"#,
+            r#"[1,]"#,
+            r#"{"a":1} x"#,
+            "",
+        ] {
+            assert!(fast::scan(text).is_none(), "the fast path answered {text}");
+            agrees(text);
         }
     }
 
@@ -352,6 +438,10 @@ mod tests {
             r#"{"x":1e400}"#,
             r#"{"x":-0.0,"y":18446744073709551616,"z":[null,true,{"q":[]}]}"#,
             r#"{"metadata":[{"name":"a"}]}"#,
+            r#"{"metadata":{},"spec":{"name":"a","namespace":"b"}}"#,
+            r#"{"metadata":{"name":"a"},"spec":{"name":"b"},"status":{"metadata":{"name":"c"}}}"#,
+            r#"{"metadata":{"labels":{"name":"x"},"name":"a"},"metadata":[]}"#,
+            r#"{"kind":"Pod","kind":["x"],"apiVersion":{"kind":"y"}}"#,
             r#"{"apiVersion":null,"kind":{"a":1},"metadata":{"namespace":["x"]}}"#,
             r#"{"a":1} x"#,
             r#"{"a":1,}"#,
@@ -379,10 +469,61 @@ mod tests {
         assert_eq!(id.name, "a\"b");
     }
 
+    /// JSON texts of the forms items are made of, and of the rare ones,
+    /// nested; keys that the scan reads are likely.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,4})?([eE][+-]?[0-9]{1,3})?",
+            "\"([a-z0-9 /.-]|\\\\[\"\\\\/bfnrtq]|\\\\u[0-9a-fdD]{4}){0,6}\"",
+        ];
+        let key = proptest::sample::select(vec![
+            r#""apiVersion""#,
+            r#""kind""#,
+            r#""metadata""#,
+            r#""name""#,
+            r#""namespace""#,
+            r#""x""#,
+            r#""n\u0061me""#,
+        ]);
+        leaf.prop_recursive(4, 40, 5, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec((key.clone(), inner), 0..5).prop_map(|kv| {
+                    let fields: Vec<String> =
+                        kv.iter().map(|(k, v)| format!("{k} : {v}")).collect();
+                    format!("{{ {} }}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
     proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2048))]
+
         #[test]
         fn agrees_with_value_on_any_text(text in "[{}\\[\\]\":,a-z0-9.eE+\\-\\\\ ]{0,40}") {
             agrees(&text);
+        }
+
+        #[test]
+        fn agrees_with_value_on_json_and_json_with_one_byte_changed(
+            text in json_text(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::sample::select(b"\"{}[],:\\u0e-1\x01 ".to_vec()),
+        ) {
+            agrees(&text);
+            let mut changed = text.into_bytes();
+            if !changed.is_empty() {
+                let i = at.index(changed.len());
+                changed[i] = byte;
+            }
+            if let Ok(changed) = String::from_utf8(changed) {
+                agrees(&changed);
+            }
         }
 
         #[test]
