@@ -131,8 +131,33 @@ struct Head {
 }
 
 impl Head {
-    /// One pass over `text`: `None` when it is not a JSON object.
+    /// One pass over `text`: `None` when it is not a JSON object. The
+    /// members are found by skimming (`skim.rs`: where values end, nothing
+    /// checked, for the host checked the text) and only the head's values
+    /// are parsed; serde reads the text whole when skimming gives up.
     fn read(text: &str) -> Option<Head> {
+        Self::skim(text).or_else(|| Self::read_with_serde(text))
+    }
+
+    fn skim(text: &str) -> Option<Head> {
+        let mut head = Head::default();
+        crate::skim::members(text, |key, at| {
+            // A repeated key keeps its last value, as a `Value` does.
+            match key {
+                "apiVersion" => head.api_version = serde_json::from_str(&text[at]).ok()?,
+                "kind" => head.kind = serde_json::from_str(&text[at]).ok()?,
+                "metadata" => {
+                    head.metadata = serde_json::from_str(&text[at.clone()]).ok()?;
+                    head.metadata_at = Some(at);
+                }
+                _ => {}
+            }
+            Some(())
+        })?;
+        Some(head)
+    }
+
+    fn read_with_serde(text: &str) -> Option<Head> {
         let mut head = serde_json::from_str::<Head>(text).ok()?;
         if let Some(at) = &mut head.metadata_at {
             // The visitor saw the metadata's slice of `text`: its offset.
@@ -594,6 +619,109 @@ mod tests {
             Item::parse("[1]".into()).unwrap_err(),
             "an item must be a JSON object"
         );
+    }
+
+    /// Skimming and serde read the same head, and the metadata's place is
+    /// the same slice of the text.
+    #[test]
+    fn the_head_skimmed_is_the_head_serde_reads() {
+        let compact = serde_json::to_string(&pod()).unwrap();
+        let pretty = serde_json::to_string_pretty(&pod()).unwrap();
+        for text in [
+            compact.as_str(),
+            pretty.as_str(),
+            r#"{"kind":"A","metadata":{"name":"x"},"kind":"Pod","metadata":{"name":"y"},"apiVersion":"v1"}"#,
+            r#"{"spec":{"a":"}]\"{","b":[{"c":[]},-1e-3,true,null]},"kind":["x"],"metadata":5}"#,
+            r#" { "apiVersion" : "v1" , "metadata" : { "name" : "a\u0062" } } "#,
+            "{}",
+        ] {
+            let skimmed = Head::skim(text).unwrap_or_else(|| panic!("skimming gave up on {text}"));
+            let read = Head::read_with_serde(text).unwrap();
+            assert_eq!(
+                (
+                    &skimmed.api_version,
+                    &skimmed.kind,
+                    &skimmed.metadata,
+                    &skimmed.metadata_at
+                ),
+                (
+                    &read.api_version,
+                    &read.kind,
+                    &read.metadata,
+                    &read.metadata_at
+                ),
+                "{text}"
+            );
+        }
+        // An escaped key: only serde compares it rightly.
+        assert!(Head::skim(r#"{"k\u0069nd":"Pod"}"#).is_none());
+        assert_eq!(Head::read(r#"{"k\u0069nd":"Pod"}"#).unwrap().kind, "Pod");
+    }
+
+    /// Any JSON value; strings hold the bytes that end strings and
+    /// containers, and keys are likely to be the head's.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = "[a-z\\\\\"{}\\[\\],: é]{0,6}";
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            text.prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 5, move |inner| {
+            let key = prop_oneof![
+                Just("apiVersion".to_string()),
+                Just("kind".to_string()),
+                Just("metadata".to_string()),
+                Just("name".to_string()),
+                text.prop_map(String::from),
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map(key, inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn skimming_reads_any_object_as_serde_does(
+            fields in proptest::collection::btree_map(
+                proptest::sample::select(vec!["apiVersion", "kind", "metadata", "spec", "x\"}"]),
+                any_value(),
+                0..5,
+            ),
+            pretty in proptest::prelude::any::<bool>(),
+        ) {
+            let object = Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+            let text = if pretty {
+                serde_json::to_string_pretty(&object).unwrap()
+            } else {
+                serde_json::to_string(&object).unwrap()
+            };
+            let read = Head::read_with_serde(&text).unwrap();
+            // Skimming gives up only on an escaped top-level key, and
+            // answers alike.
+            let escaped_key = object
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|k| k.contains(['"', '\\']));
+            let skimmed = Head::skim(&text);
+            proptest::prop_assert_eq!(skimmed.is_none(), escaped_key, "{}", text);
+            if let Some(skimmed) = skimmed {
+                proptest::prop_assert_eq!(
+                    (&skimmed.api_version, &skimmed.kind, &skimmed.metadata, &skimmed.metadata_at),
+                    (&read.api_version, &read.kind, &read.metadata, &read.metadata_at),
+                    "{}", text
+                );
+            }
+        }
     }
 
     /// `parse_as` reads a plugin's own type, from the text or from the

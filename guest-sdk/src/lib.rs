@@ -66,6 +66,7 @@ mod export;
 mod host;
 mod item;
 mod output;
+mod skim;
 
 pub use cluster::{create, delete, list, object_name};
 pub use host::{cluster_get, cluster_get_as, config, log};
