@@ -22,7 +22,6 @@ use arbitrary::Arbitrary;
 use iar::catalog::Catalog;
 use iar::contract::v1::types;
 use iar::item::{ItemRef, group_of};
-use iar::item_scan::{self, Scanned};
 use iar::operations::{Operation, OperationSpec};
 use iar::plugin::validate::{self, Phase};
 use iar::{Item, Limits};
@@ -152,18 +151,7 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
     let related = out.additional_items.len() + out.post_operation_items.len();
     let is_seen = |id: &str| seen.iter().any(|s| s == id);
     if let Some(text) = &out.item {
-        // The boundary scans a returned item instead of parsing it, and the
-        // host parses it later on trust: the scan must accept exactly what
-        // `Value` parses, and read the same identity.
-        match (item_scan::scan(text), text.parse::<Value>()) {
-            (Ok(Scanned::Object(id)), Ok(v)) => {
-                assert!(v.is_object());
-                assert_eq!(id, item_scan::Identity::of(&v), "{text}");
-            }
-            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{text}"),
-            (Err(_), Err(_)) => {}
-            (s, v) => panic!("scan and Value disagree on {text:?}: {s:?} / {v:?}"),
-        }
+        iar_fuzz::assert_scan_agrees_with_value(text);
     }
     let input_item =
         Item::from_value(input.clone(), Catalog::builtin()).expect("the input is an item");

@@ -8,27 +8,10 @@
 
 #![no_main]
 
-use iar::item_scan::{self, Identity, Scanned};
 use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let parsed = text.parse::<Value>();
-    for (path, got) in [
-        ("scan", item_scan::scan(text)),
-        ("by_serde", item_scan::by_serde(text)),
-    ] {
-        match (got, &parsed) {
-            (Ok(Scanned::Object(id)), Ok(v)) => {
-                assert!(v.is_object(), "{path}: {text:?}");
-                assert_eq!(id, Identity::of(v), "{path}: {text:?}");
-            }
-            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{path}: {text:?}"),
-            (Err(_), Err(_)) => {}
-            (s, v) => panic!("{path} and Value disagree on {text:?}: {s:?} / {v:?}"),
-        }
+    if let Ok(text) = std::str::from_utf8(data) {
+        iar_fuzz::assert_scan_agrees_with_value(text);
     }
 });

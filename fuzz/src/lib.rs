@@ -1,10 +1,12 @@
 //! Helpers shared by the fuzz targets: a store in memory and a runtime to
 //! drive its async API, so the targets read files through the same
-//! `BackupStore::get_json` that `iar resume` and `iar describe` use.
+//! `BackupStore::get_json` that `iar resume` and `iar describe` use; and
+//! the check that the boundary's scan of an item reads it as `Value` does.
 
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
+use iar::item_scan::{self, Identity, Scanned};
 use iar::store::{BackupFile, BackupStore, StoreError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -55,4 +57,26 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(data).expect("writing to a Vec cannot fail");
     gz.finish().expect("writing to a Vec cannot fail")
+}
+
+/// The boundary scans a returned item instead of parsing it, and the host
+/// parses it later on trust: `scan` (fast path, then serde) and `by_serde`
+/// must each accept exactly what `Value` parses, and read the same
+/// apiVersion, kind, namespace and name.
+pub fn assert_scan_agrees_with_value(text: &str) {
+    let parsed = text.parse::<serde_json::Value>();
+    for (path, got) in [
+        ("scan", item_scan::scan(text)),
+        ("by_serde", item_scan::by_serde(text)),
+    ] {
+        match (got, &parsed) {
+            (Ok(Scanned::Object(id)), Ok(v)) => {
+                assert!(v.is_object(), "{path}: {text:?}");
+                assert_eq!(id, Identity::of(v), "{path}: {text:?}");
+            }
+            (Ok(Scanned::NotObject), Ok(v)) => assert!(!v.is_object(), "{path}: {text:?}"),
+            (Err(_), Err(_)) => {}
+            (s, v) => panic!("{path} and Value disagree on {text:?}: {s:?} / {v:?}"),
+        }
+    }
 }
