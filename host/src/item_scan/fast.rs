@@ -70,6 +70,25 @@ enum Field {
     Name,
 }
 
+impl Field {
+    /// A value went to this field (metadata: anything but an object has no
+    /// namespace and name, and an object starts without them).
+    #[inline(always)]
+    fn set<'a>(self, id: &mut Identity<'a>, text: Cow<'a, str>) {
+        match self {
+            Field::None => {}
+            Field::ApiVersion => id.api_version = text,
+            Field::Kind => id.kind = text,
+            Field::Metadata => {
+                id.namespace = Cow::Borrowed("");
+                id.name = Cow::Borrowed("");
+            }
+            Field::Namespace => id.namespace = text,
+            Field::Name => id.name = text,
+        }
+    }
+}
+
 impl<'a> Cursor<'a> {
     #[inline(always)]
     fn peek(&self) -> Option<u8> {
@@ -112,7 +131,7 @@ impl<'a> Cursor<'a> {
                     let (s, plain) = self.string()?;
                     if field != Field::None {
                         let text = Cow::Borrowed(plain.then(|| &self.text[s..self.i - 1])?);
-                        self.set(&mut id, field, text);
+                        field.set(&mut id, text);
                     }
                 }
                 open @ (b'{' | b'[') => {
@@ -121,7 +140,7 @@ impl<'a> Cursor<'a> {
                     }
                     let object = open == b'{';
                     // A container is no string; a metadata object is read.
-                    self.set(&mut id, field, Cow::Borrowed(""));
+                    field.set(&mut id, Cow::Borrowed(""));
                     if depth == 1 {
                         in_metadata = field == Field::Metadata && object;
                     }
@@ -153,7 +172,7 @@ impl<'a> Cursor<'a> {
                         _ => return None,
                     }
                     // No string: the field it went to is "".
-                    self.set(&mut id, field, Cow::Borrowed(""));
+                    field.set(&mut id, Cow::Borrowed(""));
                 }
             }
             // After a value: separators and closing brackets.
@@ -183,23 +202,6 @@ impl<'a> Cursor<'a> {
                     in_metadata = false;
                 }
             }
-        }
-    }
-
-    /// A value went to `field` (metadata: anything but an object has no
-    /// namespace and name, and an object starts without them).
-    #[inline(always)]
-    fn set(&self, id: &mut Identity<'a>, field: Field, text: Cow<'a, str>) {
-        match field {
-            Field::None => {}
-            Field::ApiVersion => id.api_version = text,
-            Field::Kind => id.kind = text,
-            Field::Metadata => {
-                id.namespace = Cow::Borrowed("");
-                id.name = Cow::Borrowed("");
-            }
-            Field::Namespace => id.namespace = text,
-            Field::Name => id.name = text,
         }
     }
 
