@@ -19,6 +19,7 @@ const LAYERS: &[&str] = &[
     "select",
     "manifests",
     "metrics",
+    "tls",
     "store",
     "operations",
     "cluster",

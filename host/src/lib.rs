@@ -82,6 +82,7 @@ pub mod sandbox;
 pub mod select;
 pub mod spool;
 pub mod store;
+pub mod tls;
 pub mod velero_plugin;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};

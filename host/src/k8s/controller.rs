@@ -96,7 +96,7 @@ pub async fn run(
     plugins: Plugins,
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> Result<(), RunError> {
-    super::install_crypto();
+    crate::tls::install_crypto();
     let api: Api<Backup> = Api::namespaced(client.clone(), &options.namespace);
     let cluster = Arc::new(LiveCluster::new(
         client.clone(),

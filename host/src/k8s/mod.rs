@@ -4,16 +4,10 @@
 /// A client from the environment (in-cluster service account, or
 /// `KUBECONFIG` / `~/.kube/config`).
 pub async fn client() -> Result<kube::Client, kube::Error> {
-    install_crypto();
+    crate::tls::install_crypto();
     kube::Client::try_default().await
 }
 
-/// rustls refuses to pick a crypto provider when more than one is built in
-/// (kube brings ring, object_store aws-lc-rs); ring is chosen once per
-/// process. Safe to call any number of times.
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
 pub mod controller;
 pub mod crd;
 pub mod exec;

@@ -105,7 +105,7 @@ pub fn kubelet_volume_dir(root: &Path, uid: &str, dir: &str) -> Result<PathBuf, 
 
 /// Runs the agent until its watch fails for good.
 pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), AgentError> {
-    super::install_crypto();
+    crate::tls::install_crypto();
     let api: Api<VolumeBackup> = Api::namespaced(client, &options.namespace);
     let selector = format!("{NODE_LABEL}={}", node_label(&options.node));
     fail_interrupted(&api, &selector, &options.node).await?;

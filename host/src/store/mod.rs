@@ -157,6 +157,8 @@ impl BackupStore {
             s @ ("s3" | "gs" | "az") => url_err(format!("no bucket; use {s}://BUCKET[/PREFIX]")),
             _ => url_err(UNSUPPORTED.into()),
         })?;
+        // The cloud builders make their HTTPS client here.
+        crate::tls::install_crypto();
         let built: object_store::Result<Arc<dyn ObjectStore>> = match scheme {
             ObjectStoreScheme::Local => {
                 let dir = url

@@ -171,7 +171,7 @@ pub fn stamp(data: &Path, file: &str) -> SystemTime {
 /// The shared API server (one per test binary), or `None` (the harness
 /// has said loudly why) to skip.
 pub async fn server() -> Option<&'static ApiServer> {
-    iar::k8s::install_crypto();
+    iar::tls::install_crypto();
     iar_apiserver::shared().await
 }
 

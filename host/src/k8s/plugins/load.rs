@@ -208,7 +208,7 @@ pub fn load(
 /// platform's roots plus `extra_roots_pem`, and a timeout so a stalled
 /// server cannot hold the watcher.
 pub(crate) fn https_client(extra_roots_pem: Option<&[u8]>) -> Result<reqwest::Client, String> {
-    crate::k8s::install_crypto();
+    crate::tls::install_crypto();
     let mut builder = reqwest::Client::builder()
         .https_only(true)
         .connect_timeout(std::time::Duration::from_secs(10))
