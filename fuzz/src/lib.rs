@@ -80,3 +80,8 @@ pub fn assert_scan_agrees_with_value(text: &str) {
         }
     }
 }
+
+/// Runs `f` to its end on the targets' runtime.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}

@@ -6,8 +6,8 @@
 //! block that waits for its volumes holds no worker.
 
 use crate::backup::hooks::{
-    BackupHooks, HookPhase, HookRecord, HookRunner, HookTarget, Verdict, post_hooks_allowed,
-    run_hooks, verdict,
+    BackupHooks, DEFAULT_MAX_TIMEOUT, HookPhase, HookRecord, HookRunner, HookTarget, Verdict,
+    cap_timeouts, post_hooks_allowed, run_hooks, verdict,
 };
 use crate::backup::volume_policy::{Claim, ResourcePolicies, VolumeAction, decide_pod_volumes};
 use crate::backup::volumes::{VolumeBackup, VolumeBackupper, VolumeRequest};
@@ -16,6 +16,7 @@ use crate::store::{BackupFile, BackupStore};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// The hooks and volume backups of one backup's blocks.
@@ -32,6 +33,9 @@ pub struct BlockWork {
     pub runtime: tokio::runtime::Handle,
     /// Where the hook ledger is written; `None` keeps no ledger (tests).
     pub ledger_store: Option<BackupStore>,
+    /// `--max-hook-timeout`: no hook runs longer, whatever its annotation
+    /// or spec asks (see [`cap_timeouts`]).
+    pub max_hook_timeout: Duration,
     state: Mutex<State>,
     /// The hook ledger as last written. An async lock held across its PUT:
     /// each write must carry every entry before it, so writes are serial.
@@ -49,8 +53,18 @@ pub struct LedgerEntry {
     pub pod: ItemRef,
     /// `pre` or `post`.
     pub phase: String,
-    /// `started`, `succeeded`, `failed` or `skipped`.
+    /// `started`, `succeeded`, `continued` (a hook failed or timed out
+    /// with `onError: Continue`: the pod's post hooks are still owed, as in
+    /// Velero), `failed` (a failure that fails the block) or `skipped`.
     pub state: String,
+}
+
+/// Whether a pre entry's state leaves the pod's post hooks owed: its pre
+/// hooks succeeded, or failed only with `onError: Continue` (see
+/// [`post_hooks_allowed`]). A ledger written before `continued` existed
+/// says `failed` for those: their post hooks are not owed, as then.
+fn owes_post(pre: &LedgerEntry) -> bool {
+    pre.phase == "pre" && matches!(pre.state.as_str(), "succeeded" | "continued")
 }
 
 impl LedgerEntry {
@@ -63,6 +77,8 @@ impl LedgerEntry {
             .any(|r| matches!(r.status, HookStatus::Skipped { .. }))
         {
             "skipped"
+        } else if post_hooks_allowed(records) {
+            "continued"
         } else {
             "failed"
         };
@@ -129,6 +145,7 @@ impl BlockWork {
             default_volumes_to_fs_backup,
             runtime,
             ledger_store: None,
+            max_hook_timeout: DEFAULT_MAX_TIMEOUT,
             state: Mutex::new(State::default()),
             ledger: tokio::sync::Mutex::new(Vec::new()),
         }
@@ -137,6 +154,12 @@ impl BlockWork {
     /// Keeps the hook ledger in `store`.
     pub fn with_ledger(mut self, store: BackupStore) -> Self {
         self.ledger_store = Some(store);
+        self
+    }
+
+    /// Caps every hook's timeout at `max` (`--max-hook-timeout`).
+    pub fn with_max_hook_timeout(mut self, max: Duration) -> Self {
+        self.max_hook_timeout = max;
         self
     }
 
@@ -182,6 +205,22 @@ impl BlockWork {
         }
     }
 
+    /// The hooks about to run for `pod` in `phase`, each timeout capped at
+    /// `max_hook_timeout`, with a warning for each one clamped.
+    fn runnable_hooks(
+        &self,
+        pod: &Item,
+        phase: HookPhase,
+    ) -> Vec<crate::backup::hooks::ResolvedHook> {
+        let mut hooks = self.hooks_for(pod, phase);
+        let clamped = cap_timeouts(&pod.id, &mut hooks, self.max_hook_timeout);
+        let ns = &pod.id.namespace;
+        self.state()
+            .warnings
+            .extend(clamped.into_iter().map(|w| (ns.clone(), w)));
+        hooks
+    }
+
     /// Runs the pre hooks of every pod of the block, in order. Called on a
     /// worker thread (not a runtime thread): waits for the hook processes.
     pub fn pre(&self, items: &[Item]) -> BlockPre {
@@ -191,7 +230,7 @@ impl BlockWork {
         };
         for pod in items.iter().filter(|i| is_pod(i)) {
             let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
-            let hooks = self.hooks_for(pod, HookPhase::Pre);
+            let hooks = self.runnable_hooks(pod, HookPhase::Pre);
             // A pod with post hooks is in the ledger even without pre
             // hooks: after a restart, its post hooks are known to be owed.
             let has_post = !self.hooks_for(pod, HookPhase::Post).is_empty();
@@ -220,7 +259,8 @@ impl BlockWork {
     /// After the block's items: decides each pod's volumes, starts the
     /// file-system backups (unless the block failed), and leaves a task on
     /// the runtime that waits for them and then runs the post hooks of the
-    /// pods whose pre hooks all succeeded. Returns at once.
+    /// pods whose pre hooks allow them ([`post_hooks_allowed`]: none failed
+    /// the block, none was skipped). Returns at once.
     pub fn start_volumes(self: &Arc<Self>, block: BlockPre, items: &[Item]) {
         let mut pods = Vec::new();
         for p in block.pods {
@@ -271,7 +311,7 @@ impl BlockWork {
                     volumes.push(h.finished().await);
                 }
                 if post_hooks_allowed(&p.pre) {
-                    let hooks = work.hooks_for(&p.pod, HookPhase::Post);
+                    let hooks = work.runnable_hooks(&p.pod, HookPhase::Post);
                     if hooks.is_empty() {
                         continue;
                     }
@@ -325,7 +365,8 @@ impl BlockWork {
     /// each unfinished volume backup again through the backupper (its
     /// request outlived the process that made it), then runs, once, the
     /// post hooks the ledger says are owed: a pod whose pre hooks succeeded
-    /// and whose post hooks never started. A post hook that started before
+    /// (or failed only with `onError: Continue`) and whose post hooks never
+    /// started. A post hook that started before
     /// the restart may have run and is not run again. `pods` are the live
     /// pods the owed hooks are resolved on.
     pub async fn resume(
@@ -364,10 +405,7 @@ impl BlockWork {
             volumes,
             ..BlockReport::default()
         };
-        for pre in ledger
-            .iter()
-            .filter(|e| e.phase == "pre" && e.state == "succeeded")
-        {
+        for pre in ledger.iter().filter(|e| owes_post(e)) {
             let post = ledger
                 .iter()
                 .find(|e| e.phase == "post" && e.pod == pre.pod);
@@ -388,7 +426,7 @@ impl BlockWork {
                         ));
                         continue;
                     };
-                    let hooks = self.hooks_for(pod, HookPhase::Post);
+                    let hooks = self.runnable_hooks(pod, HookPhase::Post);
                     if hooks.is_empty() {
                         continue;
                     }
@@ -432,7 +470,7 @@ impl BlockWork {
     pub fn owed_post_hooks(ledger: &[LedgerEntry]) -> Vec<ItemRef> {
         ledger
             .iter()
-            .filter(|e| e.phase == "pre" && e.state == "succeeded")
+            .filter(|e| owes_post(e))
             .filter(|pre| !ledger.iter().any(|e| e.phase == "post" && e.pod == pre.pod))
             .map(|e| e.pod.clone())
             .collect()
@@ -480,10 +518,7 @@ pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<
             format!("volume backup {}: interrupted by restart", v.describe()),
         ));
     }
-    for pre in ledger
-        .iter()
-        .filter(|e| e.phase == "pre" && e.state == "succeeded")
-    {
+    for pre in ledger.iter().filter(|e| owes_post(e)) {
         let post = ledger
             .iter()
             .find(|e| e.phase == "post" && e.pod == pre.pod);
@@ -494,8 +529,8 @@ pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<
             ),
             Some(_) => continue,
             None => format!(
-                "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks succeeded",
-                pre.pod
+                "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks ran ({})",
+                pre.pod, pre.state
             ),
         };
         out.push((pre.pod.namespace.clone(), message));
@@ -506,7 +541,196 @@ pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backup::hooks::{HookRun, HookStatus, OnError, ResolvedHook};
     use crate::backup::volumes::VolumePhase;
+    use crate::catalog::Catalog;
+
+    /// Plays the hooks: each pre hook ends as `pre` says, each post hook
+    /// succeeds; every hook run is kept (phase, pod, timeout).
+    struct Scripted {
+        pre: HookStatus,
+        ran: Mutex<Vec<(HookPhase, String, Duration)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl HookRunner for Scripted {
+        async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookRun {
+            self.ran
+                .lock()
+                .unwrap()
+                .push((hook.phase, target.pod.name.clone(), hook.hook.timeout));
+            match hook.phase {
+                HookPhase::Pre => self.pre.clone().into(),
+                HookPhase::Post => HookStatus::Succeeded.into(),
+            }
+        }
+    }
+
+    fn hooked_pod(name: &str, on_error: &str, timeout: &str) -> Item {
+        Item::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "shop", "annotations": {
+                    "pre.hook.backup.velero.io/command": "[\"fsfreeze\", \"--freeze\", \"/data\"]",
+                    "pre.hook.backup.velero.io/on-error": on_error,
+                    "pre.hook.backup.velero.io/timeout": timeout,
+                    "post.hook.backup.velero.io/command": "[\"fsfreeze\", \"--unfreeze\", \"/data\"]",
+                }},
+                "spec": {"containers": [{"name": "db"}]}}),
+            Catalog::builtin(),
+        )
+        .unwrap()
+    }
+
+    /// One block of `pods` through pre hooks, items and post hooks, as the
+    /// pass drives it: the hooks run and the report.
+    fn run_block(
+        pre: HookStatus,
+        pods: &[Item],
+        max_hook_timeout: Duration,
+    ) -> (Vec<(HookPhase, String, Duration)>, BlockReport) {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let runner = Arc::new(Scripted {
+            pre,
+            ran: Mutex::new(Vec::new()),
+        });
+        let work = Arc::new(
+            BlockWork::new(
+                "b".into(),
+                BackupHooks::default(),
+                runner.clone(),
+                None,
+                None,
+                None,
+                false,
+                runtime.handle().clone(),
+            )
+            .with_max_hook_timeout(max_hook_timeout),
+        );
+        let block = work.pre(pods);
+        work.start_volumes(block, pods);
+        let report = runtime.block_on(work.finish());
+        let ran = runner.ran.lock().unwrap().clone();
+        (ran, report)
+    }
+
+    /// As in Velero v1.18: a pre hook that fails or times out with
+    /// `onError: Continue` is a warning, and the pod's post hook (the
+    /// unfreeze) still runs; with `onError: Fail` the block fails and the
+    /// post hook does not run.
+    #[test]
+    fn a_continue_pre_hook_that_fails_or_times_out_still_gets_its_post_hook() {
+        let failed = HookStatus::Failed {
+            exit_code: Some(1),
+            stderr_tail: "frozen already".into(),
+        };
+        for pre in [failed.clone(), HookStatus::TimedOut] {
+            let (ran, report) = run_block(
+                pre.clone(),
+                &[hooked_pod("db-0", "Continue", "3s")],
+                DEFAULT_MAX_TIMEOUT,
+            );
+            let phases: Vec<_> = ran.iter().map(|(p, pod, _)| (*p, pod.as_str())).collect();
+            assert_eq!(
+                phases,
+                [(HookPhase::Pre, "db-0"), (HookPhase::Post, "db-0")],
+                "{pre:?}"
+            );
+            assert_eq!(report.hooks.len(), 2);
+            assert_eq!(report.hooks[1].status, HookStatus::Succeeded);
+            assert!(matches!(verdict(&report.hooks[0]), Verdict::Warning(_)));
+        }
+        for pre in [failed, HookStatus::TimedOut] {
+            let (ran, report) = run_block(
+                pre.clone(),
+                &[hooked_pod("db-0", "Fail", "3s")],
+                DEFAULT_MAX_TIMEOUT,
+            );
+            assert_eq!(ran.len(), 1, "{pre:?}: only the pre hook: {ran:?}");
+            assert!(matches!(verdict(&report.hooks[0]), Verdict::BlockFailed(_)));
+        }
+    }
+
+    /// The ledger says `continued` for pre hooks that failed only with
+    /// `onError: Continue`; a restart then owes their post hooks (and says
+    /// so when it cannot run them), as it does after succeeded ones. An
+    /// `onError: Fail` failure is `failed` and owes nothing.
+    #[test]
+    fn a_restart_owes_post_hooks_after_a_continue_failure() {
+        let record = |status: HookStatus, on_error: OnError| HookRecord {
+            pod: pod("db-0"),
+            hook: ResolvedHook {
+                source: crate::backup::hooks::HookSource::Annotation,
+                phase: HookPhase::Pre,
+                hook: crate::backup::hooks::ExecHook {
+                    container: "db".into(),
+                    command: vec!["fsfreeze".into()],
+                    on_error,
+                    timeout: Duration::from_secs(3),
+                },
+            },
+            status,
+            output: Default::default(),
+            started: None,
+            ended: None,
+        };
+        let continued = LedgerEntry::of(
+            &pod("db-0"),
+            "pre",
+            &[record(HookStatus::TimedOut, OnError::Continue)],
+        );
+        assert_eq!(continued.state, "continued");
+        let failed = LedgerEntry::of(
+            &pod("db-1"),
+            "pre",
+            &[record(HookStatus::TimedOut, OnError::Fail)],
+        );
+        assert_eq!(failed.state, "failed");
+        let ledger = vec![continued, failed, entry("db-2", "pre", "succeeded")];
+        assert_eq!(
+            BlockWork::owed_post_hooks(&ledger),
+            [pod("db-0"), pod("db-2")]
+        );
+        let messages = interrupted(&ledger, &mut []);
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].1.contains("shop/db-0") && messages[0].1.contains("(continued)"),
+            "{messages:?}"
+        );
+    }
+
+    /// A pod annotation asking for a longer timeout than
+    /// `--max-hook-timeout` runs with the cap, and a warning names the
+    /// pod, the hook and the rule; a timeout under the cap is left alone.
+    #[test]
+    fn hook_timeouts_are_capped_with_a_warning() {
+        let cap = Duration::from_secs(60);
+        let (ran, report) = run_block(
+            HookStatus::Succeeded,
+            &[
+                hooked_pod("greedy-0", "Fail", "2h"),
+                hooked_pod("modest-0", "Fail", "30s"),
+            ],
+            cap,
+        );
+        let timeouts: Vec<_> = ran
+            .iter()
+            .filter(|(p, _, _)| *p == HookPhase::Pre)
+            .map(|(_, pod, t)| (pod.as_str(), *t))
+            .collect();
+        assert_eq!(
+            timeouts,
+            [("greedy-0", cap), ("modest-0", Duration::from_secs(30))]
+        );
+        assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+        let (ns, w) = &report.warnings[0];
+        assert_eq!(ns, "shop");
+        assert!(
+            w.contains("pre annotation hook of pod shop/greedy-0")
+                && w.contains("timeout 2h is over --max-hook-timeout 1m")
+                && w.contains("(rule: hook-timeout-cap)"),
+            "{w}"
+        );
+    }
 
     fn pod(name: &str) -> ItemRef {
         ItemRef::new("", "pods", "shop", name)

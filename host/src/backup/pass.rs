@@ -441,3 +441,153 @@ pub fn run(
     output.outcomes = outcomes;
     output
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::plugin::{Call, Phase, PluginSettings};
+    use crate::{NoCluster, ReadGrants, Runtime, RuntimeConfig};
+    use std::io::Write;
+
+    fn item(value: serde_json::Value) -> Item {
+        Item::from_value(value, Catalog::builtin()).unwrap()
+    }
+
+    fn items() -> Vec<Item> {
+        vec![
+            item(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "web-config", "namespace": "shop"}, "data": {"a": "b"}})),
+            item(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "db", "namespace": "shop"}, "data": {"password": "aHVudGVyMg=="}})),
+            item(serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "shop"}, "spec": {}})),
+        ]
+    }
+
+    /// The labels plugin with an empty applies-to (every item), labelling
+    /// what it is handed `seen=yes`, under `grants`.
+    fn labels(runtime: &Runtime, grants: ReadGrants) -> Plugin {
+        let settings = PluginSettings {
+            config: [("labels".to_string(), "seen=yes".to_string())].into(),
+            grants,
+            ..PluginSettings::default()
+        };
+        let plugin =
+            Plugin::from_file(runtime, iar_tests::artifacts::LABELS.as_ref(), settings).unwrap();
+        assert_eq!(
+            plugin.applies_to(),
+            &crate::select::applies_to::ResourceSelector::default()
+        );
+        plugin
+    }
+
+    /// Items are reads: a plugin is handed only the items its read grants
+    /// allow. With the default grant (`*`) or an explicit `*`, a plugin
+    /// whose applies-to is empty is never handed the Secret (a glob does
+    /// not grant Secrets); granted only ConfigMaps, only the ConfigMap;
+    /// granted `secrets` by name, the Secret too. Every item is backed
+    /// up either way, one the plugin was not handed as it was.
+    #[test]
+    fn a_plugin_is_handed_only_the_items_its_read_grants_allow() {
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let cluster: Arc<dyn ClusterReader> = Arc::new(NoCluster);
+        let backup = BackupRef {
+            name: "b".into(),
+            namespace: "velero".into(),
+            uid: "u".into(),
+            spec: serde_json::json!({}),
+            phase: Phase::Backup,
+        };
+        for (grants, labelled) in [
+            (ReadGrants::default(), &["configmaps", "services"][..]),
+            (
+                ReadGrants::only(&["*"]).unwrap(),
+                &["configmaps", "services"],
+            ),
+            (ReadGrants::only(&["configmaps"]).unwrap(), &["configmaps"]),
+            (
+                ReadGrants::only(&["configmaps", "secrets"]).unwrap(),
+                &["configmaps", "secrets"],
+            ),
+        ] {
+            let patterns: Vec<String> = grants.patterns().map(String::from).collect();
+            let plugin = labels(&runtime, grants);
+            let out = run(
+                &[plugin],
+                items(),
+                &backup,
+                &cluster,
+                2,
+                true,
+                &[],
+                None,
+                None,
+                None,
+                None,
+            );
+            assert_eq!(out.outcomes.len(), 3, "{patterns:?}");
+            for o in &out.outcomes {
+                assert!(o.errors.is_empty(), "{patterns:?}: {:?}", o.errors);
+                let stored = o.stored.as_ref().expect("backed up");
+                let seen = stored.value().pointer("/metadata/labels/seen").is_some();
+                assert_eq!(
+                    seen,
+                    labelled.contains(&o.id.resource.as_str()),
+                    "{patterns:?}: {}",
+                    o.id
+                );
+                if o.id.resource == "secrets" {
+                    assert_eq!(stored.value()["data"]["password"], "aHVudGVyMg==");
+                }
+            }
+        }
+    }
+
+    /// An item kept from a plugin by its grants is logged at debug with
+    /// the plugin, the item and the rule.
+    #[test]
+    fn an_item_kept_from_a_plugin_is_logged_with_the_rule() {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl Write for Captured {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let plugin = labels(&runtime, ReadGrants::default());
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let secret = items().remove(1);
+        let applies = tracing::subscriber::with_default(subscriber, || plugin.applies(&secret));
+        assert!(!applies);
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            log.contains("DEBUG")
+                && log.contains(&format!("plugin={}", plugin.name()))
+                && log.contains("item=secrets shop/db")
+                && log.contains("rule=\"read-grant\"")
+                && log.contains("call=execute"),
+            "{log}"
+        );
+        assert!(plugin.may_read(&items()[0], Call::Execute));
+    }
+}

@@ -23,7 +23,7 @@ use crate::item::ItemRef;
 use crate::store::BackupStore;
 use flate2::Compression;
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use tokio::sync::watch;
@@ -46,6 +46,18 @@ pub fn volume_dir(
     volume: &str,
     pvc: Option<&str>,
 ) -> Result<PathBuf, String> {
+    volume_root(root, namespace, pod, volume, pvc).map(|r| r.path())
+}
+
+/// [`volume_dir`] as a root opened beneath `root`: no component below it
+/// may be a symlink (see [`handles`]).
+pub fn volume_root(
+    root: &Path,
+    namespace: &str,
+    pod: &str,
+    volume: &str,
+    pvc: Option<&str>,
+) -> Result<VolumeRoot, String> {
     use crate::names::{dns_label, dns_subdomain};
     let checks = [
         (
@@ -66,8 +78,8 @@ pub fn volume_dir(
         }
     }
     Ok(match pvc {
-        Some(pvc) => root.join(namespace).join(pvc),
-        None => root.join(namespace).join(".pods").join(pod).join(volume),
+        Some(pvc) => VolumeRoot::new(root, &[namespace, pvc]),
+        None => VolumeRoot::new(root, &[namespace, ".pods", pod, volume]),
     })
 }
 
@@ -262,10 +274,9 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     enc.finish().expect("writing to memory")
 }
 
-fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(bytes).read_to_end(&mut out)?;
-    Ok(out)
+/// A data chunk: never more than [`CHUNK`] bytes once inflated.
+fn gunzip_chunk(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    crate::store::gz::gunzip_at_most(bytes, CHUNK as u64)
 }
 
 async fn put_json_gz<T: Serialize + ?Sized>(
@@ -287,7 +298,8 @@ async fn get_json_gz<T: serde::de::DeserializeOwned>(
     let Some(bytes) = store.get_key(key).await.map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let json = gunzip(&bytes).map_err(|e| format!("{key} is corrupt: not gzip: {e}"))?;
+    let json = crate::store::gz::gunzip_at_most(&bytes, crate::store::gz::JSON_MAX)
+        .map_err(|e| format!("{key} is corrupt: not gzip: {e}"))?;
     serde_json::from_slice(&json)
         .map(Some)
         .map_err(|e| format!("{key} is corrupt: bad JSON: {e}"))
@@ -310,31 +322,102 @@ pub async fn get_volume_backups(
     get_json_gz(store, &volume_backups_key(backup)).await
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EntryKind {
+    #[default]
     Dir,
     File,
     Symlink,
 }
 
 /// One entry of a volume.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestEntry {
-    /// Relative, `/`-separated.
+    /// Relative, `/`-separated; the lossy UTF-8 form when `pathHex` is set.
     pub path: String,
+    /// The path's bytes, hex, when they are not UTF-8: names are kept
+    /// losslessly, so `l\xfe` and `l\xff` stay two entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_hex: Option<String>,
     pub kind: EntryKind,
     pub mode: u32,
     pub size: u64,
-    /// sha256 of the whole file.
+    /// sha256 of the file's data (of its data extents, for a sparse file).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub digest: String,
-    /// sha256 of each chunk, in order: keys under `volumes/data/`.
+    /// sha256 of each chunk, in order: keys under `volumes/data/`. A chunk
+    /// never spans two extents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The symlink target's bytes, hex, when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_hex: Option<String>,
+    /// The owner, as read (restored only with `--preserve-owner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// A sparse file's data regions (`SEEK_DATA`/`SEEK_HOLE`); the rest of
+    /// its `size` is holes. Empty: the whole file is data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extents: Vec<Extent>,
+}
+
+/// A region of a sparse file that holds data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Bytes that may not be UTF-8 as a manifest keeps them: the UTF-8 text,
+/// or its lossy form and the exact bytes in hex.
+pub fn named(bytes: &[u8]) -> (String, Option<String>) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_string(), None),
+        Err(_) => (
+            String::from_utf8_lossy(bytes).into_owned(),
+            Some(hex::encode(bytes)),
+        ),
+    }
+}
+
+fn exact(text: &str, hex_form: Option<&str>, what: &str) -> Result<Vec<u8>, String> {
+    match hex_form {
+        None => Ok(text.as_bytes().to_vec()),
+        Some(h) => hex::decode(h).map_err(|e| format!("{what} {text:?}: bad hex: {e}")),
+    }
+}
+
+impl ManifestEntry {
+    /// The path's exact bytes.
+    pub fn path_bytes(&self) -> Result<Vec<u8>, String> {
+        exact(&self.path, self.path_hex.as_deref(), "path")
+    }
+
+    /// A symlink's exact target.
+    pub fn target_bytes(&self) -> Result<Vec<u8>, String> {
+        exact(
+            self.target.as_deref().unwrap_or(""),
+            self.target_hex.as_deref(),
+            "symlink target",
+        )
+    }
+}
+
+/// An entry that was listed and not read: a FIFO, socket or device, or a
+/// file that changed kind between listing and opening.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedEntry {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_hex: Option<String>,
+    pub reason: String,
 }
 
 /// A volume's contents.
@@ -348,10 +431,21 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc: Option<String>,
     pub entries: Vec<ManifestEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedEntry>,
 }
 
 mod files;
-pub use files::{LocalDirBackupper, back_up_dir, restore_volume};
+pub mod handles;
+mod permits;
+mod restore;
+mod walk;
+pub use files::{LocalDirBackupper, VolumeLimits, back_up_dir};
+pub use handles::VolumeRoot;
+pub use permits::VolumePermits;
+pub use restore::{RestoreOptions, plan_restore, restore_volume};
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

@@ -85,10 +85,31 @@ pub struct RunnerArgs {
     /// How many volume backups run at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     volume_concurrency: u16,
+    /// The longest one volume backup may take (Velero's
+    /// --fs-backup-timeout); past it the volume fails (rule
+    /// fs-backup-timeout).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    fs_backup_timeout: Duration,
     /// Run backup hooks as local processes (argv as given, in DIR of
     /// --volume-data); without it hooks are recorded as skipped, with a warning.
     #[arg(long)]
     exec_hooks_locally: bool,
+    /// The longest any backup hook runs. A pod annotation
+    /// (`pre.hook.backup.velero.io/timeout`, `post.`) or a spec hook asking
+    /// for more runs with this instead, and a warning says so (rule
+    /// hook-timeout-cap).
+    #[arg(long, value_parser = parse_max_hook_timeout, default_value = "30m")]
+    max_hook_timeout: Duration,
+}
+
+/// `--max-hook-timeout`: a duration of at least one second (a cap of zero
+/// would time every hook out at once).
+pub(super) fn parse_max_hook_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s} is shorter than 1s: every hook would time out"));
+    }
+    Ok(d)
 }
 
 #[derive(clap::Args)]
@@ -226,7 +247,9 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<PhaseM
         workers: args.workers.map_or(defaults.workers, usize::from),
         volume_data: args.volume_data.clone(),
         volume_concurrency: args.volume_concurrency.into(),
+        fs_backup_timeout: args.fs_backup_timeout,
         exec_hooks_locally: args.exec_hooks_locally,
+        max_hook_timeout: args.max_hook_timeout,
         ..defaults
     };
     Ok(PhaseMachine::new(plugins, store, cluster, settings)

@@ -86,6 +86,12 @@ pub struct ControllerArgs {
     /// At least 10s: agents report every 5s while they work.
     #[arg(long, value_parser = parse_silence, default_value = "2m")]
     volume_agent_silence: Duration,
+    /// The longest any backup hook runs in a pod. A pod annotation
+    /// (`pre.hook.backup.velero.io/timeout`, `post.`) or a spec hook asking
+    /// for more runs with this instead, and a warning says so (rule
+    /// hook-timeout-cap).
+    #[arg(long, value_parser = super::backup::parse_max_hook_timeout, default_value = "30m")]
+    max_hook_timeout: Duration,
 }
 
 fn parse_silence(s: &str) -> Result<Duration, String> {
@@ -156,6 +162,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         default_backup_ttl: args.default_backup_ttl,
         gc_period: args.gc_period,
         concurrent_passes: usize::from(args.concurrent_backups),
+        max_hook_timeout: args.max_hook_timeout,
         ..defaults
     };
     let identity = args.identity.clone().unwrap_or_else(|| {
@@ -272,6 +279,16 @@ pub struct NodeAgentArgs {
     /// Volumes read at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
+    /// Of those, at most this many from one namespace, so one tenant's
+    /// slow volumes never hold every permit (default: half of
+    /// --concurrency, at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency_per_namespace: Option<u16>,
+    /// The longest one volume backup may take (Velero's
+    /// --fs-backup-timeout); past it the volume fails (rule
+    /// fs-backup-timeout) and its permit is free.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    fs_backup_timeout: Duration,
 }
 
 /// `iar node-agent`: backs up the pod volumes of one node.
@@ -288,6 +305,8 @@ pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
         kubelet_root: args.kubelet_root,
         store: BackupStore::open(&args.store)?,
         concurrency: usize::from(args.concurrency),
+        per_namespace: args.concurrency_per_namespace.map(usize::from),
+        fs_backup_timeout: args.fs_backup_timeout,
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

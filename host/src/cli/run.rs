@@ -50,7 +50,8 @@ pub struct RunArgs {
     /// Instance lifetime: `item` (fresh per call) or `backup` (per pass).
     #[arg(long)]
     isolation: Option<iar::Isolation>,
-    /// Resources (globs over `resource.group`) plugins may read with cluster-get;
+    /// Resources (globs over `resource.group`) plugins may read with cluster-get,
+    /// and be handed as the item (a Secret only with the exact entry `secrets`);
     /// default: all but secrets.
     #[arg(long = "allow-read", value_name = "RESOURCE")]
     allow_read: Vec<String>,
@@ -210,7 +211,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             false => plugin.applies(&item),
         };
         if !applies {
-            results.push(json!({ "plugin": name, "applies": false }));
+            let call = match args.related {
+                true => iar::plugin::Call::GetRelatedItems,
+                false => iar::plugin::Call::Execute,
+            };
+            let mut entry = json!({ "plugin": name, "applies": false });
+            // Said, so that a plugin its grants keep from an item is not
+            // mistaken for one whose selector skips it.
+            if !plugin.may_read(&item, call) {
+                entry["reason"] = json!(format!(
+                    "its read grants do not allow {} (rule: {})",
+                    item.id.group_resource(),
+                    iar::plugin::READ_GRANT_RULE
+                ));
+            }
+            results.push(entry);
             continue;
         }
         let mut instance = plugin.instance(cluster.clone());

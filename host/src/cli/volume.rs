@@ -5,7 +5,7 @@
 
 use super::backup::{StoreArg, tokio_runtime};
 use anyhow::{Context, bail};
-use iar::backup::volumes::{EntryKind, VolumeBackup, VolumePhase, restore_volume};
+use iar::backup::volumes::{EntryKind, RestoreOptions, VolumeBackup, VolumePhase, restore_volume};
 use iar::store::{BackupFile, BackupStore};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,8 +29,15 @@ struct RestoreArgs {
     /// The volume, as NAMESPACE/POD/VOLUME (the pod's volume name).
     volume: String,
     /// The directory to write the files into (created; must be empty).
+    /// Nothing is written outside it: no symlink is followed, nothing
+    /// existing is replaced.
     #[arg(long)]
     to: PathBuf,
+    /// Restore the files' owners as recorded, and with them setuid,
+    /// setgid and sticky bits (root only, as `tar --same-owner`); without
+    /// it those bits are dropped and files belong to whoever restores.
+    #[arg(long)]
+    preserve_owner: bool,
     #[command(flatten)]
     store: StoreArg,
 }
@@ -52,6 +59,9 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     else {
         bail!("volume {:?}: expected NAMESPACE/POD/VOLUME", args.volume);
     };
+    if args.preserve_owner && !rustix::process::geteuid().is_root() {
+        bail!("--preserve-owner restores owners, which only root can do");
+    }
     let store = BackupStore::open(&args.store.store)?;
     let rt = tokio_runtime()?;
     let backups: Vec<VolumeBackup> = rt
@@ -93,7 +103,15 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let restored = rt
-        .block_on(restore_volume(&store, &args.backup, manifest, &args.to))
+        .block_on(restore_volume(
+            &store,
+            &args.backup,
+            manifest,
+            &args.to,
+            &RestoreOptions {
+                preserve_owner: args.preserve_owner,
+            },
+        ))
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("restoring {} from backup {:?}", args.volume, args.backup))?;
     let files = restored
@@ -107,5 +125,8 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         args.backup,
         args.to.display()
     );
+    for s in &restored.skipped {
+        outln!("  not in the backup: {:?}: {}", s.path, s.reason);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -28,6 +28,9 @@ pub mod rule {
     pub const CONFLICT: &str = "create-conflict";
     pub const NOT_OWN: &str = "delete-not-own";
     pub const READ_ONLY: &str = "cluster-read-only";
+    /// A deletion of what a backup created skips an object that does not
+    /// say it was created for that backup.
+    pub const GC_NOT_OWNER: &str = "gc-not-owner";
 }
 
 /// Which resources a plugin may create (and delete what it created), by
@@ -286,6 +289,20 @@ pub fn is_own(object: &Value, scope: &WriteScope) -> bool {
     let meta = &object["metadata"];
     meta["labels"][BACKUP_UID_LABEL].as_str() == Some(scope.backup_uid.as_str())
         && meta["annotations"][CREATED_BY_ANNOTATION].as_str() == Some(scope.plugin.as_str())
+}
+
+/// Whether `object` says it was created for the backup stored as
+/// `backup_name` with uid `backup_uid`: both labels [`prepare_create`]
+/// stamps, the name (as a label value) and the uid. What a backup's
+/// created-objects record lists is a file in the store, which anyone who
+/// can write the store can plant; the object's own labels are the host's.
+/// An empty uid is no one's.
+pub fn created_for(object: &Value, backup_name: &str, backup_uid: &str) -> bool {
+    let labels = &object["metadata"]["labels"];
+    !backup_uid.is_empty()
+        && labels[BACKUP_UID_LABEL].as_str() == Some(backup_uid)
+        && labels[BACKUP_NAME_LABEL].as_str()
+            == Some(crate::names::label_value(backup_name).as_str())
 }
 
 /// The refusal for an object of that name that is not this plugin's.

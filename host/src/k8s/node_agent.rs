@@ -17,10 +17,13 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Mutex;
 
 use super::volume_backup::{NODE_LABEL, VolumeBackup, VolumeBackupStatus, node_label};
-use crate::backup::volumes::{VolumeBackup as Record, VolumePhase, VolumeRequest, back_up_dir};
+use crate::backup::volumes::{
+    VolumeBackup as Record, VolumeLimits, VolumePermits, VolumePhase, VolumeRequest, VolumeRoot,
+    back_up_dir, handles,
+};
 use crate::item::ItemRef;
 use crate::store::BackupStore;
 
@@ -41,6 +44,10 @@ pub struct AgentOptions {
     pub store: BackupStore,
     /// Volumes read at once.
     pub concurrency: usize,
+    /// Of those, at most this many from one namespace (default: half).
+    pub per_namespace: Option<usize>,
+    /// The longest one volume backup may take (`--fs-backup-timeout`).
+    pub fs_backup_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +62,19 @@ fn now() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-/// The volume's directory under the kubelet root, or why there is none.
+/// The kubelet's directory of CSI volumes: only there is a volume's data
+/// in its `mount` subdirectory. Decided by this name, never by what the
+/// volume holds (a pod can write an entry named `mount` into its own
+/// emptyDir).
+const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
+
+/// The volume's root under the kubelet root, or why there is none.
 /// `uid` and `dir` come from the request, so both are checked to be plain
-/// names before they touch a path.
-pub fn kubelet_volume_dir(root: &Path, uid: &str, dir: &str) -> Result<PathBuf, String> {
+/// names before they touch a path; every directory from the kubelet root
+/// down is opened without following symlinks (a symlink as the volume's
+/// directory, or as a CSI volume's `mount`, is refused with rule
+/// `volume-root-symlink`).
+pub fn kubelet_volume_dir(root: &Path, uid: &str, dir: &str) -> Result<VolumeRoot, String> {
     let plain = |s: &str| {
         !s.is_empty()
             && s.len() <= 253
@@ -77,39 +93,166 @@ pub fn kubelet_volume_dir(root: &Path, uid: &str, dir: &str) -> Result<PathBuf, 
             "invalid-identifier: volume directory {dir:?} is not a plain name"
         ));
     }
-    let volumes = root.join("pods").join(uid).join("volumes");
-    let plugins = std::fs::read_dir(&volumes)
-        .map_err(|e| format!("the pod's volumes directory {}: {e}", volumes.display()))?;
+    let volumes = VolumeRoot::new(root, &["pods", uid, "volumes"]);
+    let shown = volumes.path();
+    let fd = volumes
+        .open()
+        .map_err(|e| format!("the pod's volumes directory: {e}"))?;
+    let plugins = handles::names(&fd)
+        .map_err(|e| format!("the pod's volumes directory {}: {e}", shown.display()))?;
     let mut found = Vec::new();
-    for plugin in plugins.flatten() {
-        let candidate = plugin.path().join(dir);
-        if candidate.is_dir() {
-            found.push(candidate);
+    for plugin in plugins {
+        let Some(plugin) = plugin.to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(plugin_fd) = handles::open_dir(&fd, plugin.as_ref()) else {
+            continue;
+        };
+        if let Ok(st) = handles::stat_nofollow(&plugin_fd, dir.as_ref()) {
+            found.push((plugin, handles::file_type(&st)));
         }
     }
     match found.as_slice() {
         [] => Err(format!(
             "no directory {dir:?} under {}/*/ (is the volume mounted on this node?)",
-            volumes.display()
+            shown.display()
         )),
-        [one] => {
+        [(plugin, kind)] => {
+            if *kind != rustix::fs::FileType::Directory {
+                return Err(format!(
+                    "{}/{plugin}/{dir} is not a directory: not followed (rule: volume-root-symlink)",
+                    shown.display()
+                ));
+            }
+            let mut below = vec!["pods", uid, "volumes", plugin.as_str(), dir];
             // CSI volumes: the kubelet mounts the filesystem at `mount`.
-            let mount = one.join("mount");
-            Ok(if mount.is_dir() { mount } else { one.clone() })
+            if plugin == CSI_PLUGIN_DIR {
+                below.push("mount");
+            }
+            let volume = VolumeRoot::new(root, &below);
+            // Opened now so a symlink is refused before any permit is
+            // taken; the backup opens it again, beneath the same rules.
+            volume.open()?;
+            Ok(volume)
         }
         many => Err(format!(
-            "{dir:?} is under more than one volume plugin: {many:?}"
+            "{dir:?} is under more than one volume plugin: {:?}",
+            many.iter().map(|(p, _)| p).collect::<Vec<_>>()
         )),
     }
+}
+
+/// The fence on an agent's writes: the request's Backup must exist, be the
+/// one the request was made for (its uid) and still be running. A
+/// finished, deleted or re-created backup receives nothing (rule
+/// `backup-fence`).
+pub async fn check_backup(
+    client: &kube::Client,
+    namespace: &str,
+    spec: &super::volume_backup::VolumeBackupSpec,
+) -> Result<(), String> {
+    let fence = |why: String| format!("{why}; nothing is written for it (rule: backup-fence)");
+    let backup = Api::<super::crd::Backup>::namespaced(client.clone(), namespace)
+        .get_opt(&spec.backup_name)
+        .await
+        .map_err(|e| format!("reading backup {}: {e}", spec.backup_name))?
+        .ok_or_else(|| fence(format!("backup {} does not exist", spec.backup_name)))?;
+    let uid = backup.metadata.uid.as_deref().unwrap_or_default();
+    if uid != spec.backup_uid {
+        return Err(fence(format!(
+            "backup {} has uid {uid}, the request was made for uid {:?}",
+            spec.backup_name, spec.backup_uid
+        )));
+    }
+    let phase = backup.status.map(|s| s.phase).unwrap_or_default();
+    if !phase.is_running() {
+        return Err(fence(format!("backup {} is {phase:?}", spec.backup_name)));
+    }
+    Ok(())
+}
+
+/// Checks a request against the live Pod before anything is read: a pod
+/// of this node whose uid, namespace and name agree with the request and
+/// that has the named volume, backed by the named claim and, for a claim,
+/// the bound volume the request names as its directory. A request that
+/// disagrees (forged, stale, or a pod re-created under the same name) is
+/// refused with rule `request-mismatch`.
+pub async fn check_request(
+    client: &kube::Client,
+    node: &str,
+    spec: &super::volume_backup::VolumeBackupSpec,
+) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    let mismatch = |why: String| format!("{why} (rule: request-mismatch)");
+    let pod_ref = &spec.pod;
+    let pod = Api::<Pod>::namespaced(client.clone(), &pod_ref.namespace)
+        .get_opt(&pod_ref.name)
+        .await
+        .map_err(|e| format!("reading pod {}/{}: {e}", pod_ref.namespace, pod_ref.name))?
+        .ok_or_else(|| {
+            mismatch(format!(
+                "pod {}/{} does not exist",
+                pod_ref.namespace, pod_ref.name
+            ))
+        })?;
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    if uid != pod_ref.uid {
+        return Err(mismatch(format!(
+            "pod {}/{} has uid {uid}, the request names {}",
+            pod_ref.namespace, pod_ref.name, pod_ref.uid
+        )));
+    }
+    let pod_spec = pod.spec.unwrap_or_default();
+    let on = pod_spec.node_name.as_deref().unwrap_or_default();
+    if on != node || spec.node != node {
+        return Err(mismatch(format!(
+            "pod {}/{} runs on node {on:?}, this agent serves {node:?}",
+            pod_ref.namespace, pod_ref.name
+        )));
+    }
+    let volume = pod_spec
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == spec.volume)
+        .ok_or_else(|| {
+            mismatch(format!(
+                "pod {}/{} has no volume {:?}",
+                pod_ref.namespace, pod_ref.name, spec.volume
+            ))
+        })?;
+    let claim = volume.persistent_volume_claim.map(|c| c.claim_name);
+    if claim != spec.pvc {
+        return Err(mismatch(format!(
+            "volume {:?} of pod {}/{} is backed by claim {claim:?}, the request names {:?}",
+            spec.volume, pod_ref.namespace, pod_ref.name, spec.pvc
+        )));
+    }
+    let expected_dir = match &claim {
+        None => spec.volume.clone(),
+        Some(claim) => Api::<PersistentVolumeClaim>::namespaced(client.clone(), &pod_ref.namespace)
+            .get_opt(claim)
+            .await
+            .map_err(|e| format!("reading pvc {claim}: {e}"))?
+            .and_then(|c| c.spec.and_then(|s| s.volume_name))
+            .ok_or_else(|| mismatch(format!("pvc {claim} is not bound to a volume")))?,
+    };
+    if expected_dir != spec.volume_dir {
+        return Err(mismatch(format!(
+            "volume {:?} of pod {}/{} lives in directory {expected_dir:?}, the request names {:?}",
+            spec.volume, pod_ref.namespace, pod_ref.name, spec.volume_dir
+        )));
+    }
+    Ok(())
 }
 
 /// Runs the agent until its watch fails for good.
 pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), AgentError> {
     crate::tls::install_crypto();
-    let api: Api<VolumeBackup> = Api::namespaced(client, &options.namespace);
+    let api: Api<VolumeBackup> = Api::namespaced(client.clone(), &options.namespace);
     let selector = format!("{NODE_LABEL}={}", node_label(&options.node));
     fail_interrupted(&api, &selector, &options.node).await?;
-    let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
+    let permits = VolumePermits::new(options.concurrency, options.per_namespace);
     let running: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>> = Default::default();
     let options = Arc::new(options);
     let mut events = std::pin::pin!(
@@ -140,14 +283,15 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
         let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(request.spec.cancel);
         running_now.insert(name.clone(), cancel_tx);
         drop(running_now);
-        let (api, options, permits, running) = (
+        let (client, api, options, permits, running) = (
+            client.clone(),
             api.clone(),
             options.clone(),
             permits.clone(),
             running.clone(),
         );
         tokio::spawn(async move {
-            serve(&api, &options, permits, request, cancel_rx).await;
+            serve(&client, &api, &options, permits, request, cancel_rx).await;
             running.lock().await.remove(&name);
         });
     }
@@ -228,9 +372,10 @@ fn status_of(record: &Record, path: Option<&Path>) -> VolumeBackupStatus {
 
 /// One request, from New to its end.
 async fn serve(
+    client: &kube::Client,
     api: &Api<VolumeBackup>,
     options: &AgentOptions,
-    permits: Arc<Semaphore>,
+    permits: Arc<VolumePermits>,
     request: VolumeBackup,
     mut cancel: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -256,10 +401,16 @@ async fn serve(
             options.store.url(),
             spec.backup_storage_location
         ))
+    } else if let Err(refused) = match check_request(client, &options.node, spec).await {
+        Ok(()) => check_backup(client, &options.namespace, spec).await,
+        refused => refused,
+    } {
+        tracing::warn!(request = %name, "refusing a volume backup request: {refused}");
+        Err(refused)
     } else {
         kubelet_volume_dir(&options.kubelet_root, &spec.pod.uid, &spec.volume_dir)
     };
-    let path = dir.as_ref().ok().cloned();
+    let path = dir.as_ref().ok().map(VolumeRoot::path);
     let volume = VolumeRequest {
         backup: spec.backup_name.clone(),
         pod: ItemRef::new(
@@ -271,7 +422,11 @@ async fn serve(
         volume: spec.volume.clone(),
         pvc: spec.pvc.clone(),
     };
-    let handle = back_up_dir(dir, options.store.clone(), permits, volume);
+    let limits = VolumeLimits {
+        timeout: options.fs_backup_timeout,
+        seam: None,
+    };
+    let handle = back_up_dir(dir, options.store.clone(), permits, limits, volume);
     let mut progress = handle.watch();
     let mut last_report: Option<tokio::time::Instant> = None;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -327,11 +482,15 @@ mod tests {
         std::fs::create_dir_all(pod.join("kubernetes.io~csi/pv-data/mount")).unwrap();
         std::fs::create_dir_all(pod.join("kubernetes.io~empty-dir/scratch")).unwrap();
         assert_eq!(
-            kubelet_volume_dir(root.path(), "0b7e-uid", "pv-data").unwrap(),
+            kubelet_volume_dir(root.path(), "0b7e-uid", "pv-data")
+                .unwrap()
+                .path(),
             pod.join("kubernetes.io~csi/pv-data/mount")
         );
         assert_eq!(
-            kubelet_volume_dir(root.path(), "0b7e-uid", "scratch").unwrap(),
+            kubelet_volume_dir(root.path(), "0b7e-uid", "scratch")
+                .unwrap()
+                .path(),
             pod.join("kubernetes.io~empty-dir/scratch")
         );
         let missing = kubelet_volume_dir(root.path(), "0b7e-uid", "other").unwrap_err();
@@ -339,6 +498,44 @@ mod tests {
             missing.contains("is the volume mounted on this node"),
             "{missing}"
         );
+    }
+
+    /// A pod that plants `mount -> ../../../..` in its emptyDir gets its
+    /// own emptyDir backed up, link and all: `mount` means CSI only in the
+    /// CSI plugin's directory. A symlink as a CSI volume's `mount`, or as
+    /// the volume's directory itself, is refused, never followed.
+    #[test]
+    fn a_planted_mount_or_root_symlink_is_not_followed() {
+        let root = tempfile::tempdir().unwrap();
+        let pods = root.path().join("pods");
+        let secret = pods.join("victim/volumes/kubernetes.io~secret/token");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("token"), "s3cr3t").unwrap();
+        let mine = pods.join("attacker/volumes");
+        let scratch = mine.join("kubernetes.io~empty-dir/scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::os::unix::fs::symlink("../../../..", scratch.join("mount")).unwrap();
+        assert_eq!(
+            kubelet_volume_dir(root.path(), "attacker", "scratch")
+                .unwrap()
+                .path(),
+            scratch
+        );
+        // A CSI volume whose `mount` is a symlink (the pod cannot plant
+        // one there, but a confused driver could): refused.
+        let csi = mine.join("kubernetes.io~csi/pv-1");
+        std::fs::create_dir_all(&csi).unwrap();
+        std::os::unix::fs::symlink("../../../../victim", csi.join("mount")).unwrap();
+        let refused = kubelet_volume_dir(root.path(), "attacker", "pv-1").unwrap_err();
+        assert!(refused.contains("rule: volume-root-symlink"), "{refused}");
+        // The volume's directory itself a symlink: refused.
+        std::os::unix::fs::symlink(&secret, mine.join("kubernetes.io~empty-dir/linked")).unwrap();
+        let refused = kubelet_volume_dir(root.path(), "attacker", "linked").unwrap_err();
+        assert!(refused.contains("rule: volume-root-symlink"), "{refused}");
+        // The pod's own directory a symlink (e.g. to another pod's).
+        std::os::unix::fs::symlink(pods.join("victim"), pods.join("swapped")).unwrap();
+        let refused = kubelet_volume_dir(root.path(), "swapped", "token").unwrap_err();
+        assert!(refused.contains("rule: volume-root-symlink"), "{refused}");
     }
 
     /// A hostile request cannot point the agent elsewhere on the node.

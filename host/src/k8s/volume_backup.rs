@@ -35,6 +35,10 @@ pub const BACKUP_LABEL: &str = "iar.dev/backup";
 pub struct VolumeBackupSpec {
     /// The iar Backup this volume belongs to.
     pub backup_name: String,
+    /// That Backup's uid: a Backup re-created under the same name is
+    /// another backup, with other requests.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub backup_uid: String,
     /// The store the data goes to (the controller's `--store`); an agent
     /// with another store refuses the request.
     pub backup_storage_location: String,
@@ -111,30 +115,72 @@ pub fn node_label(node: &str) -> String {
     crate::names::label_value(node)
 }
 
-/// The request's name: the backup's, then a digest of the pod and volume,
-/// so that asking again (a retried block, a resumed backup) finds the same
-/// request instead of starting a second one.
-pub fn request_name(backup: &str, namespace: &str, pod: &str, volume: &str) -> String {
+/// The request's name: the backup's (as far as it fits, to be read), then
+/// a digest of the backup's full name and uid and of the pod's namespace,
+/// name and uid and the volume. Asking again (a retried block, a resumed
+/// backup) finds the same request; two backups whose names share a long
+/// prefix, a backup re-created under an old name, or a pod re-created
+/// under its old name never do.
+pub fn request_name(backup: &str, backup_uid: &str, pod: &PodReference, volume: &str) -> String {
     let digest = hex::encode(Sha256::digest(
-        format!("{namespace}/{pod}/{volume}").as_bytes(),
+        format!(
+            "{backup}\n{backup_uid}\n{}\n{}\n{}\n{volume}",
+            pod.namespace, pod.name, pod.uid
+        )
+        .as_bytes(),
     ));
-    let prefix: String = backup.chars().take(63 - 17).collect();
-    format!("{}-{}", prefix.trim_end_matches(['-', '.']), &digest[..16])
+    let prefix: String = backup.chars().take(63 - 25).collect();
+    format!("{}-{}", prefix.trim_end_matches(['-', '.']), &digest[..24])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn pod(ns: &str, name: &str, uid: &str) -> PodReference {
+        PodReference {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
     #[test]
     fn a_request_is_named_once_per_pod_volume() {
-        let a = request_name("nightly", "shop", "db-0", "data");
-        assert_eq!(a, request_name("nightly", "shop", "db-0", "data"));
-        assert_ne!(a, request_name("nightly", "shop", "db-0", "logs"));
-        assert_ne!(a, request_name("nightly", "shop", "db-1", "data"));
+        let db0 = pod("shop", "db-0", "u0");
+        let a = request_name("nightly", "b-uid", &db0, "data");
+        assert_eq!(a, request_name("nightly", "b-uid", &db0, "data"));
+        assert_ne!(a, request_name("nightly", "b-uid", &db0, "logs"));
+        assert_ne!(
+            a,
+            request_name("nightly", "b-uid", &pod("shop", "db-1", "u1"), "data")
+        );
         assert!(a.starts_with("nightly-") && a.len() <= 63, "{a}");
-        let long = request_name(&"b".repeat(200), "ns", "p", "v");
+        let long = request_name(&"b".repeat(200), "u", &pod("ns", "p", "u"), "v");
         assert!(long.len() <= 63, "{long}");
+    }
+
+    /// Two backups whose names share their first 60 characters, a backup
+    /// re-created under its old name (a new uid), and a pod re-created
+    /// under its old name each get a request of their own: none reuses
+    /// another's finished request and reports Completed for nothing read.
+    #[test]
+    fn backups_sharing_a_long_prefix_or_a_name_never_share_a_request() {
+        let p = pod("shop", "db-0", "u0");
+        let stem = "n".repeat(60);
+        let (one, two) = (format!("{stem}-monday"), format!("{stem}-tuesday"));
+        assert_ne!(
+            request_name(&one, "uid-1", &p, "data"),
+            request_name(&two, "uid-2", &p, "data")
+        );
+        assert_ne!(
+            request_name("nightly", "uid-1", &p, "data"),
+            request_name("nightly", "uid-2", &p, "data")
+        );
+        assert_ne!(
+            request_name("nightly", "uid-1", &p, "data"),
+            request_name("nightly", "uid-1", &pod("shop", "db-0", "u9"), "data")
+        );
     }
 
     #[test]

@@ -11,10 +11,12 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::crd::Backup;
 use super::volume_backup::{
     BACKUP_LABEL, NODE_LABEL, PodReference, VolumeBackup, VolumeBackupSpec, VolumeBackupStatus,
     node_label, request_name,
@@ -67,11 +69,37 @@ impl RequestBackupper {
                 .and_then(|c| c.spec.and_then(|s| s.volume_name))
                 .ok_or_else(|| format!("pvc {claim} is not bound to a volume"))?,
         };
-        let name = request_name(&volume.backup, ns, &volume.pod.name, &volume.volume);
+        // The Backup owns its requests: Kubernetes deletes them with it,
+        // and its uid names them (see `request_name`).
+        let owner = Api::<Backup>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(&volume.backup)
+            .await
+            .map_err(|e| format!("reading backup {}: {e}", volume.backup))?
+            .ok_or_else(|| {
+                format!(
+                    "backup {} has no Backup resource in {}: no request is made for it (rule: request-owner)",
+                    volume.backup, self.namespace
+                )
+            })?;
+        let backup_uid = owner.metadata.uid.clone().unwrap_or_default();
+        let pod_ref = PodReference {
+            namespace: ns.clone(),
+            name: volume.pod.name.clone(),
+            uid,
+        };
+        let name = request_name(&volume.backup, &backup_uid, &pod_ref, &volume.volume);
         Ok(VolumeBackup {
             metadata: ObjectMeta {
                 name: Some(name),
                 namespace: Some(self.namespace.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "iar.dev/v1".into(),
+                    kind: "Backup".into(),
+                    name: volume.backup.clone(),
+                    uid: backup_uid.clone(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
                 labels: Some(
                     [
                         (BACKUP_LABEL.to_string(), volume.backup.clone()),
@@ -83,13 +111,10 @@ impl RequestBackupper {
             },
             spec: VolumeBackupSpec {
                 backup_name: volume.backup.clone(),
+                backup_uid,
                 backup_storage_location: self.store.clone(),
                 node,
-                pod: PodReference {
-                    namespace: ns.clone(),
-                    name: volume.pod.name.clone(),
-                    uid,
-                },
+                pod: pod_ref,
                 volume: volume.volume.clone(),
                 pvc: volume.pvc.clone(),
                 volume_dir,
@@ -218,10 +243,13 @@ async fn follow(
                 Some(Ok(Event::Apply(request) | Event::InitApply(request))) => {
                     let status = request.status;
                     last_error = None;
-                    if status != last_seen {
+                    // Alive means work moved: a new phase or bytes read.
+                    // A report that only renews its timestamp (an agent
+                    // stuck on a read that never ends) is not a word.
+                    if moved(last_seen.as_ref(), status.as_ref()) {
                         last_word = Instant::now();
-                        last_seen = status.clone();
                     }
+                    last_seen = status.clone();
                     let record = record_of(progress.borrow().clone(), status.as_ref());
                     let ended = record.phase.is_terminal();
                     progress.send_replace(record);
@@ -273,6 +301,13 @@ async fn follow(
     }
 }
 
+/// Whether `now` reports work that `before` did not: another phase, or
+/// more bytes read or counted.
+fn moved(before: Option<&VolumeBackupStatus>, now: Option<&VolumeBackupStatus>) -> bool {
+    let key = |s: Option<&VolumeBackupStatus>| s.map(|s| (s.phase, s.progress.clone()));
+    key(before) != key(now)
+}
+
 /// Ends the handle Failed with `why`, and the request too when there is
 /// one: its status must not stay New or InProgress.
 async fn fail_with(
@@ -306,4 +341,40 @@ fn end_failed(progress: &watch::Sender<Record>, why: String) {
         v.completed = Some(SystemTime::now());
         v.error = Some(format!("{}: {why}", v.describe()));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: VolumePhase, done: u64, stamp: &str) -> VolumeBackupStatus {
+        VolumeBackupStatus {
+            phase: Some(phase),
+            progress: super::super::volume_backup::VolumeBackupProgress {
+                total_bytes: 100,
+                bytes_done: done,
+            },
+            last_update: Some(stamp.into()),
+            ..VolumeBackupStatus::default()
+        }
+    }
+
+    /// An agent that renews its timestamp while no byte moves is silent.
+    #[test]
+    fn only_moved_bytes_or_a_new_phase_count_as_alive() {
+        let a = status(VolumePhase::InProgress, 10, "t1");
+        assert!(!moved(
+            Some(&a),
+            Some(&status(VolumePhase::InProgress, 10, "t2"))
+        ));
+        assert!(moved(
+            Some(&a),
+            Some(&status(VolumePhase::InProgress, 11, "t2"))
+        ));
+        assert!(moved(
+            Some(&a),
+            Some(&status(VolumePhase::Completed, 10, "t2"))
+        ));
+        assert!(moved(None, Some(&a)));
+    }
 }

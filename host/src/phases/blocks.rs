@@ -7,7 +7,9 @@ use crate::backup::hooks::{
 };
 use crate::backup::object::HookStatusCounts;
 use crate::backup::volume_policy::default_volumes_to_fs_backup;
-use crate::backup::volumes::{LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumePhase};
+use crate::backup::volumes::{
+    LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumeLimits, VolumePhase,
+};
 use crate::cluster::ClusterReader;
 use crate::store::BackupFile;
 use std::sync::Arc;
@@ -55,11 +57,17 @@ impl PhaseMachine {
                 .unwrap_or_else(|| Arc::new(SkippingRunner))
         };
         let backupper = match &self.settings.volume_data {
-            Some(dir) => Some(Arc::new(LocalDirBackupper::new(
-                dir.clone(),
-                self.store.clone(),
-                self.settings.volume_concurrency,
-            )) as Arc<dyn VolumeBackupper>),
+            Some(dir) => Some(Arc::new(
+                LocalDirBackupper::new(
+                    dir.clone(),
+                    self.store.clone(),
+                    self.settings.volume_concurrency,
+                )
+                .with_limits(VolumeLimits {
+                    timeout: self.settings.fs_backup_timeout,
+                    seam: None,
+                }),
+            ) as Arc<dyn VolumeBackupper>),
             None => self.volume_backupper.clone(),
         };
         Ok(Arc::new(
@@ -73,7 +81,8 @@ impl PhaseMachine {
                 default_volumes_to_fs_backup(spec),
                 tokio::runtime::Handle::current(),
             )
-            .with_ledger(self.store.clone()),
+            .with_ledger(self.store.clone())
+            .with_max_hook_timeout(self.settings.max_hook_timeout),
         ))
     }
 
@@ -196,21 +205,12 @@ impl PhaseMachine {
         }
         for record in &report.hooks {
             let ns = record.pod.namespace.as_str();
-            for (stream, text) in [
-                ("stdout", &record.output.stdout),
-                ("stderr", &record.output.stderr),
-            ] {
-                if !text.is_empty() {
-                    self.journal.line(
-                        &name,
-                        format!(
-                            "hook {stream} of pod {}/{}: {}",
-                            ns,
-                            record.pod.name,
-                            text.trim_end()
-                        ),
-                    );
-                }
+            // Escaped: what a hook printed is the pod's, not iar's.
+            for (stream, text) in record.output.log_lines() {
+                self.journal.line(
+                    &name,
+                    format!("hook {stream} of pod {}/{}: {text}", ns, record.pod.name),
+                );
             }
             match verdict(record) {
                 Verdict::Ok => self.journal.line(&name, format!("hook: {record}")),

@@ -485,6 +485,7 @@ impl PhaseMachine {
         let plugins = self.plugins_for(name);
         let cluster = self.cluster.clone();
         let workers = self.settings.workers;
+        let (journal, backup_name) = (self.journal.clone(), name.to_string());
         // wasm calls block: the pass runs on a blocking thread.
         tokio::task::spawn_blocking(move || {
             // Plugin relations: one adapter per plugin exporting the 1.1.0
@@ -499,8 +500,15 @@ impl PhaseMachine {
                 .collect();
             let relations: Vec<&dyn Relation> = relations.iter().map(|r| r.as_ref()).collect();
             let take = first.as_ref().map(|f| {
-                let contents = &f.contents;
-                move |outcome: &mut ItemOutcome| contents.take(outcome)
+                let (contents, journal, backup_name) = (&f.contents, &journal, &backup_name);
+                move |outcome: &mut ItemOutcome| {
+                    // Into the bounded log now: what a plugin writes is
+                    // never held per item until the pass ends.
+                    for line in std::mem::take(&mut outcome.logs) {
+                        journal.record(backup_name, line);
+                    }
+                    contents.take(outcome)
+                }
             });
             pass::run(
                 &plugins,

@@ -207,7 +207,9 @@ impl PhaseMachine {
         tracing::info!(backup = %name, expiration = ?found.status.expiration, ?reason, "deleting a backup");
         // What its plugins created goes first: its record is among the
         // files deleted below.
-        self.delete_created(name).await?;
+        // Against the store's name for it and its uid: the labels the
+        // host stamped when its plugins created them.
+        self.delete_created(name, &found.metadata.uid).await?;
         let keys = self.store.backup_keys(name).await?;
         for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
             self.store.delete_key(key).await?;
@@ -503,5 +505,94 @@ mod tests {
             ]
         );
         assert_eq!(store.list_backups().await.unwrap(), ["new"]);
+    }
+
+    /// A planted expired backup whose created-objects record lists another
+    /// backup's VolumeSnapshot (with that snapshot's real uid) deletes
+    /// only what is labelled as created for it, name and uid: not the other
+    /// backup's, nor one that bears its uid under another backup's name.
+    /// Each refusal is in the log with its rule; the sweep still deletes
+    /// the backup and its own snapshot.
+    #[tokio::test]
+    async fn a_planted_created_objects_record_deletes_only_the_backups_own_objects() {
+        use crate::cluster::overlay;
+        use crate::cluster::writes::{
+            BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION, CreatedObject,
+        };
+        use crate::item::ItemRef;
+        let (_dir, store) = temp_store();
+        let overlay_dir = tempfile::tempdir().unwrap();
+        let snapshot = |name: &str, backup: &str, backup_uid: &str| {
+            let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
+            let value = serde_json::json!({
+                "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+                "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
+                    "labels": {BACKUP_NAME_LABEL: crate::names::label_value(backup),
+                        BACKUP_UID_LABEL: backup_uid},
+                    "annotations": {CREATED_BY_ANNOTATION: "pvc-snapshot"}},
+                "spec": {"source": {"persistentVolumeClaimName": "data"}}});
+            assert!(overlay::create(overlay_dir.path(), &id, &value).unwrap());
+            CreatedObject {
+                plugin: "pvc-snapshot".into(),
+                id,
+                uid: format!("u-{name}"),
+            }
+        };
+        // put_backup's backups have the uid "uid".
+        let own = snapshot("own", "planted", "uid");
+        let victim = snapshot("victim", "other", "other-uid");
+        let namesake = snapshot("namesake", "other", "uid");
+        let now = SystemTime::now();
+        put_backup(&store, "planted", BackupPhase::Completed, Some(now - HOUR)).await;
+        store
+            .put_json(
+                "planted",
+                BackupFile::CreatedObjects,
+                &[&victim, &own, &namesake],
+            )
+            .await
+            .unwrap();
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        let cluster =
+            crate::ManifestCluster::new(Vec::new()).with_overlay(overlay_dir.path().to_path_buf());
+        let c = PhaseMachine::new(
+            Vec::new(),
+            store.clone(),
+            Arc::new(cluster),
+            Settings {
+                lease_duration: Duration::from_secs(30),
+                ..Settings::default()
+            },
+        )
+        .with_observer(Box::new(move |_: &str, line: &str| {
+            seen.lock().unwrap().push(line.to_string())
+        }));
+
+        let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
+        assert_eq!(o, [("planted".to_string(), "deleted".to_string())]);
+        let exists = |o: &CreatedObject| overlay::path_of(overlay_dir.path(), &o.id).exists();
+        assert!(!exists(&own), "its own snapshot goes");
+        assert!(exists(&victim), "another backup's snapshot stays");
+        assert!(exists(&namesake), "its uid under another name stays");
+        let lines = lines.lock().unwrap();
+        let refused: Vec<_> = lines
+            .iter()
+            .filter(|l| l.contains("(rule: gc-not-owner)"))
+            .collect();
+        assert_eq!(refused.len(), 2, "{lines:#?}");
+        assert!(
+            refused[0].contains(
+                "not deleting volumesnapshots.snapshot.storage.k8s.io shop/victim (listed as created by plugin pvc-snapshot): it is not labelled iar.dev/backup-name=planted and iar.dev/backup-uid=uid"
+            ),
+            "{refused:?}"
+        );
+        assert!(refused[1].contains("shop/namesake"), "{refused:?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("deleted") && l.contains("shop/own")),
+            "{lines:#?}"
+        );
     }
 }

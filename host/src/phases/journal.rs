@@ -39,11 +39,22 @@ struct PluginTally {
     dropped: usize,
 }
 
+/// Where a line went.
+#[derive(Debug, PartialEq)]
+enum Kept {
+    /// In place (a host line, or within its plugin's head): shown.
+    Shown,
+    /// The first line past its plugin's head: a notice is shown instead.
+    HeadFull,
+    /// Past the head: kept in the tail or counted, not shown.
+    Hidden,
+}
+
 impl BackupLog {
-    fn push(&mut self, line: String, plugin: Option<&str>) {
+    fn push(&mut self, line: String, plugin: Option<&str>) -> Kept {
         let Some(plugin) = plugin else {
             self.lines.push(line);
-            return;
+            return Kept::Shown;
         };
         let tally = match self.plugins.get_mut(plugin) {
             Some(tally) => tally,
@@ -52,13 +63,15 @@ impl BackupLog {
         if tally.kept < PLUGIN_HEAD {
             tally.kept += 1;
             self.lines.push(line);
-            return;
+            return Kept::Shown;
         }
+        let first = tally.tail.is_empty() && tally.dropped == 0;
         if tally.tail.len() == PLUGIN_TAIL {
             tally.tail.pop_front();
             tally.dropped += 1;
         }
         tally.tail.push_back(line);
+        if first { Kept::HeadFull } else { Kept::Hidden }
     }
 
     /// The log as persisted: the lines in order, then for each plugin past
@@ -89,23 +102,42 @@ impl Journal {
         self.record(backup, message);
     }
 
-    /// Records a line that is already in the host log (a plugin's own line,
-    /// forwarded by the boundary).
+    /// Records a line: a plugin's (forwarded by the boundary, and shown in
+    /// the host log only here, within its head) or one already in the host
+    /// log. The host log and the observer see what the persisted log keeps
+    /// in place, so neither grows with what a plugin writes.
     pub(super) fn record(&self, backup: &str, message: String) {
-        if let Some(observe) = &self.observer {
-            observe(backup, &message);
-        }
         let plugin = plugin_of_line(&message);
         let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
-        let mut backups = self.backups.lock().unwrap_or_else(|p| p.into_inner());
-        // The backup's name is copied only for its first line.
-        match backups.get_mut(backup) {
-            Some(log) => log.push(line, plugin),
-            None => {
-                let mut log = BackupLog::default();
-                log.push(line, plugin);
-                backups.insert(backup.to_string(), log);
+        let kept = {
+            let mut backups = self.backups.lock().unwrap_or_else(|p| p.into_inner());
+            // The backup's name is copied only for its first line.
+            match backups.get_mut(backup) {
+                Some(log) => log.push(line, plugin),
+                None => {
+                    let mut log = BackupLog::default();
+                    let kept = log.push(line, plugin);
+                    backups.insert(backup.to_string(), log);
+                    kept
+                }
             }
+        };
+        let shown = match (kept, plugin) {
+            (Kept::Hidden, _) => return,
+            (Kept::HeadFull, Some(plugin)) => format!(
+                "plugin {plugin} logged more than {PLUGIN_HEAD} lines in this backup: the rest is not shown; the backup log keeps its last {PLUGIN_TAIL} (rule: log-bound)"
+            ),
+            (_, Some(_)) => message,
+            (_, None) => {
+                if let Some(observe) = &self.observer {
+                    observe(backup, &message);
+                }
+                return;
+            }
+        };
+        tracing::info!(backup, "{shown}");
+        if let Some(observe) = &self.observer {
+            observe(backup, &shown);
         }
     }
 

@@ -57,10 +57,16 @@ pub struct Settings {
     pub volume_data: Option<std::path::PathBuf>,
     /// How many volume backups run at once.
     pub volume_concurrency: usize,
+    /// `--fs-backup-timeout`: the longest one volume backup may take.
+    pub fs_backup_timeout: Duration,
     /// `--exec-hooks-locally`: run backup hooks as local processes;
     /// otherwise through the machine's hook runner (the controller's:
     /// `pods/exec`), or, without one, recorded as skipped with a warning.
     pub exec_hooks_locally: bool,
+    /// `--max-hook-timeout`: the longest any hook runs; a pod annotation
+    /// or a spec asking for more is clamped to it, with a warning (rule
+    /// `hook-timeout-cap`).
+    pub max_hook_timeout: Duration,
     /// The ttl of a backup whose spec sets none (or zero): Velero's
     /// `--default-backup-ttl`, 720h.
     pub default_backup_ttl: Duration,
@@ -83,7 +89,9 @@ impl Default for Settings {
             lease_duration: Duration::from_secs(15),
             volume_data: None,
             volume_concurrency: 4,
+            fs_backup_timeout: Duration::from_secs(4 * 3600),
             exec_hooks_locally: false,
+            max_hook_timeout: crate::backup::hooks::DEFAULT_MAX_TIMEOUT,
             default_backup_ttl: crate::backup::expiry::DEFAULT_TTL,
             gc_period: Duration::from_secs(3600),
             concurrent_passes: 2,
@@ -180,7 +188,9 @@ pub struct PhaseMachine {
     pub operations: Arc<OperationsMap>,
     pub cluster: Arc<dyn ClusterReader>,
     pub settings: Settings,
-    journal: Journal,
+    /// Shared with the item pass, which records plugin lines as they come
+    /// (not held per item until the pass ends).
+    journal: Arc<Journal>,
     /// The plugin set each running backup started with.
     pinned: Mutex<HashMap<String, Vec<Plugin>>>,
     /// Each waiting backup's poller, kept between steps so that its
@@ -247,7 +257,7 @@ impl PhaseMachine {
             operations: Arc::new(OperationsMap::new()),
             cluster,
             settings,
-            journal: Journal::default(),
+            journal: Arc::default(),
             pinned: Mutex::new(HashMap::new()),
             pollers: Mutex::new(HashMap::new()),
             status_sink: None,
@@ -300,7 +310,9 @@ impl PhaseMachine {
 
     /// Calls `observer(backup, line)` for every log line of every backup.
     pub fn with_observer(mut self, observer: Observer) -> Self {
-        self.journal.observer = Some(observer);
+        Arc::get_mut(&mut self.journal)
+            .expect("the observer is set before the machine runs")
+            .observer = Some(observer);
         self
     }
 

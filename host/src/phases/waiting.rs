@@ -223,7 +223,10 @@ impl PhaseMachine {
         }
         // Canceled: what its plugins created for it goes (their own
         // cancel may have deleted it already).
-        if let Err(e) = self.delete_created(run.name()).await {
+        if let Err(e) = self
+            .delete_created(run.name(), &run.object.metadata.uid)
+            .await
+        {
             run.results.errors.add("", e.to_string());
         }
         self.journal

@@ -327,8 +327,9 @@ impl PluginInstance {
         &self.ok_metrics[at].1
     }
 
-    /// Forwards the guest's log lines and stdio to the host log (tagged with
-    /// the plugin) and returns the tail of its stderr.
+    /// Keeps the guest's log lines for [`Instance::take_logs`], forwards
+    /// its stdio to the host log (tagged with the plugin) and returns the
+    /// tail of its stderr.
     fn drain_output(&mut self) -> String {
         self.stdio = StdioCounts::default();
         let Some(live) = self.live.as_mut() else {
@@ -342,16 +343,11 @@ impl PluginInstance {
                 self.created.push(record);
             }
         }
-        for line in state.logs.drain(..) {
-            match line.level {
-                "error" => tracing::error!(plugin, "{}", line.message),
-                "warn" => tracing::warn!(plugin, "{}", line.message),
-                "info" => tracing::info!(plugin, "{}", line.message),
-                "debug" => tracing::debug!(plugin, "{}", line.message),
-                _ => tracing::trace!(plugin, "{}", line.message),
-            }
-            self.logs.push(line);
-        }
+        // Kept, not echoed: whoever takes the lines decides what reaches
+        // the host log (a backup's journal shows each plugin's head only,
+        // so terminal output is bounded by the log bound, not by what a
+        // plugin writes).
+        self.logs.append(&mut state.logs);
         if state.logs_dropped > 0 {
             tracing::warn!(
                 plugin,

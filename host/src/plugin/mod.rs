@@ -28,6 +28,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+/// The rule that keeps an item a plugin may not read from its calls
+/// ([`Plugin::may_read`]).
+pub const READ_GRANT_RULE: &str = "read-grant";
+
 /// The backup a call belongs to, as the guest sees it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct BackupRef {
@@ -262,7 +266,9 @@ impl Plugin {
         self.0.block.as_ref().map(|(sel, _)| sel)
     }
 
-    /// Whether `get-related-items` is to be called for an item.
+    /// Whether `get-related-items` is to be called for an item: its
+    /// item-block selector matches, and its read grants allow the item
+    /// ([`Plugin::may_read`]).
     pub fn block_applies(&self, item: &crate::item::Item) -> bool {
         self.0.block.as_ref().is_some_and(|(_, compiled)| {
             compiled.matches(
@@ -271,11 +277,13 @@ impl Plugin {
                 &item.id.namespace,
                 || item.labels(),
             )
-        })
+        }) && self.may_read(item, Call::GetRelatedItems)
     }
 
     /// Whether the plugin's item action applies to an item (`execute` is to
-    /// be called for it). False for every item when it exports none.
+    /// be called for it): its selector matches, and its read grants allow
+    /// the item ([`Plugin::may_read`]). False for every item when it
+    /// exports none.
     pub fn applies(&self, item: &crate::item::Item) -> bool {
         self.exports(Interface::ItemAction)
             && self.0.selector.matches(
@@ -284,6 +292,30 @@ impl Plugin {
                 &item.id.namespace,
                 || item.labels(),
             )
+            && self.may_read(item, Call::Execute)
+    }
+
+    /// Whether the plugin's read grants allow it to be handed `item`: an
+    /// item given to a call is a read as much as a `cluster-get` is, so a
+    /// plugin without the exact `secrets` grant is never given a Secret
+    /// (a glob, even `*`, does not grant them; see [`ReadGrants`]), and one
+    /// granted only some resources is given only those. An item refused
+    /// is not passed to the plugin, and is backed up as the other plugins
+    /// leave it (rule `read-grant`, at debug: it is the operator's grant
+    /// working, not a fault).
+    pub fn may_read(&self, item: &crate::item::Item, call: Call) -> bool {
+        let allowed = self.0.grants.allows(&item.id.group_resource());
+        if !allowed {
+            tracing::debug!(
+                plugin = %self.0.name,
+                item = %item.id,
+                %call,
+                rule = READ_GRANT_RULE,
+                "not passed to the plugin: its read grants do not allow {}",
+                item.id.group_resource()
+            );
+        }
+        allowed
     }
 
     /// A new instance for one worker. The wasm instance itself is created on

@@ -5,12 +5,12 @@
 pub mod delete;
 pub mod faulty;
 mod fence;
+pub mod gz;
 pub mod lease;
 pub mod tarball;
 
 use bytes::Bytes;
 use flate2::Compression;
-use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
@@ -18,7 +18,7 @@ use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -583,9 +583,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 fn gunzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    GzDecoder::new(data).read_to_end(&mut out)?;
-    Ok(out)
+    gz::gunzip_at_most(data, gz::JSON_MAX)
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@ use crate::item::ItemRef;
 use crate::names;
 use flate2::Compression;
 use flate2::GzBuilder;
-use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
@@ -124,9 +123,7 @@ fn gzip(tar: &[u8]) -> io::Result<Vec<u8>> {
 
 /// Every member of a gzip file, as one stream.
 fn gunzip(tar_gz: &[u8]) -> io::Result<Vec<u8>> {
-    let mut tar = Vec::new();
-    MultiGzDecoder::new(tar_gz).read_to_end(&mut tar)?;
-    Ok(tar)
+    super::gz::gunzip_at_most(tar_gz, super::gz::TARBALL_MAX)
 }
 
 /// The encoder of a head member: its header has room for the lengths.

@@ -272,6 +272,12 @@ impl ActionSet {
         let plugin = loaded.plugin.name().to_string();
         let backup = backup_ref(&plugin, backup)?;
         let item = parse_item(&plugin, item)?;
+        // Velero sends every item the selector matches; the read grants
+        // still decide what the plugin is handed (rule `read-grant`). One
+        // it may not read goes back as Velero sent it, unseen.
+        if !loaded.plugin.may_read(&item, crate::plugin::Call::Execute) {
+            return Ok((item.json().clone(), ExecuteResult::default()));
+        }
         let uid = backup.uid.clone();
         let started = |id: &str| {
             let key = (uid.clone(), plugin.clone(), id.to_string());
@@ -446,6 +452,42 @@ mod tests {
             assert!(matches!(e, Refusal::BadRequest(_)), "{bad}");
             assert!(e.to_string().contains("velero-action-name"), "{bad}: {e}");
         }
+    }
+
+    /// Velero sends every item a plugin's selector matches; the plugin is
+    /// handed only those its read grants allow. The labels plugin (empty
+    /// applies-to, default grants) labels a ConfigMap, and a Secret comes
+    /// back exactly as Velero sent it, the plugin never called.
+    #[test]
+    fn a_secret_goes_back_unseen_without_the_secrets_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(iar_tests::artifacts::LABELS, dir.path().join("labels.wasm")).unwrap();
+        std::fs::write(
+            dir.path().join("labels.yaml"),
+            "config: {labels: seen=yes}\n",
+        )
+        .unwrap();
+        let runtime = Runtime::new(crate::RuntimeConfig {
+            cache_dir: None,
+            ..crate::RuntimeConfig::default()
+        })
+        .unwrap();
+        let actions =
+            ActionSet::open(dir.path(), runtime, Arc::new(crate::NoCluster), None).unwrap();
+        let backup = br#"{"metadata":{"name":"b","namespace":"velero","uid":"u"},"spec":{}}"#;
+        let secret = br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db","namespace":"shop"},"data":{"password":"aHVudGVyMg=="}}"#;
+        let (json, out) = actions.execute("iar.dev/labels", secret, backup).unwrap();
+        assert_eq!(out, ExecuteResult::default());
+        assert_eq!(
+            serde_json::from_str::<Value>(&json).unwrap(),
+            serde_json::from_slice::<Value>(secret).unwrap()
+        );
+        let configmap = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"web","namespace":"shop"}}"#;
+        let (json, _) = actions
+            .execute("iar.dev/labels", configmap, backup)
+            .unwrap();
+        let json: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(json["metadata"]["labels"]["seen"], "yes", "{json}");
     }
 
     #[test]

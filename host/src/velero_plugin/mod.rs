@@ -138,6 +138,25 @@ async fn configmap_plugins(
     Ok(Some(registry))
 }
 
+/// A new `iar-velero-*` directory for the socket, under `parent` (else the
+/// temporary directory), mode 0700 whatever the umask: whoever can reach
+/// the socket can call the plugins with items and backups of their own.
+/// Created 0700 (`DirBuilderExt::mode`, through tempfile's permissions),
+/// which a umask can only narrow, then set 0700 explicitly, which it
+/// cannot touch.
+fn socket_dir(parent: Option<&std::ffi::OsStr>) -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let owner_only = || std::fs::Permissions::from_mode(0o700);
+    let mut dir = tempfile::Builder::new();
+    dir.prefix("iar-velero-").permissions(owner_only());
+    let dir = match parent {
+        Some(parent) => dir.tempdir_in(parent),
+        None => dir.tempdir(),
+    }?;
+    std::fs::set_permissions(dir.path(), owner_only())?;
+    Ok(dir)
+}
+
 /// Serves until the client asks go-plugin's controller to shut down, or the
 /// process is told to stop (SIGTERM, SIGINT).
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -161,13 +180,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     // go-plugin's client may say where sockets go; the directory is removed
     // when the process ends.
-    let mut dir = tempfile::Builder::new();
-    dir.prefix("iar-velero-");
-    let dir = match std::env::var_os("PLUGIN_UNIX_SOCKET_DIR") {
-        Some(parent) => dir.tempdir_in(parent),
-        None => dir.tempdir(),
-    }
-    .context("creating the plugin socket's directory")?;
+    let dir = socket_dir(std::env::var_os("PLUGIN_UNIX_SOCKET_DIR").as_deref())
+        .context("creating the plugin socket's directory")?;
     let socket = dir.path().join("plugin.sock");
     let listener = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("listening on {}", socket.display()))?;
@@ -235,4 +249,38 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .context("serving gRPC")?;
     drop(dir);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The socket's directory is 0700 under the usual umask (022, which
+    /// left it 0755 before), in the temporary directory and under
+    /// `PLUGIN_UNIX_SOCKET_DIR`'s parent alike.
+    #[test]
+    fn the_socket_directory_is_owner_only_whatever_the_umask() {
+        // SAFETY: umask(2) only swaps the process's mask; it is put back
+        // below. 022 is the common default, so other tests creating files
+        // meanwhile see what they would anyway.
+        let old = unsafe { libc::umask(0o022) };
+        let parent = tempfile::tempdir().unwrap();
+        let dirs = [
+            super::socket_dir(None),
+            super::socket_dir(Some(parent.path().as_os_str())),
+        ];
+        unsafe { libc::umask(old) };
+        for dir in dirs {
+            let dir = dir.unwrap();
+            let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o7777, 0o700, "{}", dir.path().display());
+            assert!(
+                dir.path()
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("iar-velero-")
+            );
+        }
+    }
 }

@@ -136,6 +136,7 @@ async fn pre_hook_marker_is_backed_up_and_post_hook_waits_for_the_volume() {
         "hooked",
         v.manifest_key.as_deref().unwrap(),
         restored.path(),
+        &Default::default(),
     )
     .await
     .unwrap();

@@ -162,6 +162,7 @@ async fn pre_hook_marker_is_in_the_backup_and_post_hook_waits() {
         BACKUP,
         v.manifest_key.as_ref().unwrap(),
         out.path(),
+        &Default::default(),
     )
     .await
     .unwrap();

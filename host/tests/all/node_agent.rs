@@ -284,6 +284,7 @@ async fn node_agents_back_up_each_nodes_volumes_between_the_hooks() {
             "fs",
             record.manifest_key.as_deref().unwrap(),
             restored.path(),
+            &Default::default(),
         )
         .await
         .unwrap();
@@ -545,6 +546,7 @@ async fn a_restarted_controller_finishes_the_wait_and_runs_the_post_hook_once() 
         "resumed",
         records[0].manifest_key.as_deref().unwrap(),
         restored.path(),
+        &Default::default(),
     )
     .await
     .unwrap();

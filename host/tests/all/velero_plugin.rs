@@ -378,7 +378,9 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
         (
             "cm-labels",
             artifacts::LABELS,
-            "config: {labels: from=configmap}\nallowRead: [configmaps]\n",
+            // Items are reads: it is handed the pod only because it may
+            // read pods (rule read-grant).
+            "config: {labels: from=configmap}\nallowRead: [configmaps, pods]\n",
         ),
         ("greedy", artifacts::HOSTILE, "allowRead: [secrets]\n"),
     ] {

@@ -64,8 +64,20 @@ pub struct HookRecord {
     pub ended: Option<SystemTime>,
 }
 
+/// The record as one line of the backup's log and results: what the hook
+/// printed, its container and its command are the pod's (or the spec's),
+/// so control characters are escaped as a plugin's log lines are
+/// ([`crate::sandbox::one_line`]): no forged log line, no terminal escape.
 impl std::fmt::Display for HookRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut line = String::new();
+        self.write_unescaped(&mut line)?;
+        f.write_str(&crate::sandbox::one_line(line))
+    }
+}
+
+impl HookRecord {
+    fn write_unescaped(&self, f: &mut impl std::fmt::Write) -> std::fmt::Result {
         let h = &self.hook;
         write!(
             f,
@@ -117,12 +129,23 @@ pub fn verdict(record: &HookRecord) -> Verdict {
     }
 }
 
-/// Pure: post hooks run for a pod only when every pre hook that ran for it
-/// succeeded. A failed pre hook, even with `onError: Continue`, means the
-/// application may not be quiesced, so there is nothing for a post hook to
-/// undo (Velero's hook tracker); skipped pre hooks mean hooks are not run.
+/// Pure: whether a pod's post hooks run after its pre hooks. As in Velero
+/// v1.18, only a pre hook whose failure fails the block (`onError: Fail`)
+/// stops them: one that failed or timed out with `onError: Continue` is a
+/// warning, and the pod keeps its post hooks (Velero's
+/// `item_hook_handler.go` returns no error for Continue, so
+/// `handleItemBlockPreHooks` keeps the pod among those whose post hooks
+/// run). A freeze that overran its timeout may still have frozen: the
+/// unfreeze must run. Skipped pre hooks mean hooks are not run here, so
+/// neither are post hooks.
 pub fn post_hooks_allowed(pre: &[HookRecord]) -> bool {
-    pre.iter().all(|r| r.status == HookStatus::Succeeded)
+    pre.iter().all(|r| match r.status {
+        HookStatus::Succeeded => true,
+        HookStatus::Skipped { .. } => false,
+        HookStatus::Failed { .. } | HookStatus::TimedOut => {
+            r.hook.hook.on_error == OnError::Continue
+        }
+    })
 }
 
 /// The pod a hook runs for, and where its volumes' data is.

@@ -32,6 +32,23 @@ impl HookOutput {
     pub fn is_empty(&self) -> bool {
         self.stdout.is_empty() && self.stderr.is_empty()
     }
+
+    /// Each stream that printed something, as `(stream, text)` for one
+    /// line of the backup's log: its control characters (newlines, carriage
+    /// returns, terminal escapes) escaped as a plugin's log lines are
+    /// ([`crate::sandbox::one_line`]), so a hook cannot forge a line or
+    /// colour the terminal of whoever reads `iar logs`.
+    pub fn log_lines(&self) -> impl Iterator<Item = (&'static str, String)> + '_ {
+        [("stdout", &self.stdout), ("stderr", &self.stderr)]
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .map(|(stream, text)| {
+                (
+                    stream,
+                    crate::sandbox::one_line(text.trim_end().to_string()),
+                )
+            })
+    }
 }
 
 /// One hook's run: how it ended and what it printed.

@@ -13,6 +13,43 @@ use std::time::Duration;
 
 /// Velero's default hook timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `--max-hook-timeout`'s default: the longest any hook runs, whatever its
+/// annotation or spec asks. Generous for a dump or a flush (Velero's
+/// default is 30 s), yet bounded: a pre hook holds a worker, and every
+/// hook holds its block's volume backups or post hooks, for as long as it
+/// may run.
+pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The rule a clamped timeout's warning names.
+pub const TIMEOUT_CAP_RULE: &str = "hook-timeout-cap";
+
+/// Clamps each hook's timeout to `cap` and says so: the timeout comes from
+/// a pod's annotations or a Backup's spec, neither of them the operator's,
+/// so an unbounded one would let them hold a worker for ever. Clamped, not
+/// refused: the hook still runs (a freeze still gets its unfreeze), only
+/// for less long than it asked. Returns one warning per clamped hook.
+pub fn cap_timeouts(
+    pod: &crate::item::ItemRef,
+    hooks: &mut [ResolvedHook],
+    cap: Duration,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for h in hooks.iter_mut().filter(|h| h.hook.timeout > cap) {
+        warnings.push(crate::sandbox::one_line(format!(
+            "{} {} of pod {}/{}: timeout {} is over --max-hook-timeout {}; it runs with {} (rule: {TIMEOUT_CAP_RULE})",
+            h.phase.prefix(),
+            h.source,
+            pod.namespace,
+            pod.name,
+            humantime::format_duration(h.hook.timeout),
+            humantime::format_duration(cap),
+            humantime::format_duration(cap),
+        )));
+        h.hook.timeout = cap;
+    }
+    warnings
+}
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum HookPhase {

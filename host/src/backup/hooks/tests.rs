@@ -430,28 +430,42 @@ fn verdicts() {
     ));
 }
 
-/// A pod whose pre hook failed (with either onError) or was skipped gets
-/// no post hook; one whose pre hooks all succeeded (or had none) does.
+/// As in Velero: a pod whose pre hook failed or timed out with
+/// `onError: Continue` still gets its post hooks (a freeze that overran
+/// its timeout is still a freeze); one whose pre hook failed the block
+/// (`onError: Fail`) or was skipped does not; one whose pre hooks all
+/// succeeded (or had none) does.
 #[test]
-fn post_hooks_need_every_pre_hook_to_succeed() {
+fn post_hooks_run_unless_a_pre_hook_failed_the_block() {
     let ok = record(HookStatus::Succeeded, OnError::Fail);
-    let failed = record(
-        HookStatus::Failed {
-            exit_code: Some(1),
-            stderr_tail: String::new(),
-        },
-        OnError::Continue,
-    );
+    let failed = |on_error| {
+        record(
+            HookStatus::Failed {
+                exit_code: Some(1),
+                stderr_tail: String::new(),
+            },
+            on_error,
+        )
+    };
     assert!(post_hooks_allowed(&[]));
     assert!(post_hooks_allowed(std::slice::from_ref(&ok)));
-    assert!(!post_hooks_allowed(&[ok.clone(), failed]));
-    assert!(!post_hooks_allowed(&[record(
+    assert!(post_hooks_allowed(&[ok.clone(), failed(OnError::Continue)]));
+    assert!(post_hooks_allowed(&[record(
         HookStatus::TimedOut,
         OnError::Continue
     )]));
+    assert!(!post_hooks_allowed(&[ok.clone(), failed(OnError::Fail)]));
+    assert!(!post_hooks_allowed(&[
+        failed(OnError::Continue),
+        record(HookStatus::TimedOut, OnError::Fail)
+    ]));
     assert!(!post_hooks_allowed(&[record(
         HookStatus::Skipped { reason: "r".into() },
         OnError::Fail
+    )]));
+    assert!(!post_hooks_allowed(&[record(
+        HookStatus::Skipped { reason: "r".into() },
+        OnError::Continue
     )]));
 }
 
@@ -511,4 +525,72 @@ async fn run_hooks_stops_at_the_first_failing_fail_hook() {
 fn volume_env_names() {
     assert_eq!(volume_env_name("data"), "IAR_VOLUME_DIR_DATA");
     assert_eq!(volume_env_name("scratch-1.x"), "IAR_VOLUME_DIR_SCRATCH_1_X");
+}
+
+/// What a hook prints cannot forge a line of the backup's log or reach a
+/// terminal as an escape: a real hook's stdout and stderr with newlines,
+/// a carriage return and an ANSI colour come out as one line each, with
+/// those written as escapes, in its log lines and in the record's text
+/// (the results' message). The JSON record keeps the bytes as printed.
+#[tokio::test]
+async fn hook_output_is_escaped_as_plugin_logs_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = LocalProcessRunner {
+        volume_data: dir.path().into(),
+    };
+    let forged = r"printf 'ok\n2026-01-01T00:00:00Z backup=b error: forged\r\033[31mred\n'";
+    let script = format!("{forged}; {forged} >&2; exit 1");
+    let records = run_hooks(
+        &runner,
+        &target(dir.path()),
+        &[hook(
+            &["sh", "-c", &script],
+            OnError::Continue,
+            Duration::from_secs(10),
+        )],
+    )
+    .await;
+    let record = &records[0];
+    assert!(record.output.stdout.contains('\u{1b}'), "{record:?}");
+    let lines: Vec<_> = record.output.log_lines().collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (stream, text) in &lines {
+        assert!(!text.chars().any(char::is_control), "{stream}: {text}");
+        assert_eq!(
+            text, "ok\\n2026-01-01T00:00:00Z backup=b error: forged\\r\\u{1b}[31mred",
+            "{stream}"
+        );
+    }
+    let shown = record.to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown}");
+    assert!(shown.contains("forged\\r\\u{1b}[31mred"), "{shown}");
+    let Verdict::Warning(m) = verdict(record) else {
+        panic!("Continue warns")
+    };
+    assert!(!m.chars().any(char::is_control), "{m}");
+    // A container name from an annotation is the pod's too.
+    let mut named = record.clone();
+    named.hook.hook.container = "db\n2026-01-01T00:00:00Z forged".into();
+    assert!(!named.to_string().contains('\n'), "{named}");
+}
+
+/// Timeouts over the cap are clamped to it, one warning each naming the
+/// pod, the hook and the rule; at or under it they are left alone.
+#[test]
+fn timeouts_over_the_cap_are_clamped() {
+    let cap = Duration::from_secs(600);
+    let mut hooks = vec![
+        hook(&["a"], OnError::Fail, Duration::from_secs(3600)),
+        hook(&["b"], OnError::Fail, cap),
+        hook(&["c"], OnError::Fail, Duration::from_secs(5)),
+    ];
+    let warnings = cap_timeouts(&ItemRef::new("", "pods", "ns", "p"), &mut hooks, cap);
+    let timeouts: Vec<_> = hooks.iter().map(|h| h.hook.timeout).collect();
+    assert_eq!(timeouts, [cap, cap, Duration::from_secs(5)]);
+    assert_eq!(
+        warnings,
+        [
+            "pre hook \"test\" of pod ns/p: timeout 1h is over --max-hook-timeout 10m; it runs with 10m (rule: hook-timeout-cap)"
+        ]
+    );
 }

@@ -74,7 +74,7 @@ async fn restored_content_equals_the_source() {
     assert_eq!(key, "backups/b1/volumes/manifests/shop/db-0/data.json.gz");
 
     let out = tempfile::tempdir().unwrap();
-    let manifest = restore_volume(&s.store, "b1", &key, out.path())
+    let manifest = restore_volume(&s.store, "b1", &key, out.path(), &RestoreOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -332,7 +332,7 @@ async fn records_round_trip_through_the_store() {
         .await
         .unwrap()
         .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&gunzip(&raw).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&gunzip_chunk(&raw).unwrap()).unwrap();
     assert_eq!(json[0]["podNamespace"], "ns");
     assert_eq!(json[0]["bytesDone"], 5);
     assert_eq!(json[0]["phase"], "InProgress");

@@ -1,0 +1,75 @@
+//! A plugin that logs its per-call maximum on every item: `iar backup`'s
+//! memory and its terminal output are bounded by the backup log's bound,
+//! not by what the plugin writes. Measured on the real binary: its peak
+//! RSS from the kernel (`wait4`'s `ru_maxrss`), its stderr by length.
+
+use crate::support::iar_command;
+use iar_tests::artifacts;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+
+/// 300 ConfigMaps, each handed to a plugin that logs 1,000 lines of 4 KiB
+/// (1.2 GB of log in all). Before, every line of every call was held
+/// until the pass ended and all of it was printed: about 1.5 GB peak and
+/// 1.25 GB on the terminal.
+#[test]
+// The child is reaped by wait4 below, which reports its peak RSS.
+#[allow(clippy::zombie_processes)]
+fn a_log_flood_keeps_memory_and_terminal_output_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = dir.path().join("items");
+    let plugins = dir.path().join("plugins");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&items).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    let mut list = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 0..300 {
+        list.push_str(&format!(
+            "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: cm-{i}, namespace: flood}}\n  data: {{k: v}}\n"
+        ));
+    }
+    std::fs::write(items.join("configmaps.yaml"), list).unwrap();
+    std::fs::copy(artifacts::HOSTILE, plugins.join("iar_guest_hostile.wasm")).unwrap();
+    let stderr_file = dir.path().join("stderr");
+    let child = iar_command(&[
+        "backup",
+        "flooded",
+        "--items",
+        items.to_str().unwrap(),
+        "--plugins",
+        plugins.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+        "--config",
+        "behavior=log-flood",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&stderr_file).unwrap())
+    .spawn()
+    .unwrap();
+    // wait4 reaps this child and reports its own peak RSS (KiB), not that
+    // of the test process's other children.
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; both out-pointers are valid.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    let exit = std::process::ExitStatus::from_raw(status);
+    let stderr = std::fs::read(&stderr_file).unwrap();
+    assert!(
+        exit.success(),
+        "{exit}: {}",
+        String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(4000)..])
+    );
+    let peak_mib = usage.ru_maxrss as u64 / 1024;
+    eprintln!(
+        "log flood: peak RSS {peak_mib} MiB, stderr {} KiB",
+        stderr.len() / 1024
+    );
+    assert!(peak_mib <= 256, "peak RSS {peak_mib} MiB");
+    // The head the log keeps in place (1,000 lines of 4 KiB) and a notice.
+    assert!(stderr.len() < 8 << 20, "{} bytes on stderr", stderr.len());
+    let text = String::from_utf8_lossy(&stderr);
+    assert_eq!(text.matches("rule: log-bound").count(), 1, "one notice");
+}

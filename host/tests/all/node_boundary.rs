@@ -1,0 +1,288 @@
+//! The node as a trust boundary, with the real `iar node-agent` against the
+//! real API server and kwok: a pod's user plants links in its own volume
+//! and gets back exactly that volume; a forged request (another pod's
+//! uid, another node's pod) is refused before anything is read.
+//!
+//! Simulated, as in `node_agent`: the kubelet's directory of each pod's
+//! volumes, laid out by the test.
+
+use crate::controller::{create_backup, start_controller, wait_phase};
+use crate::node_agent::{Agent, fs_backup_spec};
+use crate::pod_hooks::{KwokCluster, kwok_cluster};
+use iar::backup::object::BackupPhase;
+use iar::backup::volumes::{VolumeBackup as Record, VolumePhase, restore_volume};
+use iar::k8s::plugins::PluginRegistry;
+use iar::k8s::volume_backup::{PodReference, VolumeBackup, VolumeBackupSpec};
+use iar::store::{BackupFile, BackupStore};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const SECRET: &[u8] = b"projected token of another tenant";
+
+/// A pod on `node` with an emptyDir `scratch`; its directory under
+/// `kubelet_root` is made as the kubelet makes it. Returns (uid, dir).
+async fn pod_with_scratch(
+    kwok: &iar_apiserver::kwok::Kwok,
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    node: &str,
+    kubelet_root: &Path,
+) -> (String, PathBuf) {
+    let spec: Pod = serde_json::from_value(json!({
+        "metadata": {"name": pod, "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        },
+    }))
+    .unwrap();
+    let created = Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &spec)
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.unwrap();
+    let dir = kubelet_root.join(format!(
+        "pods/{uid}/volumes/kubernetes.io~empty-dir/scratch"
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    kwok.local_exec(client, ns, pod, &dir, &[]).await;
+    kwok.wait_running(client, ns, pod).await;
+    (uid, dir)
+}
+
+/// Waits until request `name` has ended; its status.
+async fn wait_ended(
+    api: &Api<VolumeBackup>,
+    name: &str,
+) -> iar::k8s::volume_backup::VolumeBackupStatus {
+    iar_tests::wait_for(name, Duration::from_secs(60), || {
+        let api = api.clone();
+        async move {
+            let r = api.get(name).await.map_err(|e| e.to_string())?;
+            let s = r.status.unwrap_or_default();
+            match s.phase {
+                Some(p) if p.is_terminal() => Ok(s),
+                p => Err(format!("{p:?}")),
+            }
+        }
+    })
+    .await
+}
+
+/// Every data chunk in the store, inflated.
+fn all_chunks(store_dir: &Path) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut stack = vec![store_dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.parent().is_some_and(|d| d.ends_with("volumes/data")) {
+                let gz = std::fs::read(&p).unwrap();
+                out.push(iar::store::gz::gunzip_at_most(&gz, 8 << 20).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A pod's user writes `mount -> ../../../..` (and a link to another
+/// pod's token) into its opted-in emptyDir: the agent backs up that
+/// emptyDir, links as links, and not one byte of any other volume on the
+/// node reaches the store; the restore gives back exactly the pod's own
+/// files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planted_mount_link_backs_up_only_the_pods_own_volume() {
+    let ns = "boundary-links";
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-a"]).await
+    else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    // Another tenant's projected token, on the same node.
+    let victim = root
+        .path()
+        .join("pods/0000-victim/volumes/kubernetes.io~projected/kube-api-access");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("token"), SECRET).unwrap();
+    let (_, dir) = pod_with_scratch(kwok, &admin, ns, "tenant-0", "kwok-a", root.path()).await;
+    std::fs::write(dir.join("own.txt"), "mine").unwrap();
+    std::os::unix::fs::symlink("../../../..", dir.join("mount")).unwrap();
+    std::os::unix::fs::symlink(victim.join("token"), dir.join("token")).unwrap();
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let store = BackupStore::open(url).unwrap();
+    let agent = Agent::start(server, ns, "kwok-a", root.path(), url);
+    let (_, controller) = start_controller(
+        admin.clone(),
+        ns,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    create_backup(&admin, ns, "links", fs_backup_spec(ns)).await;
+    let done = wait_phase(&admin, ns, "links", BackupPhase::Completed).await;
+    controller.abort();
+    let status = done.status.unwrap();
+    assert_eq!(status.errors, 0, "{status:?}\n{}", agent.log());
+    let records: Vec<Record> = store
+        .get_json("links", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].phase, VolumePhase::Completed, "{records:?}");
+    assert_eq!(records[0].bytes_done, 4, "only own.txt was read");
+    assert!(
+        all_chunks(store_dir.path())
+            .iter()
+            .all(|c| c.as_slice() != SECRET)
+    );
+
+    // The fence: the same request again once the backup has finished is
+    // refused, and nothing more is written for that backup.
+    let api = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let made = api
+        .list(&kube::api::ListParams::default().labels("iar.dev/backup=links"))
+        .await
+        .unwrap();
+    let mut late = made.items[0].clone();
+    late.metadata = ObjectMeta {
+        name: Some("late".into()),
+        labels: late.metadata.labels.clone(),
+        ..ObjectMeta::default()
+    };
+    late.status = None;
+    api.create(&PostParams::default(), &late).await.unwrap();
+    let ended = wait_ended(&api, "late").await;
+    assert_eq!(ended.phase, Some(VolumePhase::Failed), "{ended:?}");
+    let message = ended.message.unwrap_or_default();
+    assert!(
+        message.contains("rule: backup-fence") && message.contains("Completed"),
+        "{message}"
+    );
+
+    let restored = tempfile::tempdir().unwrap();
+    restore_volume(
+        &store,
+        "links",
+        records[0].manifest_key.as_deref().unwrap(),
+        restored.path(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(restored.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["mount", "own.txt", "token"]);
+    assert!(
+        restored
+            .path()
+            .join("mount")
+            .symlink_metadata()
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(restored.path().join("own.txt")).unwrap(),
+        "mine"
+    );
+}
+
+/// Requests the controller never made: one naming the pod with another
+/// pod's uid (to read that pod's volume directory), one naming a volume
+/// the pod does not have, one for a pod of another node. The agent checks
+/// each against the live Pod and fails it with rule `request-mismatch`,
+/// having read nothing; it keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forged_request_is_refused_before_anything_is_read() {
+    let ns = "boundary-forged";
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-a", "kwok-b"]).await
+    else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let (_, mine) = pod_with_scratch(kwok, &admin, ns, "attacker", "kwok-a", root.path()).await;
+    std::fs::write(mine.join("own.txt"), "mine").unwrap();
+    let (victim_uid, theirs) =
+        pod_with_scratch(kwok, &admin, ns, "victim", "kwok-a", root.path()).await;
+    std::fs::write(theirs.join("secret"), SECRET).unwrap();
+    let (_, _elsewhere) = pod_with_scratch(kwok, &admin, ns, "remote", "kwok-b", root.path()).await;
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let agent = Agent::start(server, ns, "kwok-a", root.path(), url);
+    let api = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let forged = |name: &str, pod: &str, uid: &str, volume: &str| VolumeBackup {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("iar.dev/node".to_string(), "kwok-a".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: VolumeBackupSpec {
+            backup_name: "forged".into(),
+            backup_uid: String::new(),
+            backup_storage_location: url.into(),
+            node: "kwok-a".into(),
+            pod: PodReference {
+                namespace: ns.into(),
+                name: pod.into(),
+                uid: uid.into(),
+            },
+            volume: volume.into(),
+            pvc: None,
+            volume_dir: "scratch".into(),
+            cancel: false,
+        },
+        status: None,
+    };
+    let cases = [
+        forged("other-uid", "attacker", &victim_uid, "scratch"),
+        forged("no-such-volume", "attacker", "", "data"),
+        forged("other-node", "remote", "", "scratch"),
+    ];
+    for mut request in cases {
+        if request.spec.pod.uid.is_empty() {
+            let pod = Api::<Pod>::namespaced(admin.clone(), ns)
+                .get(&request.spec.pod.name)
+                .await
+                .unwrap();
+            request.spec.pod.uid = pod.metadata.uid.unwrap();
+        }
+        api.create(&PostParams::default(), &request).await.unwrap();
+    }
+    for name in ["other-uid", "no-such-volume", "other-node"] {
+        let ended = wait_ended(&api, name).await;
+        assert_eq!(ended.phase, Some(VolumePhase::Failed), "{name}: {ended:?}");
+        let message = ended.message.unwrap_or_default();
+        assert!(
+            message.contains("rule: request-mismatch"),
+            "{name}: {message}\n{}",
+            agent.log()
+        );
+    }
+    assert!(
+        all_chunks(store_dir.path()).is_empty(),
+        "something was read"
+    );
+}
