@@ -35,6 +35,10 @@ pub struct Limits {
     pub max_stdio_bytes: usize,
     /// `cluster-get` calls one call may make; the next one stops the call.
     pub max_host_calls: usize,
+    /// Objects one plugin may create in one backup (contract 1.2.0), across
+    /// all its calls and instances; the next create is refused (rule
+    /// `create-limit`).
+    pub max_creates_per_backup: usize,
     /// Entries in an instance's WASI resource table (streams, pollables);
     /// a guest that opens more is stopped. wasmtime's own WASI tests use
     /// 1,000.
@@ -85,6 +89,7 @@ impl Default for Limits {
             max_log_lines: 1000,
             max_stdio_bytes: 64 << 10,
             max_host_calls: 10_000,
+            max_creates_per_backup: 10_000,
             max_resources: 1000,
             isolation: Isolation::Backup,
         }

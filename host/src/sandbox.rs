@@ -237,6 +237,8 @@ pub struct State {
     max_log_lines: usize,
     host_calls: usize,
     max_host_calls: usize,
+    /// `maxCreatesPerBackup`.
+    pub(crate) max_creates: usize,
     /// The largest object a create may send (the plugin's maxItemBytes).
     max_item_bytes: usize,
     /// When the current call (or instantiation) started, and how much of
@@ -299,6 +301,7 @@ impl State {
             max_log_lines: limits.max_log_lines,
             host_calls: 0,
             max_host_calls: limits.max_host_calls,
+            max_creates: limits.max_creates_per_backup,
             max_item_bytes: limits.max_item_bytes,
             call_started: Instant::now(),
             host_time: Duration::ZERO,

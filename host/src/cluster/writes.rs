@@ -8,6 +8,7 @@ use crate::catalog::GroupResource;
 use crate::item::ItemRef;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 /// The label naming the backup an object was created for (its name as a
 /// label value: a digest when it is not one).
@@ -31,6 +32,53 @@ pub mod rule {
     /// A deletion of what a backup created skips an object that does not
     /// say it was created for that backup.
     pub const GC_NOT_OWNER: &str = "gc-not-owner";
+    pub const CREATE_LIMIT: &str = "create-limit";
+}
+
+/// Objects created so far, by (backup name, backup uid, plugin), in this
+/// process: `maxCreatesPerBackup` holds across a backup's calls and
+/// instances, not only within one call (where `maxHostCalls` bounds it).
+/// A few bytes per backup and plugin; never cleared, so a plugin cannot
+/// reset its count by being reloaded.
+static CREATES: std::sync::LazyLock<std::sync::Mutex<HashMap<CreateKey, usize>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Backup name, backup uid, plugin.
+type CreateKey = (String, String, String);
+
+fn create_key(scope: &WriteScope) -> CreateKey {
+    (
+        scope.backup_name.clone(),
+        scope.backup_uid.clone(),
+        scope.plugin.clone(),
+    )
+}
+
+/// Counts one create of `scope`'s plugin in its backup, or refuses it
+/// past `max` (rule `create-limit`).
+pub fn claim_create(scope: &WriteScope, max: usize) -> Result<(), WriteRefused> {
+    let mut creates = CREATES.lock().unwrap_or_else(|p| p.into_inner());
+    let n = creates.entry(create_key(scope)).or_insert(0);
+    if *n >= max {
+        return Err(refuse(
+            rule::CREATE_LIMIT,
+            format!(
+                "plugin {} already created {max} objects in backup {} (maxCreatesPerBackup)",
+                scope.plugin, scope.backup_name
+            ),
+        ));
+    }
+    *n += 1;
+    Ok(())
+}
+
+/// Gives back a claim whose create made nothing new (it found the object
+/// this plugin created before, or failed).
+pub fn refund_create(scope: &WriteScope) {
+    let mut creates = CREATES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = creates.get_mut(&create_key(scope)) {
+        *n = n.saturating_sub(1);
+    }
 }
 
 /// Which resources a plugin may create (and delete what it created), by

@@ -70,14 +70,23 @@ impl State {
             Ok(object) => object,
             Err(refused) => return Ok(Err(refused.to_string())),
         };
+        if let Err(refused) = writes::claim_create(&self.write_scope, self.max_creates) {
+            return Ok(Err(refused.to_string()));
+        }
         let budget = self.budget()?;
         let answer = self.cluster.create_within(id, object, budget);
         self.still_within()?;
         let (object, new) = match answer {
             Ok(Created::New(object)) => (object, true),
             Ok(Created::Existing(object)) => (object, false),
-            Err(e) => return Ok(Err(format!("creating {id}: {e}"))),
+            Err(e) => {
+                writes::refund_create(&self.write_scope);
+                return Ok(Err(format!("creating {id}: {e}")));
+            }
         };
+        if !new {
+            writes::refund_create(&self.write_scope);
+        }
         // An object of that name that is not this plugin's, for this
         // backup, is neither returned nor recorded.
         if !new && !writes::is_own(&object, &self.write_scope) {

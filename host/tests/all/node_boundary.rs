@@ -286,3 +286,162 @@ async fn a_forged_request_is_refused_before_anything_is_read() {
         "something was read"
     );
 }
+
+/// deploy/node-agent.yaml's ValidatingAdmissionPolicy, in the real API
+/// server: an agent authenticated by its pod's service-account token (the
+/// token carries the pod's node) writes the status of its own node's
+/// requests and is refused another node's, naming the rule. Installed
+/// under another namespace than `iar-system`, so the policy does not reach
+/// the other tests' agents (static tokens, no node name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_writes_only_its_own_nodes_requests() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Patch, PatchParams};
+    let ns = "own-node";
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-a", "kwok-b"]).await
+    else {
+        return;
+    };
+    let deploy = crate::support::repo().join("deploy/node-agent.yaml");
+    let text = std::fs::read_to_string(&deploy)
+        .unwrap()
+        .replace("iar-system", ns)
+        .replace("name: iar-node-agent-own-node", "name: own-node-test")
+        .replace(
+            "policyName: iar-node-agent-own-node",
+            "policyName: own-node-test",
+        );
+    let moved = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(moved.path(), &text).unwrap();
+    crate::controller::apply_rbac(&admin, moved.path()).await;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let doc: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        let created = match doc["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => {
+                Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(doc).unwrap(),
+                    )
+                    .await
+                    .map(|_| ())
+            }
+            Some("ValidatingAdmissionPolicyBinding") => {
+                Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(doc).unwrap(),
+                    )
+                    .await
+                    .map(|_| ())
+            }
+            _ => Ok(()),
+        };
+        match created {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("creating the policy: {e}"),
+        }
+    }
+    // The agent's pod on kwok-a, running as the agent's service account.
+    let agent_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "agent-a"},
+        "spec": {
+            "nodeName": "kwok-a",
+            "serviceAccountName": "iar-node-agent",
+            "containers": [{"name": "agent", "image": "iar:0.1.0"}],
+        },
+    }))
+    .unwrap();
+    let uid_a = Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &agent_pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    kwok.wait_running(&admin, ns, "agent-a").await;
+    let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    for node in ["kwok-a", "kwok-b"] {
+        let request = VolumeBackup {
+            metadata: ObjectMeta {
+                name: Some(format!("on-{node}")),
+                ..ObjectMeta::default()
+            },
+            spec: VolumeBackupSpec {
+                backup_name: "b".into(),
+                backup_uid: "u".into(),
+                backup_storage_location: "memory://".into(),
+                node: node.into(),
+                pod: PodReference::default(),
+                volume: "v".into(),
+                pvc: None,
+                volume_dir: "v".into(),
+                cancel: false,
+            },
+            status: None,
+        };
+        requests
+            .create(&PostParams::default(), &request)
+            .await
+            .unwrap();
+    }
+    // The token kubelet would mount into the agent's pod on kwok-a.
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(
+            "iar-node-agent",
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    bound_object_ref: Some(BoundObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Pod".into()),
+                        name: Some("agent-a".into()),
+                        uid: Some(uid_a),
+                    }),
+                    expiration_seconds: Some(3600),
+                    ..TokenRequestSpec::default()
+                }),
+                ..TokenRequest::default()
+            },
+        )
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.auth_info.token = Some(token.into());
+    let agent = Api::<VolumeBackup>::namespaced(kube::Client::try_from(config).unwrap(), ns);
+    let report = Patch::Merge(json!({"status": {"phase": "Failed", "message": "forged"}}));
+    agent
+        .patch_status("on-kwok-a", &PatchParams::default(), &report)
+        .await
+        .expect("its own node's request");
+    let refused = agent
+        .patch_status("on-kwok-b", &PatchParams::default(), &report)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("rule own-node-requests"),
+        "{refused}"
+    );
+    let untouched = requests.get("on-kwok-b").await.unwrap();
+    assert_eq!(untouched.status, None);
+}

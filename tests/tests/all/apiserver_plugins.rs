@@ -835,6 +835,10 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
     };
     let options = WatchOptions {
         extra_roots_pem: Some(server.ca_pem.clone()),
+        grant_policy: iar::k8s::plugins::GrantPolicy {
+            reference_hosts: vec!["127.0.0.1".into()],
+            ..Default::default()
+        },
         ..WatchOptions::default()
     };
     let Some(h) = start_with_options("plugins-https", runtime(), options).await else {
@@ -876,6 +880,17 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
     let annotations = h.wait_status("missing", "SourceInvalid").await;
     assert!(
         annotations["iar.dev/status-message"].contains(unreachable),
+        "{annotations:?}"
+    );
+    // A host the grant policy does not name (the cloud metadata address):
+    // refused before any request, naming the rule.
+    let metadata = "https://169.254.169.254/latest/meta-data/plugin.wasm";
+    let mut elsewhere = with_data(missing, configmap::KEY_REFERENCE, metadata);
+    elsewhere.metadata.name = Some("elsewhere".into());
+    h.apply(&elsewhere).await;
+    let annotations = h.wait_status("elsewhere", "GrantRefused").await;
+    assert!(
+        annotations["iar.dev/status-message"].contains("rule: reference-host"),
         "{annotations:?}"
     );
 }
@@ -1290,6 +1305,10 @@ async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
     let port = silent_server();
     let options = WatchOptions {
         read_timeout: Duration::from_secs(30),
+        grant_policy: iar::k8s::plugins::GrantPolicy {
+            reference_hosts: vec!["127.0.0.1".into()],
+            ..Default::default()
+        },
         ..WatchOptions::default()
     };
     let Some(mut h) = start_with_options("plugins-slow", runtime(), options).await else {

@@ -255,3 +255,28 @@ fn a_granted_cluster_scoped_resource_may_be_created() {
     assert_eq!(v["metadata"]["name"], "c");
     assert!(v["metadata"]["namespace"].is_null());
 }
+
+/// The per-backup cap holds across calls: the plugin's creates in one
+/// backup are counted together, a create that made nothing new is given
+/// back, and another backup or plugin has its own count.
+#[test]
+fn creates_are_capped_per_plugin_per_backup() {
+    let mut s = execute("shop");
+    s.backup_uid = "cap-test-uid".into();
+    claim_create(&s, 2).unwrap();
+    claim_create(&s, 2).unwrap();
+    let refused = claim_create(&s, 2).unwrap_err();
+    assert_eq!(refused.rule, rule::CREATE_LIMIT);
+    assert!(
+        refused.to_string().contains("already created 2 objects"),
+        "{refused}"
+    );
+    refund_create(&s);
+    claim_create(&s, 2).unwrap();
+    let mut other_backup = s.clone();
+    other_backup.backup_uid = "cap-test-other".into();
+    claim_create(&other_backup, 2).unwrap();
+    let mut other_plugin = s.clone();
+    other_plugin.plugin = "another".into();
+    claim_create(&other_plugin, 2).unwrap();
+}

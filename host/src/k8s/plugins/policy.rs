@@ -40,6 +40,12 @@ pub struct GrantPolicy {
     pub max_limits: MaxLimits,
     /// The `isolation` values a ConfigMap may choose. Default both.
     pub isolation: Vec<Isolation>,
+    /// The hosts an `https://` reference may name: exact host names or
+    /// `*.example.com` (any subdomain). Default none: a ConfigMap cannot
+    /// point the controller, and its service account's network position,
+    /// at an arbitrary address (a cloud metadata endpoint, an internal
+    /// service) until the operator names where plugins come from.
+    pub reference_hosts: Vec<String>,
 }
 
 /// The largest value each limit may have. A limit added to [`Limits`]
@@ -60,6 +66,7 @@ pub struct MaxLimits {
     pub max_log_lines: usize,
     pub max_stdio_bytes: usize,
     pub max_host_calls: usize,
+    pub max_creates_per_backup: usize,
     pub max_resources: usize,
 }
 
@@ -70,6 +77,7 @@ impl Default for GrantPolicy {
             writable: Vec::new(),
             max_limits: MaxLimits::default(),
             isolation: vec![Isolation::Item, Isolation::Backup],
+            reference_hosts: Vec::new(),
         }
     }
 }
@@ -99,6 +107,7 @@ impl MaxLimits {
             max_log_lines: n(limits.max_log_lines),
             max_stdio_bytes: n(limits.max_stdio_bytes),
             max_host_calls: n(limits.max_host_calls),
+            max_creates_per_backup: n(limits.max_creates_per_backup),
             max_resources: n(limits.max_resources),
         }
     }
@@ -132,6 +141,11 @@ impl MaxLimits {
         check("maxLogLines", asked.max_log_lines, self.max_log_lines);
         check("maxStdioBytes", asked.max_stdio_bytes, self.max_stdio_bytes);
         check("maxHostCalls", asked.max_host_calls, self.max_host_calls);
+        check(
+            "maxCreatesPerBackup",
+            asked.max_creates_per_backup,
+            self.max_creates_per_backup,
+        );
         check("maxResources", asked.max_resources, self.max_resources);
         let mut check_duration = |key: &str, asked: Duration, max: Duration| {
             if asked > max {
@@ -191,6 +205,32 @@ impl GrantPolicy {
 
     /// Everything `settings` asks beyond this policy, one entry each; empty
     /// when the policy allows it all.
+    /// Why an `https://` reference may not be fetched, if it may not: its
+    /// host is not among `referenceHosts` (rule `reference-host`).
+    pub fn reference_refusal(&self, url: &str) -> Option<String> {
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+        let allowed = host.as_deref().is_some_and(|host| {
+            self.reference_hosts.iter().any(|entry| {
+                let entry = entry.to_ascii_lowercase();
+                match entry.strip_prefix("*.") {
+                    Some(domain) => host
+                        .strip_suffix(domain)
+                        .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                    None => entry == host,
+                }
+            })
+        });
+        (!allowed).then(|| {
+            format!(
+                "reference {url:?}: host {:?} is not among the policy's referenceHosts {:?} (rule: reference-host)",
+                host.unwrap_or_default(),
+                self.reference_hosts
+            )
+        })
+    }
+
     pub fn refusals(&self, settings: &PluginSettings) -> Vec<String> {
         let mut refused = Vec::new();
         for asked in settings.grants.patterns() {
@@ -270,6 +310,44 @@ pub fn covers(policy: &str, asked: &str) -> bool {
             tail.ends_with(suffix)
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod reference_tests {
+    use super::*;
+
+    /// https references come only from the hosts the operator names:
+    /// none by default, exact names, and `*.` for subdomains (never the
+    /// domain's look-alikes).
+    #[test]
+    fn https_references_come_only_from_named_hosts() {
+        let none = GrantPolicy::default();
+        let refused = none
+            .reference_refusal("https://169.254.169.254/latest/meta-data")
+            .unwrap();
+        assert!(refused.contains("rule: reference-host"), "{refused}");
+        let policy = GrantPolicy {
+            reference_hosts: vec!["plugins.example.com".into(), "*.corp.example".into()],
+            ..GrantPolicy::default()
+        };
+        for ok in [
+            "https://plugins.example.com/a.wasm",
+            "https://PLUGINS.example.com:8443/a.wasm",
+            "https://cdn.corp.example/a.wasm",
+        ] {
+            assert_eq!(policy.reference_refusal(ok), None, "{ok}");
+        }
+        for refused in [
+            "https://evil-plugins.example.com/a.wasm",
+            "https://corp.example/a.wasm",
+            "https://xcorp.example/a.wasm",
+            "https://plugins.example.com.evil.test/a.wasm",
+            "https://127.0.0.1/a.wasm",
+            "not a url",
+        ] {
+            assert!(policy.reference_refusal(refused).is_some(), "{refused}");
+        }
     }
 }
 

@@ -462,7 +462,10 @@ impl State {
                     (Err(e), _) | (Ok(_), Err(e)) => Some(Outcome::Failed(e.into())),
                     (Ok(spec), _) if !spec.enabled => Some(Outcome::Disabled),
                     (Ok(spec), Ok(velero)) => {
-                        let refused = self.policy.refusals(&spec.settings);
+                        let mut refused = self.policy.refusals(&spec.settings);
+                        if let super::configmap::Source::Url(url) = &spec.source {
+                            refused.extend(self.policy.reference_refusal(url));
+                        }
                         if refused.is_empty() {
                             let ticket = self.next_ticket;
                             self.next_ticket += 1;
