@@ -430,6 +430,22 @@ async fn an_agent_writes_only_its_own_nodes_requests() {
     config.auth_info.token = Some(token.into());
     let agent = Api::<VolumeBackup>::namespaced(kube::Client::try_from(config).unwrap(), ns);
     let report = Patch::Merge(json!({"status": {"phase": "Failed", "message": "forged"}}));
+    // A new policy takes effect once the API server has read it: wait for
+    // that with dry runs (admission runs for them; nothing is written).
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    iar_tests::wait_for("the policy in force", Duration::from_secs(60), || {
+        let (agent, report, dry) = (agent.clone(), report.clone(), dry.clone());
+        async move {
+            match agent.patch_status("on-kwok-b", &dry, &report).await {
+                Err(e) if e.to_string().contains("rule own-node-requests") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
     agent
         .patch_status("on-kwok-a", &PatchParams::default(), &report)
         .await

@@ -34,7 +34,9 @@ impl Default for VolumeLimits {
 }
 
 /// Reads volumes from `--volume-data` into the store, at most
-/// `concurrency` at once (half of them per namespace).
+/// `concurrency` at once. One backupper serves one backup, so its
+/// namespaces are not tenants competing for it: no per-namespace share
+/// (the node agent, serving every backup of its node, has one).
 pub struct LocalDirBackupper {
     root: PathBuf,
     store: BackupStore,
@@ -47,7 +49,7 @@ impl LocalDirBackupper {
         LocalDirBackupper {
             root,
             store,
-            permits: VolumePermits::new(concurrency, None),
+            permits: VolumePermits::new(concurrency, Some(concurrency)),
             limits: VolumeLimits::default(),
         }
     }
