@@ -1348,6 +1348,10 @@ async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
     let started = Instant::now();
     h.restart(WatchOptions {
         read_timeout: Duration::from_secs(2),
+        grant_policy: iar::k8s::plugins::GrantPolicy {
+            reference_hosts: vec!["127.0.0.1".into()],
+            ..Default::default()
+        },
         ..WatchOptions::default()
     })
     .await;
