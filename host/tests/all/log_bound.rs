@@ -32,6 +32,10 @@ fn peak_of(
         "--config",
         config,
     ])
+    // A compile cache of this test's own: the shared one is written and
+    // evicted by tests running beside it, and a compile (about 250 MB for
+    // this component) is not what is measured.
+    .env("IAR_CACHE_DIR", scratch.join("cache"))
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(std::fs::File::create(&stderr_file).unwrap())

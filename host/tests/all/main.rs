@@ -20,6 +20,7 @@ mod node_agent;
 mod node_boundary;
 mod pod_hooks;
 mod polyglot;
+mod real_node;
 mod replicas;
 mod support;
 mod velero;

@@ -10,6 +10,9 @@ use crate::error::StartError;
 /// Names a kube-apiserver binary to use instead of building one.
 pub const ENV_KUBE_APISERVER: &str = "IAR_KUBE_APISERVER";
 
+/// Names a kubelet binary to use instead of building one.
+pub const ENV_KUBELET: &str = "IAR_KUBELET";
+
 /// The script that builds kube-apiserver once per machine and prints its path.
 pub fn build_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kube-apiserver/build.sh")
@@ -54,7 +57,34 @@ pub(crate) fn kube_apiserver() -> Result<Option<PathBuf>, StartError> {
     if find_in_path("go").is_none() {
         return Ok(None);
     }
-    built_by(&build_script()).map(Some)
+    built_by(&build_script(), &[]).map(Some)
+}
+
+/// The kubelet binary: `$IAR_KUBELET` if set, else the one
+/// `tools/kube-apiserver/build.sh --kubelet` builds (or finds in its
+/// cache), from the same module and Go build as kube-apiserver. `None`
+/// only when the variable is unset and there is no Go to build with.
+pub(crate) fn kubelet() -> Result<Option<PathBuf>, StartError> {
+    if let Some(path) = env::var_os(ENV_KUBELET) {
+        let path = PathBuf::from(path);
+        return if is_executable(&path) {
+            Ok(Some(path))
+        } else {
+            Err(StartError::BadBinaryPath { path })
+        };
+    }
+    if find_in_path("go").is_none() {
+        return Ok(None);
+    }
+    built_by(&build_script(), &["--kubelet"]).map(Some)
+}
+
+/// The pause binary `tools/node/build.sh` builds (installing the node's
+/// Debian packages first when missing); the images `pause.tar` and
+/// `busybox.tar` lie next to it.
+pub(crate) fn node_images() -> Result<PathBuf, StartError> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/node/build.sh");
+    built_by(&script, &[])
 }
 
 /// The kwok binary `tools/kwok/build.sh` builds (or finds in its cache);
@@ -64,7 +94,7 @@ pub(crate) fn kwok() -> Result<Option<PathBuf>, StartError> {
         return Ok(None);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kwok/build.sh");
-    built_by(&script).map(Some)
+    built_by(&script, &[]).map(Some)
 }
 
 /// The CSI snapshot-controller binary `tools/snapshot-controller/build.sh`
@@ -76,16 +106,17 @@ pub(crate) fn snapshot_controller() -> Result<Option<PathBuf>, StartError> {
     }
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/snapshot-controller/build.sh");
-    built_by(&script).map(Some)
+    built_by(&script, &[]).map(Some)
 }
 
-/// Runs a build script that prints the path of what it built (or found
-/// cached) as its last line.
-fn built_by(script: &Path) -> Result<PathBuf, StartError> {
+/// Runs a build script with `args` that prints the path of what it built
+/// (or found cached) as its last line.
+fn built_by(script: &Path, args: &[&str]) -> Result<PathBuf, StartError> {
     // The build's progress goes straight to our stderr: a first build takes
     // minutes, and whoever waits should see why.
     let output = Command::new("bash")
         .arg(script)
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -110,7 +141,7 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn find_in_path(program: &str) -> Option<PathBuf> {
+pub(crate) fn find_in_path(program: &str) -> Option<PathBuf> {
     env::split_paths(&env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|p| is_executable(p))

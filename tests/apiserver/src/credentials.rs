@@ -176,3 +176,118 @@ pub(crate) fn write_kubeconfig(
     let text = serde_json::to_string_pretty(&config).expect("a JSON value serializes");
     fs::write(path, text).map_err(StartError::io(format!("write {path:?}")))
 }
+
+/// The certificates between the API server and kubelets: a CA (the
+/// kubelets' `authentication.x509.clientCAFile`), the API server's client
+/// certificate signed by it (`--kubelet-client-certificate/-key`: user
+/// `kube-apiserver-kubelet-client` in group `system:masters`, so a
+/// kubelet's webhook authorizer allows exec, logs and the rest), and
+/// serving certificates issued to kubelets ([`KubeletPki::issue_serving`]).
+///
+/// The API server does not check kubelets' serving certificates (no
+/// `--kubelet-certificate-authority`): kwok serves its own.
+pub(crate) struct KubeletPki {
+    pub(crate) ca_cert: PathBuf,
+    ca_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
+}
+
+impl KubeletPki {
+    /// Generates the CA and the API server's client certificate in `dir`.
+    pub(crate) fn generate(dir: &Path) -> Result<KubeletPki, StartError> {
+        let pki = KubeletPki {
+            ca_cert: dir.join("kubelet-ca.crt"),
+            ca_key: dir.join("kubelet-ca.key"),
+            client_cert: dir.join("kubelet-client.crt"),
+            client_key: dir.join("kubelet-client.key"),
+        };
+        run_openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "7",
+            "-subj",
+            "/CN=iar-test-kubelet-ca",
+            "-keyout",
+            path_str(&pki.ca_key)?,
+            "-out",
+            path_str(&pki.ca_cert)?,
+        ])?;
+        pki.sign(
+            "/O=system:masters/CN=kube-apiserver-kubelet-client",
+            "extendedKeyUsage=clientAuth\n",
+            &pki.client_key,
+            &pki.client_cert,
+        )?;
+        Ok(pki)
+    }
+
+    /// A serving certificate for a kubelet reached as `localhost` or
+    /// 127.0.0.1, signed by the CA: (certificate, key) in `dir`.
+    pub(crate) fn issue_serving(&self, dir: &Path) -> Result<(PathBuf, PathBuf), StartError> {
+        let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
+        self.sign(
+            "/CN=localhost",
+            "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+            &key,
+            &cert,
+        )?;
+        Ok((cert, key))
+    }
+
+    /// A fresh P-256 key at `key` and a certificate for `subject` with
+    /// `extensions` at `cert`, signed by the CA.
+    fn sign(
+        &self,
+        subject: &str,
+        extensions: &str,
+        key: &Path,
+        cert: &Path,
+    ) -> Result<(), StartError> {
+        let csr = cert.with_extension("csr");
+        let ext = cert.with_extension("ext");
+        fs::write(&ext, extensions).map_err(StartError::io(format!("write {ext:?}")))?;
+        run_openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            subject,
+            "-keyout",
+            path_str(key)?,
+            "-out",
+            path_str(&csr)?,
+        ])?;
+        let serial = format!("0x{}", random_hex()?);
+        run_openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "7",
+            "-in",
+            path_str(&csr)?,
+            "-CA",
+            path_str(&self.ca_cert)?,
+            "-CAkey",
+            path_str(&self.ca_key)?,
+            "-set_serial",
+            &serial,
+            "-extfile",
+            path_str(&ext)?,
+            "-out",
+            path_str(cert)?,
+        ])?;
+        let _ = (fs::remove_file(&csr), fs::remove_file(&ext));
+        Ok(())
+    }
+}

@@ -35,6 +35,10 @@ pub enum StartError {
         log: PathBuf,
         tail: String,
     },
+    /// What a real node ([`crate::node`]) needs and this machine lacks: a
+    /// reason to skip (or, under `CI=true`, to fail), not a bug.
+    #[error("the real node cannot run here: {0}")]
+    Unavailable(String),
     #[error("kube client for {context}: {source}")]
     Client {
         context: &'static str,

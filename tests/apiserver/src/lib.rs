@@ -16,11 +16,16 @@
 //! stopped on drop. Either way both programs run in process groups of their
 //! own that are killed as a whole, and the kernel kills them too if the test
 //! binary dies without cleaning up (`PR_SET_PDEATHSIG`).
+//!
+//! Nodes: [`kwok`] plays many cheap ones (its pods' execs run local
+//! processes); [`node`] runs one real one, `localhost` (containerd, runc and
+//! a kubelet, in namespaces of their own; root only).
 
 mod binaries;
 mod credentials;
 mod error;
 pub mod kwok;
+pub mod node;
 mod process;
 pub mod snapshot_controller;
 
@@ -34,11 +39,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::ApiResource;
 
-pub use binaries::{ENV_KUBE_APISERVER, build_script};
+pub use binaries::{ENV_KUBE_APISERVER, ENV_KUBELET, build_script};
 pub use credentials::User;
 pub use error::StartError;
 
-use credentials::Tokens;
+use credentials::{KubeletPki, Tokens};
 use process::{ServerProcess, free_port, log_tail};
 
 /// How long each program may take to become ready. Generous: the machines
@@ -53,6 +58,8 @@ pub struct ApiServer {
     url: String,
     kubeconfig: PathBuf,
     tokens: Tokens,
+    /// The CA kubelets trust and the API server's client certificate.
+    kubelet_pki: KubeletPki,
     /// kube-apiserver first: it is stopped before the etcd it writes to.
     processes: Mutex<Vec<ServerProcess>>,
     startup: Duration,
@@ -109,6 +116,12 @@ impl ApiServer {
         self.startup
     }
 
+    /// The CA kubelets trust for client certificates: the API server's
+    /// own (`--kubelet-client-certificate`) is signed by it.
+    pub fn kubelet_client_ca(&self) -> &Path {
+        &self.kubelet_pki.ca_cert
+    }
+
     /// The process ids of the servers still running (each leads its group).
     pub fn pids(&self) -> Vec<u32> {
         lock(&self.processes)
@@ -144,11 +157,13 @@ impl ApiServer {
             .tempdir()
             .map_err(StartError::io("create the server directory"))?;
         let tokens = Tokens::generate()?;
+        let kubelet_pki = KubeletPki::generate(dir.path())?;
         let port = free_port()?;
         let mut server = ApiServer {
             url: format!("https://127.0.0.1:{port}"),
             kubeconfig: dir.path().join("kubeconfig"),
             tokens,
+            kubelet_pki,
             processes: Mutex::new(Vec::new()),
             startup: Duration::ZERO,
             dir,
@@ -233,9 +248,22 @@ impl ApiServer {
             // A loopback address is not a valid endpoint for the `kubernetes`
             // Service; without this the server logs an error every 10 s.
             .arg("--endpoint-reconciler-type=none")
-            // Nodes played by kwok (see [`kwok`]) have a loopback InternalIP
-            // and no resolvable Hostname; exec and logs dial the former.
-            .arg("--kubelet-preferred-address-types=InternalIP");
+            // Exec and logs dial a node's first address of these types.
+            // The real node ([`node`]) is named `localhost` (a kubelet
+            // refuses a loopback --node-ip, and its InternalIP is the
+            // machine's, where it does not listen); nodes played by kwok
+            // ([`kwok`]) have no Hostname address and a loopback InternalIP.
+            .arg("--kubelet-preferred-address-types=Hostname,InternalIP")
+            // Who the API server is to a kubelet: the real node's kubelet
+            // authenticates it by this certificate (kwok checks none).
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                self.kubelet_pki.client_cert.display()
+            ))
+            .arg(format!(
+                "--kubelet-client-key={}",
+                self.kubelet_pki.client_key.display()
+            ));
         let apiserver =
             ServerProcess::spawn("kube-apiserver", command, dir.join("kube-apiserver.log"))?;
         // Stopped first: it goes before etcd.

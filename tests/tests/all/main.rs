@@ -17,4 +17,5 @@ mod hostile;
 mod isolation;
 mod item_blocks_contract;
 mod loading;
+mod node;
 mod support;

@@ -1,0 +1,1076 @@
+//! One real node for the test API server: Debian's containerd and runc and
+//! a kubelet built from `k8s.io/kubernetes` (the module and Go build of
+//! kube-apiserver: `tools/kube-apiserver/build.sh --kubelet`), running real
+//! pods from two local images (`tools/node/build.sh`: kubelet's pause and a
+//! busybox, both `FROM scratch`, since no registry is reachable). Where
+//! kwok plays a kubelet ([`crate::kwok`]), this is one: an exec reaches a
+//! real container over the kubelet's streaming path, with its real exit
+//! code and stdin; a volume is a directory the kubelet made under
+//! [`Node::kubelet_root`], written by the container.
+//!
+//! ```no_run
+//! # async fn t() {
+//! let Some(node) = iar_apiserver::node::shared().await else { return }; // skipped, loudly
+//! # }
+//! ```
+//!
+//! Nothing of it stays on the host:
+//!
+//! - containerd and the kubelet run in one mount namespace and one PID
+//!   namespace of their own (`unshare --mount --propagation private --pid`,
+//!   then `nsenter` into both). Their mounts (the containers' root
+//!   filesystems, the kubelet's bind mounts, network-namespace files) never
+//!   reach the host's mount table, and the namespace's first process (the
+//!   kubelet's pause, which reaps orphans) takes every process of the node
+//!   with it when it dies, containers included. The kernel kills it when
+//!   the test binary dies (`PR_SET_PDEATHSIG` on `unshare`, whose
+//!   `--kill-child` passes it on).
+//! - In that namespace a tmpfs covers `/run` and `/var/lib` (containerd's
+//!   shim sockets and runc's state, `/var/run/netns`, libcni's cache, the
+//!   kubelet's hard-wired `/var/lib/kubelet/device-plugins`), `/var/log` is
+//!   a directory of the node's (pod logs), and copies are bind-mounted over
+//!   the sysctls the kubelet sets (`vm/overcommit_memory`, `vm/panic_on_oom`,
+//!   `kernel/panic`, `kernel/panic_on_oops`, `kernel/keys/root_max*`), so
+//!   the host's keep their values.
+//! - All state (containerd's root and state, the kubelet's root, CNI
+//!   configuration and addresses, logs) is in one temporary directory.
+//!
+//! What the host does see, and [`Node::shutdown`] removes: the CNI bridge
+//! [`BRIDGE`] (no address, no route, no masquerading: pods need no traffic
+//! beyond the node) with the pods' veths, and runc's cgroups (`k8s.io/<id>`
+//! in each hierarchy). One node runs per machine at a time (a lock in the
+//! cache directory); a node started after one whose test binary was killed
+//! first removes what that one left (its bridge, its containers' cgroups,
+//! its directory).
+//!
+//! The settings that make a v1.36 kubelet run on these machines: cgroup v1
+//! accepted (`failCgroupV1: false`), the `cgroupfs` driver without QoS
+//! cgroups or node-allocatable enforcement, swap allowed, and containerd's
+//! `restrict_oom_score_adj` (they refuse OOM score changes: without it
+//! every sandbox fails in `runc create`). No scheduler runs: pods name
+//! `nodeName: localhost` ([`NAME`]).
+
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node as NodeObject, Pod};
+use kube::api::Api;
+use serde_json::{Value, json};
+
+use crate::binaries::{self, find_in_path};
+use crate::error::StartError;
+use crate::process::{ServerProcess, free_port, log_tail};
+use crate::{ApiServer, User, lock, loud, skip_or_fail};
+
+/// The node's name. A kubelet refuses a loopback `--node-ip`, and its
+/// InternalIP (the machine's address) is not where it listens; the API
+/// server dials the Hostname address first, which this makes `localhost`.
+pub const NAME: &str = "localhost";
+
+/// The workload image: Debian's static busybox with a link per applet in
+/// `/bin`, so a container can `sh -c`. Pods must say
+/// `imagePullPolicy: Never` (there is no registry to pull from).
+pub const BUSYBOX_IMAGE: &str = "iar.test/busybox:1";
+
+/// The sandbox image, kubelet's own pause.
+pub const PAUSE_IMAGE: &str = "iar.test/pause:3.10";
+
+/// The CNI bridge on the host.
+pub const BRIDGE: &str = "iarbr0";
+
+/// Pod addresses (host-local IPAM); nothing routes to them.
+const SUBNET: &str = "10.244.213.0/24";
+
+/// The sysctls the kubelet writes at startup (its `setupKernelTunables`):
+/// copies are mounted over them inside the node's namespace.
+const SYSCTLS: [&str; 6] = [
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+
+/// What the node runs, by a file its Debian package installs.
+const PACKAGED: [&str; 8] = [
+    "/usr/bin/containerd",
+    "/usr/bin/containerd-shim-runc-v2",
+    "/usr/bin/ctr",
+    "/usr/sbin/runc",
+    "/usr/lib/cni/bridge",
+    "/usr/lib/cni/host-local",
+    "/usr/lib/cni/loopback",
+    "/bin/busybox",
+];
+
+const NAMESPACE_READY: Duration = Duration::from_secs(20);
+const CONTAINERD_READY: Duration = Duration::from_secs(60);
+const NODE_READY: Duration = Duration::from_secs(120);
+const POD_RUNNING: Duration = Duration::from_secs(120);
+const POLL: Duration = Duration::from_millis(100);
+
+/// How the node's directory in the temporary directory is named.
+const DIR_PREFIX: &str = "iar-node-";
+
+/// A running node.
+pub struct Node {
+    dir: PathBuf,
+    kubelet_root: PathBuf,
+    socket: PathBuf,
+    running: Mutex<Option<Running>>,
+    /// Whether `k8s.io` cgroups existed before: if not, shutdown removes
+    /// the parents too.
+    k8s_cgroups_existed: bool,
+    /// From the start to the node's Ready condition.
+    startup: Duration,
+    /// From spawning the kubelet to the node's Ready condition.
+    ready: Duration,
+    /// The machine's node lock, released when dropped.
+    _lock: MachineLock,
+    _temp: tempfile::TempDir,
+}
+
+/// The processes, in the order they stop.
+struct Running {
+    kubelet: Option<ServerProcess>,
+    containerd: Option<ServerProcess>,
+    /// `unshare`, whose child `init` is the namespaces' first process.
+    namespace: ServerProcess,
+    init: libc::pid_t,
+}
+
+impl Node {
+    /// Starts a node registered with `server` (as its admin) and waits
+    /// until it is Ready. [`StartError::Unavailable`] when this machine
+    /// cannot run one (not root, a kernel feature or a tool missing): a
+    /// reason to skip.
+    pub async fn start(server: &ApiServer) -> Result<Node, StartError> {
+        if let Some(missing) = unavailable() {
+            return Err(StartError::Unavailable(missing));
+        }
+        let begun = Instant::now();
+        // The machine's lock first: what a crashed node left is removed
+        // under it, and this node's directory made after that.
+        let lock = tokio::task::spawn_blocking(|| {
+            let lock = MachineLock::acquire()?;
+            remove_stale();
+            Ok::<_, StartError>(lock)
+        })
+        .await
+        .expect("the lock thread does not panic")?;
+        let temp = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir()
+            .map_err(StartError::io("create the node directory"))?;
+        let dir = temp.path().to_path_buf();
+        // Covered inside the node's namespace: the node's own files must lie
+        // elsewhere.
+        for covered in ["/run", "/var/run", "/var/lib", "/var/log"] {
+            if dir.starts_with(covered) {
+                return Err(StartError::Unavailable(format!(
+                    "the temporary directory {dir:?} is under {covered}, which the node covers \
+                     with its own; set TMPDIR elsewhere"
+                )));
+            }
+        }
+        let pki = dir.join("pki");
+        fs::create_dir_all(&pki).map_err(StartError::io(format!("create {pki:?}")))?;
+        let serving = server.kubelet_pki.issue_serving(&pki)?;
+        let settings = Settings {
+            kubeconfig: server.kubeconfig().to_path_buf(),
+            client_ca: server.kubelet_client_ca().to_path_buf(),
+            serving,
+        };
+        let (mut node, spawned) =
+            tokio::task::spawn_blocking(move || Node::launch(lock, temp, settings))
+                .await
+                .expect("the startup thread does not panic")?;
+        let client = server.client(User::Admin).await?;
+        node.wait_ready(&client).await?;
+        node.ready = spawned.elapsed();
+        node.startup = begun.elapsed();
+        Ok(node)
+    }
+
+    /// The node's name, [`NAME`].
+    pub fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// The kubelet's `--root-dir`: pod volumes are at
+    /// `pods/<uid>/volumes/<plugin>/<name>` in it, as on any node.
+    pub fn kubelet_root(&self) -> &Path {
+        &self.kubelet_root
+    }
+
+    /// The node's directory: every file of containerd, the kubelet and CNI.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// From the start to the Ready condition (images loaded, the kubelet
+    /// registered).
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// From spawning the kubelet to the Ready condition.
+    pub fn ready_time(&self) -> Duration {
+        self.ready
+    }
+
+    /// The last lines of the kubelet's and containerd's logs, for a
+    /// failing test's message.
+    pub fn logs(&self) -> String {
+        format!(
+            "last lines of the kubelet's log:\n{}\nlast lines of containerd's log:\n{}",
+            log_tail(&self.dir.join("kubelet.log")),
+            log_tail(&self.dir.join("containerd.log"))
+        )
+    }
+
+    /// A pod for this node (`nodeName` set: no scheduler runs) whose one
+    /// container `app` runs `sh -c script` in [`BUSYBOX_IMAGE`]. A test
+    /// adds labels, annotations and volumes to it. It stops within a
+    /// second of being deleted.
+    pub fn busybox_pod(&self, name: &str, script: &str) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": NAME,
+                // No cluster DNS runs.
+                "dnsPolicy": "Default",
+                "enableServiceLinks": false,
+                "automountServiceAccountToken": false,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", script],
+                }],
+            },
+        })
+    }
+
+    /// Waits until pod `namespace/name` is Running with every container
+    /// started; panics at once, with the kubelet's log, if it cannot get
+    /// there (its image missing, its container failing).
+    pub async fn wait_running(&self, client: &kube::Client, namespace: &str, name: &str) -> Pod {
+        const FATAL: [&str; 7] = [
+            "ErrImageNeverPull",
+            "ErrImagePull",
+            "InvalidImageName",
+            "CreateContainerConfigError",
+            "CreateContainerError",
+            "RunContainerError",
+            "CrashLoopBackOff",
+        ];
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let deadline = Instant::now() + POD_RUNNING;
+        loop {
+            let pod = pods
+                .get(name)
+                .await
+                .unwrap_or_else(|e| panic!("get pod {namespace}/{name}: {e}"));
+            let status = pod.status.clone().unwrap_or_default();
+            let containers = status.container_statuses.clone().unwrap_or_default();
+            let started = !containers.is_empty()
+                && containers
+                    .iter()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+            if status.phase.as_deref() == Some("Running") && started {
+                return pod;
+            }
+            let stuck = containers.iter().find_map(|c| {
+                let waiting = c.state.as_ref()?.waiting.as_ref()?;
+                let reason = waiting.reason.as_deref()?;
+                FATAL
+                    .contains(&reason)
+                    .then(|| format!("{}: {waiting:?}", c.name))
+            });
+            let ended = matches!(status.phase.as_deref(), Some("Failed" | "Succeeded"));
+            if stuck.is_some() || ended || Instant::now() > deadline {
+                panic!(
+                    "pod {namespace}/{name} is not Running ({}; waited at most {POD_RUNNING:?}): \
+                     {status:?}\n{}",
+                    stuck.as_deref().unwrap_or("no container stuck"),
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Stops every process of the node and removes what it made: the
+    /// bridge, the veths, runc's cgroups, its directory. Idempotent; also
+    /// run by `Drop` and, for [`shared`], at process exit.
+    pub fn shutdown(&self) {
+        let Some(mut running) = lock(&self.running).take() else {
+            return;
+        };
+        // The kubelet first: it would restart what is stopped below.
+        if let Some(kubelet) = running.kubelet.as_mut() {
+            kubelet.kill();
+        }
+        let containers = self.containers();
+        let veths = bridge_ports();
+        if let Some(containerd) = running.containerd.as_mut() {
+            containerd.kill();
+        }
+        // The namespaces' first process: with it the kernel kills every
+        // process in the PID namespace (shims, pause, the containers, in
+        // namespaces of their own below it) and `unshare`, its parent,
+        // reaps it and exits once all of them are gone.
+        // SAFETY: kill(2) on a pid; it touches no memory of ours.
+        unsafe { libc::kill(running.init, libc::SIGKILL) };
+        let _ = running.namespace.child.wait();
+        running.namespace.kill();
+        remove_cgroups(&containers, self.k8s_cgroups_existed);
+        remove_bridge(&veths);
+        let mounted = fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(self.dir.to_str().unwrap_or("/nonexistent")))
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        if !mounted.is_empty() {
+            loud(&format!(
+                "iar-apiserver: the node left mounts in the host's table: {mounted:#?}"
+            ));
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+
+    fn launch(
+        lock: MachineLock,
+        temp: tempfile::TempDir,
+        settings: Settings,
+    ) -> Result<(Node, Instant), StartError> {
+        let kubelet = binaries::kubelet()?.ok_or_else(|| {
+            StartError::Unavailable(format!(
+                "{} is unset and `go` is not on PATH, so there is no kubelet",
+                binaries::ENV_KUBELET
+            ))
+        })?;
+        let pause = binaries::node_images()?;
+        let images = pause.parent().expect("the pause binary is in a directory");
+        let dir = temp.path().to_path_buf();
+        let layout = Layout::new(&dir);
+        layout.create()?;
+
+        let k8s_cgroups_existed = cgroup_hierarchies()
+            .iter()
+            .any(|h| h.join("k8s.io").exists());
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private"])
+            .args(["--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL"])
+            .arg(&pause);
+        let mut namespace =
+            ServerProcess::spawn("node namespace", command, dir.join("namespace.log"))?;
+        let init = match wait_init(&mut namespace, &pause) {
+            Ok(init) => init,
+            Err(e) => {
+                namespace.kill();
+                return Err(e);
+            }
+        };
+        // From here on `node` owns the processes: an error drops it, and its
+        // shutdown stops and removes everything started so far.
+        let node = Node {
+            kubelet_root: layout.kubelet_root.clone(),
+            socket: layout.socket.clone(),
+            dir: dir.clone(),
+            running: Mutex::new(Some(Running {
+                kubelet: None,
+                containerd: None,
+                namespace,
+                init,
+            })),
+            k8s_cgroups_existed,
+            startup: Duration::ZERO,
+            ready: Duration::ZERO,
+            _lock: lock,
+            _temp: temp,
+        };
+        node.setup_namespace(init, &layout)?;
+        let mut command = nsenter(init, true);
+        command
+            .arg("containerd")
+            .arg("--config")
+            .arg(&layout.containerd_config);
+        let containerd = ServerProcess::spawn("containerd", command, dir.join("containerd.log"))?;
+        node.set(|r| r.containerd = Some(containerd));
+        node.wait_containerd()?;
+        for image in ["pause.tar", "busybox.tar"] {
+            run(nsenter(init, false)
+                .arg("ctr")
+                .arg("--address")
+                .arg(&node.socket)
+                .args(["-n", "k8s.io", "images", "import"])
+                .arg(images.join(image)))?;
+        }
+        fs::copy(&settings.kubeconfig, &layout.kubeconfig)
+            .map_err(StartError::io("copy the kubeconfig"))?;
+        layout.write_kubelet_config(&settings, free_port()?)?;
+        let mut command = nsenter(init, true);
+        command
+            .arg(&kubelet)
+            .arg(format!("--config={}", layout.kubelet_config.display()))
+            .arg(format!("--kubeconfig={}", layout.kubeconfig.display()))
+            .arg(format!("--root-dir={}", layout.kubelet_root.display()))
+            .arg(format!("--hostname-override={NAME}"))
+            .arg("--v=2");
+        let spawned = Instant::now();
+        let kubelet = ServerProcess::spawn("kubelet", command, dir.join("kubelet.log"))?;
+        node.set(|r| r.kubelet = Some(kubelet));
+        Ok((node, spawned))
+    }
+
+    /// Changes the running processes.
+    fn set(&self, change: impl FnOnce(&mut Running)) {
+        if let Some(running) = lock(&self.running).as_mut() {
+            change(running);
+        }
+    }
+
+    /// The mounts of the node's namespace, made before anything runs in it.
+    fn setup_namespace(&self, init: libc::pid_t, layout: &Layout) -> Result<(), StartError> {
+        // -n: no /run/mount/utab on the host (util-linux writes one there
+        // for some mounts, before /run is covered).
+        let mut script = String::from(
+            "mount -n -t tmpfs -o mode=0755 iar-node-run /run\n\
+             mount -n -t tmpfs -o mode=0755 iar-node-var-lib /var/lib\n",
+        );
+        script.push_str(&format!(
+            "mount -n --bind {} /var/log\n",
+            quoted(&layout.var_log)
+        ));
+        for sysctl in SYSCTLS {
+            let path = Path::new("/proc/sys").join(sysctl);
+            let Ok(value) = fs::read(&path) else {
+                continue;
+            };
+            let copy = layout.sysctls.join(sysctl.replace('/', "."));
+            fs::write(&copy, value).map_err(StartError::io(format!("write {copy:?}")))?;
+            script.push_str(&format!(
+                "mount -n --bind {} {}\n",
+                quoted(&copy),
+                quoted(&path)
+            ));
+        }
+        run(nsenter(init, false).args(["sh", "-ec", &script]))
+    }
+
+    /// Waits until containerd answers on its socket.
+    fn wait_containerd(&self) -> Result<(), StartError> {
+        let deadline = Instant::now() + CONTAINERD_READY;
+        loop {
+            self.check_running()?;
+            let version = Command::new("ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .arg("version")
+                .output();
+            let last = match version {
+                Ok(out) if out.status.success() => return Ok(()),
+                Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                let log = self.dir.join("containerd.log");
+                return Err(StartError::NotReady {
+                    program: "containerd",
+                    waited: CONTAINERD_READY,
+                    last,
+                    tail: log_tail(&log),
+                    log,
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Waits until the Node object says Ready.
+    async fn wait_ready(&self, client: &kube::Client) -> Result<(), StartError> {
+        let nodes: Api<NodeObject> = Api::all(client.clone());
+        let deadline = Instant::now() + NODE_READY;
+        loop {
+            self.check_running()?;
+            let last = match nodes.get_opt(NAME).await {
+                Ok(Some(node)) => {
+                    let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+                    if conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                    {
+                        return Ok(());
+                    }
+                    format!("{conditions:?}")
+                }
+                Ok(None) => String::from("not registered"),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                let log = self.dir.join("kubelet.log");
+                return Err(StartError::NotReady {
+                    program: "kubelet",
+                    waited: NODE_READY,
+                    last,
+                    tail: log_tail(&log),
+                    log,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `Err` naming the first of the node's processes that has exited.
+    fn check_running(&self) -> Result<(), StartError> {
+        let mut running = lock(&self.running);
+        let Some(running) = running.as_mut() else {
+            return Ok(());
+        };
+        running.namespace.check_running()?;
+        for process in [running.containerd.as_mut(), running.kubelet.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            process.check_running()?;
+        }
+        Ok(())
+    }
+
+    /// The ids of containerd's CRI containers (pods' sandboxes and
+    /// containers): their cgroups are `k8s.io/<id>`.
+    fn containers(&self) -> Vec<String> {
+        let output = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["--timeout", "10s", "-n", "k8s.io", "containers", "ls", "-q"])
+            .output();
+        match output {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What the node takes from its API server.
+struct Settings {
+    kubeconfig: PathBuf,
+    client_ca: PathBuf,
+    /// The kubelet's serving certificate and key.
+    serving: (PathBuf, PathBuf),
+}
+
+/// The files and directories under the node's directory.
+struct Layout {
+    dir: PathBuf,
+    socket: PathBuf,
+    containerd_config: PathBuf,
+    cni_conf: PathBuf,
+    cni_ipam: PathBuf,
+    var_log: PathBuf,
+    sysctls: PathBuf,
+    kubelet_root: PathBuf,
+    kubelet_config: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Layout {
+    fn new(dir: &Path) -> Layout {
+        Layout {
+            dir: dir.to_path_buf(),
+            socket: dir.join("containerd.sock"),
+            containerd_config: dir.join("containerd.toml"),
+            cni_conf: dir.join("cni/net.d"),
+            cni_ipam: dir.join("cni/ipam"),
+            var_log: dir.join("log"),
+            sysctls: dir.join("sysctl"),
+            kubelet_root: dir.join("kubelet"),
+            kubelet_config: dir.join("kubelet.yaml"),
+            kubeconfig: dir.join("kubeconfig"),
+        }
+    }
+
+    /// The directories and containerd's and CNI's configuration.
+    fn create(&self) -> Result<(), StartError> {
+        for d in [
+            &self.cni_conf,
+            &self.cni_ipam,
+            &self.var_log,
+            &self.sysctls,
+            &self.kubelet_root,
+            &self.dir.join("containerd/root"),
+            &self.dir.join("containerd/state"),
+        ] {
+            fs::create_dir_all(d).map_err(StartError::io(format!("create {d:?}")))?;
+        }
+        let toml = format!(
+            r#"version = 2
+root = {root}
+state = {state}
+# Plugins with host paths of their own (opt: /opt/containerd) or no use here.
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = {socket}
+
+[ttrpc]
+  address = {ttrpc}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # This machine refuses OOM score changes below the caller's.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = {cni}
+"#,
+            root = toml_str(&self.dir.join("containerd/root")),
+            state = toml_str(&self.dir.join("containerd/state")),
+            socket = toml_str(&self.socket),
+            ttrpc = toml_str(&self.dir.join("containerd.sock.ttrpc")),
+            cni = toml_str(&self.cni_conf),
+        );
+        write(&self.containerd_config, &toml)?;
+        let cni = json!({
+            "cniVersion": "0.4.0",
+            "name": "iar-node",
+            "plugins": [{
+                "type": "bridge",
+                "bridge": BRIDGE,
+                // No address on the bridge, no route, no masquerading, and
+                // so no ip_forward either: the host's network is unchanged.
+                "isGateway": false,
+                "ipMasq": false,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": SUBNET}]],
+                    "dataDir": self.cni_ipam,
+                },
+            }],
+        });
+        write(
+            &self.cni_conf.join("10-iar-node.conflist"),
+            &cni.to_string(),
+        )
+    }
+
+    fn write_kubelet_config(&self, settings: &Settings, port: u16) -> Result<(), StartError> {
+        // JSON is YAML; the kubelet reads either.
+        let config = json!({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": "127.0.0.1",
+            "port": port,
+            "readOnlyPort": 0,
+            "healthzPort": 0,
+            // v1.36 refuses cgroup v1 unless told; these machines have it.
+            "failCgroupV1": false,
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": false,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": false,
+            "containerRuntimeEndpoint": format!("unix://{}", self.socket.display()),
+            "tlsCertFile": settings.serving.0,
+            "tlsPrivateKeyFile": settings.serving.1,
+            "authentication": {
+                "anonymous": {"enabled": false},
+                "webhook": {"enabled": true},
+                "x509": {"clientCAFile": settings.client_ca},
+            },
+            "authorization": {"mode": "Webhook"},
+            // The two local images are all there is: never collect them, and
+            // never evict for a disk that others fill.
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {
+                "memory.available": "50Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
+        });
+        write(&self.kubelet_config, &config.to_string())
+    }
+}
+
+/// Why this machine cannot run the node, if it cannot.
+fn unavailable() -> Option<String> {
+    if !cfg!(target_os = "linux") {
+        return Some(String::from("it needs Linux"));
+    }
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(String::from(
+            "it needs root (containerd, runc and the kubelet create namespaces, mounts and \
+             cgroups); run the tests as root",
+        ));
+    }
+    for tool in [
+        "unshare",
+        "nsenter",
+        "mount",
+        "ip",
+        "gcc",
+        "tar",
+        "sha256sum",
+    ] {
+        if find_in_path(tool).is_none() {
+            return Some(format!("`{tool}` is not on PATH"));
+        }
+    }
+    let filesystems = fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if !filesystems
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"))
+    {
+        return Some(String::from(
+            "the kernel has no overlay filesystem (containerd's snapshotter); try `modprobe overlay`",
+        ));
+    }
+    let v2_memory = fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"));
+    if !v2_memory && !Path::new("/sys/fs/cgroup/memory").is_dir() {
+        return Some(String::from("no memory cgroup controller is mounted"));
+    }
+    for ns in ["mnt", "pid", "net"] {
+        if !Path::new("/proc/self/ns").join(ns).exists() {
+            return Some(format!("the kernel has no {ns} namespaces"));
+        }
+    }
+    let missing: Vec<&str> = PACKAGED
+        .iter()
+        .copied()
+        .filter(|f| !Path::new(f).exists())
+        .collect();
+    if !missing.is_empty() && find_in_path("apt-get").is_none() {
+        return Some(format!(
+            "{missing:?} are missing and there is no apt-get to install Debian's containerd, \
+             runc, containernetworking-plugins and busybox-static"
+        ));
+    }
+    if std::env::var_os(binaries::ENV_KUBELET).is_none() && find_in_path("go").is_none() {
+        return Some(format!(
+            "{} is unset and `go` is not on PATH, so there is no kubelet",
+            binaries::ENV_KUBELET
+        ));
+    }
+    None
+}
+
+/// One node per machine at a time: the bridge and the `k8s.io` cgroups
+/// are the machine's. A file lock in the cache directory (the kernel
+/// releases it if the holder dies), and one node per process (a second
+/// flock of the same file in this process would wait for ever).
+struct MachineLock {
+    _file: File,
+}
+
+static NODE_IN_PROCESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl MachineLock {
+    fn acquire() -> Result<MachineLock, StartError> {
+        use std::sync::atomic::Ordering;
+        if NODE_IN_PROCESS.swap(true, Ordering::SeqCst) {
+            return Err(StartError::Io {
+                what: String::from("start a second real node in this process"),
+                source: std::io::Error::other("one node per machine: use node::shared()"),
+            });
+        }
+        MachineLock::lock_file().inspect_err(|_| NODE_IN_PROCESS.store(false, Ordering::SeqCst))
+    }
+
+    fn lock_file() -> Result<MachineLock, StartError> {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("iar");
+        fs::create_dir_all(&cache).map_err(StartError::io(format!("create {cache:?}")))?;
+        let path = cache.join("node.lock");
+        let file = File::create(&path).map_err(StartError::io(format!("create {path:?}")))?;
+        // SAFETY: flock(2) on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            loud("iar-apiserver: waiting for another test binary's real node to stop");
+            // SAFETY: as above.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(StartError::io(format!("lock {path:?}"))(
+                    std::io::Error::last_os_error(),
+                ));
+            }
+        }
+        Ok(MachineLock { _file: file })
+    }
+}
+
+impl Drop for MachineLock {
+    fn drop(&mut self) {
+        NODE_IN_PROCESS.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// What a node that died without its shutdown (its test binary killed)
+/// left: the bridge, its containers' cgroups (their ids are the task
+/// bundles in its containerd state directory), its directory. Run with
+/// the machine's lock held, so no node is running.
+fn remove_stale() {
+    if Path::new("/sys/class/net").join(BRIDGE).exists() {
+        remove_bridge(&[]);
+        loud(&format!(
+            "iar-apiserver: removed bridge {BRIDGE}, left by a node that did not stop"
+        ));
+    }
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let ours = entry.file_name().to_string_lossy().starts_with(DIR_PREFIX)
+            && entry.file_type().is_ok_and(|t| t.is_dir());
+        if !ours {
+            continue;
+        }
+        let tasks = dir.join("containerd/state/io.containerd.runtime.v2.task/k8s.io");
+        let containers: Vec<String> = fs::read_dir(&tasks)
+            .map(|e| {
+                e.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        remove_cgroups(&containers, false);
+        let _ = fs::remove_dir_all(&dir);
+        loud(&format!(
+            "iar-apiserver: removed {dir:?} and the cgroups of its {} containers, left by a node \
+             that did not stop",
+            containers.len()
+        ));
+    }
+}
+
+/// The namespaces' first process: `unshare`'s child, once it has mounted
+/// the namespace's /proc and become the pause binary.
+fn wait_init(namespace: &mut ServerProcess, pause: &Path) -> Result<libc::pid_t, StartError> {
+    let unshare = namespace.pid();
+    let children = format!("/proc/{unshare}/task/{unshare}/children");
+    let pause = pause.canonicalize().unwrap_or_else(|_| pause.to_path_buf());
+    let deadline = Instant::now() + NAMESPACE_READY;
+    loop {
+        namespace.check_running()?;
+        let init = fs::read_to_string(&children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse::<libc::pid_t>().ok());
+        if let Some(init) = init {
+            let exe = fs::read_link(format!("/proc/{init}/exe")).ok();
+            if exe.as_deref() == Some(pause.as_path()) {
+                return Ok(init);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(StartError::NotReady {
+                program: "node namespace",
+                waited: NAMESPACE_READY,
+                last: format!("no pause child of unshare ({children})"),
+                tail: log_tail(&namespace.log),
+                log: namespace.log.clone(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `nsenter` into the node's mount namespace (and PID namespace, for the
+/// long-running programs), ready for the program and its arguments.
+fn nsenter(init: libc::pid_t, pid: bool) -> Command {
+    let mut command = Command::new("nsenter");
+    command.arg("-t").arg(init.to_string()).arg("-m");
+    if pid {
+        command.arg("-p");
+    }
+    command.arg("--");
+    command
+}
+
+/// Runs a short command to its end; `Err` with its output if it fails.
+fn run(command: &mut Command) -> Result<(), StartError> {
+    let what = format!("{command:?}");
+    let output = command
+        .output()
+        .map_err(StartError::io(format!("run {what}")))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(StartError::Io {
+        what,
+        source: std::io::Error::other(format!(
+            "{}\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    })
+}
+
+/// Every cgroup hierarchy: each v1 controller's and the v2 one.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    let mut out = Vec::new();
+    if root.join("cgroup.controllers").exists() {
+        out.push(root.to_path_buf());
+    }
+    if let Ok(entries) = fs::read_dir(root) {
+        for e in entries.flatten() {
+            let path = e.path();
+            // Symlinks (cpu,cpuacct → cpu) name a hierarchy twice.
+            if e.file_type().is_ok_and(|t| t.is_dir()) && path.join("cgroup.procs").exists() {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// Removes runc's cgroups of `containers` (`k8s.io/<id>`), waiting for
+/// their last processes to go, and the `k8s.io` parents if the node made
+/// them.
+fn remove_cgroups(containers: &[String], existed: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for hierarchy in cgroup_hierarchies() {
+        let parent = hierarchy.join("k8s.io");
+        if !parent.exists() {
+            continue;
+        }
+        for id in containers {
+            let cgroup = parent.join(id);
+            while cgroup.exists() && fs::remove_dir(&cgroup).is_err() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // Only if empty: rmdir(2) of a cgroup with children fails.
+        if !existed {
+            let _ = fs::remove_dir(&parent);
+        }
+    }
+}
+
+/// The veths on the bridge.
+fn bridge_ports() -> Vec<String> {
+    fs::read_dir(Path::new("/sys/class/net").join(BRIDGE).join("brif"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Deletes the bridge, and `veths` once their pods' network namespaces
+/// are gone (the kernel deletes a veth pair with its namespace; this waits
+/// for it, and deletes what is left after a while).
+fn remove_bridge(veths: &[String]) {
+    let net = Path::new("/sys/class/net");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while veths.iter().any(|v| net.join(v).exists()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for name in veths.iter().map(String::as_str).chain([BRIDGE]) {
+        if net.join(name).exists() {
+            let _ = Command::new("ip").args(["link", "delete", name]).output();
+        }
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), StartError> {
+    fs::write(path, text).map_err(StartError::io(format!("write {path:?}")))
+}
+
+/// `path` as a TOML basic string.
+fn toml_str(path: &Path) -> String {
+    serde_json::to_string(&path.to_string_lossy()).expect("a string serializes")
+}
+
+/// `path` quoted for `sh`.
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.to_string_lossy().replace('\'', r"'\''"))
+}
+
+/// The node of the shared API server ([`crate::shared`]), started on first
+/// use and stopped at exit. `None` when tests must skip: not root, no Go,
+/// a kernel feature missing (loud, and a failure under `CI=true`). Panics
+/// if it cannot start.
+pub async fn shared() -> Option<&'static Node> {
+    static SHARED: OnceLock<Node> = OnceLock::new();
+    static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    extern "C" fn stop_shared() {
+        if let Some(node) = SHARED.get() {
+            node.shutdown();
+        }
+    }
+
+    let server = crate::shared().await?;
+    let _starting = STARTING.lock().await;
+    if let Some(node) = SHARED.get() {
+        return Some(node);
+    }
+    match Node::start(server).await {
+        Ok(node) => {
+            // SAFETY: registers a function with no arguments that touches
+            // only the static above; statics are never dropped. Registered
+            // after the server's, so it runs first: the node stops while
+            // its API server still serves.
+            unsafe { libc::atexit(stop_shared) };
+            loud(&format!(
+                "iar-apiserver: real node `{NAME}` Ready {:.1?} after its kubelet started \
+                 ({:.1?} in all); kubelet root {}",
+                node.ready_time(),
+                node.startup_time(),
+                node.kubelet_root().display()
+            ));
+            Some(SHARED.get_or_init(|| node))
+        }
+        Err(StartError::Unavailable(what)) => {
+            skip_or_fail(&format!("a real-node test: {what}"));
+            None
+        }
+        Err(e) => panic!("the real node did not start: {e}"),
+    }
+}
