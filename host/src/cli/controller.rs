@@ -184,19 +184,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         volume_agent_silence: args.volume_agent_silence,
         // Kubernetes stops a pod with SIGTERM (and a terminal with ^C):
         // the replica gives its backups back before it exits.
-        shutdown: Some(Box::pin(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                },
-                Err(e) => {
-                    tracing::warn!("no SIGTERM handler ({e}); stopping on ^C only");
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        })),
+        shutdown: Some(Box::pin(terminated())),
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -262,6 +250,23 @@ mod tests {
     }
 }
 
+/// Resolves on SIGTERM (how Kubernetes stops a pod) or ^C. In a `FROM
+/// scratch` image iar is PID 1, which the kernel spares SIGTERM unless it
+/// has a handler: without this, every stop waits out the grace period.
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        },
+        Err(e) => {
+            tracing::warn!("no SIGTERM handler ({e}); stopping on ^C only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct NodeAgentArgs {
     /// Where the volume backup requests are: the controller's namespace.
@@ -315,7 +320,12 @@ pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
         let client = iar::k8s::client()
             .await
             .context("connecting to the API server")?;
-        run(client, options).await?;
+        // Stopped, the agent just exits: the volume backups it was reading
+        // are failed, with that reason, by the agent that starts next.
+        tokio::select! {
+            served = run(client, options) => served?,
+            _ = terminated() => tracing::info!("stopping on SIGTERM"),
+        }
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

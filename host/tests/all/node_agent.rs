@@ -82,6 +82,21 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Sends SIGTERM, as the kubelet stops a pod, and waits up to `within`
+    /// for the agent to exit; its status, or `None` if it did not.
+    pub(crate) async fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: a signal to our own child, by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
