@@ -285,6 +285,17 @@ async fn a_forged_request_is_refused_before_anything_is_read() {
         all_chunks(store_dir.path()).is_empty(),
         "something was read"
     );
+
+    // It kept serving, and it stops on SIGTERM as the kubelet stops it
+    // (iar is PID 1 in its image: without a handler SIGTERM would be
+    // ignored and every stop would wait out the grace period).
+    let mut agent = agent;
+    let exit = agent.terminate(Duration::from_secs(20)).await;
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{exit:?}\n{}",
+        agent.log()
+    );
 }
 
 /// deploy/node-agent.yaml's ValidatingAdmissionPolicy, in the real API
