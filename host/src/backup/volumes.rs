@@ -440,7 +440,7 @@ pub mod handles;
 mod permits;
 mod restore;
 mod walk;
-pub use files::{LocalDirBackupper, VolumeLimits, back_up_dir};
+pub use files::{Fence, LocalDirBackupper, VolumeLimits, back_up_dir};
 pub use handles::VolumeRoot;
 pub use permits::VolumePermits;
 pub use restore::{RestoreOptions, plan_restore, restore_volume};

@@ -422,9 +422,20 @@ async fn serve(
         volume: spec.volume.clone(),
         pvc: spec.pvc.clone(),
     };
+    // The fence again before the manifest is written: a backup that ended
+    // or was deleted (or re-created) while its volume was read gets no
+    // manifest.
+    let fence: crate::backup::volumes::Fence = {
+        let (client, namespace, spec) = (client.clone(), options.namespace.clone(), spec.clone());
+        Arc::new(move || {
+            let (client, namespace, spec) = (client.clone(), namespace.clone(), spec.clone());
+            Box::pin(async move { check_backup(&client, &namespace, &spec).await })
+        })
+    };
     let limits = VolumeLimits {
         timeout: options.fs_backup_timeout,
         seam: None,
+        fence: Some(fence),
     };
     let handle = back_up_dir(dir, options.store.clone(), permits, limits, volume);
     let mut progress = handle.watch();

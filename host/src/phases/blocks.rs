@@ -66,6 +66,7 @@ impl PhaseMachine {
                 .with_limits(VolumeLimits {
                     timeout: self.settings.fs_backup_timeout,
                     seam: None,
+                    fence: None,
                 }),
             ) as Arc<dyn VolumeBackupper>),
             None => self.volume_backupper.clone(),

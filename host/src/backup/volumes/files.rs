@@ -22,13 +22,25 @@ pub struct VolumeLimits {
     pub timeout: Duration,
     /// Test seam: runs between a file's listing and its open.
     pub seam: Option<Seam>,
+    /// Asked before the manifest is written (the node agent's fence: the
+    /// backup must still exist and run); an error fails the volume and
+    /// nothing more is written for it.
+    pub fence: Option<Fence>,
 }
+
+/// A check before a volume backup's last write; see [`VolumeLimits::fence`].
+pub type Fence = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl Default for VolumeLimits {
     fn default() -> Self {
         VolumeLimits {
             timeout: Duration::from_secs(4 * 3600),
             seam: None,
+            fence: None,
         }
     }
 }
@@ -76,6 +88,7 @@ async fn back_up(
     store: BackupStore,
     request: VolumeRequest,
     seam: Option<Seam>,
+    fence: Option<Fence>,
     progress: &watch::Sender<VolumeBackup>,
     cancel: &watch::Receiver<bool>,
 ) -> Result<String, Stop> {
@@ -152,6 +165,9 @@ async fn back_up(
     }
     // The estimate was taken before the read; the total is what was read.
     progress.send_modify(|v| v.bytes_total = v.bytes_done);
+    if let Some(fence) = fence {
+        fence().await.map_err(Stop::Failed)?;
+    }
     let key = manifest_key(
         &request.backup,
         &request.pod.namespace,
@@ -225,6 +241,7 @@ pub fn back_up_dir(
                     store,
                     request,
                     limits.seam.clone(),
+                    limits.fence.clone(),
                     &progress,
                     &work_cancel,
                 );

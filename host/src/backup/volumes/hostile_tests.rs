@@ -313,6 +313,7 @@ async fn a_volume_that_never_ends_fails_at_its_timeout_and_frees_its_permit() {
     let b = LocalDirBackupper::new(s.data.clone(), s.store.clone(), 1).with_limits(VolumeLimits {
         timeout: Duration::from_millis(300),
         seam: Some(hang),
+        fence: None,
     });
     let stuck = b.start(request("b7", "ns", "stuck")).await;
     let stuck = stuck.finished().await;
@@ -595,4 +596,33 @@ fn a_directory_swapped_for_a_link_is_not_descended() {
             .iter()
             .any(|e| matches!(e, Event::Skipped(s) if s.reason.contains("rule: volume-changed")))
     );
+}
+
+/// The fence is asked before the manifest is written: a backup that ended
+/// while its volume was read gets no manifest, and the volume fails with
+/// the fence's reason.
+#[tokio::test]
+async fn a_fenced_backup_gets_no_manifest() {
+    let s = setup();
+    let vol = s.data.join("ns/pvc");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("f"), b"data").unwrap();
+    let fence: Fence = Arc::new(|| {
+        Box::pin(async { Err("backup b9 is Completed (rule: backup-fence)".to_string()) })
+    });
+    let limits = VolumeLimits {
+        fence: Some(fence),
+        ..VolumeLimits::default()
+    };
+    let done = back_up(&s, "b9", "pvc", limits).await;
+    assert_eq!(done.phase, VolumePhase::Failed);
+    assert!(
+        done.error
+            .as_deref()
+            .unwrap()
+            .contains("rule: backup-fence"),
+        "{done:?}"
+    );
+    assert!(done.manifest_key.is_none());
+    assert!(!s.store_dir.join("backups/b9/volumes/manifests").exists());
 }
