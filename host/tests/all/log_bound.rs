@@ -1,17 +1,16 @@
 //! A plugin that logs its per-call maximum on every item: `iar backup`'s
 //! memory and its terminal output are bounded by the backup log's bound,
 //! not by what the plugin writes. Measured on the real binary: its peak
-//! RSS from the kernel (`wait4`'s `ru_maxrss`), its stderr by length.
+//! RSS from the kernel (its own `VmHWM`), its stderr by length.
 
 use crate::support::iar_command;
 use iar_tests::artifacts;
-use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 
 /// Runs `iar backup` of `items` with `config` and returns its peak RSS
-/// (MiB) and its stderr.
-// The child is reaped by wait4, which reports its peak RSS.
-#[allow(clippy::zombie_processes)]
+/// (MiB) and its stderr. The peak is the process's own `VmHWM`, read while
+/// it runs: `wait4`'s `ru_maxrss` would also count the test binary's pages
+/// the child held between fork and exec.
 fn peak_of(
     items: &std::path::Path,
     plugins: &std::path::Path,
@@ -20,7 +19,7 @@ fn peak_of(
     scratch: &std::path::Path,
 ) -> (u64, Vec<u8>) {
     let stderr_file = scratch.join("stderr");
-    let child = iar_command(&[
+    let mut child = iar_command(&[
         "backup",
         "flooded",
         "--items",
@@ -41,21 +40,32 @@ fn peak_of(
     .stderr(std::fs::File::create(&stderr_file).unwrap())
     .spawn()
     .unwrap();
-    // wait4 reaps this child and reports its own peak RSS (KiB), not that
-    // of the test process's other children.
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child; both out-pointers are valid.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32);
-    let exit = std::process::ExitStatus::from_raw(status);
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        // The high-water mark of the running program's own memory.
+        let hwm = std::fs::read_to_string(&status_file)
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0);
+        peak_kib = peak_kib.max(hwm);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let stderr = std::fs::read(&stderr_file).unwrap();
     assert!(
         exit.success(),
         "{config}: {exit}: {}",
         String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(4000)..])
     );
-    (usage.ru_maxrss as u64 / 1024, stderr)
+    assert!(peak_kib > 0, "{config}: no VmHWM was read");
+    (peak_kib / 1024, stderr)
 }
 
 /// 300 ConfigMaps, each handed to a plugin that logs 1,000 lines of 4 KiB
