@@ -75,8 +75,8 @@ async fn wait_ended(
     .await
 }
 
-/// Every data chunk in the store, inflated.
-fn all_chunks(store_dir: &Path) -> Vec<Vec<u8>> {
+/// Every data chunk in a local store, inflated.
+pub(crate) fn all_chunks(store_dir: &Path) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut stack = vec![store_dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -17,6 +17,7 @@
 
 use crate::controller::{create_backup, install_crds, start_controller, wait_phase};
 use crate::node_agent::Agent;
+use crate::node_boundary::all_chunks;
 use crate::support::{client, item, server};
 use iar::backup::hooks::{
     HookPhase, HookRunner, HookSource, HookStatus, HookTarget, ResolvedHook, annotation_hook,
@@ -301,24 +302,6 @@ fn tree(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
     }
     let mut out = BTreeMap::new();
     walk(root, root, &mut out);
-    out
-}
-
-/// Every data chunk in the store, inflated.
-fn all_chunks(store_dir: &Path) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut stack = vec![store_dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.parent().is_some_and(|d| d.ends_with("volumes/data")) {
-                let gz = std::fs::read(&p).unwrap();
-                out.push(iar::store::gz::gunzip_at_most(&gz, 8 << 20).unwrap());
-            }
-        }
-    }
     out
 }
 

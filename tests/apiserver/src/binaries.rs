@@ -46,18 +46,7 @@ pub(crate) fn etcd() -> Result<PathBuf, StartError> {
 /// `tools/kube-apiserver/build.sh` builds (or finds in its cache). `None`
 /// only when the variable is unset and there is no Go to build with.
 pub(crate) fn kube_apiserver() -> Result<Option<PathBuf>, StartError> {
-    if let Some(path) = env::var_os(ENV_KUBE_APISERVER) {
-        let path = PathBuf::from(path);
-        return if is_executable(&path) {
-            Ok(Some(path))
-        } else {
-            Err(StartError::BadBinaryPath { path })
-        };
-    }
-    if find_in_path("go").is_none() {
-        return Ok(None);
-    }
-    built_by(&build_script(), &[]).map(Some)
+    from_env_or_build(ENV_KUBE_APISERVER, &[])
 }
 
 /// The kubelet binary: `$IAR_KUBELET` if set, else the one
@@ -65,7 +54,13 @@ pub(crate) fn kube_apiserver() -> Result<Option<PathBuf>, StartError> {
 /// cache), from the same module and Go build as kube-apiserver. `None`
 /// only when the variable is unset and there is no Go to build with.
 pub(crate) fn kubelet() -> Result<Option<PathBuf>, StartError> {
-    if let Some(path) = env::var_os(ENV_KUBELET) {
+    from_env_or_build(ENV_KUBELET, &["--kubelet"])
+}
+
+/// The executable `$var` names, else what the build script prints when
+/// run with `args`; `None` without the variable and without Go.
+fn from_env_or_build(var: &str, args: &[&str]) -> Result<Option<PathBuf>, StartError> {
+    if let Some(path) = env::var_os(var) {
         let path = PathBuf::from(path);
         return if is_executable(&path) {
             Ok(Some(path))
@@ -76,7 +71,7 @@ pub(crate) fn kubelet() -> Result<Option<PathBuf>, StartError> {
     if find_in_path("go").is_none() {
         return Ok(None);
     }
-    built_by(&build_script(), &["--kubelet"]).map(Some)
+    built_by(&build_script(), args).map(Some)
 }
 
 /// The pause binary `tools/node/build.sh` builds (installing the node's

@@ -8,8 +8,8 @@
 use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, Stat};
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
 
 /// Flags for a directory handle: no symlink as the last component.
 pub const DIR: OFlags = OFlags::RDONLY
@@ -142,9 +142,4 @@ pub fn c_name(name: &[u8]) -> Result<CString, String> {
 /// A display form of bytes that may not be UTF-8.
 pub fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// The bytes of a path.
-pub fn bytes(p: &Path) -> &[u8] {
-    p.as_os_str().as_bytes()
 }
