@@ -12,7 +12,7 @@
 #               (the static binary is .../iar/images/KEY/context/iar)
 #
 # KEY is a hash of the inputs' contents, not of the commit: every file under
-# host/ guest-sdk/ plugins/ wit/ deploy/ tools/images/, the workspace's
+# host/ crates/ guest-sdk/ plugins/ wit/ deploy/ tools/images/, the workspace's
 # Cargo.toml, Cargo.lock and .cargo/config.toml as they are in the working
 # tree (tracked or not, .gitignore respected), plus `rustc -vV` and the CA
 # bundle. A commit that changes none of them reuses the images; an edit
@@ -33,7 +33,7 @@ mkdir -p "$cache"
 # share with it), reused across keys: an edit rebuilds only iar's crates.
 export CARGO_TARGET_DIR="$cache/target"
 
-inputs=(host guest-sdk plugins wit deploy tools/images Cargo.toml Cargo.lock .cargo/config.toml)
+inputs=(host crates guest-sdk plugins wit deploy tools/images Cargo.toml Cargo.lock .cargo/config.toml)
 # The image's TLS roots: the cloud stores' clients trust the system's CA
 # bundle (rustls-native-certs), and `FROM scratch` has none.
 ca_bundle="${IAR_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"

@@ -1,0 +1,16 @@
+//! Tools for plugin authors: declarative tests of a plugin (`iar test`),
+//! generic conformance checks (`iar conformance`), and the clusters they
+//! run against. Everything runs through the real engine and boundary.
+
+#![allow(clippy::result_large_err)]
+
+pub mod conformance;
+pub mod diff;
+mod expect;
+pub mod generate;
+pub mod report;
+pub mod runner;
+pub mod scaffold;
+mod steps;
+pub mod stubs;
+pub mod testfile;

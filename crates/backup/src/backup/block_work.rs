@@ -1,0 +1,542 @@
+//! What a block does around its item actions: pre hooks for each pod
+//! before, then the pod volume backups it decided, and, once *this block's*
+//! volume backups have ended, post hooks. The pass calls [`BlockWork::pre`]
+//! and [`BlockWork::start_volumes`] on its worker thread; the wait for the
+//! volumes and the post hooks run as a task on the async runtime, so a
+//! block that waits for its volumes holds no worker.
+
+use crate::backup::hooks::{
+    BackupHooks, DEFAULT_MAX_TIMEOUT, HookPhase, HookRecord, HookRunner, HookTarget, Verdict,
+    cap_timeouts, post_hooks_allowed, run_hooks, verdict,
+};
+use crate::backup::volume_policy::{Claim, ResourcePolicies, VolumeAction, decide_pod_volumes};
+use crate::backup::volumes::{VolumeBackup, VolumeBackupper, VolumeRequest};
+use iar_core::item::{Item, ItemRef};
+use iar_core::store::{BackupFile, BackupStore};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The hooks and volume backups of one backup's blocks.
+pub struct BlockWork {
+    pub backup: String,
+    pub hooks: BackupHooks,
+    pub runner: Arc<dyn HookRunner>,
+    /// `None` without `--volume-data`: volumes chosen for a file-system
+    /// backup are reported, not backed up.
+    pub backupper: Option<Arc<dyn VolumeBackupper>>,
+    pub volume_data: Option<PathBuf>,
+    pub policies: Option<ResourcePolicies>,
+    pub default_volumes_to_fs_backup: bool,
+    pub runtime: tokio::runtime::Handle,
+    /// Where the hook ledger is written; `None` keeps no ledger (tests).
+    pub ledger_store: Option<BackupStore>,
+    /// `--max-hook-timeout`: no hook runs longer, whatever its annotation
+    /// or spec asks (see [`cap_timeouts`]).
+    pub max_hook_timeout: Duration,
+    state: Mutex<State>,
+    /// The hook ledger as last written. An async lock held across its PUT:
+    /// each write must carry every entry before it, so writes are serial.
+    ledger: tokio::sync::Mutex<Vec<LedgerEntry>>,
+}
+
+/// One pod's hooks of one phase in the hook ledger
+/// (`backups/<b>/<b>-hooks.json.gz`). A post entry is written `started`
+/// before its hooks run and again when they end, so a resumed backup knows
+/// a post hook that may have run (and never runs it again) from one that
+/// never started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntry {
+    pub pod: ItemRef,
+    /// `pre` or `post`.
+    pub phase: String,
+    /// `started`, `succeeded`, `continued` (a hook failed or timed out
+    /// with `onError: Continue`: the pod's post hooks are still owed, as in
+    /// Velero), `failed` (a failure that fails the block) or `skipped`.
+    pub state: String,
+}
+
+/// Whether a pre entry's state leaves the pod's post hooks owed: its pre
+/// hooks succeeded, or failed only with `onError: Continue` (see
+/// [`post_hooks_allowed`]). A ledger written before `continued` existed
+/// says `failed` for those: their post hooks are not owed, as then.
+fn owes_post(pre: &LedgerEntry) -> bool {
+    pre.phase == "pre" && matches!(pre.state.as_str(), "succeeded" | "continued")
+}
+
+impl LedgerEntry {
+    fn of(pod: &ItemRef, phase: &str, records: &[HookRecord]) -> LedgerEntry {
+        use crate::backup::hooks::HookStatus;
+        let state = if records.iter().all(|r| r.status == HookStatus::Succeeded) {
+            "succeeded"
+        } else if records
+            .iter()
+            .any(|r| matches!(r.status, HookStatus::Skipped { .. }))
+        {
+            "skipped"
+        } else if post_hooks_allowed(records) {
+            "continued"
+        } else {
+            "failed"
+        };
+        LedgerEntry {
+            pod: pod.clone(),
+            phase: phase.into(),
+            state: state.into(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    records: Vec<HookRecord>,
+    /// Problems that are not a hook run: hook definitions that do not parse,
+    /// volumes chosen for a backup that cannot be done here.
+    warnings: Vec<(String, String)>,
+    tails: Vec<tokio::task::JoinHandle<Vec<VolumeBackup>>>,
+    watchers: Vec<watch::Receiver<VolumeBackup>>,
+}
+
+/// A pod of a block, after its pre hooks.
+pub struct PodPre {
+    pod: Item,
+    target: HookTarget,
+    pre: Vec<HookRecord>,
+}
+
+/// A block after its pre hooks: `failed` holds the `onError: Fail`
+/// outcomes that fail the whole block.
+pub struct BlockPre {
+    pods: Vec<PodPre>,
+    pub failed: Vec<String>,
+}
+
+/// Everything the blocks did, once every block has ended.
+#[derive(Debug, Default)]
+pub struct BlockReport {
+    pub hooks: Vec<HookRecord>,
+    pub volumes: Vec<VolumeBackup>,
+    /// `(namespace, message)`.
+    pub warnings: Vec<(String, String)>,
+}
+
+impl BlockWork {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backup: String,
+        hooks: BackupHooks,
+        runner: Arc<dyn HookRunner>,
+        backupper: Option<Arc<dyn VolumeBackupper>>,
+        volume_data: Option<PathBuf>,
+        policies: Option<ResourcePolicies>,
+        default_volumes_to_fs_backup: bool,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        BlockWork {
+            backup,
+            hooks,
+            runner,
+            backupper,
+            volume_data,
+            policies,
+            default_volumes_to_fs_backup,
+            runtime,
+            ledger_store: None,
+            max_hook_timeout: DEFAULT_MAX_TIMEOUT,
+            state: Mutex::new(State::default()),
+            ledger: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps the hook ledger in `store`.
+    pub fn with_ledger(mut self, store: BackupStore) -> Self {
+        self.ledger_store = Some(store);
+        self
+    }
+
+    /// Caps every hook's timeout at `max` (`--max-hook-timeout`).
+    pub fn with_max_hook_timeout(mut self, max: Duration) -> Self {
+        self.max_hook_timeout = max;
+        self
+    }
+
+    /// Sets `entry` (replacing the pod's entry of the same phase) and
+    /// writes the whole ledger. A failed write is a warning: the hooks
+    /// themselves went as recorded.
+    async fn ledger(&self, entry: LedgerEntry) {
+        let Some(store) = &self.ledger_store else {
+            return;
+        };
+        let mut ledger = self.ledger.lock().await;
+        match ledger
+            .iter_mut()
+            .find(|e| e.pod == entry.pod && e.phase == entry.phase)
+        {
+            Some(e) => *e = entry,
+            None => ledger.push(entry),
+        }
+        if let Err(e) = store
+            .put_json(&self.backup, BackupFile::HookLedger, &*ledger)
+            .await
+        {
+            self.state()
+                .warnings
+                .push((String::new(), format!("hook ledger: {e}")));
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hooks_for(&self, pod: &Item, phase: HookPhase) -> Vec<crate::backup::hooks::ResolvedHook> {
+        match self.hooks.for_pod(pod, phase) {
+            Ok(h) => h,
+            Err(e) => {
+                self.state().warnings.push((
+                    pod.id.namespace.clone(),
+                    format!("{phase:?} hooks of pod {}: not run: {e}", pod.id),
+                ));
+                Vec::new()
+            }
+        }
+    }
+
+    /// The hooks about to run for `pod` in `phase`, each timeout capped at
+    /// `max_hook_timeout`, with a warning for each one clamped.
+    fn runnable_hooks(
+        &self,
+        pod: &Item,
+        phase: HookPhase,
+    ) -> Vec<crate::backup::hooks::ResolvedHook> {
+        let mut hooks = self.hooks_for(pod, phase);
+        let clamped = cap_timeouts(&pod.id, &mut hooks, self.max_hook_timeout);
+        let ns = &pod.id.namespace;
+        self.state()
+            .warnings
+            .extend(clamped.into_iter().map(|w| (ns.clone(), w)));
+        hooks
+    }
+
+    /// Runs the pre hooks of every pod of the block, in order. Called on a
+    /// worker thread (not a runtime thread): waits for the hook processes.
+    pub fn pre(&self, items: &[Item]) -> BlockPre {
+        let mut out = BlockPre {
+            pods: Vec::new(),
+            failed: Vec::new(),
+        };
+        for pod in items.iter().filter(|i| is_pod(i)) {
+            let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
+            let hooks = self.runnable_hooks(pod, HookPhase::Pre);
+            // A pod with post hooks is in the ledger even without pre
+            // hooks: after a restart, its post hooks are known to be owed.
+            let has_post = !self.hooks_for(pod, HookPhase::Post).is_empty();
+            let pre = self.runtime.block_on(async {
+                let pre = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                if !pre.is_empty() || has_post {
+                    self.ledger(LedgerEntry::of(&pod.id, "pre", &pre)).await;
+                }
+                pre
+            });
+            out.failed
+                .extend(pre.iter().filter_map(|r| match verdict(r) {
+                    Verdict::BlockFailed(m) => Some(m),
+                    _ => None,
+                }));
+            self.state().records.extend(pre.iter().cloned());
+            out.pods.push(PodPre {
+                pod: pod.clone(),
+                target,
+                pre,
+            });
+        }
+        out
+    }
+
+    /// After the block's items: decides each pod's volumes, starts the
+    /// file-system backups (unless the block failed), and leaves a task on
+    /// the runtime that waits for them and then runs the post hooks of the
+    /// pods whose pre hooks allow them ([`post_hooks_allowed`]: none failed
+    /// the block, none was skipped). Returns at once.
+    pub fn start_volumes(self: &Arc<Self>, block: BlockPre, items: &[Item]) {
+        let mut pods = Vec::new();
+        for p in block.pods {
+            let mut handles = Vec::new();
+            if block.failed.is_empty() {
+                let claim = |name: &str| claim_in(items, &p.pod.id.namespace, name);
+                for d in decide_pod_volumes(
+                    &p.pod,
+                    &claim,
+                    self.policies.as_ref(),
+                    self.default_volumes_to_fs_backup,
+                ) {
+                    if d.action != VolumeAction::FsBackup {
+                        continue;
+                    }
+                    let Some(backupper) = &self.backupper else {
+                        self.state().warnings.push((
+                            p.pod.id.namespace.clone(),
+                            format!(
+                                "volume {} of pod {}: chosen for a file-system backup ({}) but no --volume-data was given; not backed up",
+                                d.volume, p.pod.id, d.reason
+                            ),
+                        ));
+                        continue;
+                    };
+                    let handle = self.runtime.block_on(backupper.start(VolumeRequest {
+                        backup: self.backup.clone(),
+                        pod: p.pod.id.clone(),
+                        volume: d.volume,
+                        pvc: d.pvc,
+                    }));
+                    self.state().watchers.push(handle.watch());
+                    handles.push(handle);
+                }
+            }
+            pods.push((p, handles));
+        }
+        // A block without pods has no volumes and no hooks to wait for:
+        // no task (a backup of 50,000 ConfigMaps would keep 50,000).
+        if pods.is_empty() {
+            return;
+        }
+        let work = self.clone();
+        let tail = self.runtime.spawn(async move {
+            let mut volumes = Vec::new();
+            for (p, handles) in pods {
+                for h in &handles {
+                    volumes.push(h.finished().await);
+                }
+                if post_hooks_allowed(&p.pre) {
+                    let hooks = work.runnable_hooks(&p.pod, HookPhase::Post);
+                    if hooks.is_empty() {
+                        continue;
+                    }
+                    let started = LedgerEntry {
+                        pod: p.pod.id.clone(),
+                        phase: "post".into(),
+                        state: "started".into(),
+                    };
+                    work.ledger(started).await;
+                    let post = run_hooks(work.runner.as_ref(), &p.target, &hooks).await;
+                    work.ledger(LedgerEntry::of(&p.pod.id, "post", &post)).await;
+                    work.state().records.extend(post);
+                }
+            }
+            volumes
+        });
+        self.state().tails.push(tail);
+    }
+
+    /// The latest state of every volume backup started so far.
+    pub fn progress(&self) -> Vec<VolumeBackup> {
+        self.state()
+            .watchers
+            .iter()
+            .map(|w| w.borrow().clone())
+            .collect()
+    }
+
+    /// Waits for every block's volumes and post hooks (call after the pass).
+    pub async fn finish(&self) -> BlockReport {
+        let tails = std::mem::take(&mut self.state().tails);
+        let mut report = BlockReport::default();
+        for t in tails {
+            match t.await {
+                Ok(v) => report.volumes.extend(v),
+                Err(e) => report.warnings.push((
+                    String::new(),
+                    format!("a block's volume wait or post hooks panicked: {e}"),
+                )),
+            }
+        }
+        let mut state = self.state();
+        report.hooks = std::mem::take(&mut state.records);
+        report.warnings.append(&mut state.warnings);
+        report
+    }
+}
+
+impl BlockWork {
+    /// After a restart of a backup whose items were all written: follows
+    /// each unfinished volume backup again through the backupper (its
+    /// request outlived the process that made it), then runs, once, the
+    /// post hooks the ledger says are owed: a pod whose pre hooks succeeded
+    /// (or failed only with `onError: Continue`) and whose post hooks never
+    /// started. A post hook that started before
+    /// the restart may have run and is not run again. `pods` are the live
+    /// pods the owed hooks are resolved on.
+    pub async fn resume(
+        &self,
+        ledger: &[LedgerEntry],
+        volumes: Vec<VolumeBackup>,
+        pods: &[Item],
+    ) -> BlockReport {
+        use crate::backup::volumes::VolumePhase;
+        // Carry on the ledger as it was: each write holds every entry.
+        *self.ledger.lock().await = ledger.to_vec();
+        let backupper = self.backupper.clone();
+        let follow = volumes.into_iter().map(|v| {
+            let backupper = backupper.clone();
+            async move {
+                if v.phase.is_terminal() {
+                    return v;
+                }
+                let Some(backupper) = backupper else {
+                    let mut v = v;
+                    v.phase = VolumePhase::Failed;
+                    v.error = Some("interrupted by restart".into());
+                    return v;
+                };
+                let request = VolumeRequest {
+                    backup: v.backup.clone(),
+                    pod: ItemRef::new("", "pods", v.pod_namespace.clone(), v.pod_name.clone()),
+                    volume: v.volume.clone(),
+                    pvc: v.pvc.clone(),
+                };
+                backupper.start(request).await.finished().await
+            }
+        });
+        let volumes = futures::future::join_all(follow).await;
+        let mut report = BlockReport {
+            volumes,
+            ..BlockReport::default()
+        };
+        for pre in ledger.iter().filter(|e| owes_post(e)) {
+            let post = ledger
+                .iter()
+                .find(|e| e.phase == "post" && e.pod == pre.pod);
+            match post.map(|e| e.state.as_str()) {
+                Some("started") => report.warnings.push((
+                    pre.pod.namespace.clone(),
+                    format!(
+                        "post hooks of pod {}: interrupted by restart while running; not run again",
+                        pre.pod
+                    ),
+                )),
+                Some(_) => {}
+                None => {
+                    let Some(pod) = pods.iter().find(|p| p.id == pre.pod) else {
+                        report.warnings.push((
+                            pre.pod.namespace.clone(),
+                            format!("post hooks of pod {}: not run: the pod is gone", pre.pod),
+                        ));
+                        continue;
+                    };
+                    let hooks = self.runnable_hooks(pod, HookPhase::Post);
+                    if hooks.is_empty() {
+                        continue;
+                    }
+                    self.ledger(LedgerEntry {
+                        pod: pod.id.clone(),
+                        phase: "post".into(),
+                        state: "started".into(),
+                    })
+                    .await;
+                    let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
+                    let post = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                    self.ledger(LedgerEntry::of(&pod.id, "post", &post)).await;
+                    report.hooks.extend(post);
+                }
+            }
+        }
+        report.warnings.append(&mut self.state().warnings);
+        report
+    }
+
+    /// Hooks run so far and how many of them failed (skipped ones are
+    /// neither), as `status.hookStatus` counts them; `None` before any.
+    pub fn hook_counts(&self) -> Option<crate::backup::object::HookStatusCounts> {
+        use crate::backup::hooks::HookStatus;
+        let state = self.state();
+        let ran: Vec<_> = state
+            .records
+            .iter()
+            .filter(|r| !matches!(r.status, HookStatus::Skipped { .. }))
+            .collect();
+        (!ran.is_empty()).then(|| crate::backup::object::HookStatusCounts {
+            hooks_attempted: ran.len() as u64,
+            hooks_failed: ran
+                .iter()
+                .filter(|r| r.status != HookStatus::Succeeded)
+                .count() as u64,
+        })
+    }
+
+    /// The pods whose post hooks [`BlockWork::resume`] would run.
+    pub fn owed_post_hooks(ledger: &[LedgerEntry]) -> Vec<ItemRef> {
+        ledger
+            .iter()
+            .filter(|e| owes_post(e))
+            .filter(|pre| !ledger.iter().any(|e| e.phase == "post" && e.pod == pre.pod))
+            .map(|e| e.pod.clone())
+            .collect()
+    }
+}
+
+fn is_pod(i: &Item) -> bool {
+    i.id.group.is_empty() && i.id.resource == "pods"
+}
+
+/// A PVC volume's claim and bound PV, from the block's items.
+fn claim_in(items: &[Item], namespace: &str, name: &str) -> Claim {
+    let pvc = items.iter().find(|i| {
+        i.id.group.is_empty()
+            && i.id.resource == "persistentvolumeclaims"
+            && i.id.namespace == namespace
+            && i.id.name == name
+    });
+    let pv_name = pvc.and_then(|c| c.value().pointer("/spec/volumeName")?.as_str());
+    let pv = pv_name.and_then(|pv| {
+        items.iter().find(|i| {
+            i.id.group.is_empty() && i.id.resource == "persistentvolumes" && i.id.name == pv
+        })
+    });
+    Claim {
+        pvc: pvc.map(|i| i.value().clone()),
+        pv: pv.map(|i| i.value().clone()),
+    }
+}
+
+/// What a restart found of a backup's blocks: the messages that say which
+/// volume backups and post hooks it interrupted, and the volume records
+/// with every unfinished one failed "interrupted by restart". Nothing is
+/// run again: a post hook that started may have run, and one that never
+/// started belongs to a backup that is now failed.
+pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<(String, String)> {
+    use crate::backup::volumes::VolumePhase;
+    let mut out = Vec::new();
+    for v in volumes.iter_mut().filter(|v| !v.phase.is_terminal()) {
+        v.phase = VolumePhase::Failed;
+        v.error = Some("interrupted by restart".into());
+        v.completed = Some(std::time::SystemTime::now());
+        out.push((
+            v.pod_namespace.clone(),
+            format!("volume backup {}: interrupted by restart", v.describe()),
+        ));
+    }
+    for pre in ledger.iter().filter(|e| owes_post(e)) {
+        let post = ledger
+            .iter()
+            .find(|e| e.phase == "post" && e.pod == pre.pod);
+        let message = match post.map(|e| e.state.as_str()) {
+            Some("started") => format!(
+                "post hooks of pod {}: interrupted by restart while running; not run again",
+                pre.pod
+            ),
+            Some(_) => continue,
+            None => format!(
+                "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks ran ({})",
+                pre.pod, pre.state
+            ),
+        };
+        out.push((pre.pod.namespace.clone(), message));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+use super::*;
+use crate::backup::hooks::{HookRun, HookStatus, OnError, ResolvedHook};
+use crate::backup::volumes::VolumePhase;
+use iar_core::catalog::Catalog;
+
+/// Plays the hooks: each pre hook ends as `pre` says, each post hook
+/// succeeds; every hook run is kept (phase, pod, timeout).
+struct Scripted {
+    pre: HookStatus,
+    ran: Mutex<Vec<(HookPhase, String, Duration)>>,
+}
+
+#[async_trait::async_trait]
+impl HookRunner for Scripted {
+    async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookRun {
+        self.ran
+            .lock()
+            .unwrap()
+            .push((hook.phase, target.pod.name.clone(), hook.hook.timeout));
+        match hook.phase {
+            HookPhase::Pre => self.pre.clone().into(),
+            HookPhase::Post => HookStatus::Succeeded.into(),
+        }
+    }
+}
+
+fn hooked_pod(name: &str, on_error: &str, timeout: &str) -> Item {
+    Item::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "shop", "annotations": {
+                "pre.hook.backup.velero.io/command": "[\"fsfreeze\", \"--freeze\", \"/data\"]",
+                "pre.hook.backup.velero.io/on-error": on_error,
+                "pre.hook.backup.velero.io/timeout": timeout,
+                "post.hook.backup.velero.io/command": "[\"fsfreeze\", \"--unfreeze\", \"/data\"]",
+            }},
+            "spec": {"containers": [{"name": "db"}]}}),
+        Catalog::builtin(),
+    )
+    .unwrap()
+}
+
+/// One block of `pods` through pre hooks, items and post hooks, as the
+/// pass drives it: the hooks run and the report.
+fn run_block(
+    pre: HookStatus,
+    pods: &[Item],
+    max_hook_timeout: Duration,
+) -> (Vec<(HookPhase, String, Duration)>, BlockReport) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let runner = Arc::new(Scripted {
+        pre,
+        ran: Mutex::new(Vec::new()),
+    });
+    let work = Arc::new(
+        BlockWork::new(
+            "b".into(),
+            BackupHooks::default(),
+            runner.clone(),
+            None,
+            None,
+            None,
+            false,
+            runtime.handle().clone(),
+        )
+        .with_max_hook_timeout(max_hook_timeout),
+    );
+    let block = work.pre(pods);
+    work.start_volumes(block, pods);
+    let report = runtime.block_on(work.finish());
+    let ran = runner.ran.lock().unwrap().clone();
+    (ran, report)
+}
+
+/// As in Velero v1.18: a pre hook that fails or times out with
+/// `onError: Continue` is a warning, and the pod's post hook (the
+/// unfreeze) still runs; with `onError: Fail` the block fails and the
+/// post hook does not run.
+#[test]
+fn a_continue_pre_hook_that_fails_or_times_out_still_gets_its_post_hook() {
+    let failed = HookStatus::Failed {
+        exit_code: Some(1),
+        stderr_tail: "frozen already".into(),
+    };
+    for pre in [failed.clone(), HookStatus::TimedOut] {
+        let (ran, report) = run_block(
+            pre.clone(),
+            &[hooked_pod("db-0", "Continue", "3s")],
+            DEFAULT_MAX_TIMEOUT,
+        );
+        let phases: Vec<_> = ran.iter().map(|(p, pod, _)| (*p, pod.as_str())).collect();
+        assert_eq!(
+            phases,
+            [(HookPhase::Pre, "db-0"), (HookPhase::Post, "db-0")],
+            "{pre:?}"
+        );
+        assert_eq!(report.hooks.len(), 2);
+        assert_eq!(report.hooks[1].status, HookStatus::Succeeded);
+        assert!(matches!(verdict(&report.hooks[0]), Verdict::Warning(_)));
+    }
+    for pre in [failed, HookStatus::TimedOut] {
+        let (ran, report) = run_block(
+            pre.clone(),
+            &[hooked_pod("db-0", "Fail", "3s")],
+            DEFAULT_MAX_TIMEOUT,
+        );
+        assert_eq!(ran.len(), 1, "{pre:?}: only the pre hook: {ran:?}");
+        assert!(matches!(verdict(&report.hooks[0]), Verdict::BlockFailed(_)));
+    }
+}
+
+/// The ledger says `continued` for pre hooks that failed only with
+/// `onError: Continue`; a restart then owes their post hooks (and says
+/// so when it cannot run them), as it does after succeeded ones. An
+/// `onError: Fail` failure is `failed` and owes nothing.
+#[test]
+fn a_restart_owes_post_hooks_after_a_continue_failure() {
+    let record = |status: HookStatus, on_error: OnError| HookRecord {
+        pod: pod("db-0"),
+        hook: ResolvedHook {
+            source: crate::backup::hooks::HookSource::Annotation,
+            phase: HookPhase::Pre,
+            hook: crate::backup::hooks::ExecHook {
+                container: "db".into(),
+                command: vec!["fsfreeze".into()],
+                on_error,
+                timeout: Duration::from_secs(3),
+            },
+        },
+        status,
+        output: Default::default(),
+        started: None,
+        ended: None,
+    };
+    let continued = LedgerEntry::of(
+        &pod("db-0"),
+        "pre",
+        &[record(HookStatus::TimedOut, OnError::Continue)],
+    );
+    assert_eq!(continued.state, "continued");
+    let failed = LedgerEntry::of(
+        &pod("db-1"),
+        "pre",
+        &[record(HookStatus::TimedOut, OnError::Fail)],
+    );
+    assert_eq!(failed.state, "failed");
+    let ledger = vec![continued, failed, entry("db-2", "pre", "succeeded")];
+    assert_eq!(
+        BlockWork::owed_post_hooks(&ledger),
+        [pod("db-0"), pod("db-2")]
+    );
+    let messages = interrupted(&ledger, &mut []);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages[0].1.contains("shop/db-0") && messages[0].1.contains("(continued)"),
+        "{messages:?}"
+    );
+}
+
+/// A pod annotation asking for a longer timeout than
+/// `--max-hook-timeout` runs with the cap, and a warning names the
+/// pod, the hook and the rule; a timeout under the cap is left alone.
+#[test]
+fn hook_timeouts_are_capped_with_a_warning() {
+    let cap = Duration::from_secs(60);
+    let (ran, report) = run_block(
+        HookStatus::Succeeded,
+        &[
+            hooked_pod("greedy-0", "Fail", "2h"),
+            hooked_pod("modest-0", "Fail", "30s"),
+        ],
+        cap,
+    );
+    let timeouts: Vec<_> = ran
+        .iter()
+        .filter(|(p, _, _)| *p == HookPhase::Pre)
+        .map(|(_, pod, t)| (pod.as_str(), *t))
+        .collect();
+    assert_eq!(
+        timeouts,
+        [("greedy-0", cap), ("modest-0", Duration::from_secs(30))]
+    );
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    let (ns, w) = &report.warnings[0];
+    assert_eq!(ns, "shop");
+    assert!(
+        w.contains("pre annotation hook of pod shop/greedy-0")
+            && w.contains("timeout 2h is over --max-hook-timeout 1m")
+            && w.contains("(rule: hook-timeout-cap)"),
+        "{w}"
+    );
+}
+
+fn pod(name: &str) -> ItemRef {
+    ItemRef::new("", "pods", "shop", name)
+}
+
+fn entry(name: &str, phase: &str, state: &str) -> LedgerEntry {
+    LedgerEntry {
+        pod: pod(name),
+        phase: phase.into(),
+        state: state.into(),
+    }
+}
+
+fn volume(name: &str, phase: VolumePhase) -> VolumeBackup {
+    VolumeBackup {
+        backup: "b".into(),
+        pod_namespace: "shop".into(),
+        pod_name: name.into(),
+        volume: "data".into(),
+        pvc: None,
+        phase,
+        bytes_done: 0,
+        bytes_total: 0,
+        created: None,
+        started: None,
+        completed: None,
+        error: None,
+        manifest_key: None,
+    }
+}
+
+/// From the ledger alone: a post hook that started and never ended is
+/// "interrupted ... not run again"; one never started after succeeded
+/// pre hooks is "not run"; a finished post hook, a failed or skipped
+/// pre hook say nothing. Unfinished volume backups (and only those) are
+/// failed "interrupted by restart".
+#[test]
+fn a_restart_reports_each_pod_by_its_ledger() {
+    let ledger = vec![
+        entry("started", "pre", "succeeded"),
+        entry("started", "post", "started"),
+        entry("never", "pre", "succeeded"),
+        entry("done", "pre", "succeeded"),
+        entry("done", "post", "succeeded"),
+        entry("prefailed", "pre", "failed"),
+        entry("skipped", "pre", "skipped"),
+    ];
+    let mut volumes = vec![
+        volume("a", VolumePhase::InProgress),
+        volume("b", VolumePhase::New),
+        volume("c", VolumePhase::Completed),
+    ];
+    let messages: Vec<String> = interrupted(&ledger, &mut volumes)
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(messages.len(), 4, "{messages:#?}");
+    assert!(messages.iter().any(|m| m.contains("shop/started")
+        && m.contains("interrupted by restart while running; not run again")));
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("shop/never") && m.contains("not run:"))
+    );
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m.contains("done") || m.contains("prefailed") || m.contains("skipped"))
+    );
+    let phases: Vec<_> = volumes.iter().map(|v| v.phase).collect();
+    assert_eq!(
+        phases,
+        [
+            VolumePhase::Failed,
+            VolumePhase::Failed,
+            VolumePhase::Completed
+        ]
+    );
+    assert_eq!(volumes[0].error.as_deref(), Some("interrupted by restart"));
+    assert_eq!(volumes[2].error, None);
+}

@@ -1,0 +1,130 @@
+//! The objects a backup's plugins created in the cluster (contract 1.2.0):
+//! recorded with the backup when its first pass is stored, and deleted
+//! when the backup is deleted or canceled, each only while its uid is the
+//! one recorded (a newer object of the same name stays) and its labels say
+//! it was created for that backup (a planted record deletes nothing).
+
+use super::{PhaseError, PhaseMachine, Run};
+use crate::backup::pass::ItemOutcome;
+use iar_core::cluster::ClusterError;
+use iar_core::cluster::writes::{self, CreatedObject};
+use iar_core::store::BackupFile;
+
+impl PhaseMachine {
+    /// Records what the first pass's plugins created, in the order they
+    /// created it, with a line each in the backup's log.
+    pub(super) async fn record_created(
+        &self,
+        run: &Run,
+        outcomes: &[ItemOutcome],
+    ) -> Result<(), PhaseError> {
+        let mut created: Vec<&CreatedObject> = Vec::new();
+        // One record per object: a retried execute gets its object back.
+        for object in outcomes.iter().flat_map(|o| &o.created) {
+            if !created.contains(&object) {
+                created.push(object);
+            }
+        }
+        if created.is_empty() {
+            return Ok(());
+        }
+        for object in &created {
+            self.journal.line(
+                run.name(),
+                format!(
+                    "plugin {} created {} (uid {})",
+                    object.plugin, object.id, object.uid
+                ),
+            );
+        }
+        self.store
+            .put_json(run.name(), BackupFile::CreatedObjects, &created)
+            .await?;
+        Ok(())
+    }
+
+    /// What a stored backup's plugins created; empty when they created
+    /// nothing.
+    pub async fn created_objects(&self, name: &str) -> Result<Vec<CreatedObject>, PhaseError> {
+        Ok(self
+            .store
+            .get_json(name, BackupFile::CreatedObjects)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// Deletes what the backup stored as `name` (uid `uid`) had its
+    /// plugins create. The record is a file in the store, so it is not
+    /// trusted: each object is read first and deleted only if its labels
+    /// say it was created for this backup, name and uid
+    /// ([`writes::created_for`]), and it is still the object recorded (its
+    /// uid), which the delete then carries as its precondition (the API
+    /// server checks it; the overlay compares it). One that is not is left
+    /// and said so (rule `gc-not-owner`), and the others still go. An
+    /// object already gone is fine. A cluster that cannot be written
+    /// (`iar delete` with no cluster) leaves them, said in the log; any
+    /// other failure is an error, so that the deletion is tried again and
+    /// nothing is leaked quietly.
+    pub(super) async fn delete_created(&self, name: &str, uid: &str) -> Result<(), PhaseError> {
+        let failed = |what: &str, object: &CreatedObject, e: ClusterError| PhaseError::Invalid {
+            name: name.to_string(),
+            reason: format!(
+                "{what} {} (created by plugin {}): {e}",
+                object.id, object.plugin
+            ),
+        };
+        for object in self.created_objects(name).await? {
+            match self.cluster.get_async(&object.id).await {
+                Ok(Some(found)) if writes::uid_of(&found) != object.uid => {
+                    self.journal.line(
+                        name,
+                        format!(
+                            "{} (created by plugin {}) was already gone (another object of that name stays)",
+                            object.id, object.plugin
+                        ),
+                    );
+                    continue;
+                }
+                Ok(Some(found)) if !writes::created_for(&found, name, uid) => {
+                    let refusal = format!(
+                        "not deleting {} (listed as created by plugin {}): it is not labelled {}={} and {}={uid} (rule: {})",
+                        object.id,
+                        object.plugin,
+                        writes::BACKUP_NAME_LABEL,
+                        iar_core::names::label_value(name),
+                        writes::BACKUP_UID_LABEL,
+                        writes::rule::GC_NOT_OWNER
+                    );
+                    tracing::warn!(backup = %name, object = %object.id, rule = writes::rule::GC_NOT_OWNER, "{refusal}");
+                    self.journal.line(name, format!("warning: {refusal}"));
+                    continue;
+                }
+                // Not found (or no cluster to read): the delete says which.
+                Ok(_) => {}
+                Err(e) => return Err(failed("reading", &object, e)),
+            }
+            match self.cluster.delete_async(&object.id, &object.uid).await {
+                Ok(deleted) => self.journal.line(
+                    name,
+                    if deleted {
+                        format!(
+                            "deleted {} (created by plugin {})",
+                            object.id, object.plugin
+                        )
+                    } else {
+                        format!(
+                            "{} (created by plugin {}) was already gone",
+                            object.id, object.plugin
+                        )
+                    },
+                ),
+                Err(ClusterError::ReadOnly) => {
+                    tracing::warn!(backup = %name, object = %object.id, plugin = %object.plugin,
+                        "this process has no cluster to delete it from: it stays (labelled iar.dev/backup-uid)");
+                }
+                Err(e) => return Err(failed("deleting", &object, e)),
+            }
+        }
+        Ok(())
+    }
+}

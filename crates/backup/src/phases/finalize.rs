@@ -1,0 +1,132 @@
+//! Finalizing: the actions run again on post-operation items and the
+//! tarball is rewritten.
+
+use iar_core::item::ItemRef;
+use iar_core::store::BackupFile;
+use iar_core::store::tarball;
+use iar_plugin::plugin::Phase;
+use std::collections::BTreeMap;
+
+use super::contents::{archive_entries, resource_key};
+use super::first_pass::record_messages;
+use super::*;
+
+impl PhaseMachine {
+    /// Runs the actions again, in the finalize phase, on every post-operation
+    /// item read again from the cluster, and rewrites the tarball: those
+    /// entries replaced or appended, every other entry kept byte for byte.
+    pub(super) async fn finalize(&self, run: &mut Run) -> Result<(), PhaseError> {
+        let name = run.name().to_string();
+        let ops = self.operations.get(&name).await.unwrap_or_default();
+        let mut wanted: Vec<ItemRef> = ops
+            .iter()
+            .flat_map(|o| o.spec.post_operation_items.clone())
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        let mut items = Vec::new();
+        for id in &wanted {
+            // The operation named the object; its identity is the one it
+            // was backed up under.
+            let read = self.cluster.get_item_async(id).await.map(|found| {
+                found.map(|mut item| {
+                    item.id = id.clone();
+                    item
+                })
+            });
+            match read {
+                Ok(Some(item)) => items.push(item),
+                Ok(None) => run.results.warnings.add(
+                    &id.namespace,
+                    format!("post-operation item {id} was not found when finalizing"),
+                ),
+                Err(e) => run
+                    .results
+                    .errors
+                    .add(&id.namespace, format!("post-operation item {id}: {e}")),
+            }
+        }
+        let outcomes = self
+            .run_pass(&name, items, run.backup_ref(Phase::Finalize), None)
+            .await?
+            .outcomes;
+        let mut replace = BTreeMap::new();
+        let mut listed: Vec<(String, String)> = Vec::new();
+        for outcome in &outcomes {
+            record_messages(
+                &mut run.results,
+                &self.journal,
+                &run.object.metadata.name,
+                outcome,
+            );
+            if let Some(value) = &outcome.stored {
+                match archive_entries(&outcome.id, value) {
+                    Ok(both) => {
+                        replace.extend(both.map(|(path, bytes)| (path, bytes.as_ref().to_vec())));
+                        let entry = if outcome.id.namespace.is_empty() {
+                            outcome.id.name.clone()
+                        } else {
+                            format!("{}/{}", outcome.id.namespace, outcome.id.name)
+                        };
+                        listed.push((resource_key(value), entry));
+                    }
+                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
+                }
+            }
+        }
+        self.journal.line(
+            &name,
+            format!("finalize: {} post-operation items updated", replace.len()),
+        );
+        if !replace.is_empty() {
+            let current = self
+                .store
+                .get(&name, BackupFile::Contents)
+                .await?
+                .ok_or_else(|| PhaseError::Invalid {
+                    name: name.clone(),
+                    reason: "its contents tarball is missing".into(),
+                })?;
+            let rewritten = self
+                .blocking(&name, "rewriting the tarball", move || {
+                    tarball::rewrite(&current, &replace)
+                })
+                .await?;
+            self.store
+                .put(&name, BackupFile::Contents, rewritten.into())
+                .await?;
+            self.list_finalized(&name, listed).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds what finalize backed up to the resource list: a post-operation
+    /// item may not have existed in the first pass (a snapshot a plugin
+    /// created), and Velero's list names every item of the tarball.
+    async fn list_finalized(
+        &self,
+        name: &str,
+        listed: Vec<(String, String)>,
+    ) -> Result<(), PhaseError> {
+        let mut resources: BTreeMap<String, Vec<String>> = self
+            .store
+            .get_json(name, BackupFile::ResourceList)
+            .await?
+            .unwrap_or_default();
+        let mut changed = false;
+        for (key, entry) in listed {
+            let list = resources.entry(key).or_default();
+            if !list.contains(&entry) {
+                list.push(entry);
+                list.sort();
+                changed = true;
+            }
+        }
+        if changed {
+            self.store
+                .put_json(name, BackupFile::ResourceList, &resources)
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,593 @@
+//! The backup store: Velero's layout under `backups/<name>/`, over any
+//! `object_store` backend: a local directory by default, S3, GCS or Azure by
+//! URL. Every write is a single atomic PUT of a whole file.
+
+pub mod delete;
+// A store that fails or stalls on cue, for other crates' tests (and the
+// integration tests) through the `test-support` feature; never shipped.
+#[cfg(any(test, feature = "test-support"))]
+pub mod faulty;
+mod fence;
+pub mod gz;
+pub mod lease;
+pub mod tarball;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use object_store::local::LocalFileSystem;
+use object_store::path::{Path, PathPart};
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("backup store {url}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("backup store {url}: {key}: {source}")]
+    Io {
+        url: String,
+        key: String,
+        source: object_store::Error,
+    },
+    #[error("backup store {url}: {key} is corrupt: {reason}")]
+    Corrupt {
+        url: String,
+        key: String,
+        reason: String,
+    },
+    #[error("backup store {url}: {key} already exists")]
+    Exists { url: String, key: String },
+    #[error("invalid backup name {name:?}: {reason}")]
+    Name { name: String, reason: String },
+    #[error("backup {backup:?}: not written: {reason} (rule: lease-fence)")]
+    Fenced { backup: String, reason: String },
+    #[error(
+        "backup store {url}: {reason}; a lease there would not be exclusive, so iar refuses to take one (rule: store-conditional-writes)"
+    )]
+    NoConditionalWrites { url: String, reason: String },
+}
+
+/// The files of one backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackupFile {
+    Contents,
+    Metadata,
+    ItemOperations,
+    Results,
+    Logs,
+    /// The pod volume backups' records (progress and terminal state).
+    VolumeBackups,
+    /// One hook record per pod and phase, written before a post hook starts
+    /// and again when it ends, so a resumed backup never runs one twice.
+    HookLedger,
+    /// The plugins a backup was pinned to (name and digest): a process
+    /// that takes it over runs exactly those or fails their operations.
+    PluginSet,
+    /// What was backed up, by API version and kind (Velero's
+    /// `BackupResourceList`, read by `velero backup describe --details`).
+    ResourceList,
+    /// The objects plugins created in the cluster for this backup
+    /// (contract 1.2.0): deleted with the backup.
+    CreatedObjects,
+}
+
+impl BackupFile {
+    /// The object key, as Velero names it.
+    pub fn key(self, backup: &str) -> String {
+        let file = match self {
+            BackupFile::Contents => format!("{backup}.tar.gz"),
+            BackupFile::Metadata => "velero-backup.json".to_string(),
+            BackupFile::ItemOperations => format!("{backup}-itemoperations.json.gz"),
+            BackupFile::Results => format!("{backup}-results.gz"),
+            BackupFile::Logs => format!("{backup}-logs.gz"),
+            BackupFile::VolumeBackups => format!("{backup}-volumebackups.json.gz"),
+            BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
+            BackupFile::PluginSet => format!("{backup}-plugins.json.gz"),
+            BackupFile::ResourceList => format!("{backup}-resource-list.json.gz"),
+            BackupFile::CreatedObjects => format!("{backup}-created-objects.json.gz"),
+        };
+        format!("{BACKUPS}/{backup}/{file}")
+    }
+
+    /// Everything but the backup object is gzip'd.
+    fn gzipped(self) -> bool {
+        self != BackupFile::Metadata
+    }
+}
+
+const BACKUPS: &str = "backups";
+
+/// What [`BackupStore::set_aside`] puts between a key and the time.
+const SET_ASIDE: &str = ".corrupt-";
+
+/// Kubernetes' limit on an object name, a backup's included.
+pub const MAX_BACKUP_NAME: usize = 253;
+
+/// The longest file name (one key segment) a store is trusted to hold: the
+/// 255 bytes (`NAME_MAX`) of Linux file systems, where a local store lives,
+/// less 5 for the `#<n>` suffix object_store's local store writes a file
+/// under before it renames it into place.
+pub const MAX_FILE_NAME: usize = 250;
+
+/// How a refused name's reason states the limit.
+const FILE_NAME_LIMIT: &str = "over the 250 bytes a store file name may have (255, less the `#<n>` of a local store's staged write)";
+const UNSUPPORTED: &str = "unsupported scheme; use a path, file://, s3://, gs:// or az://";
+
+#[derive(Clone)]
+pub struct BackupStore {
+    store: Arc<dyn ObjectStore>,
+    url: String,
+    puts: Arc<AtomicU64>,
+    /// The leases this process holds, which its writes are checked against.
+    fences: Arc<fence::Fences>,
+    /// Whether the store was seen to honour a conditional create (checked
+    /// once, before the first lease).
+    conditional: Arc<tokio::sync::OnceCell<Result<(), String>>>,
+    /// Who this process is in the leases it takes ([`lease::holder_id`],
+    /// with the replica's name in front when it has one).
+    holder: Arc<str>,
+}
+
+impl std::fmt::Debug for BackupStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupStore")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl BackupStore {
+    /// A plain path (relative or absolute; created if missing) or a URL:
+    /// `file://`, `s3://bucket/prefix`, `gs://`, `az://`. Cloud credentials
+    /// come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`); building a
+    /// client does not connect.
+    pub fn open(location: &str) -> Result<Self, StoreError> {
+        let url_err = |reason: String| StoreError::Url {
+            url: location.to_string(),
+            reason,
+        };
+        if !location.contains("://") {
+            return Self::open_dir(std::path::Path::new(location), location);
+        }
+        let url = url::Url::parse(location).map_err(|e| url_err(format!("not a URL: {e}")))?;
+        let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|_| match url.scheme() {
+            s @ ("s3" | "gs" | "az") => url_err(format!("no bucket; use {s}://BUCKET[/PREFIX]")),
+            _ => url_err(UNSUPPORTED.into()),
+        })?;
+        // The cloud builders make their HTTPS client here.
+        crate::tls::install_crypto();
+        let built: object_store::Result<Arc<dyn ObjectStore>> = match scheme {
+            ObjectStoreScheme::Local => {
+                let dir = url
+                    .to_file_path()
+                    .map_err(|()| url_err("not a local file path".into()))?;
+                return Self::open_dir(&dir, location);
+            }
+            ObjectStoreScheme::AmazonS3 => object_store::aws::AmazonS3Builder::from_env()
+                .with_url(location)
+                .build()
+                .map(|s| Arc::new(s) as _),
+            ObjectStoreScheme::GoogleCloudStorage => {
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(location)
+                    .build()
+                    .map(|s| Arc::new(s) as _)
+            }
+            ObjectStoreScheme::MicrosoftAzure => {
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(location)
+                    .build()
+                    .map(|s| Arc::new(s) as _)
+            }
+            _ => {
+                return Err(url_err(UNSUPPORTED.into()));
+            }
+        };
+        let store = built.map_err(|e| url_err(e.to_string()))?;
+        // The builders take the bucket from the URL; the path is ours to apply.
+        let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
+            store
+        } else {
+            Arc::new(PrefixStore::new(store, prefix))
+        };
+        Ok(Self::from_object_store(store, location))
+    }
+
+    fn open_dir(dir: &std::path::Path, location: &str) -> Result<Self, StoreError> {
+        let url_err = |reason: String| StoreError::Url {
+            url: location.to_string(),
+            reason,
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| url_err(format!("cannot create directory: {e}")))?;
+        // fsync so that a machine crash, not only a process crash, leaves
+        // either the old or the new file. Directories a deletion empties
+        // go too: an empty `backups/<name>/` would still be listed.
+        let fs = LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| url_err(e.to_string()))?
+            .with_fsync(true)
+            .with_automatic_cleanup(true);
+        let shown = std::fs::canonicalize(dir)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| location.to_string());
+        Ok(Self::from_object_store(Arc::new(fs), &shown))
+    }
+
+    /// Wraps any store (tests inject [`faulty::FaultyStore`]); `url` is only
+    /// shown in messages.
+    pub fn from_object_store(store: Arc<dyn ObjectStore>, url: &str) -> Self {
+        BackupStore {
+            store,
+            url: url.to_string(),
+            puts: Arc::new(AtomicU64::new(0)),
+            fences: Arc::default(),
+            conditional: Arc::default(),
+            holder: lease::holder_id().into(),
+        }
+    }
+
+    /// Names this process `name` in the leases it takes (a controller
+    /// replica's identity), so a lease says which replica drives a backup.
+    pub fn with_holder_name(mut self, name: &str) -> Self {
+        self.holder = format!("{name}: {}", lease::holder_id()).into();
+        self
+    }
+
+    /// Who this process is in the leases it takes.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Number of successful puts so far, across clones.
+    pub fn puts(&self) -> u64 {
+        self.puts.load(Ordering::Relaxed)
+    }
+
+    fn path(&self, backup: &str, file: BackupFile) -> Result<(Path, String), StoreError> {
+        let bad = |reason: String| StoreError::Name {
+            name: backup.to_string(),
+            reason,
+        };
+        if backup.is_empty() {
+            return Err(bad("empty".into()));
+        }
+        if backup.len() > MAX_BACKUP_NAME {
+            return Err(bad(format!(
+                "{} bytes long, over the {MAX_BACKUP_NAME} Kubernetes allows an object name (rule: name-length)",
+                backup.len()
+            )));
+        }
+        PathPart::parse(backup).map_err(|e| bad(e.to_string()))?;
+        let key = file.key(backup);
+        Ok((Path::from(key.as_str()), key))
+    }
+
+    /// Refuses, before anything is written, a backup name the store cannot
+    /// hold every file of: empty, not one path segment, longer than
+    /// Kubernetes' [`MAX_BACKUP_NAME`], or so long that one of its file
+    /// names (its lease's, `<name>-lease-<20 digits>.json`, or a file set
+    /// aside as `<name>-itemoperations.json.gz.corrupt-<seconds>`) would be
+    /// over [`MAX_FILE_NAME`] bytes, which a local store cannot create. A
+    /// name refused here is refused for good: retrying cannot help.
+    pub fn check_backup_name(&self, backup: &str) -> Result<(), StoreError> {
+        self.path(backup, BackupFile::Metadata)?;
+        lease::check_lease_key(backup)?;
+        let longest = [
+            BackupFile::Contents,
+            BackupFile::ItemOperations,
+            BackupFile::Results,
+            BackupFile::Logs,
+            BackupFile::VolumeBackups,
+            BackupFile::HookLedger,
+            BackupFile::PluginSet,
+            BackupFile::ResourceList,
+        ]
+        .into_iter()
+        .map(|f| f.key(backup))
+        .max_by_key(String::len)
+        .expect("not empty");
+        let aside = format!(
+            "{}{SET_ASIDE}0000000000",
+            longest.rsplit('/').next().unwrap_or("")
+        );
+        if aside.len() > MAX_FILE_NAME {
+            return Err(StoreError::Name {
+                name: backup.to_string(),
+                reason: format!(
+                    "a file of it set aside ({backup:.20}…{SET_ASIDE}<seconds>) would have a name of {} bytes, {FILE_NAME_LIMIT}; a backup name may have at most {} bytes (rule: name-length)",
+                    aside.len(),
+                    MAX_FILE_NAME - (aside.len() - backup.len()),
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates a free-form key: it must lie under `backups/<valid name>/`,
+    /// with no empty, `.` or `..` segment, so that a volume backupper can
+    /// write only inside the backup it works for.
+    fn checked_key(&self, key: &str) -> Result<Path, StoreError> {
+        let bad = |reason: &str| StoreError::Name {
+            name: key.to_string(),
+            reason: format!("{reason} (rule: keys stay under {BACKUPS}/<backup name>/)"),
+        };
+        let mut parts = key.split('/');
+        if parts.next() != Some(BACKUPS) {
+            return Err(bad("not under backups/"));
+        }
+        let rest: Vec<&str> = parts.collect();
+        if rest.len() < 2 {
+            return Err(bad("no backup name and file"));
+        }
+        for part in &rest {
+            if part.is_empty() || *part == "." || *part == ".." {
+                return Err(bad("empty, . or .. segment"));
+            }
+            PathPart::parse(part).map_err(|e| bad(&e.to_string()))?;
+        }
+        Ok(Path::from(key))
+    }
+
+    /// Writes one object by key (see [`BackupStore::checked_key`]); atomic
+    /// like [`BackupStore::put`].
+    pub async fn put_key(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
+        let path = self.checked_key(key)?;
+        if let Some(backup) = key
+            .strip_prefix(BACKUPS)
+            .and_then(|k| k.strip_prefix('/'))
+            .and_then(|k| k.split('/').next())
+        {
+            self.check_fence(backup).await?;
+        }
+        self.store
+            .put(&path, bytes.into())
+            .await
+            .map_err(|e| self.io(key.to_string(), e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads one object by key; `None` if it does not exist.
+    pub async fn get_key(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        let path = self.checked_key(key)?;
+        let result = match self.store.get(&path).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.io(key.to_string(), e)),
+        };
+        result
+            .bytes()
+            .await
+            .map(Some)
+            .map_err(|e| self.io(key.to_string(), e))
+    }
+
+    pub async fn exists_key(&self, key: &str) -> Result<bool, StoreError> {
+        let path = self.checked_key(key)?;
+        match self.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.io(key.to_string(), e)),
+        }
+    }
+
+    /// Number of objects under a key prefix (checked like a key).
+    pub async fn count_under(&self, prefix: &str) -> Result<usize, StoreError> {
+        use futures::TryStreamExt;
+        let path = self.checked_key(prefix)?;
+        let listed: Vec<_> = self
+            .store
+            .list(Some(&path))
+            .try_collect()
+            .await
+            .map_err(|e| self.io(prefix.to_string(), e))?;
+        Ok(listed.len())
+    }
+
+    fn io(&self, key: String, source: object_store::Error) -> StoreError {
+        StoreError::Io {
+            url: self.url.clone(),
+            key,
+            source,
+        }
+    }
+
+    fn corrupt(&self, key: String, reason: impl std::fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            url: self.url.clone(),
+            key,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Atomic: a reader sees the old object or the new one, never a part.
+    /// Object stores' PUT is atomic; object_store's LocalFileSystem (0.14,
+    /// `local.rs` `put_opts`) writes a staged `<key>#<n>` file and renames it
+    /// over the key, removing the staged file on error.
+    pub async fn put(
+        &self,
+        backup: &str,
+        file: BackupFile,
+        bytes: Bytes,
+    ) -> Result<(), StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        self.check_fence(backup).await?;
+        self.store
+            .put(&path, bytes.into())
+            .await
+            .map_err(|e| self.io(key, e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `None` if the file does not exist.
+    pub async fn get(&self, backup: &str, file: BackupFile) -> Result<Option<Bytes>, StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        let result = match self.store.get(&path).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.io(key, e)),
+        };
+        result.bytes().await.map(Some).map_err(|e| self.io(key, e))
+    }
+
+    /// Plain JSON for the backup object, gzip'd JSON for the others.
+    pub async fn put_json<T: Serialize + ?Sized>(
+        &self,
+        backup: &str,
+        file: BackupFile,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let json = if file.gzipped() {
+            serde_json::to_vec(value)
+        } else {
+            serde_json::to_vec_pretty(value)
+        }
+        .map_err(|e| self.corrupt(file.key(backup), format!("cannot encode: {e}")))?;
+        let bytes = if file.gzipped() { gzip(&json) } else { json };
+        self.put(backup, file, bytes.into()).await
+    }
+
+    /// The inverse of [`BackupStore::put_json`]; `None` if missing.
+    pub async fn get_json<T: DeserializeOwned>(
+        &self,
+        backup: &str,
+        file: BackupFile,
+    ) -> Result<Option<T>, StoreError> {
+        let Some(bytes) = self.get(backup, file).await? else {
+            return Ok(None);
+        };
+        let key = || file.key(backup);
+        let json = if file.gzipped() {
+            gunzip(&bytes).map_err(|e| self.corrupt(key(), format!("not gzip: {e}")))?
+        } else {
+            bytes.to_vec()
+        };
+        serde_json::from_slice(&json)
+            .map(Some)
+            .map_err(|e| self.corrupt(key(), format!("bad JSON: {e}")))
+    }
+
+    /// Like [`BackupStore::put_json`], but only if the object does not exist
+    /// yet (`PutMode::Create`: a hard link on a local directory,
+    /// `If-None-Match` on S3/GCS/Azure), so of two writers exactly one
+    /// creates it; the other gets [`StoreError::Exists`].
+    pub async fn create_json<T: Serialize + ?Sized>(
+        &self,
+        backup: &str,
+        file: BackupFile,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        let json = serde_json::to_vec_pretty(value)
+            .map_err(|e| self.corrupt(key.clone(), format!("cannot encode: {e}")))?;
+        let bytes = if file.gzipped() { gzip(&json) } else { json };
+        match self
+            .store
+            .put_opts(&path, bytes.into(), PutOptions::from(PutMode::Create))
+            .await
+        {
+            Ok(_) => {
+                self.puts.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => Err(StoreError::Exists {
+                url: self.url.clone(),
+                key,
+            }),
+            Err(e) => Err(self.io(key, e)),
+        }
+    }
+
+    /// Moves a file that cannot be read to `<key>.corrupt-<unix seconds>`
+    /// beside it, so it is kept for a person to look at and never
+    /// overwritten by a shorter rewrite. Returns the new key.
+    pub async fn set_aside(&self, backup: &str, file: BackupFile) -> Result<String, StoreError> {
+        let (path, key) = self.path(backup, file)?;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let aside = format!("{key}{SET_ASIDE}{secs}");
+        self.store
+            .rename(&path, &Path::from(aside.as_str()))
+            .await
+            .map_err(|e| self.io(key, e))?;
+        Ok(aside)
+    }
+
+    /// The backup log, one line per entry, gzip'd.
+    pub async fn put_logs(&self, backup: &str, lines: &[String]) -> Result<(), StoreError> {
+        let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        self.put(backup, BackupFile::Logs, gzip(text.as_bytes()).into())
+            .await
+    }
+
+    /// The backup log's lines; `None` if there is none. A log that is not
+    /// gzip'd UTF-8 is [`StoreError::Corrupt`].
+    pub async fn get_logs(&self, backup: &str) -> Result<Option<Vec<String>>, StoreError> {
+        let Some(gz) = self.get(backup, BackupFile::Logs).await? else {
+            return Ok(None);
+        };
+        let text = gunzip(&gz)
+            .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+            .map_err(|e| {
+                self.corrupt(
+                    BackupFile::Logs.key(backup),
+                    format!("not gzip'd text: {e}"),
+                )
+            })?;
+        Ok(Some(text.lines().map(String::from).collect()))
+    }
+
+    /// Names of the backups under `backups/`, sorted.
+    pub async fn list_backups(&self) -> Result<Vec<String>, StoreError> {
+        let listing = match self
+            .store
+            .list_with_delimiter(Some(&Path::from(BACKUPS)))
+            .await
+        {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(format!("{BACKUPS}/"), e)),
+        };
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// The store's own JSON files (operations, results, logs) are rewritten
+/// every sync period while operations run; the fast level compresses them
+/// about as well as the default (their text repeats) in a fraction of the
+/// time. The tarball keeps the default level (`tarball::gzip`).
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(data).expect("writing to a Vec cannot fail");
+    gz.finish().expect("writing to a Vec cannot fail")
+}
+
+fn gunzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    gz::gunzip_at_most(data, gz::JSON_MAX)
+}
+
+#[cfg(test)]
+mod tests;

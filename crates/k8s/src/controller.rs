@@ -1,0 +1,283 @@
+//! `iar controller`: the pieces put together. Every replica serves health
+//! and metrics and drives backups (each backup by one replica, as its
+//! store lease says); only the leader collects garbage.
+
+use super::crd::Backup;
+use super::exec::PodExecRunner;
+use super::leader::Elector;
+use super::live::LiveCluster;
+use super::plugins::{PluginRegistry, WatchOptions, watch_forever};
+use super::reconcile::{Context, error_policy, reconcile};
+use super::resource::patch_status;
+use super::serve::{Health, serve};
+use super::volume_requests::RequestBackupper;
+use futures::StreamExt;
+use iar_backup::backup::object::{BackupObject, BackupStatus};
+use iar_backup::phases::{PhaseMachine, PluginSource, Settings, StatusSink};
+use iar_core::store::BackupStore;
+use iar_plugin::{Plugin, Runtime};
+use kube::api::Api;
+use kube::runtime::{Controller, watcher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+pub struct Options {
+    /// Where Backups, plugin ConfigMaps and the leader Lease live.
+    pub namespace: String,
+    /// `/healthz`, `/readyz`, `/metrics`.
+    pub listen: SocketAddr,
+    pub lease_name: String,
+    /// This replica's name in the Lease (the pod name in a cluster).
+    pub identity: String,
+    pub leader_lease: Duration,
+    pub settings: Settings,
+    pub store: BackupStore,
+    /// When it resolves (SIGTERM, in `iar controller`), the replica stops
+    /// reconciling and gives back the leases of the backups it drives, so
+    /// another replica takes them at once. None: it runs until the watch
+    /// ends.
+    pub shutdown: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// How long a node agent may say nothing about a volume backup request
+    /// (not take it, or stop reporting) before it fails; more than the
+    /// agents' heartbeat ([`super::node_agent::HEARTBEAT`]).
+    pub volume_agent_silence: Duration,
+}
+
+/// Where plugins come from: the ConfigMaps of the namespace (hot
+/// reloaded into `registry`), and files loaded at start. A file plugin
+/// wins over a ConfigMap plugin of the same name, and is not bound by the
+/// grant policy in `watch` (the operator wrote it).
+pub struct Plugins {
+    pub runtime: Runtime,
+    pub registry: Arc<PluginRegistry>,
+    pub files: Vec<Plugin>,
+    /// How ConfigMaps are loaded: the grant policy, the reference
+    /// directory, the timeouts.
+    pub watch: WatchOptions,
+}
+
+impl Plugins {
+    /// The set a backup starting now is pinned to.
+    fn source(&self) -> PluginSource {
+        let registry = self.registry.clone();
+        let files = self.files.clone();
+        Arc::new(move || {
+            let mut set = files.clone();
+            let current = registry.current();
+            set.extend(
+                current
+                    .plugins
+                    .iter()
+                    .filter(|p| !files.iter().any(|f| f.name() == p.name()))
+                    .cloned(),
+            );
+            set
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("serving health and metrics on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs until the Backup watch ends; an error only when it cannot serve
+/// health and metrics.
+pub async fn run(
+    client: kube::Client,
+    options: Options,
+    plugins: Plugins,
+    bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) -> Result<(), RunError> {
+    iar_core::tls::install_crypto();
+    let api: Api<Backup> = Api::namespaced(client.clone(), &options.namespace);
+    let cluster = Arc::new(LiveCluster::new(
+        client.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+
+    // Every phase change reaches the resource's status, in order, from one
+    // writer task; the phase machine never waits for the API server.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, BackupStatus)>();
+    let sink: StatusSink = Arc::new(move |object: &BackupObject| {
+        iar_core::metrics::global().backup_phase(
+            &format!("{}/{}", object.metadata.namespace, object.metadata.name),
+            &object.status.phase.to_string(),
+        );
+        let _ = tx.send((object.metadata.name.clone(), object.status.clone()));
+    });
+    let writer_api = api.clone();
+    tokio::spawn(async move {
+        while let Some((name, status)) = rx.recv().await {
+            if let Err(e) = patch_status(&writer_api, &name, &status).await {
+                // The reconcile that ends the backup writes it again.
+                tracing::warn!(backup = %name, "writing status {}: {e}", status.phase);
+            }
+        }
+    });
+
+    // Plugin ConfigMaps: watched for as long as the process runs, leader
+    // or not, so that a replica taking over has its plugins loaded.
+    {
+        let (client, namespace) = (client.clone(), options.namespace.clone());
+        let (runtime, registry) = (plugins.runtime.clone(), plugins.registry.clone());
+        let watch_options = plugins.watch.clone();
+        tokio::spawn(watch_forever(
+            client,
+            namespace,
+            runtime,
+            registry,
+            watch_options,
+        ));
+    }
+    let registry = plugins.registry.clone();
+    let store_url = options.store.url().to_string();
+    // The store's leases name this replica: which one drives a backup is
+    // read off its lease.
+    let store = options.store.with_holder_name(&options.identity);
+    let controller = Arc::new(
+        PhaseMachine::new(Vec::new(), store, cluster, options.settings)
+            .with_plugin_source(plugins.source())
+            .with_hook_runner(Arc::new(PodExecRunner::new(client.clone())))
+            .with_volume_backupper(Arc::new(RequestBackupper::new(
+                client.clone(),
+                &options.namespace,
+                store_url.as_str(),
+                options.volume_agent_silence,
+            )))
+            .with_status_sink(sink)
+            .with_cancel_probe(given_up(Api::namespaced(
+                client.clone(),
+                &options.namespace,
+            ))),
+    );
+
+    let health = Arc::new(Health {
+        ready: Default::default(),
+        controller: controller.clone(),
+    });
+    let (tx_bound, rx_bound) = tokio::sync::oneshot::channel();
+    let addr = options.listen;
+    let server = tokio::spawn(serve(addr, health.clone(), tx_bound));
+    match rx_bound.await {
+        Ok(at) => {
+            tracing::info!("serving /healthz /readyz /metrics on {at}");
+            if let Some(bound) = bound {
+                let _ = bound.send(at);
+            }
+        }
+        Err(_) => {
+            let source = match server.await {
+                Ok(Err(e)) => e,
+                _ => std::io::Error::other("the server ended before binding"),
+            };
+            return Err(RunError::Serve { addr, source });
+        }
+    }
+    {
+        let health = health.clone();
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                let ready = registry.is_synced() && client.apiserver_version().await.is_ok();
+                health.ready.store(ready, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        });
+    }
+
+    let elector = Elector::new(
+        client,
+        &options.namespace,
+        &options.lease_name,
+        &options.identity,
+        options.leader_lease,
+    );
+    // However this ends (the future dropped included), the leases kept
+    // for the backups it drives are let go, not renewed by their keepers
+    // for a controller that no longer steps them.
+    let _abandon = AbandonKept(controller.clone());
+    let context = Arc::new(Context::new(controller, api.clone()));
+    let registry = plugins.registry.clone();
+    // No backup starts (or resumes) before the plugin ConfigMaps have all
+    // loaded; `/readyz` says the same.
+    if !registry.is_synced() {
+        tracing::info!("waiting for the plugin ConfigMaps to load before reconciling");
+        registry.wait_synced().await;
+    }
+    // Every replica reconciles: the backups' store leases share them out
+    // (`super::reconcile`). On start the watch lists every Backup: those
+    // persisted and unfinished, and not driven by a live replica, are
+    // taken over by their first reconcile. Reconciles at once are bounded
+    // too (kube-runtime's default is unbounded); the heavy part of each,
+    // a backup's first pass, takes a turn of `Settings::concurrent_passes`.
+    let reconciling = Controller::new(api, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(16))
+        .run(reconcile, error_policy, context.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!("reconcile: {e}");
+            }
+        });
+    // Only the garbage-collection sweep is singular: the leader runs it.
+    // A replica that loses the Lease stops sweeping and stands for it
+    // again; its backups go on.
+    let sweeping = async {
+        loop {
+            match elector.run(super::sweep::sweep_forever(&context)).await {
+                Ok(never) => match never {},
+                Err(e) => {
+                    tracing::warn!("{e}; no longer sweeping, standing for the lease again");
+                    tokio::time::sleep(options.leader_lease / 3).await;
+                }
+            }
+        }
+    };
+    let shutdown = async {
+        match options.shutdown {
+            Some(stop) => stop.await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = reconciling => {}
+        never = sweeping => match never {},
+        () = shutdown => {
+            tracing::info!("stopping: no more reconciles; giving back the leases of the backups this replica drives");
+        }
+    }
+    // A step that was running is dropped (its lease abandoned: it
+    // expires); the backups between steps are free at once.
+    context.controller.give_back_kept_leases().await;
+    Ok(())
+}
+
+struct AbandonKept(Arc<PhaseMachine>);
+
+impl Drop for AbandonKept {
+    fn drop(&mut self) {
+        self.0.abandon_kept_leases();
+    }
+}
+
+/// A backup is given up once its Backup resource is being deleted, or is
+/// gone; an error reading it is not taken for either.
+fn given_up(api: Api<Backup>) -> iar_backup::phases::CancelProbe {
+    Arc::new(move |name: String| {
+        let api = api.clone();
+        Box::pin(async move {
+            match api.get_opt(&name).await {
+                Ok(Some(b)) => b.metadata.deletion_timestamp.is_some(),
+                Ok(None) => true,
+                Err(_) => false,
+            }
+        })
+    })
+}

@@ -1,0 +1,25 @@
+//! iar in Kubernetes: the Backup resource, live items, plugins from
+//! ConfigMaps, the controller that reconciles Backups.
+
+#![allow(clippy::result_large_err)]
+
+/// A client from the environment (in-cluster service account, or
+/// `KUBECONFIG` / `~/.kube/config`).
+pub async fn client() -> Result<kube::Client, kube::Error> {
+    iar_core::tls::install_crypto();
+    kube::Client::try_default().await
+}
+
+pub mod controller;
+pub mod crd;
+pub mod exec;
+pub mod leader;
+pub mod live;
+pub mod node_agent;
+pub mod plugins;
+pub mod reconcile;
+pub mod resource;
+pub mod serve;
+pub mod sweep;
+pub mod volume_backup;
+pub mod volume_requests;

@@ -1,0 +1,89 @@
+//! The Backup resource itself: whom a stored backup was made for, its
+//! status patch, and deleting it once its stored backup is gone.
+
+use super::crd::Backup;
+use iar_backup::backup::object::{BackupObject, BackupStatus};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+
+/// Recorded on the persisted backup: the uid of the resource it was made
+/// for, so a later resource of the same name is not mistaken for it.
+pub const RESOURCE_UID_ANNOTATION: &str = "iar.dev/resource-uid";
+
+/// Writes a backup's status onto its resource (a merge patch of the status
+/// subresource: nothing else of the object is touched).
+pub async fn patch_status(
+    api: &Api<Backup>,
+    name: &str,
+    status: &BackupStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Whether a stored backup was made for the resource with this uid: it
+/// records the uid it was made for; one that records none (made before the
+/// annotation existed) is taken to be this resource's.
+pub fn made_for(stored: &BackupObject, resource_uid: Option<&str>) -> bool {
+    stored
+        .metadata
+        .annotations
+        .get(RESOURCE_UID_ANNOTATION)
+        .is_none_or(|uid| resource_uid == Some(uid.as_str()))
+}
+
+/// What follows a backup's deletion from the store: it is logged, no
+/// longer counted, and the resource it was made for is deleted
+/// ([`delete_resource_for`]).
+pub async fn deleted(api: &Api<Backup>, object: &BackupObject) -> Result<bool, kube::Error> {
+    let m = &object.metadata;
+    tracing::info!(backup = %m.name, expiration = ?object.status.expiration, "expired: deleted from the store");
+    iar_core::metrics::global().backup_deleted(&format!("{}/{}", m.namespace, m.name));
+    delete_resource_for(api, object).await
+}
+
+/// Deletes the Backup resource a deleted backup was made for: same
+/// namespace and name, and the uid it recorded (one that recorded none is
+/// taken as made for it, as [`made_for`] says). The uid is a precondition
+/// of the delete, so a resource recreated meanwhile is left alone.
+/// `Ok(false)`: there was none to delete.
+pub async fn delete_resource_for(
+    api: &Api<Backup>,
+    object: &BackupObject,
+) -> Result<bool, kube::Error> {
+    // A backup `iar backup` wrote, or another controller's, has none here.
+    if api.namespace() != Some(object.metadata.namespace.as_str()) {
+        return Ok(false);
+    }
+    let name = &object.metadata.name;
+    let Some(resource) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    if !made_for(object, resource.uid().as_deref()) {
+        return Ok(false);
+    }
+    delete_with_uid(api, name, resource.uid()).await
+}
+
+/// Deletes a resource if it still has `uid`; `Ok(false)` if it is gone
+/// or is another object by now.
+pub async fn delete_with_uid(
+    api: &Api<Backup>,
+    name: &str,
+    uid: Option<String>,
+) -> Result<bool, kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}

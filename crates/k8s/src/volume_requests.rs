@@ -1,0 +1,380 @@
+//! The controller's side of pod volume backups: each volume a block
+//! decided to back up becomes a [`VolumeBackup`] request for the node
+//! agent on the pod's node, and its handle follows the request's status.
+//! Waiting holds no worker: one task per request watches it.
+//!
+//! An agent that says nothing for `silence` (a New request nobody took, an
+//! InProgress one whose reports stopped) fails the request with that
+//! reason, written into the request too, so that no volume backup is
+//! InProgress for ever.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::crd::Backup;
+use super::volume_backup::{
+    BACKUP_LABEL, NODE_LABEL, PodReference, VolumeBackup, VolumeBackupSpec, VolumeBackupStatus,
+    node_label, request_name,
+};
+use iar_backup::backup::volumes::{
+    VolumeBackup as Record, VolumeBackupper, VolumeHandle, VolumePhase, VolumeRequest,
+};
+
+/// Creates requests in `namespace` and follows them.
+pub struct RequestBackupper {
+    client: kube::Client,
+    namespace: String,
+    /// The store URL requests name (the agents must have the same).
+    store: String,
+    /// How long an agent may say nothing before its request fails.
+    pub silence: Duration,
+}
+
+impl RequestBackupper {
+    pub fn new(client: kube::Client, namespace: &str, store: &str, silence: Duration) -> Self {
+        RequestBackupper {
+            client,
+            namespace: namespace.to_string(),
+            store: store.to_string(),
+            silence,
+        }
+    }
+
+    /// The request for `volume`, from the live pod (its uid and node) and
+    /// its claim (the bound PV names the volume's directory).
+    async fn request(&self, volume: &VolumeRequest) -> Result<VolumeBackup, String> {
+        let ns = &volume.pod.namespace;
+        let pod = Api::<Pod>::namespaced(self.client.clone(), ns)
+            .get_opt(&volume.pod.name)
+            .await
+            .map_err(|e| format!("reading the pod: {e}"))?
+            .ok_or("the pod is gone")?;
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .ok_or("the pod is not scheduled to a node")?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let volume_dir = match &volume.pvc {
+            None => volume.volume.clone(),
+            Some(claim) => Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
+                .get_opt(claim)
+                .await
+                .map_err(|e| format!("reading pvc {claim}: {e}"))?
+                .and_then(|c| c.spec.and_then(|s| s.volume_name))
+                .ok_or_else(|| format!("pvc {claim} is not bound to a volume"))?,
+        };
+        // The Backup owns its requests: Kubernetes deletes them with it,
+        // and its uid names them (see `request_name`).
+        let owner = Api::<Backup>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(&volume.backup)
+            .await
+            .map_err(|e| format!("reading backup {}: {e}", volume.backup))?
+            .ok_or_else(|| {
+                format!(
+                    "backup {} has no Backup resource in {}: no request is made for it (rule: request-owner)",
+                    volume.backup, self.namespace
+                )
+            })?;
+        let backup_uid = owner.metadata.uid.clone().unwrap_or_default();
+        let pod_ref = PodReference {
+            namespace: ns.clone(),
+            name: volume.pod.name.clone(),
+            uid,
+        };
+        let name = request_name(&volume.backup, &backup_uid, &pod_ref, &volume.volume);
+        Ok(VolumeBackup {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(self.namespace.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "iar.dev/v1".into(),
+                    kind: "Backup".into(),
+                    name: volume.backup.clone(),
+                    uid: backup_uid.clone(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                labels: Some(
+                    [
+                        (BACKUP_LABEL.to_string(), volume.backup.clone()),
+                        (NODE_LABEL.to_string(), node_label(&node)),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: VolumeBackupSpec {
+                backup_name: volume.backup.clone(),
+                backup_uid,
+                backup_storage_location: self.store.clone(),
+                node,
+                pod: pod_ref,
+                volume: volume.volume.clone(),
+                pvc: volume.pvc.clone(),
+                volume_dir,
+                cancel: false,
+            },
+            status: None,
+        })
+    }
+}
+
+/// The record a request's status stands for.
+fn record_of(mut record: Record, status: Option<&VolumeBackupStatus>) -> Record {
+    let Some(status) = status else { return record };
+    let parse = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+    };
+    record.phase = status.phase.unwrap_or(VolumePhase::New);
+    record.bytes_done = status.progress.bytes_done;
+    record.bytes_total = status.progress.total_bytes;
+    record.started = parse(&status.start_timestamp).or(record.started);
+    record.completed = parse(&status.completion_timestamp).or(record.completed);
+    record.manifest_key = status.snapshot_id.clone();
+    record.error = status
+        .message
+        .as_ref()
+        .map(|m| format!("{}: {m}", record.describe()));
+    record
+}
+
+#[async_trait::async_trait]
+impl VolumeBackupper for RequestBackupper {
+    /// `spec.cancel` on each of the backup's requests that has not ended:
+    /// their agents stop them, wherever the controller that made them is.
+    async fn cancel_backup(&self, backup: &str) -> Result<(), String> {
+        let api = Api::<VolumeBackup>::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!("{BACKUP_LABEL}={backup}");
+        let requests = api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| format!("listing the volume backup requests of {backup}: {e}"))?;
+        for request in requests.items {
+            let ended = request
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(VolumePhase::is_terminal);
+            if ended || request.spec.cancel {
+                continue;
+            }
+            let name = request.metadata.name.clone().unwrap_or_default();
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await
+            .map_err(|e| format!("canceling volume backup request {name}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    async fn start(&self, volume: VolumeRequest) -> VolumeHandle {
+        let (progress, rx) = watch::channel(volume.record());
+        let (cancel, cancel_rx) = watch::channel(false);
+        let request = match self.request(&volume).await {
+            Ok(r) => r,
+            Err(why) => {
+                end_failed(&progress, why);
+                return VolumeHandle::new(rx, cancel);
+            }
+        };
+        let api: Api<VolumeBackup> = Api::namespaced(self.client.clone(), &self.namespace);
+        let name = request.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), &request).await {
+            Ok(_) => {}
+            // Asked before (a retried block): follow that request.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                end_failed(
+                    &progress,
+                    format!("creating volume backup request {name}: {e}"),
+                );
+                return VolumeHandle::new(rx, cancel);
+            }
+        }
+        let node = request.spec.node.clone();
+        tokio::spawn(follow(api, name, node, progress, cancel_rx, self.silence));
+        VolumeHandle::new(rx, cancel)
+    }
+}
+
+/// Follows request `name` until it ends, passing its status on. A watch
+/// of that one object (a field selector on its name), so a status change
+/// reaches the block at once and waiting costs no requests.
+async fn follow(
+    api: Api<VolumeBackup>,
+    name: String,
+    node: String,
+    progress: watch::Sender<Record>,
+    mut cancel: watch::Receiver<bool>,
+    silence: Duration,
+) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher::watcher(api.clone(), config));
+    let mut last_word = Instant::now();
+    let mut last_seen: Option<VolumeBackupStatus> = None;
+    let mut cancel_sent = false;
+    let mut last_error: Option<String> = None;
+    loop {
+        if *cancel.borrow() && !cancel_sent {
+            let asked = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"cancel": true}})),
+                )
+                .await;
+            cancel_sent = asked.is_ok();
+        }
+        let deadline = tokio::time::Instant::from_std(last_word + silence);
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(Event::Apply(request) | Event::InitApply(request))) => {
+                    let status = request.status;
+                    last_error = None;
+                    // Alive means work moved: a new phase or bytes read.
+                    // A report that only renews its timestamp (an agent
+                    // stuck on a read that never ends) is not a word.
+                    if moved(last_seen.as_ref(), status.as_ref()) {
+                        last_word = Instant::now();
+                    }
+                    last_seen = status.clone();
+                    let record = record_of(progress.borrow().clone(), status.as_ref());
+                    let ended = record.phase.is_terminal();
+                    progress.send_replace(record);
+                    if ended {
+                        return;
+                    }
+                }
+                Some(Ok(Event::Delete(_))) => {
+                    fail_with(&progress, None, &name, "the request was deleted".into()).await;
+                    return;
+                }
+                Some(Ok(Event::Init | Event::InitDone)) => {}
+                // The watcher retries after a pause. An error that lasts
+                // (a refused watch, an API server away) is not waited out
+                // for ever: past the silence it fails the request, named.
+                Some(Err(e)) => {
+                    tracing::warn!(request = %name, "watching volume backup request: {e}");
+                    last_error = Some(e.to_string());
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                None => {
+                    fail_with(&progress, None, &name, "watching the request ended".into()).await;
+                    return;
+                }
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                let phase = last_seen.as_ref().and_then(|s| s.phase);
+                let why = match (phase, last_error) {
+                    (_, Some(e)) => format!(
+                        "the request could not be watched for {}: {e}",
+                        humantime::format_duration(silence)
+                    ),
+                    (phase, None) => match phase {
+                    Some(VolumePhase::InProgress) => format!(
+                        "the node agent on {node} reported nothing for {} (did it stop?)",
+                        humantime::format_duration(silence)
+                    ),
+                    _ => format!(
+                        "no node agent on {node} took the request within {} (is iar node-agent running there?)",
+                        humantime::format_duration(silence)
+                    ),
+                    },
+                };
+                fail_with(&progress, Some(&api), &name, why).await;
+                return;
+            }
+            Ok(()) = cancel.changed() => {}
+        }
+    }
+}
+
+/// Whether `now` reports work that `before` did not: another phase, or
+/// more bytes read or counted.
+fn moved(before: Option<&VolumeBackupStatus>, now: Option<&VolumeBackupStatus>) -> bool {
+    let key = |s: Option<&VolumeBackupStatus>| s.map(|s| (s.phase, s.progress.clone()));
+    key(before) != key(now)
+}
+
+/// Ends the handle Failed with `why`, and the request too when there is
+/// one: its status must not stay New or InProgress.
+async fn fail_with(
+    progress: &watch::Sender<Record>,
+    api: Option<&Api<VolumeBackup>>,
+    name: &str,
+    why: String,
+) {
+    if let Some(api) = api {
+        let stamp = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        let patch = json!({"status": {
+            "phase": VolumePhase::Failed,
+            "message": why,
+            "completionTimestamp": stamp,
+            "lastUpdate": stamp,
+        }});
+        if let Err(e) = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            tracing::warn!(request = %name, "failing volume backup request: {e}");
+        }
+    }
+    end_failed(progress, why);
+}
+
+/// Ends the handle Failed with `why`, after the volume's description.
+fn end_failed(progress: &watch::Sender<Record>, why: String) {
+    progress.send_modify(|v| {
+        v.phase = VolumePhase::Failed;
+        v.completed = Some(SystemTime::now());
+        v.error = Some(format!("{}: {why}", v.describe()));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: VolumePhase, done: u64, stamp: &str) -> VolumeBackupStatus {
+        VolumeBackupStatus {
+            phase: Some(phase),
+            progress: super::super::volume_backup::VolumeBackupProgress {
+                total_bytes: 100,
+                bytes_done: done,
+            },
+            last_update: Some(stamp.into()),
+            ..VolumeBackupStatus::default()
+        }
+    }
+
+    /// An agent that renews its timestamp while no byte moves is silent.
+    #[test]
+    fn only_moved_bytes_or_a_new_phase_count_as_alive() {
+        let a = status(VolumePhase::InProgress, 10, "t1");
+        assert!(!moved(
+            Some(&a),
+            Some(&status(VolumePhase::InProgress, 10, "t2"))
+        ));
+        assert!(moved(
+            Some(&a),
+            Some(&status(VolumePhase::InProgress, 11, "t2"))
+        ));
+        assert!(moved(
+            Some(&a),
+            Some(&status(VolumePhase::Completed, 10, "t2"))
+        ));
+        assert!(moved(None, Some(&a)));
+    }
+}

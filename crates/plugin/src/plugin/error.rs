@@ -1,0 +1,250 @@
+//! Errors at the host/guest boundary. Every one names the plugin, what the
+//! host was doing (the call and its item or operation) and the rule broken.
+
+use iar_core::item::ItemRef;
+use std::fmt;
+use std::time::Duration;
+
+/// What a plugin itself reported (the contract's `action-error`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize)]
+#[serde(tag = "kind", content = "message", rename_all = "kebab-case")]
+pub enum ActionError {
+    /// Permanent.
+    #[error("failed: {0}")]
+    Failed(String),
+    /// Transient; progress is retried.
+    #[error("retryable: {0}")]
+    Retryable(String),
+    /// Not an operation this plugin started.
+    #[error("unknown operation: {0}")]
+    UnknownOperation(String),
+}
+
+/// The rule a call broke. Display is one sentence, ending in the rule's name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("ran past its CPU deadline of {0:?} and was stopped (rule: cpu-deadline)")]
+    Deadline(Duration),
+    #[error(
+        "ran past its wall-clock ceiling of {0:?} (time in host calls and WASI waits included) and was stopped (rule: wall-clock)"
+    )]
+    WallClock(Duration),
+    #[error(
+        "tried to grow its memory to {requested} bytes, over its cap of {limit} (rule: memory-cap)"
+    )]
+    MemoryCap { limit: usize, requested: usize },
+    #[error(
+        "made more than {limit} host calls in one call and was stopped (rule: host-call-limit)"
+    )]
+    HostCalls { limit: usize },
+    #[error(
+        "held more than {limit} WASI resources (streams, pollables) at once and was stopped (rule: resource-table)"
+    )]
+    ResourceTable { limit: usize },
+    #[error("overflowed its wasm stack (rule: stack-limit)")]
+    StackOverflow,
+    #[error("trapped: {message} (rule: no-trap)")]
+    Trap { message: String },
+    #[error("could not be instantiated: {0} (rule: instantiate)")]
+    Instantiate(String),
+    #[error("returned an error: {0}")]
+    Action(ActionError),
+    #[error("returned an item that is not valid JSON: {0} (rule: item-is-json-object)")]
+    ItemNotJson(String),
+    #[error("returned an item that is {0}, not a JSON object (rule: item-is-json-object)")]
+    ItemNotObject(&'static str),
+    #[error(
+        "changed the item's {field} from {before:?} to {after:?} (rule: item-identity-unchanged)"
+    )]
+    IdentityChanged {
+        field: &'static str,
+        before: String,
+        after: String,
+    },
+    #[error("returned {what} of {size}, over the limit of {limit} (rule: output-size)")]
+    OutputTooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+    },
+    #[error(
+        "handed the host more than {limit} bytes of strings and lists in one call, counting every entry that points at the same buffer (rule: output-size)"
+    )]
+    LiftBudget { limit: usize },
+    #[error(
+        "returned operation id {0:?} during the finalize phase; it was not recorded (rule: no-operation-in-finalize)"
+    )]
+    OperationInFinalize(String),
+    #[error("returned an empty operation id (rule: operation-id-non-empty)")]
+    EmptyOperationId,
+    #[error(
+        "returned operation id {0:?}, which it already returned in this backup (rule: operation-id-unique)"
+    )]
+    DuplicateOperationId(String),
+    #[error(
+        "returned post-operation items without an operation id (rule: post-operation-items-need-operation)"
+    )]
+    PostItemsWithoutOperation,
+    #[error("returned {list} entry {index} whose {part} (rule: invalid-identifier)")]
+    InvalidIdentifier {
+        list: &'static str,
+        index: usize,
+        part: Box<iar_core::identifier::InvalidPart>,
+    },
+    #[error("reported {field} = {value}, which is negative (rule: progress-sane)")]
+    NegativeProgress { field: &'static str, value: i64 },
+    #[error("reported {field} with {nanos} nanoseconds, not below 1e9 (rule: progress-sane)")]
+    InvalidTimestamp { field: &'static str, nanos: u32 },
+    #[error(
+        "reported {field} = {seconds} s since 1970, outside 1970 through 9999 (rule: progress-sane)"
+    )]
+    TimestampOutOfRange { field: &'static str, seconds: i64 },
+    #[error("returned an invalid applies-to selector: {0} (rule: valid-selector)")]
+    InvalidSelector(String),
+    #[error("was asked for {0}, which it does not export (rule: plugin-world)")]
+    NotExported(crate::contract::Interface),
+}
+
+impl Violation {
+    /// The rule's short name, as printed at the end of the message.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Violation::Deadline(_) => "cpu-deadline",
+            Violation::WallClock(_) => "wall-clock",
+            Violation::MemoryCap { .. } => "memory-cap",
+            Violation::StackOverflow => "stack-limit",
+            Violation::HostCalls { .. } => "host-call-limit",
+            Violation::ResourceTable { .. } => "resource-table",
+            Violation::Trap { .. } => "no-trap",
+            Violation::Instantiate(_) => "instantiate",
+            Violation::Action(_) => "plugin-error",
+            Violation::ItemNotJson(_) | Violation::ItemNotObject(_) => "item-is-json-object",
+            Violation::IdentityChanged { .. } => "item-identity-unchanged",
+            Violation::OutputTooLarge { .. } | Violation::LiftBudget { .. } => "output-size",
+            Violation::OperationInFinalize(_) => "no-operation-in-finalize",
+            Violation::EmptyOperationId => "operation-id-non-empty",
+            Violation::DuplicateOperationId(_) => "operation-id-unique",
+            Violation::PostItemsWithoutOperation => "post-operation-items-need-operation",
+            Violation::InvalidIdentifier { .. } => iar_core::identifier::RULE,
+            Violation::NegativeProgress { .. }
+            | Violation::InvalidTimestamp { .. }
+            | Violation::TimestampOutOfRange { .. } => "progress-sane",
+            Violation::InvalidSelector(_) => "valid-selector",
+            Violation::NotExported(_) => "plugin-world",
+        }
+    }
+}
+
+/// Which call of the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Instantiate,
+    AppliesTo,
+    Execute,
+    Progress,
+    Cancel,
+    /// item-block-action's applies-to.
+    BlockAppliesTo,
+    GetRelatedItems,
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Call::Instantiate => "instantiate",
+            Call::AppliesTo => "applies-to",
+            Call::Execute => "execute",
+            Call::Progress => "progress",
+            Call::Cancel => "cancel",
+            Call::BlockAppliesTo => "item-block-action applies-to",
+            Call::GetRelatedItems => "get-related-items",
+        })
+    }
+}
+
+/// What a call was about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    None,
+    Item(ItemRef),
+    Operation { id: String, item: ItemRef },
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::None => Ok(()),
+            Target::Item(item) => write!(f, " of {item}"),
+            Target::Operation { id, item } => write!(f, " of operation {id:?} (item {item})"),
+        }
+    }
+}
+
+/// A call into a plugin that did not end well.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("plugin {plugin:?}: {call}{target}: {violation}")]
+pub struct CallError {
+    pub plugin: String,
+    pub call: Call,
+    pub target: Target,
+    pub violation: Violation,
+    /// The tail of what the guest wrote to stderr during the call (a panic
+    /// message, for example).
+    pub stderr: String,
+}
+
+impl CallError {
+    /// Whether the host may try the same call again later (a plugin's own
+    /// `retryable` answer). Deadline and trap errors are not retryable: a
+    /// plugin that looped once is likely to loop again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.violation, Violation::Action(ActionError::Retryable(_)))
+    }
+}
+
+/// A plugin that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("plugin {plugin:?}: cannot read {path}: {source}")]
+    Read {
+        plugin: String,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("plugin {plugin:?}: {reason} (rule: valid-component)")]
+    Invalid { plugin: String, reason: String },
+    #[error(
+        "plugin {plugin:?}: does not export {expected} (rule: plugin-world); it exports [{found}]"
+    )]
+    WrongWorld {
+        plugin: String,
+        expected: String,
+        found: String,
+    },
+    #[error(
+        "plugin {plugin:?}: built for contract iar:plugin@{found}, this host supports {supported} (rule: contract-version)"
+    )]
+    UnsupportedVersion {
+        plugin: String,
+        found: String,
+        supported: String,
+    },
+    #[error(
+        "plugin {plugin:?}: declares a shared memory, which the memory cap cannot bound (rule: shared-memory)"
+    )]
+    SharedMemory { plugin: String },
+    #[error("plugin {plugin:?}: {reason} (rule: component-limits)")]
+    ComponentLimits { plugin: String, reason: String },
+    #[error("plugin {plugin:?}: cannot be linked: {reason} (rule: imports-available)")]
+    Link { plugin: String, reason: String },
+    #[error("plugin {plugin:?}: compiling failed: {reason}")]
+    Compile { plugin: String, reason: String },
+    #[error(transparent)]
+    AppliesTo(Box<CallError>),
+}
+
+impl From<CallError> for LoadError {
+    fn from(e: CallError) -> Self {
+        LoadError::AppliesTo(Box::new(e))
+    }
+}

@@ -1,0 +1,373 @@
+//! One loaded plugin, and the boundary: [`instance`] is the only code that
+//! calls into a guest, and [`validate`] checks everything that comes back.
+
+mod error;
+mod exports;
+mod instance;
+mod relations;
+pub mod settings;
+pub mod validate;
+
+pub use crate::contract::Interface;
+pub use crate::sandbox::{GuestLog, plugin_of_line};
+pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
+pub use instance::{PluginInstance, StdioCounts, lift_budget};
+pub use relations::{FnRelation, PluginRelation, Relation};
+pub use settings::{PluginSettings, SettingsFile};
+pub use validate::{ExecuteResult, Phase, Progress};
+
+use crate::contract::{self, ComponentShape, v1};
+use crate::limits::Limits;
+use crate::runtime::Runtime;
+use exports::Exports;
+use iar_core::catalog::Catalog;
+use iar_core::cluster::{NoCluster, ReadGrants};
+use iar_core::select::applies_to::{CompiledSelector, ResourceSelector};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The rule that keeps an item a plugin may not read from its calls
+/// ([`Plugin::may_read`]).
+pub const READ_GRANT_RULE: &str = "read-grant";
+
+/// The backup a call belongs to, as the guest sees it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BackupRef {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub spec: serde_json::Value,
+    pub phase: Phase,
+}
+
+impl BackupRef {
+    pub(crate) fn to_wit(&self) -> v1::types::Backup {
+        v1::types::Backup {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            spec: iar_core::item::json_text(&self.spec),
+            phase: match self.phase {
+                Phase::Backup => v1::types::Phase::Backup,
+                Phase::Finalize => v1::types::Phase::Finalize,
+            },
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) digest: String,
+    pub(crate) version: String,
+    pub(crate) shape: ComponentShape,
+    pub(crate) size: usize,
+    pub(crate) exports: Exports,
+    pub(crate) settings: PluginSettings,
+    pub(crate) config: Arc<BTreeMap<String, String>>,
+    pub(crate) grants: Arc<ReadGrants>,
+    pub(crate) write_grants: Arc<iar_core::cluster::writes::WriteGrants>,
+    pub(crate) runtime: Runtime,
+    pub(crate) applies_to: ResourceSelector,
+    pub(crate) selector: CompiledSelector,
+    /// The item-block-action's applies-to, when the plugin exports it.
+    pub(crate) block: Option<(ResourceSelector, CompiledSelector)>,
+}
+
+/// A loaded, linked plugin whose applies-to selector is known. Cheap to
+/// clone; make a [`PluginInstance`] per worker to call it.
+#[derive(Clone)]
+pub struct Plugin(pub(crate) Arc<Inner>);
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.0.name)
+            .field("version", &self.0.version)
+            .field("digest", &self.0.digest)
+            .finish()
+    }
+}
+
+/// The plugin name for a file: its stem (`labels.wasm` → `labels`).
+pub fn name_from_path(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+impl Plugin {
+    /// Loads a plugin from a file, named after the file's stem.
+    pub fn from_file(
+        runtime: &Runtime,
+        path: &Path,
+        settings: PluginSettings,
+    ) -> Result<Plugin, LoadError> {
+        let name = name_from_path(path);
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            plugin: name.clone(),
+            path: path.display().to_string(),
+            source,
+        })?;
+        Plugin::from_bytes(runtime, &name, &bytes, settings)
+    }
+
+    /// Loads a plugin: validates the bytes, checks the world and contract
+    /// version, compiles (or loads from the cache), links, and asks the
+    /// plugin what it applies to.
+    pub fn from_bytes(
+        runtime: &Runtime,
+        name: &str,
+        bytes: &[u8],
+        settings: PluginSettings,
+    ) -> Result<Plugin, LoadError> {
+        let plugin = name.to_string();
+        let invalid = |reason: String| LoadError::Invalid {
+            plugin: plugin.clone(),
+            reason,
+        };
+        let shape = ComponentShape::read(bytes).map_err(&invalid)?;
+        if ComponentShape::declares_shared_memory(bytes).map_err(&invalid)? {
+            return Err(LoadError::SharedMemory {
+                plugin: plugin.clone(),
+            });
+        }
+        shape
+            .check_limits()
+            .map_err(|reason| LoadError::ComponentLimits {
+                plugin: plugin.clone(),
+                reason,
+            })?;
+        let (version, interfaces) = check_version(&plugin, &shape)?;
+        // Validate before compiling: a precise error, and no compiler time
+        // spent on garbage.
+        wasmparser::Validator::new_with_features(crate::runtime::validator_features())
+            .validate_all(bytes)
+            .map_err(|e| invalid(format!("invalid component: {e}")))?;
+        let digest = hex::encode(Sha256::digest(bytes));
+        let component = runtime
+            .compile(bytes, &digest)
+            .map_err(|e| LoadError::Compile {
+                plugin: plugin.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        let pre = runtime
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link {
+                plugin: plugin.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        let exports = Exports::new(pre, &version, &interfaces).map_err(|e| LoadError::Link {
+            plugin: plugin.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        let config = Arc::new(settings.config.clone());
+        let grants = Arc::new(settings.grants.clone());
+        let write_grants = Arc::new(settings.write_grants.clone());
+        let mut inner = Inner {
+            name: plugin.clone(),
+            digest,
+            version,
+            shape,
+            size: bytes.len(),
+            exports,
+            settings,
+            config,
+            grants,
+            write_grants,
+            runtime: runtime.clone(),
+            applies_to: ResourceSelector::default(),
+            selector: CompiledSelector::compile(&ResourceSelector::default(), Catalog::builtin())
+                .expect("the empty selector compiles"),
+            block: None,
+        };
+        // applies-to is asked once per load (of each exported interface), on
+        // a throwaway instance with no cluster, under the plugin's own limits.
+        let partial = Plugin(Arc::new(inner));
+        let mut instance = partial.instance(Arc::new(NoCluster));
+        let action = match partial.exports(Interface::ItemAction) {
+            true => Some(instance.applies_to()?),
+            false => None,
+        };
+        let block = match partial.exports(Interface::ItemBlockAction) {
+            true => Some(instance.block_applies_to()?),
+            false => None,
+        };
+        drop(instance);
+        inner = Arc::into_inner(partial.0).expect("no other reference to a plugin being loaded");
+        let compile = |sel: &ResourceSelector, call: Call| {
+            CompiledSelector::compile(sel, Catalog::builtin()).map_err(|e| CallError {
+                plugin: plugin.clone(),
+                call,
+                target: Target::None,
+                violation: Violation::InvalidSelector(e.to_string()),
+                stderr: String::new(),
+            })
+        };
+        if let Some(applies_to) = action {
+            inner.selector = compile(&applies_to, Call::AppliesTo)?;
+            inner.applies_to = applies_to;
+        }
+        if let Some(sel) = block {
+            let compiled = compile(&sel, Call::BlockAppliesTo)?;
+            inner.block = Some((sel, compiled));
+        }
+        Ok(Plugin(Arc::new(inner)))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The contract version the component was built against.
+    pub fn version(&self) -> &str {
+        &self.0.version
+    }
+
+    /// The contract interfaces the component exports, in contract order.
+    pub fn interfaces(&self) -> Vec<Interface> {
+        self.0.exports.interfaces()
+    }
+
+    /// Whether the component exports a contract interface.
+    pub fn exports(&self, interface: Interface) -> bool {
+        self.0.exports.has(interface)
+    }
+
+    /// sha256 of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.0.digest
+    }
+
+    pub fn size(&self) -> usize {
+        self.0.size
+    }
+
+    pub fn shape(&self) -> &ComponentShape {
+        &self.0.shape
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.0.settings.limits
+    }
+
+    /// What the plugin's item action said it applies to (the empty
+    /// selector for a plugin that exports no item action; [`Plugin::applies`]
+    /// is false for every item then).
+    pub fn applies_to(&self) -> &ResourceSelector {
+        &self.0.applies_to
+    }
+
+    /// What the plugin's item-block action said it applies to, when it
+    /// exports one.
+    pub fn block_applies_to(&self) -> Option<&ResourceSelector> {
+        self.0.block.as_ref().map(|(sel, _)| sel)
+    }
+
+    /// Whether `get-related-items` is to be called for an item: its
+    /// item-block selector matches, and its read grants allow the item
+    /// ([`Plugin::may_read`]).
+    pub fn block_applies(&self, item: &iar_core::item::Item) -> bool {
+        self.0.block.as_ref().is_some_and(|(_, compiled)| {
+            compiled.matches(
+                &item.id.group,
+                &item.id.resource,
+                &item.id.namespace,
+                || item.labels(),
+            )
+        }) && self.may_read(item, Call::GetRelatedItems)
+    }
+
+    /// Whether the plugin's item action applies to an item (`execute` is to
+    /// be called for it): its selector matches, and its read grants allow
+    /// the item ([`Plugin::may_read`]). False for every item when it
+    /// exports none.
+    pub fn applies(&self, item: &iar_core::item::Item) -> bool {
+        self.exports(Interface::ItemAction)
+            && self.0.selector.matches(
+                &item.id.group,
+                &item.id.resource,
+                &item.id.namespace,
+                || item.labels(),
+            )
+            && self.may_read(item, Call::Execute)
+    }
+
+    /// Whether the plugin's read grants allow it to be handed `item`: an
+    /// item given to a call is a read as much as a `cluster-get` is, so a
+    /// plugin without the exact `secrets` grant is never given a Secret
+    /// (a glob, even `*`, does not grant them; see [`ReadGrants`]), and one
+    /// granted only some resources is given only those. An item refused
+    /// is not passed to the plugin, and is backed up as the other plugins
+    /// leave it (rule `read-grant`, at debug: it is the operator's grant
+    /// working, not a fault).
+    pub fn may_read(&self, item: &iar_core::item::Item, call: Call) -> bool {
+        let allowed = self.0.grants.allows(&item.id.group_resource());
+        if !allowed {
+            tracing::debug!(
+                plugin = %self.0.name,
+                item = %item.id,
+                %call,
+                rule = READ_GRANT_RULE,
+                "not passed to the plugin: its read grants do not allow {}",
+                item.id.group_resource()
+            );
+        }
+        allowed
+    }
+
+    /// A new instance for one worker. The wasm instance itself is created on
+    /// the first call, and again after a call that trapped.
+    pub fn instance(&self, cluster: Arc<dyn iar_core::cluster::ClusterReader>) -> PluginInstance {
+        PluginInstance::new(self.clone(), cluster)
+    }
+}
+
+fn check_version(
+    plugin: &str,
+    shape: &ComponentShape,
+) -> Result<(String, Vec<Interface>), LoadError> {
+    let supported = contract::SUPPORTED
+        .iter()
+        .map(|v| format!("{}@{v}", contract::PACKAGE))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let invalid = |reason: String| LoadError::Invalid {
+        plugin: plugin.to_string(),
+        reason,
+    };
+    match shape.contract().map_err(invalid)? {
+        Some((v, interfaces)) if contract::SUPPORTED.contains(&v.as_str()) => {
+            // item-block-action exists from 1.1.0 on; a 1.0.0 export of it
+            // is not a contract this host knows.
+            if v == "1.0.0" && interfaces.contains(&Interface::ItemBlockAction) {
+                return Err(LoadError::UnsupportedVersion {
+                    plugin: plugin.to_string(),
+                    found: format!("{v} with item-block-action (added in 1.1.0)"),
+                    supported,
+                });
+            }
+            Ok((v, interfaces))
+        }
+        Some((v, _)) => Err(LoadError::UnsupportedVersion {
+            plugin: plugin.to_string(),
+            found: v,
+            supported,
+        }),
+        None => Err(LoadError::WrongWorld {
+            plugin: plugin.to_string(),
+            expected: format!(
+                "{}/{}@{} or {}/{}@{}",
+                contract::PACKAGE,
+                contract::EXPORT,
+                contract::SUPPORTED.join(" or @"),
+                contract::PACKAGE,
+                contract::BLOCK_EXPORT,
+                contract::SUPPORTED[1..].join(" or @"),
+            ),
+            found: shape.exports.join(", "),
+        }),
+    }
+}

@@ -1,0 +1,329 @@
+//! Checks on what a guest returned. Pure functions, so each rule is tested
+//! on its own; `instance` applies them to every call.
+
+use super::error::Violation;
+use crate::contract::latest::types;
+use crate::limits::Limits;
+use iar_core::item::{Item, ItemRef, group_of};
+use iar_core::item_scan::{self, Identity, Scanned};
+use iar_core::manifests::json_type;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Which pass of a backup a call belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Backup,
+    Finalize,
+}
+
+/// What `execute` returned, checked.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecuteResult {
+    /// The changed item (same `id`, held as the text the plugin wrote);
+    /// `None` = unchanged.
+    #[serde(serialize_with = "item_value")]
+    pub item: Option<Item>,
+    pub additional_items: Vec<ItemRef>,
+    pub operation_id: Option<String>,
+    pub post_operation_items: Vec<ItemRef>,
+}
+
+fn item_value<S: serde::Serializer>(item: &Option<Item>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&item.as_ref().map(Item::value), s)
+}
+
+/// What `progress` returned, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub completed: bool,
+    pub error: Option<String>,
+    pub n_completed: i64,
+    pub n_total: i64,
+    pub operation_units: String,
+    pub description: String,
+    pub started: Option<SystemTime>,
+    pub updated: Option<SystemTime>,
+}
+
+fn identifiers(
+    list: &'static str,
+    ids: Vec<types::ResourceIdentifier>,
+) -> Result<Vec<ItemRef>, Violation> {
+    ids.into_iter()
+        .enumerate()
+        .map(|(index, id)| {
+            let id = ItemRef::new(id.group, id.resource, id.namespace, id.name);
+            iar_core::identifier::check(&id).map_err(|part| Violation::InvalidIdentifier {
+                list,
+                index,
+                part: Box::new(part),
+            })?;
+            Ok(id)
+        })
+        .collect()
+}
+
+/// The item must stay the same object: same group, kind, namespace, name.
+/// `output` is the returned text, parsed only to describe a violation.
+fn same_identity(input: &Identity, output: &Identity, text: &str) -> Result<(), Violation> {
+    // Group alone is not enough: "v1" and a missing, null or numeric
+    // apiVersion all read as the core group, and such an item could not be
+    // stored (a fuzzer found it).
+    if output.api_version.is_empty() {
+        let parsed: Value = text.parse().unwrap_or_default();
+        return Err(Violation::IdentityChanged {
+            field: "apiVersion",
+            before: input.api_version.to_string(),
+            after: parsed
+                .get("apiVersion")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        });
+    }
+    let checks: [(&'static str, &str, &str); 4] = [
+        (
+            "API group",
+            group_of(&input.api_version),
+            group_of(&output.api_version),
+        ),
+        ("kind", &input.kind, &output.kind),
+        ("namespace", &input.namespace, &output.namespace),
+        ("name", &input.name, &output.name),
+    ];
+    for (field, before, after) in checks {
+        if before != after {
+            return Err(Violation::IdentityChanged {
+                field,
+                before: before.to_string(),
+                after: after.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn bounded(what: &'static str, size: usize, limit: usize) -> Result<(), Violation> {
+    if size > limit {
+        return Err(Violation::OutputTooLarge { what, size, limit });
+    }
+    Ok(())
+}
+
+/// Checks `execute`'s output against every rule of the boundary.
+/// `seen_operation` answers whether this plugin already returned an id in
+/// this backup; it is asked last, after every other rule passed, so a caller
+/// may claim the id in it without a refused output using the id up.
+pub fn execute_output(
+    out: types::ExecuteOutput,
+    input: &Item,
+    phase: Phase,
+    limits: &Limits,
+    seen_operation: &dyn Fn(&str) -> bool,
+) -> Result<ExecuteResult, Violation> {
+    if let Some(id) = &out.operation_id {
+        // Checked first: in finalize the id must never reach the caller.
+        if phase == Phase::Finalize {
+            return Err(Violation::OperationInFinalize(id.clone()));
+        }
+        if id.is_empty() {
+            return Err(Violation::EmptyOperationId);
+        }
+        bounded(
+            "an operation id (bytes)",
+            id.len(),
+            limits.max_operation_id_bytes,
+        )?;
+    } else if !out.post_operation_items.is_empty() {
+        return Err(Violation::PostItemsWithoutOperation);
+    }
+    bounded(
+        "additional and post-operation items",
+        out.additional_items.len() + out.post_operation_items.len(),
+        limits.max_related_items,
+    )?;
+    let item = match out.item {
+        None => None,
+        Some(json) => {
+            bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
+            // Scanned, not parsed: one pass that checks the text is one JSON
+            // object (exactly as `Value` would) and reads its identity,
+            // building nothing; the host parses the item only if it reads it.
+            let fields = match item_scan::scan(&json) {
+                Ok(Scanned::Object(fields)) => fields.into_owned(),
+                Ok(Scanned::NotObject) => {
+                    let value: Value = json.parse().unwrap_or_default();
+                    return Err(Violation::ItemNotObject(json_type(&value)));
+                }
+                Err(e) => return Err(Violation::ItemNotJson(e.to_string())),
+            };
+            same_identity(input.fields(), &fields, &json)?;
+            Some(input.changed_to(Arc::from(json), fields))
+        }
+    };
+    let additional_items = identifiers("additional-items", out.additional_items)?;
+    let post_operation_items = identifiers("post-operation-items", out.post_operation_items)?;
+    // Last, once everything else passed: `seen_operation` may claim the id,
+    // and an output the boundary refuses must not use it up.
+    if let Some(id) = &out.operation_id
+        && seen_operation(id)
+    {
+        return Err(Violation::DuplicateOperationId(id.clone()));
+    }
+    Ok(ExecuteResult {
+        item,
+        additional_items,
+        operation_id: out.operation_id,
+        post_operation_items,
+    })
+}
+
+/// Checks what `get-related-items` returned: at most
+/// `limits.max_related_items` identifiers (checked first, before any is
+/// read), each naming a resource and an object.
+pub fn related_items(
+    ids: Vec<types::ResourceIdentifier>,
+    limits: &Limits,
+) -> Result<Vec<ItemRef>, Violation> {
+    bounded("related items", ids.len(), limits.max_related_items)?;
+    identifiers("get-related-items", ids)
+}
+
+/// 10000-01-01T00:00:00Z, the first second RFC 3339 cannot write.
+const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_800;
+
+fn timestamp(
+    field: &'static str,
+    t: Option<types::Timestamp>,
+) -> Result<Option<SystemTime>, Violation> {
+    let Some(t) = t else { return Ok(None) };
+    if t.nanoseconds >= 1_000_000_000 {
+        return Err(Violation::InvalidTimestamp {
+            field,
+            nanos: t.nanoseconds,
+        });
+    }
+    // What the operations file can hold (RFC 3339, 1970 through 9999): a
+    // time outside it would fail the whole file's upload later, far from
+    // the plugin that sent it.
+    if !(0..MAX_TIMESTAMP_SECONDS).contains(&t.seconds) {
+        return Err(Violation::TimestampOutOfRange {
+            field,
+            seconds: t.seconds,
+        });
+    }
+    Ok(Some(
+        UNIX_EPOCH + Duration::new(t.seconds.unsigned_abs(), t.nanoseconds),
+    ))
+}
+
+/// Checks `progress`'s output.
+pub fn progress(p: types::OperationProgress, limits: &Limits) -> Result<Progress, Violation> {
+    for (field, value) in [("n-completed", p.n_completed), ("n-total", p.n_total)] {
+        if value < 0 {
+            return Err(Violation::NegativeProgress { field, value });
+        }
+    }
+    let message_len = p.description.len() + p.error.as_ref().map_or(0, String::len);
+    bounded(
+        "a progress message (bytes)",
+        message_len,
+        limits.max_message_bytes,
+    )?;
+    bounded(
+        "operation units (bytes)",
+        p.operation_units.len(),
+        limits.max_message_bytes,
+    )?;
+    Ok(Progress {
+        completed: p.completed,
+        error: p.error,
+        n_completed: p.n_completed,
+        n_total: p.n_total,
+        operation_units: p.operation_units,
+        description: p.description,
+        started: timestamp("started", p.started)?,
+        updated: timestamp("updated", p.updated)?,
+    })
+}
+
+/// Bounds the message of a plugin's own error, so a plugin cannot flood the
+/// results with one giant string.
+pub fn action_message(mut message: String, limits: &Limits) -> String {
+    if message.len() > limits.max_message_bytes {
+        let mut cut = limits.max_message_bytes;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("… (truncated)");
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(resource: &str, name: &str) -> types::ResourceIdentifier {
+        types::ResourceIdentifier {
+            group: String::new(),
+            resource: resource.into(),
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    /// get-related-items answers: valid ones pass in order; the count is
+    /// checked before any identifier (an over-long list is refused as
+    /// output-size even when it also holds an invalid identifier); an empty
+    /// resource or name is refused with its index.
+    #[test]
+    fn related_items_are_bounded_then_each_checked() {
+        let limits = Limits {
+            max_related_items: 2,
+            ..Limits::default()
+        };
+        let ok = related_items(vec![id("configmaps", "a"), id("secrets", "b")], &limits);
+        assert_eq!(
+            ok.unwrap()
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let cases = [
+            (
+                vec![id("configmaps", "a"), id("", "b"), id("configmaps", "c")],
+                "output-size",
+            ),
+            (
+                vec![id("configmaps", "a"), id("configmaps", "")],
+                "invalid-identifier",
+            ),
+            (vec![id("", "a")], "invalid-identifier"),
+            (vec![id("configmaps", "a/log")], "invalid-identifier"),
+        ];
+        for (ids, rule) in cases {
+            let err = related_items(ids.clone(), &limits).unwrap_err();
+            assert_eq!(err.rule(), rule, "{ids:?}: {err}");
+        }
+        let err = related_items(vec![id("configmaps", "a"), id("configmaps", "")], &limits);
+        assert_eq!(
+            err.unwrap_err(),
+            Violation::InvalidIdentifier {
+                list: "get-related-items",
+                index: 1,
+                part: Box::new(iar_core::identifier::InvalidPart {
+                    field: "name",
+                    value: String::new(),
+                    problem: "is empty".into()
+                })
+            }
+        );
+    }
+}
