@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod catalog;
+pub mod clock;
 pub mod cluster;
 pub mod identifier;
 pub mod item;

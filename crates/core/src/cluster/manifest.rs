@@ -6,6 +6,7 @@
 use super::listing::Listings;
 use super::{ClusterError, ClusterReader, list_answer};
 use crate::catalog::{Catalog, GroupResource};
+use crate::clock::{Clock, RealClock};
 use crate::item::{Item, ItemRef};
 use crate::manifests;
 use crate::select::BackupFilter;
@@ -13,7 +14,7 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 pub(super) struct CachedFile {
     modified: Option<SystemTime>,
@@ -54,7 +55,7 @@ pub(super) struct Cache {
     /// Which files there are.
     listings: Listings,
     /// When a miss last re-checked every file, and how many times one did.
-    last_full_scan: Option<std::time::Instant>,
+    last_full_scan: Option<Instant>,
     full_scans: u64,
     /// Where the parsed objects' texts are kept ([`crate::spool`]): the
     /// cache holds positions, so its memory does not grow with the
@@ -81,6 +82,8 @@ pub struct ManifestCluster {
     pub(super) overlay: Option<PathBuf>,
     catalog: &'static Catalog,
     pub(super) cache: RwLock<Cache>,
+    /// What [`MISS_RESCAN`] is measured by: the real clock, or a test's.
+    clock: Arc<dyn Clock>,
 }
 
 fn modified(path: &Path) -> Result<(Option<SystemTime>, u64), ClusterError> {
@@ -109,15 +112,20 @@ impl Cache {
         }
     }
 
-    /// Whether a full scan ran within [`MISS_RESCAN`].
-    fn scanned_recently(&self) -> bool {
+    /// Whether a full scan ended within [`MISS_RESCAN`] of `clock`'s now.
+    fn scanned_recently(&self, clock: &dyn Clock) -> bool {
         self.last_full_scan
-            .is_some_and(|at| at.elapsed() < MISS_RESCAN)
+            .is_some_and(|at| clock.now().saturating_duration_since(at) < MISS_RESCAN)
     }
 
     /// Reads the files new to the listing when `recent`; otherwise checks
-    /// every file, re-reading those that changed.
-    fn scan(&mut self, recent: bool, catalog: &Catalog) -> Result<(), ClusterError> {
+    /// every file, re-reading those that changed, and notes when it ended.
+    fn scan(
+        &mut self,
+        recent: bool,
+        clock: &dyn Clock,
+        catalog: &Catalog,
+    ) -> Result<(), ClusterError> {
         let files = if recent {
             self.listings.take_unread()
         } else {
@@ -127,7 +135,7 @@ impl Cache {
             self.refresh(&file, catalog)?;
         }
         if !recent {
-            self.last_full_scan = Some(std::time::Instant::now());
+            self.last_full_scan = Some(clock.now());
             self.full_scans += 1;
         }
         Ok(())
@@ -223,7 +231,15 @@ impl ManifestCluster {
             overlay: None,
             catalog: Catalog::builtin(),
             cache: RwLock::new(Cache::default()),
+            clock: RealClock::shared(),
         }
+    }
+
+    /// Measures [`MISS_RESCAN`] by `clock` instead of the real one: a test
+    /// steps it to the next period instead of sleeping.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Objects plugins create go to `dir` (made on the first create), and
@@ -331,11 +347,11 @@ impl ManifestCluster {
         // period only the files new to the listing are read (a plugin
         // creating thousands of objects, one overlay file each, looks each
         // up first), and edits in place wait for the next full scan.
-        let recent = cache.scanned_recently();
+        let recent = cache.scanned_recently(&*self.clock);
         if recent && !relisted {
             return Ok(None);
         }
-        cache.scan(recent, self.catalog)?;
+        cache.scan(recent, &*self.clock, self.catalog)?;
         Ok(cache.lookup_listed(id).cloned())
     }
 }
@@ -404,8 +420,8 @@ impl ClusterReader for ManifestCluster {
         // together.
         let mut cache = self.cache.write().map_err(|_| ClusterError::Poisoned)?;
         cache.listings.update(&self.lookup_paths)?;
-        let recent = cache.scanned_recently();
-        cache.scan(recent, self.catalog)?;
+        let recent = cache.scanned_recently(&*self.clock);
+        cache.scan(recent, &*self.clock, self.catalog)?;
         let found: Vec<Item> = cache
             .scopes
             .iter()

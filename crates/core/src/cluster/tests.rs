@@ -1,9 +1,12 @@
 use super::*;
+use crate::clock::ManualClock;
+use std::time::Duration;
 
 /// Lookups of names that do not exist, as fast as a plugin can make
 /// them, re-check every file at most once per MISS_RESCAN; an object
 /// added in place to a file is still found once that has passed, and a
-/// new file at once.
+/// new file at once. The period is measured by a clock the test steps,
+/// so every claim holds however fast the machine is.
 #[test]
 fn misses_rescan_the_files_at_most_once_per_period() {
     let dir = tempfile::tempdir().unwrap();
@@ -16,29 +19,38 @@ fn misses_rescan_the_files_at_most_once_per_period() {
         )
         .unwrap();
     }
-    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let clock = Arc::new(ManualClock::new());
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]).with_clock(clock.clone());
     let id = |name: &str| ItemRef::new("", "configmaps", "shop", name);
-    let started = std::time::Instant::now();
+    // Within one period: the first miss scans, the other 1999 do not.
     for i in 0..2000 {
         assert_eq!(cluster.get(&id(&format!("missing-{i}"))).unwrap(), None);
     }
-    let periods = started.elapsed().as_millis() / MISS_RESCAN.as_millis() + 1;
-    assert!(
-        u128::from(cluster.full_scans()) <= periods,
-        "{} full scans in {periods} periods",
-        cluster.full_scans()
-    );
-    // Appended in place: the directory's listing does not change.
+    assert_eq!(cluster.full_scans(), 1, "one full scan in one period");
+    clock.advance(MISS_RESCAN - Duration::from_millis(1));
+    assert_eq!(cluster.get(&id("missing")).unwrap(), None);
+    assert_eq!(cluster.full_scans(), 1, "still within the period");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(cluster.get(&id("missing")).unwrap(), None);
+    assert_eq!(cluster.full_scans(), 2, "the next period's first miss");
+    // Appended in place: the directory's listing does not change, so the
+    // object waits for the next period's scan...
     let file = dir.path().join("cm-0.yaml");
     let mut text = std::fs::read_to_string(&file).unwrap();
     text.push_str(
         "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop}\n",
     );
     std::fs::write(&file, text).unwrap();
-    std::thread::sleep(MISS_RESCAN);
-    let scanned_after = std::time::Instant::now();
+    assert_eq!(
+        cluster.get(&id("late")).unwrap(),
+        None,
+        "seen before the period ended"
+    );
+    // ...and is found by it.
+    clock.advance(MISS_RESCAN);
     assert!(cluster.get(&id("late")).unwrap().is_some());
     let scans = cluster.full_scans();
+    assert_eq!(scans, 3);
     // A new file changes the listing: found at once, by reading that file
     // alone when the last full scan is recent (an overlay gains a file per
     // object a plugin creates, each create a miss first).
@@ -48,9 +60,7 @@ fn misses_rescan_the_files_at_most_once_per_period() {
     )
     .unwrap();
     assert!(cluster.get(&id("new")).unwrap().is_some());
-    if scanned_after.elapsed() < MISS_RESCAN {
-        assert_eq!(cluster.full_scans(), scans, "the new file was read alone");
-    }
+    assert_eq!(cluster.full_scans(), scans, "the new file was read alone");
 }
 
 fn gr(group: &str, resource: &str) -> GroupResource {
@@ -327,7 +337,8 @@ fn a_list_answers_its_scope_as_the_files_are() {
         .join("---\n"),
     )
     .unwrap();
-    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]);
+    let clock = Arc::new(ManualClock::new());
+    let cluster = ManifestCluster::new(vec![dir.path().to_path_buf()]).with_clock(clock.clone());
     let everything: crate::select::LabelSelector = "".parse().unwrap();
     let names = |ns: &str| -> Vec<String> {
         cluster
@@ -367,10 +378,11 @@ fn a_list_answers_its_scope_as_the_files_are() {
         .join("---\n"),
     )
     .unwrap();
-    std::thread::sleep(MISS_RESCAN);
+    // a.yaml was edited in place: read at the next period's scan.
+    clock.advance(MISS_RESCAN);
     assert_eq!(names("shop"), ["shop/web-1"]);
     std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
-    std::thread::sleep(MISS_RESCAN);
+    clock.advance(MISS_RESCAN);
     assert!(names("shop").is_empty());
     assert_eq!(names("bank"), ["bank/teller"]);
 }
