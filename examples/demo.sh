@@ -19,17 +19,18 @@ cat > "$work/plugins/iar_plugin_pvc_snapshot.yaml" <<'YAML'
 allowWrite: [volumesnapshots.snapshot.storage.k8s.io]
 YAML
 # Without a cluster, objects plugins create go to the store's
-# cluster-overlay/, one file each. No snapshot controller runs here, so this
+# plugins/iar/cluster-overlay/ (the prefix Velero keeps for plugins), one
+# file each. No snapshot controller runs here, so this
 # plays it: once the plugin's snapshot exists, a second later, it binds it
 # to a new content and marks it ready, by editing the two files.
-overlay="$store/cluster-overlay/volumesnapshots.snapshot.storage.k8s.io/shop"
+overlay="$store/plugins/iar/cluster-overlay/volumesnapshots.snapshot.storage.k8s.io/shop"
 (
   for _ in $(seq 1200); do
     snapshot="$(ls "$overlay"/data-web-0-*.yaml 2>/dev/null | head -n1 || true)"
     if [ -n "$snapshot" ]; then
       sleep 1
       name="$(basename "$snapshot" .yaml)"
-      contents="$store/cluster-overlay/volumesnapshotcontents.snapshot.storage.k8s.io/_cluster"
+      contents="$store/plugins/iar/cluster-overlay/volumesnapshotcontents.snapshot.storage.k8s.io/_cluster"
       mkdir -p "$contents"
       cat > "$contents/.snapcontent-$name.tmp" <<YAML
 apiVersion: snapshot.storage.k8s.io/v1

@@ -17,9 +17,10 @@
 //! Only in release builds: in a dev build this crate's side of the native
 //! baselines (serde_json's generic writer, instantiated here) is
 //! unoptimized while the guest is not, and the ratio means nothing (0.26x).
-//! The README's test command runs it with
+//! CI runs it after the README's test command, with
 //! `cargo test --release -p iar-tests --test perf_guard` (a few seconds once
-//! built). `IAR_PERF_GUARD_MAX` / `IAR_PERF_GUARD_WORK_MAX` override the
+//! built); a release build of every dependency is too dear for the test
+//! command on a fresh machine. `IAR_PERF_GUARD_MAX` / `IAR_PERF_GUARD_WORK_MAX` override the
 //! bounds (for a machine known to differ).
 
 use iar::catalog::Catalog;

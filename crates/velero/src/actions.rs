@@ -16,6 +16,7 @@ use iar_core::cluster::ClusterReader;
 use iar_core::item::{Item, ItemRef};
 use iar_core::select::ResourceSelector;
 use iar_k8s::plugins::PluginRegistry;
+use iar_plugin::contract::{ComponentShape, Interface};
 use iar_plugin::plugin::{
     BackupRef, CallError, Phase, Plugin, PluginInstance, PluginSettings, SettingsFile,
 };
@@ -163,6 +164,46 @@ impl ActionSet {
             .collect()
     }
 
+    /// Each action name with every contract interface its plugin exports,
+    /// read from the component's exports without compiling it (a file) or
+    /// from the loaded plugin (a ConfigMap): what Velero is told, one kind
+    /// per interface. A file whose exports cannot be read is left out with
+    /// an error in the log: listed under a kind it may not export, Velero
+    /// would call it for every item.
+    pub fn listed(&self) -> Vec<(String, Interface)> {
+        let configmaps = self.configmaps.as_ref().map(|r| r.current());
+        let mut listed = Vec::new();
+        for name in &self.names {
+            let path = self.wasm_path(name);
+            let interfaces = if path.is_file() {
+                let shape = std::fs::read(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| ComponentShape::read(&bytes))
+                    .and_then(|shape| shape.contract());
+                match shape {
+                    Ok(Some((_, interfaces))) => interfaces,
+                    Ok(None) => {
+                        tracing::error!(plugin = %name, "{} exports no contract interface (rule: plugin-world): not listed to Velero", path.display());
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::error!(plugin = %name, "{}: {e}: not listed to Velero", path.display());
+                        continue;
+                    }
+                }
+            } else {
+                match configmaps.as_ref().and_then(|s| s.get(name)) {
+                    Some(plugin) => plugin.interfaces(),
+                    None => continue,
+                }
+            };
+            for interface in interfaces {
+                listed.push((format!("{NAME_PREFIX}{name}"), interface));
+            }
+        }
+        listed
+    }
+
     fn wasm_path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.wasm"))
     }
@@ -258,6 +299,43 @@ impl ActionSet {
     /// The plugin's applies-to selector, as it declared it when loaded.
     pub fn applies_to(&self, action: &str) -> Result<ResourceSelector, Refusal> {
         Ok(self.plugin(action)?.plugin.applies_to().clone())
+    }
+
+    /// The plugin's item-block-action selector; a plugin that exports no
+    /// block action is refused by rule.
+    pub fn block_applies_to(&self, action: &str) -> Result<ResourceSelector, Refusal> {
+        let loaded = self.plugin(action)?;
+        loaded.plugin.block_applies_to().cloned().ok_or_else(|| {
+            Refusal::BadRequest(format!(
+                "plugin {:?}: does not export {} (rule: plugin-world); Velero asked for it as an ItemBlockAction",
+                loaded.plugin.name(),
+                Interface::ItemBlockAction
+            ))
+        })
+    }
+
+    /// The items that must share an item block with `item`, by the
+    /// plugin's `get-related-items`. An item the plugin's block selector
+    /// or read grants do not cover has none.
+    pub fn related_items(
+        &self,
+        action: &str,
+        item: &[u8],
+        backup: &[u8],
+    ) -> Result<Vec<ItemRef>, Refusal> {
+        let loaded = self.plugin(action)?;
+        let plugin = loaded.plugin.name().to_string();
+        let backup = backup_ref(&plugin, backup)?;
+        let item = parse_item(&plugin, item)?;
+        if !loaded.plugin.block_applies(&item)
+            || !loaded
+                .plugin
+                .may_read(&item, iar_plugin::plugin::Call::GetRelatedItems)
+        {
+            return Ok(Vec::new());
+        }
+        self.with_instance(&loaded, |i| i.get_related_items(&item, &backup))
+            .map_err(|e| Refusal::Call(Box::new(e)))
     }
 
     /// Execute on one item. The answer's item is the item's JSON as the

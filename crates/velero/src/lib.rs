@@ -210,10 +210,19 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         )
         .add_service(
             proto::v2::backup_item_action_server::BackupItemActionServer::new(
-                services::BackupItemAction { actions },
+                services::BackupItemAction {
+                    actions: actions.clone(),
+                },
             )
             // Items are bounded by the plugin's limits, not by gRPC's 4 MiB
             // default; go-plugin's client allows any size too.
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
+            proto::v1::item_block_action_server::ItemBlockActionServer::new(
+                services::ItemBlockAction { actions },
+            )
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX),
         );

@@ -6,15 +6,26 @@ use super::actions::{ActionSet, Refusal};
 use super::proto::generated::{
     self, Empty, ListPluginsResponse, OperationProgress, PluginIdentifier, ResourceIdentifier,
 };
-use super::proto::{plugin as goplugin, v2};
+use super::proto::{plugin as goplugin, v1, v2};
 use iar_core::item::ItemRef;
+use iar_plugin::contract::Interface;
 use iar_plugin::plugin::{ActionError, Progress, Violation};
 use std::sync::Arc;
 use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
-/// Velero's kind for a BackupItemAction v2 (pkg/plugin/framework/common).
+/// Velero's plugin kinds (pkg/plugin/framework/common): a BackupItemAction
+/// v2 and an ItemBlockAction (Velero 1.15 and later).
 pub const KIND_BACKUP_ITEM_ACTION_V2: &str = "BackupItemActionV2";
+pub const KIND_ITEM_BLOCK_ACTION: &str = "ItemBlockAction";
+
+/// The kind Velero knows a contract interface by.
+fn kind(interface: Interface) -> &'static str {
+    match interface {
+        Interface::ItemAction => KIND_BACKUP_ITEM_ACTION_V2,
+        Interface::ItemBlockAction => KIND_ITEM_BLOCK_ACTION,
+    }
+}
 
 /// The gRPC status of a refusal. The message is the whole sentence (plugin,
 /// item, rule); Velero logs it for the item and goes on with the backup.
@@ -61,6 +72,16 @@ fn identifier(id: ItemRef) -> ResourceIdentifier {
     }
 }
 
+/// Go's zero `time.Time` as protobuf's `timestamppb.New` writes it
+/// (0001-01-01T00:00:00Z): what Velero's own Go plugins send for a time
+/// they do not know, and what its operations controller skips. An absent
+/// timestamp would read as the Unix epoch (`velero backup describe`:
+/// "Updated: 1970-01-01").
+const GO_ZERO_TIME: prost_types::Timestamp = prost_types::Timestamp {
+    seconds: -62_135_596_800,
+    nanos: 0,
+};
+
 fn operation_progress(p: Progress) -> OperationProgress {
     OperationProgress {
         completed: p.completed,
@@ -69,8 +90,8 @@ fn operation_progress(p: Progress) -> OperationProgress {
         n_total: p.n_total,
         operation_units: p.operation_units,
         description: p.description,
-        started: p.started.map(Into::into),
-        updated: p.updated.map(Into::into),
+        started: Some(p.started.map_or(GO_ZERO_TIME, Into::into)),
+        updated: Some(p.updated.map_or(GO_ZERO_TIME, Into::into)),
     }
 }
 
@@ -88,13 +109,18 @@ impl generated::plugin_lister_server::PluginLister for Lister {
         &self,
         _: Request<Empty>,
     ) -> Result<Response<ListPluginsResponse>, Status> {
-        let plugins = self
-            .actions
-            .action_names()
+        // Each action under the kinds its plugin exports, and no other: a
+        // block-only plugin listed as a BackupItemAction would be called
+        // on every item and fail each one.
+        let actions = self.actions.clone();
+        let listed = tokio::task::spawn_blocking(move || actions.listed())
+            .await
+            .map_err(|e| Status::internal(format!("listing the plugins: {e}")))?;
+        let plugins = listed
             .into_iter()
-            .map(|name| PluginIdentifier {
+            .map(|(name, interface)| PluginIdentifier {
                 command: self.command.clone(),
-                kind: KIND_BACKUP_ITEM_ACTION_V2.to_string(),
+                kind: kind(interface).to_string(),
                 name,
             })
             .collect();
@@ -186,6 +212,46 @@ impl v2::backup_item_action_server::BackupItemAction for BackupItemAction {
         let r = request.into_inner();
         blocking(move || actions.cancel(&r.plugin, &r.operation_id, &r.backup)).await?;
         Ok(Response::new(()))
+    }
+}
+
+/// Velero's ItemBlockAction over the wasm plugins that export
+/// `item-block-action`.
+pub struct ItemBlockAction {
+    pub actions: Arc<ActionSet>,
+}
+
+#[tonic::async_trait]
+impl v1::item_block_action_server::ItemBlockAction for ItemBlockAction {
+    async fn applies_to(
+        &self,
+        request: Request<v1::ItemBlockActionAppliesToRequest>,
+    ) -> Result<Response<v1::ItemBlockActionAppliesToResponse>, Status> {
+        let actions = self.actions.clone();
+        let name = request.into_inner().plugin;
+        let s = blocking(move || actions.block_applies_to(&name)).await?;
+        Ok(Response::new(v1::ItemBlockActionAppliesToResponse {
+            resource_selector: Some(generated::ResourceSelector {
+                included_namespaces: s.included_namespaces,
+                excluded_namespaces: s.excluded_namespaces,
+                included_resources: s.included_resources,
+                excluded_resources: s.excluded_resources,
+                selector: s.label_selector,
+            }),
+        }))
+    }
+
+    async fn get_related_items(
+        &self,
+        request: Request<v1::ItemBlockActionGetRelatedItemsRequest>,
+    ) -> Result<Response<v1::ItemBlockActionGetRelatedItemsResponse>, Status> {
+        let actions = self.actions.clone();
+        let r = request.into_inner();
+        let related =
+            blocking(move || actions.related_items(&r.plugin, &r.item, &r.backup)).await?;
+        Ok(Response::new(v1::ItemBlockActionGetRelatedItemsResponse {
+            related_items: related.into_iter().map(identifier).collect(),
+        }))
     }
 }
 

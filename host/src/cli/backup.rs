@@ -14,6 +14,29 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A local store's overlay, under the prefix Velero's store layout keeps
+/// for plugins (pkg/persistence/object_store_layout.go).
+pub(super) const LOCAL_OVERLAY: &str = "plugins/iar/cluster-overlay";
+
+/// Moves the overlay a store written by an earlier iar keeps at its
+/// top (`cluster-overlay/`, which makes Velero refuse the store) to
+/// [`LOCAL_OVERLAY`], once: one rename, so the objects earlier backups
+/// created stay theirs. A failure is logged and the new place is used.
+fn move_old_overlay(store: &Path, overlay: &Path) {
+    let old = store.join("cluster-overlay");
+    if !old.is_dir() || overlay.exists() {
+        return;
+    }
+    let moved = overlay
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::rename(&old, overlay));
+    match moved {
+        Ok(()) => tracing::info!("moved {} to {}", old.display(), overlay.display()),
+        Err(e) => tracing::warn!("could not move {} to {}: {e}", old.display(), overlay.display()),
+    }
+}
+
 #[derive(clap::Args)]
 pub struct StoreArg {
     /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
@@ -21,7 +44,9 @@ pub struct StoreArg {
     pub(super) store: String,
     /// Where the objects plugins create go when the cluster is manifests
     /// (one YAML file each; edit one to play the controller that would act
-    /// on it). Default: `cluster-overlay` in a local store's directory,
+    /// on it). Default: `plugins/iar/cluster-overlay` in a local store's
+    /// directory (Velero keeps `plugins/` for plugins' own data, and
+    /// refuses a store with a top-level directory it does not know),
     /// `iar-overlay` otherwise. Deleting a backup deletes what its plugins
     /// created there.
     #[arg(long, env = "IAR_OVERLAY", value_name = "DIR")]
@@ -38,7 +63,9 @@ impl StoreArg {
         if self.store.contains("://") && !self.store.starts_with("file://") {
             PathBuf::from("iar-overlay")
         } else {
-            Path::new(local).join("cluster-overlay")
+            let overlay = Path::new(local).join(LOCAL_OVERLAY);
+            move_old_overlay(Path::new(local), &overlay);
+            overlay
         }
     }
 
@@ -582,4 +609,43 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LOCAL_OVERLAY, StoreArg};
+
+    /// A store with the old top-level `cluster-overlay/` (which Velero
+    /// refuses) gets it moved under `plugins/iar/` with its objects, once;
+    /// a remote store's overlay stays outside the store.
+    #[test]
+    fn an_old_top_level_overlay_moves_under_plugins() {
+        let store = tempfile::tempdir().unwrap();
+        let old = store.path().join("cluster-overlay/volumesnapshots/shop");
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(old.join("snap.yaml"), "kind: VolumeSnapshot\n").unwrap();
+        let arg = StoreArg {
+            store: store.path().to_str().unwrap().to_string(),
+            overlay: None,
+        };
+        let overlay = arg.overlay();
+        assert_eq!(overlay, store.path().join(LOCAL_OVERLAY));
+        assert_eq!(
+            std::fs::read_to_string(overlay.join("volumesnapshots/shop/snap.yaml")).unwrap(),
+            "kind: VolumeSnapshot\n"
+        );
+        assert!(!store.path().join("cluster-overlay").exists());
+        let top: Vec<_> = std::fs::read_dir(store.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(top, ["plugins"]);
+        assert_eq!(arg.overlay(), overlay, "the second call finds it moved");
+
+        let remote = StoreArg {
+            store: "s3://bucket/prefix".into(),
+            overlay: None,
+        };
+        assert_eq!(remote.overlay(), std::path::Path::new("iar-overlay"));
+    }
 }

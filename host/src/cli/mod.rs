@@ -86,6 +86,31 @@ enum Command {
     Plugin(plugin::PluginArgs),
 }
 
+/// iar's own crates, by their names in log targets (`iar_k8s::controller`).
+const IAR_CRATES: &[&str] = &[
+    "iar",
+    "iar_core",
+    "iar_plugin",
+    "iar_backup",
+    "iar_authoring",
+    "iar_k8s",
+    "iar_velero",
+];
+
+/// `IAR_LOG` when set (tracing's directive syntax), else iar's own crates
+/// at `level` and every other crate at `warn`: at `debug`, wasmtime's
+/// compiler alone wrote ~98,000 lines into the first backup's log inside
+/// Velero, and a user asking iar for detail asks for iar's.
+fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("IAR_LOG").unwrap_or_else(|_| {
+        let mut directives = String::from("warn");
+        for krate in IAR_CRATES {
+            directives.push_str(&format!(",{krate}={level}"));
+        }
+        tracing_subscriber::EnvFilter::new(directives)
+    })
+}
+
 pub fn main() -> ExitCode {
     // Started by Velero's plugin client: a plugin process, whatever the
     // arguments (Velero passes its server's flags to every plugin).
@@ -107,10 +132,7 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(progress::interactive())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IAR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
-        )
+        .with_env_filter(log_filter(default))
         .init();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
@@ -163,6 +185,28 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments, newline: bool) {
         Err(e) => {
             eprintln!("iar: writing the output: {e}");
             std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every iar crate this binary links is in [`super::IAR_CRATES`], so a
+    /// new crate's log lines are not silenced at `warn`.
+    #[test]
+    fn every_iar_crate_is_in_the_log_filter() {
+        let manifest = include_str!("../../Cargo.toml");
+        let linked: Vec<String> = manifest
+            .lines()
+            .filter_map(|l| l.split_once(" = { path = \"../crates/"))
+            .map(|(name, _)| name.trim().replace('-', "_"))
+            .collect();
+        assert!(linked.len() >= 6, "{linked:?}");
+        for krate in &linked {
+            assert!(
+                super::IAR_CRATES.contains(&krate.as_str()),
+                "{krate} is not in IAR_CRATES"
+            );
         }
     }
 }

@@ -16,10 +16,7 @@ pub fn serve() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IAR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
+        .with_env_filter(super::log_filter(level))
         .init();
     let config = iar::velero_plugin::Config::from_env();
     let result = super::backup::tokio_runtime()

@@ -1,12 +1,14 @@
 //! `iar run` and `iar inspect` as a plugin author uses them: JSON on stdout,
 //! exit status 0 only when every call succeeded, one-line errors on stderr.
 
-use crate::support::{iar, iar_command, repo, stdout_json, text};
+use crate::support::{KillOnDrop, iar, iar_command, repo, stdout_json, text};
+use iar_tests::blocking::wait_for;
 use iar_tests::fixtures::noise;
 use iar_tests::{artifacts, store_files};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn run_chains_plugins_on_the_shipped_example_item() {
@@ -242,9 +244,10 @@ fn a_killed_backup_resumes_after_a_real_restart() {
     let scratch = tempfile::tempdir().unwrap();
     let stderr_file = scratch.path().join("backup.stderr");
 
-    let mut child = iar_command(&[
-        "backup",
-        "killme",
+    let mut child = KillOnDrop(
+        iar_command(&[
+            "backup",
+            "killme",
         "--items",
         items_dir,
         "--plugins",
@@ -257,35 +260,21 @@ fn a_killed_backup_resumes_after_a_real_restart() {
         "1s",
         "--config",
         "iar_plugin_labels:labels=x=y",
-    ])
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::fs::File::create(&stderr_file).unwrap())
-    .spawn()
-    .expect("spawning iar backup");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        if phase().is_some_and(|p| p == "WaitingForPluginOperations") {
-            break;
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "iar backup exited ({status}) before reaching WaitingForPluginOperations (phase on disk: {:?}); stderr:\n{}",
-                phase(),
-                std::fs::read_to_string(&stderr_file).unwrap_or_default()
-            );
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "iar backup did not reach WaitingForPluginOperations in 30 s (phase on disk: {:?}); stderr:\n{}",
-                phase(),
-                std::fs::read_to_string(&stderr_file).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_file).unwrap())
+        .spawn()
+        .expect("spawning iar backup"),
+    );
+    wait_for_phase(
+        "iar backup",
+        &mut child,
+        phase,
+        "WaitingForPluginOperations",
+        &stderr_file,
+        Duration::from_secs(30),
+    );
     // Kill it for real (SIGKILL: no cleanup) once it waits: its operations
     // are persisted by then.
     child.kill().expect("killing iar backup");
@@ -328,6 +317,10 @@ fn a_killed_backup_resumes_after_a_real_restart() {
     .expect("running iar resume");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(phase(), Some(Value::from("Completed")));
+    // The snapshot pvc-snapshot created went to the overlay, and the store
+    // still has only directories Velero's layout accepts.
+    assert!(overlay_of(store.path()).is_dir());
+    assert_velero_accepts_layout(store.path());
 
     let after = read_gz_json(&operations_file);
     assert_eq!(after[0]["status"]["phase"], "Completed", "{after}");
@@ -381,23 +374,45 @@ fn lease(backup_dir: &Path, name: &str) -> Option<Value> {
 /// Waits, by reading the lease in the store, until it has expired or been
 /// released: no fixed sleep.
 fn wait_for_lease_expiry(backup_dir: &Path, name: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let free = lease(backup_dir, name).is_none_or(|l| {
-            l["released"] == true
-                || humantime::parse_rfc3339(l["expires"].as_str().unwrap()).unwrap()
-                    <= std::time::SystemTime::now()
-        });
-        if free {
-            return;
+    wait_for(
+        &format!("the lease of {name} to expire"),
+        Duration::from_secs(60),
+        || {
+            let lease = lease(backup_dir, name);
+            let free = lease.as_ref().is_none_or(|l| {
+                l["released"] == true
+                    || humantime::parse_rfc3339(l["expires"].as_str().unwrap()).unwrap()
+                        <= std::time::SystemTime::now()
+            });
+            if free { Ok(()) } else { Err(format!("{lease:?}")) }
+        },
+    )
+}
+
+/// Waits until `phase` (a backup's phase on disk) is `want` while `child`
+/// (`what`, its stderr in `stderr`) runs; fails at once if it exits first.
+fn wait_for_phase(
+    what: &str,
+    child: &mut std::process::Child,
+    phase: impl Fn() -> Option<Value>,
+    want: &str,
+    stderr: &Path,
+    within: Duration,
+) {
+    let stderr = || std::fs::read_to_string(stderr).unwrap_or_default();
+    wait_for(&format!("{what} to reach {want}"), within, || {
+        let now = phase();
+        if now.as_ref().is_some_and(|p| p == want) {
+            return Ok(());
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lease of {name} never expired: {:?}",
-            lease(backup_dir, name)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "{what} exited ({status}) before reaching {want} (phase on disk: {now:?}); stderr:\n{}",
+                stderr()
+            );
+        }
+        Err(format!("phase on disk {now:?}; stderr:\n{}", stderr()))
+    })
 }
 
 /// The example application and the example plugins, pvc-snapshot granted
@@ -431,12 +446,36 @@ fn grant_snapshot_writes(plugins: &Path) {
     .unwrap();
 }
 
+/// Where `iar` puts a local store's overlay by default: under the prefix
+/// Velero keeps for plugins.
+fn overlay_of(store: &Path) -> std::path::PathBuf {
+    store.join("plugins/iar/cluster-overlay")
+}
+
+/// The top-level directories Velero v1.18's backup store accepts
+/// (pkg/persistence/object_store_layout.go): any other makes it refuse the
+/// whole location ("Backup store contains invalid top-level directories").
+const VELERO_TOP_LEVEL: &[&str] = &[
+    "backups", "restores", "restic", "metadata", "plugins", "kopia",
+];
+
+/// Every top-level entry of a local store is one Velero accepts.
+fn assert_velero_accepts_layout(store: &Path) {
+    for entry in std::fs::read_dir(store).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(
+            VELERO_TOP_LEVEL.contains(&name.as_str()),
+            "{name}/ at the top of {}: Velero would refuse the store",
+            store.display()
+        );
+    }
+}
+
 /// Plays the snapshot controller for `iar` processes on `store`: the
 /// snapshot pvc-snapshot creates for `backup` in the store's overlay
 /// becomes ready once it exists, for as long as the guard lives.
 fn ready_snapshot(store: &Path, backup: &str) -> iar_tests::snapshots::SnapshotController {
-    let controller =
-        iar_tests::snapshots::SnapshotController::start(&store.join("cluster-overlay"));
+    let controller = iar_tests::snapshots::SnapshotController::start(&overlay_of(store));
     controller.set(
         &format!("data-web-0-{backup}"),
         serde_json::json!({"readyToUse": true, "creationTime": "2026-11-30T01:00:04Z", "restoreSize": "1Gi"}),
@@ -508,20 +547,13 @@ fn two_processes_never_drive_one_backup() {
     let mut racers = vec![spawn("a"), spawn("b")];
 
     // The loser exits; the winner waits for its snapshot, for ever.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let loser = loop {
-        if let Some(i) = racers
+    let loser = wait_for("one of the two processes to end", Duration::from_secs(60), || {
+        racers
             .iter_mut()
             .position(|(_, c, _)| c.try_wait().unwrap().is_some())
-        {
-            break racers.remove(i);
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "neither process ended"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+            .ok_or_else(|| "both still run".to_string())
+    });
+    let loser = racers.remove(loser);
     let (winner_label, mut winner, winner_stderr) = racers.pop().unwrap();
     let (_, mut loser_child, loser_stderr) = loser;
     let status = loser_child.wait().unwrap();
@@ -532,22 +564,14 @@ fn two_processes_never_drive_one_backup() {
             || said.contains("iar: backup \"twin\" is being driven by another process (iar pid"),
         "{said}"
     );
-    loop {
-        if phase().is_some_and(|p| p == "WaitingForPluginOperations") {
-            break;
-        }
-        if let Some(status) = winner.try_wait().unwrap() {
-            panic!(
-                "the winner exited ({status}); stderr:\n{}",
-                std::fs::read_to_string(&winner_stderr).unwrap_or_default()
-            );
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the winner never waited"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_phase(
+        "the winner",
+        &mut winner,
+        phase,
+        "WaitingForPluginOperations",
+        &winner_stderr,
+        Duration::from_secs(60),
+    );
     let labels = winner_labels(&backup_dir, "twin");
     assert!(!labels.is_empty());
     assert!(labels.iter().all(|l| *l == winner_label), "{labels:?}");
@@ -941,7 +965,6 @@ fn a_backup_killed_while_blocks_wait_for_volumes_never_runs_a_post_hook_twice() 
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawning iar backup");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let db_in_progress = || {
         volumes_file.exists()
             && read_gz_json(&volumes_file)
@@ -950,17 +973,20 @@ fn a_backup_killed_while_blocks_wait_for_volumes_never_runs_a_post_hook_twice() 
                 .iter()
                 .any(|v| v["podName"] == "db-0" && v["phase"] == "InProgress")
     };
-    while !db_in_progress() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "iar backup ended before db-0's volume backup was seen in progress"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no volume backup in progress in 60 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_for(
+        "db-0's volume backup in progress",
+        Duration::from_secs(60),
+        || {
+            if db_in_progress() {
+                return Ok(());
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "iar backup ended before db-0's volume backup was seen in progress"
+            );
+            Err("not in progress".to_string())
+        },
+    );
     child.kill().expect("killing iar backup");
     child.wait().unwrap();
     assert!(data.path().join("db-0.pre").exists(), "the pre hook ran");
@@ -1168,16 +1194,24 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
     };
     let mut first = iar_command(&["backup", "fenced", "--items", cluster.to_str().unwrap()]);
     common(&mut first);
-    let first = first
+    let mut first = first
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while phase_of(&store, "fenced").as_deref() != Some("WaitingForPluginOperations") {
-        assert!(std::time::Instant::now() < deadline, "never waited");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for(
+        "the first to reach WaitingForPluginOperations",
+        Duration::from_secs(120),
+        || match phase_of(&store, "fenced") {
+            Some(p) if p == "WaitingForPluginOperations" => Ok(()),
+            p => {
+                if let Some(status) = first.try_wait().unwrap() {
+                    panic!("the first exited ({status}) in phase {p:?}");
+                }
+                Err(format!("phase {p:?}"))
+            }
+        },
+    );
     let pid = first.id().to_string();
     assert!(
         Command::new("kill")
@@ -1186,8 +1220,9 @@ fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
             .unwrap()
             .success()
     );
-    // Past its lease: the store now says anyone may take it over.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // Past its lease: the store now says anyone may take it over. Read
+    // from the store after the stop, so no renewal can follow.
+    wait_for_lease_expiry(&store.join("backups/fenced"), "fenced");
     let _snapshots = ready_snapshot(&store, "fenced");
     let mut second = iar_command(&["resume", "fenced"]);
     common(&mut second);

@@ -201,7 +201,13 @@ impl BackupStore {
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .unwrap_or_default()
                     .as_nanos();
-                let probe = Path::from(format!("leases/.conditional-probe-{}-{nanos}", std::process::id()));
+                // Under `backups/`, beside the backups' directories: Velero lists
+                // only directories there, and refuses a store with a
+                // top-level prefix its layout does not know.
+                let probe = Path::from(format!(
+                    "backups/.iar-conditional-probe-{}-{nanos}",
+                    std::process::id()
+                ));
                 let create = || {
                     self.store.put_opts(
                         &probe,
