@@ -85,3 +85,42 @@ where
     })
     .await
 }
+
+/// [`wait_for`] and [`wait_until`] for synchronous tests, polling a
+/// closure on the test's own thread (a child process, a file, a socket):
+/// same polling, same failure message.
+pub mod blocking {
+    use super::POLL;
+    use std::time::{Duration, Instant};
+
+    /// Polls `check` every [`POLL`] until it gives a value, or fails the
+    /// test after `within`, saying what it waited for and what it last
+    /// saw (the `Err`).
+    pub fn wait_for<T>(
+        what: &str,
+        within: Duration,
+        mut check: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        let deadline = Instant::now() + within;
+        loop {
+            match check() {
+                Ok(v) => return v,
+                Err(last) if Instant::now() > deadline => {
+                    panic!("{what}: gave up after {within:?}; last: {last}")
+                }
+                Err(_) => std::thread::sleep(POLL),
+            }
+        }
+    }
+
+    /// [`wait_for`] a condition to hold.
+    pub fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+        wait_for(what, within, || {
+            if condition() {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        })
+    }
+}
