@@ -189,9 +189,9 @@ mod tests {
     use super::super::{PhaseError, PhaseMachine, Settings, Step};
 
     use iar_core::store::BackupStore;
-    use iar_core::store::lease::LeaseError;
+    use iar_core::store::lease::{LeaseError, LeaseRecord};
     use std::sync::Arc;
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
 
     fn machine(store: &BackupStore, lease: Duration) -> PhaseMachine {
         let settings = Settings {
@@ -212,6 +212,10 @@ mod tests {
         (dir, store)
     }
 
+    fn expires(lease: &LeaseRecord) -> SystemTime {
+        humantime::parse_rfc3339(&lease.expires).unwrap()
+    }
+
     /// A step that requeues keeps the lease, renewed past its duration
     /// with no step running, so that another replica is refused until the
     /// backup ends; the step that ends it gives the lease back.
@@ -223,9 +227,23 @@ mod tests {
         let theirs = machine(&store.clone().with_holder_name("b"), lease);
         let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
         ours.drive("b1", requeue()).await.unwrap();
-        // Two lease durations with no step: the keeper renewed it.
-        tokio::time::sleep(lease * 2).await;
-        let held = store.current_lease("b1").await.unwrap().unwrap();
+        let first = expires(&store.current_lease("b1").await.unwrap().unwrap());
+        // No step runs, and the keeper renews it: an expiry a whole
+        // duration past the first is a renewal made once the first
+        // duration had run out.
+        let held = iar_tests::wait_for(
+            "a renewal past the first duration",
+            Duration::from_secs(30),
+            || async {
+                let held = store.current_lease("b1").await.unwrap().unwrap();
+                if expires(&held) >= first + lease {
+                    Ok(held)
+                } else {
+                    Err(format!("{held:?}"))
+                }
+            },
+        )
+        .await;
         assert!(held.holder.starts_with("a: ") && !held.released, "{held:?}");
         assert_eq!(held.generation, 1, "one take, renewed in place");
         match theirs.drive("b1", requeue()).await {
@@ -262,7 +280,17 @@ mod tests {
         let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
         ours.drive("b2", requeue()).await.unwrap();
         ours.abandon_kept_leases();
-        tokio::time::sleep(lease + Duration::from_millis(200)).await;
+        // Nothing renews it any more, so it expires (a keeper still
+        // renewing would keep it from ever doing so: the wait fails).
+        iar_tests::wait_for("the lease to expire", Duration::from_secs(30), || async {
+            let now = store.current_lease("b2").await.unwrap().unwrap();
+            if expires(&now) < SystemTime::now() {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
         theirs.drive("b2", requeue()).await.unwrap();
         let now = store.current_lease("b2").await.unwrap().unwrap();
         assert!(

@@ -347,7 +347,7 @@ async fn local_hook_failure_keeps_exit_code_and_stderr_tail() {
 
 /// A hook that outlives its timeout is reported TimedOut at the timeout,
 /// and everything it started is killed: a child that would write a
-/// marker later never does.
+/// marker later is gone, so it never does.
 #[tokio::test]
 async fn local_hook_timeout_kills_the_process_group() {
     let dir = tempfile::tempdir().unwrap();
@@ -369,11 +369,55 @@ async fn local_hook_timeout_kills_the_process_group() {
         took >= Duration::from_millis(200) && took < Duration::from_secs(5),
         "{took:?}"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every process the hook started works in the volume data. None is
+    // left there, so none can write the marker later: that, not a sleep
+    // past the child's second, bounds the claim.
+    iar_tests::wait_for(
+        "the hook's processes killed",
+        Duration::from_secs(10),
+        || {
+            let left = processes_in(dir.path());
+            std::future::ready(if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("pids {left:?}"))
+            })
+        },
+    )
+    .await;
     assert!(
         !dir.path().join("late").exists(),
         "a hook's child outlived its timeout"
     );
+}
+
+/// The live processes whose working directory is `dir` (a zombie has
+/// none).
+fn processes_in(dir: &std::path::Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|pid: &u32| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir))
+        .collect()
+}
+
+/// [`processes_in`] sees a process working in a directory, and not once
+/// it is gone: the hook timeout test's check is not vacuous.
+#[test]
+fn processes_in_a_directory_are_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(processes_in(dir.path()).is_empty());
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    assert_eq!(processes_in(dir.path()), [sleeper.id()]);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(processes_in(dir.path()).is_empty());
 }
 
 fn record(status: HookStatus, on_error: OnError) -> HookRecord {
