@@ -40,6 +40,30 @@ pub fn iar_command(args: &[&str]) -> Command {
     cmd
 }
 
+/// A child process killed and reaped when dropped: a test that fails
+/// while it runs does not leave it behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `iar` with `args` to the end.
 pub fn iar(args: &[&str]) -> Output {
     iar_command(args).output().expect("running iar")
