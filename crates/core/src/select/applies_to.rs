@@ -70,6 +70,13 @@ impl CompiledSelector {
         })
     }
 
+    /// The selector with `labels` for its label selector, in place of the
+    /// one `compile` parsed: for a Backup's structured `labelSelector`,
+    /// which is never text to parse.
+    pub(crate) fn with_labels(self, labels: LabelSelector) -> Self {
+        Self { labels, ..self }
+    }
+
     /// `group` "" = core; `resource` plural; `namespace` "" = cluster-scoped.
     /// `labels` is called only when the label selector has requirements:
     /// reading an item's labels may mean parsing the text a plugin returned.

@@ -2,6 +2,7 @@
 //! of a Velero Backup `spec`, compiled once.
 
 use super::applies_to::{CompiledSelector, ResourceSelector, SelectorError};
+use super::label_object;
 use crate::catalog::Catalog;
 use serde_json::Value;
 
@@ -45,75 +46,6 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// A metav1.LabelSelector object as selector syntax. Every part must have
-/// its type; a part ignored for its type would select more.
-fn label_selector(v: Option<&Value>) -> Result<String, String> {
-    let Some(v) = v.filter(|v| !v.is_null()) else {
-        return Ok(String::new());
-    };
-    let Value::Object(obj) = v else {
-        return Err(format!("labelSelector is {}, not an object", type_name(v)));
-    };
-    if let Some(other) = obj
-        .keys()
-        .find(|k| !matches!(k.as_str(), "matchLabels" | "matchExpressions"))
-    {
-        return Err(format!("labelSelector.{other} is not a selector field"));
-    }
-    let mut parts = Vec::new();
-    match obj.get("matchLabels") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(m)) => {
-            for (k, val) in m {
-                let val = val.as_str().ok_or_else(|| {
-                    format!(
-                        "labelSelector.matchLabels.{k} is {}, not a string",
-                        type_name(val)
-                    )
-                })?;
-                parts.push(format!("{k}={val}"));
-            }
-        }
-        Some(m) => {
-            return Err(format!(
-                "labelSelector.matchLabels is {}, not an object",
-                type_name(m)
-            ));
-        }
-    }
-    let expressions = match obj.get("matchExpressions") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(a)) => a.as_slice(),
-        Some(e) => {
-            return Err(format!(
-                "labelSelector.matchExpressions is {}, not a list",
-                type_name(e)
-            ));
-        }
-    };
-    for (i, e) in expressions.iter().enumerate() {
-        let field = format!("labelSelector.matchExpressions[{i}]");
-        if !e.is_object() {
-            return Err(format!("{field} is {}, not an object", type_name(e)));
-        }
-        let key = e
-            .get("key")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("{field}.key is missing or not a string"))?;
-        let values = strings(e, "values").map_err(|r| format!("{field}.{r}"))?;
-        parts.push(match e.get("operator").and_then(Value::as_str) {
-            Some("In") => format!("{key} in ({})", values.join(",")),
-            Some("NotIn") => format!("{key} notin ({})", values.join(",")),
-            Some("Exists") => key.to_string(),
-            Some("DoesNotExist") => format!("!{key}"),
-            other => {
-                return Err(format!("{field}.operator: unknown operator {other:?}"));
-            }
-        });
-    }
-    Ok(parts.join(","))
-}
-
 impl BackupFilter {
     /// From a Backup `spec` (or an empty one: everything).
     pub fn from_spec(spec: &Value) -> Result<Self, String> {
@@ -135,16 +67,22 @@ impl BackupFilter {
                 ));
             }
         }
-        let label_selector = label_selector(spec.get("labelSelector"))?;
+        let labels = label_object::parse(spec.get("labelSelector"))?;
+        // kube's text for the server's list; the checked keys and values
+        // hold none of the selector syntax's characters, so it reads back
+        // as the object does.
+        let label_selector = labels.to_string();
         let sel = ResourceSelector {
             included_namespaces: strings(spec, "includedNamespaces")?,
             excluded_namespaces: strings(spec, "excludedNamespaces")?,
             included_resources: strings(spec, "includedResources")?,
             excluded_resources: strings(spec, "excludedResources")?,
-            label_selector: label_selector.clone(),
+            // Set from the structured selector below, never parsed from text.
+            label_selector: String::new(),
         };
         let selector = CompiledSelector::compile(&sel, Catalog::builtin())
-            .map_err(|e: SelectorError| format!("backup spec: {e}"))?;
+            .map_err(|e: SelectorError| format!("backup spec: {e}"))?
+            .with_labels(labels.into());
         Ok(BackupFilter {
             selector,
             label_selector,
@@ -253,11 +191,11 @@ mod tests {
             {"key": "legacy", "operator": "DoesNotExist"}
         ]});
         assert_eq!(
-            label_selector(Some(&v)).unwrap(),
+            label_object::parse(Some(&v)).unwrap().to_string(),
             "app=web,tier in (a,b),!legacy"
         );
         assert!(
-            label_selector(Some(
+            label_object::parse(Some(
                 &json!({"matchExpressions": [{"key": "x", "operator": "Near"}]})
             ))
             .is_err()

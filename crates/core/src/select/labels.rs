@@ -76,6 +76,33 @@ impl Requirement {
     }
 }
 
+/// A structured selector (matchLabels and matchExpressions, as kube's
+/// Selector holds them once converted from a metav1.LabelSelector), as
+/// requirements: expression by expression, no text in between. kube's
+/// Selector has no parser for the string form plugins send and no `>`/`<`,
+/// so the string form keeps its own requirements, and both forms are
+/// matched by the one matcher above.
+impl From<kube_core::Selector> for LabelSelector {
+    fn from(selector: kube_core::Selector) -> Self {
+        use kube_core::Expression as E;
+        let requirements = selector
+            .into_iter()
+            .map(|e| {
+                let (key, op) = match e {
+                    E::In(k, set) => (k, Op::In(set)),
+                    E::NotIn(k, set) => (k, Op::NotIn(set)),
+                    E::Equal(k, v) => (k, Op::Equals(v)),
+                    E::NotEqual(k, v) => (k, Op::NotEquals(v)),
+                    E::Exists(k) => (k, Op::Exists),
+                    E::DoesNotExist(k) => (k, Op::DoesNotExist),
+                };
+                Requirement { key, op }
+            })
+            .collect();
+        LabelSelector { requirements }
+    }
+}
+
 /// Canonical form that parses back to an equal selector.
 impl fmt::Display for LabelSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -379,7 +406,10 @@ fn is_dns_subdomain(s: &str) -> bool {
     })
 }
 
-fn validate_key(key: &str) -> Result<(), String> {
+/// A label key as apimachinery's `validateLabelKey` checks it; the reason
+/// names the key and the rule. Also for keys of the structured form
+/// (select/label_object.rs): kube's Selector validates none.
+pub(super) fn validate_key(key: &str) -> Result<(), String> {
     key_problem(key).map_or(Ok(()), |p| {
         Err(format!("label key {key:?} is not valid: {p}"))
     })
@@ -420,7 +450,9 @@ fn key_problem(key: &str) -> Option<String> {
     None
 }
 
-fn validate_value(value: &str) -> Result<(), String> {
+/// A label value as apimachinery's `validateLabelValue` checks it; for
+/// the structured form too.
+pub(super) fn validate_value(value: &str) -> Result<(), String> {
     let problem = if value.len() > 63 {
         "must be no more than 63 characters".to_string()
     } else if !value.is_empty() && !is_qualified_name_part(value) {

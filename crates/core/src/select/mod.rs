@@ -4,6 +4,7 @@
 
 pub mod applies_to;
 pub mod backup_filter;
+mod label_object;
 pub mod labels;
 
 pub use applies_to::{CompiledSelector, ResourceSelector, SelectorError};
