@@ -48,6 +48,22 @@ pub enum StartError {
 }
 
 impl StartError {
+    /// [`StartError::NotReady`], with the last lines of `log`.
+    pub(crate) fn not_ready(
+        program: &'static str,
+        waited: Duration,
+        last: String,
+        log: &std::path::Path,
+    ) -> StartError {
+        StartError::NotReady {
+            program,
+            waited,
+            last,
+            tail: crate::process::log_tail(log),
+            log: log.to_path_buf(),
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
         let what = what.into();
         move |source| StartError::Io { what, source }

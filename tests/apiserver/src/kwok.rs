@@ -21,6 +21,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::error::StartError;
+use crate::poll;
 use crate::process::{ServerProcess, free_port};
 use crate::{ApiServer, binaries, lock, loud, skip_or_fail};
 
@@ -28,6 +29,8 @@ use crate::{ApiServer, binaries, lock, loud, skip_or_fail};
 pub const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
 const READY: Duration = Duration::from_secs(60);
+/// How often a wait looks again.
+const EVERY: Duration = Duration::from_millis(100);
 
 /// A running kwok.
 pub struct Kwok {
@@ -90,25 +93,19 @@ impl Kwok {
 
     /// Waits until kwok's server accepts connections.
     async fn wait_serving(&self) -> Result<(), StartError> {
-        let deadline = Instant::now() + READY;
-        loop {
-            if let Some(p) = lock(&self.process).as_mut() {
-                p.check_running()?;
-            }
-            match tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
-                Ok(_) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    return Err(StartError::NotReady {
-                        program: "kwok",
-                        waited: READY,
-                        last: e.to_string(),
-                        tail: crate::process::log_tail(&self.log),
-                        log: self.log.clone(),
-                    });
+        poll::until_async(
+            Instant::now() + READY,
+            EVERY,
+            || async {
+                if let Some(p) = lock(&self.process).as_mut() {
+                    p.check_running()?;
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+                let connected = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await;
+                Ok(connected.map(drop).map_err(|e| e.to_string()))
+            },
+            |last| StartError::not_ready("kwok", READY, last, &self.log),
+        )
+        .await
     }
 
     /// The port of its kubelet API.
@@ -137,8 +134,8 @@ impl Kwok {
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => panic!("create node {name}: {e}"),
         }
-        let deadline = Instant::now() + READY;
-        loop {
+        let what = format!("node {name} Ready");
+        let check = || async {
             let node = nodes.get(name).await.expect("the node exists");
             let ready = node
                 .status
@@ -148,15 +145,13 @@ impl Kwok {
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True");
             if ready {
-                return node;
+                Ok(node)
+            } else {
+                Err(format!("{:?}", node.status))
             }
-            assert!(
-                Instant::now() < deadline,
-                "node {name} not Ready after {READY:?}; kwok's log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        };
+        let log = || format!("kwok's log:\n{}", self.log());
+        poll::wait_for(&what, READY, EVERY, check, log).await
     }
 
     /// Says how an exec in pod `namespace/pod` runs: as a local process in
@@ -191,20 +186,17 @@ impl Kwok {
     /// Waits until pod `namespace/name` is Running (kwok's pod-ready stage).
     pub async fn wait_running(&self, client: &kube::Client, namespace: &str, name: &str) -> Pod {
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let deadline = Instant::now() + READY;
-        loop {
+        let what = format!("pod {namespace}/{name} Running");
+        let check = || async {
             let pod = pods.get(name).await.expect("the pod exists");
             if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
-                return pod;
+                Ok(pod)
+            } else {
+                Err(format!("{:?}", pod.status))
             }
-            assert!(
-                Instant::now() < deadline,
-                "pod {namespace}/{name} not Running after {READY:?}: {:?}; kwok's log:\n{}",
-                pod.status,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        };
+        let log = || format!("kwok's log:\n{}", self.log());
+        poll::wait_for(&what, READY, EVERY, check, log).await
     }
 
     /// Kills kwok. Idempotent.

@@ -26,6 +26,7 @@ mod credentials;
 mod error;
 pub mod kwok;
 pub mod node;
+mod poll;
 mod process;
 pub mod snapshot_controller;
 
@@ -193,20 +194,20 @@ impl ApiServer {
         let etcd = ServerProcess::spawn("etcd", command, self.dir().join("etcd.log"))?;
         lock(&self.processes).push(etcd);
 
-        let deadline = Instant::now() + ETCD_READY;
-        let mut last: String;
-        loop {
-            self.check_running()?;
-            match etcd_health(client) {
-                Ok(true) => return Ok(client_url),
-                Ok(false) => last = String::from("/health is not true"),
-                Err(e) => last = e.to_string(),
-            }
-            if Instant::now() > deadline {
-                return Err(self.not_ready("etcd", ETCD_READY, last));
-            }
-            std::thread::sleep(POLL);
-        }
+        poll::until(
+            Instant::now() + ETCD_READY,
+            POLL,
+            || {
+                self.check_running()?;
+                Ok(match etcd_health(client) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(String::from("/health is not true")),
+                    Err(e) => Err(e.to_string()),
+                })
+            },
+            |last| self.not_ready("etcd", ETCD_READY, last),
+        )?;
+        Ok(client_url)
     }
 
     /// Starts kube-apiserver, writes the kubeconfig once its self-signed
@@ -271,17 +272,19 @@ impl ApiServer {
 
         let deadline = Instant::now() + APISERVER_READY;
         let ca = cert_dir.join("apiserver.crt");
-        while !ca.exists() {
-            self.check_running()?;
-            if Instant::now() > deadline {
-                return Err(self.not_ready(
-                    "kube-apiserver",
-                    APISERVER_READY,
-                    format!("no {ca:?}"),
-                ));
-            }
-            std::thread::sleep(POLL);
-        }
+        poll::until(
+            deadline,
+            POLL,
+            || {
+                self.check_running()?;
+                Ok(if ca.exists() {
+                    Ok(())
+                } else {
+                    Err(format!("no {ca:?}"))
+                })
+            },
+            |last| self.not_ready("kube-apiserver", APISERVER_READY, last),
+        )?;
         // The certificate file may still be being written; a client that
         // cannot read it yet is retried below.
         credentials::write_kubeconfig(&self.kubeconfig, &self.url, &ca, &self.tokens)?;
@@ -307,19 +310,20 @@ impl ApiServer {
     }
 
     async fn poll_ready(&self, deadline: Instant) -> Result<(), StartError> {
-        let mut last: String;
-        loop {
-            self.check_running()?;
-            match readyz(&self.kubeconfig).await {
-                Ok(body) if body.trim() == "ok" => return Ok(()),
-                Ok(body) => last = body,
-                Err(e) => last = e,
-            }
-            if Instant::now() > deadline {
-                return Err(self.not_ready("kube-apiserver", APISERVER_READY, last));
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        poll::until_async(
+            deadline,
+            POLL,
+            || async {
+                self.check_running()?;
+                Ok(match readyz(&self.kubeconfig).await {
+                    Ok(body) if body.trim() == "ok" => Ok(()),
+                    Ok(body) => Err(body),
+                    Err(e) => Err(e),
+                })
+            },
+            |last| self.not_ready("kube-apiserver", APISERVER_READY, last),
+        )
+        .await
     }
 
     /// `Err` naming the first server that has exited.
@@ -538,19 +542,16 @@ pub(crate) async fn install_crds(client: &kube::Client, path: &Path) -> Result<(
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let deadline = Instant::now() + CRDS_SERVED;
     for name in names {
-        loop {
-            match crd_served(client, &crds, &name).await {
-                Ok(()) => break,
-                Err(last) if Instant::now() > deadline => {
-                    return Err(StartError::Client {
-                        context: "admin",
-                        source: format!("CRD {name} not served after {CRDS_SERVED:?}: {last}")
-                            .into(),
-                    });
-                }
-                Err(_) => tokio::time::sleep(POLL).await,
-            }
-        }
+        poll::until_async(
+            deadline,
+            POLL,
+            || async { Ok(crd_served(client, &crds, &name).await) },
+            |last| StartError::Client {
+                context: "admin",
+                source: format!("CRD {name} not served after {CRDS_SERVED:?}: {last}").into(),
+            },
+        )
+        .await?;
     }
     Ok(())
 }

@@ -57,12 +57,13 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node as NodeObject, Pod};
+use k8s_openapi::api::core::v1::{Node as NodeObject, Pod, PodStatus};
 use kube::api::Api;
 use serde_json::{Value, json};
 
 use crate::binaries::{self, find_in_path};
 use crate::error::StartError;
+use crate::poll;
 use crate::process::{ServerProcess, free_port, log_tail};
 use crate::{ApiServer, User, lock, loud, skip_or_fail};
 
@@ -279,39 +280,48 @@ impl Node {
             "CrashLoopBackOff",
         ];
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let deadline = Instant::now() + POD_RUNNING;
-        loop {
-            let pod = pods
-                .get(name)
-                .await
-                .unwrap_or_else(|e| panic!("get pod {namespace}/{name}: {e}"));
-            let status = pod.status.clone().unwrap_or_default();
-            let containers = status.container_statuses.clone().unwrap_or_default();
-            let started = !containers.is_empty()
-                && containers
-                    .iter()
-                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
-            if status.phase.as_deref() == Some("Running") && started {
-                return pod;
-            }
-            let stuck = containers.iter().find_map(|c| {
-                let waiting = c.state.as_ref()?.waiting.as_ref()?;
-                let reason = waiting.reason.as_deref()?;
-                FATAL
-                    .contains(&reason)
-                    .then(|| format!("{}: {waiting:?}", c.name))
-            });
-            let ended = matches!(status.phase.as_deref(), Some("Failed" | "Succeeded"));
-            if stuck.is_some() || ended || Instant::now() > deadline {
-                panic!(
-                    "pod {namespace}/{name} is not Running ({}; waited at most {POD_RUNNING:?}): \
-                     {status:?}\n{}",
-                    stuck.as_deref().unwrap_or("no container stuck"),
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        let not_running = |why: &str, status: PodStatus| format!("{why}: {status:?}");
+        let running = poll::until_async(
+            Instant::now() + POD_RUNNING,
+            POLL,
+            || async {
+                let pod = pods
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("get pod {namespace}/{name}: {e}"));
+                let status = pod.status.clone().unwrap_or_default();
+                let containers = status.container_statuses.clone().unwrap_or_default();
+                let started = !containers.is_empty()
+                    && containers
+                        .iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+                if status.phase.as_deref() == Some("Running") && started {
+                    return Ok(Ok(pod));
+                }
+                let stuck = containers.iter().find_map(|c| {
+                    let waiting = c.state.as_ref()?.waiting.as_ref()?;
+                    let reason = waiting.reason.as_deref()?;
+                    FATAL
+                        .contains(&reason)
+                        .then(|| format!("{}: {waiting:?}", c.name))
+                });
+                let ended = matches!(status.phase.as_deref(), Some("Failed" | "Succeeded"));
+                // Stuck or ended: waiting cannot mend it.
+                match stuck {
+                    Some(stuck) => Err(not_running(&stuck, status)),
+                    None if ended => Err(not_running("it ended", status)),
+                    None => Ok(Err(not_running("no container stuck", status))),
+                }
+            },
+            |last| format!("waited {POD_RUNNING:?}; {last}"),
+        )
+        .await;
+        running.unwrap_or_else(|e| {
+            panic!(
+                "pod {namespace}/{name} is not Running: {e}\n{}",
+                self.logs()
+            )
+        })
     }
 
     /// Stops every process of the node and removes what it made: the
@@ -477,65 +487,47 @@ impl Node {
 
     /// Waits until containerd answers on its socket.
     fn wait_containerd(&self) -> Result<(), StartError> {
-        let deadline = Instant::now() + CONTAINERD_READY;
-        loop {
+        let look = || {
             self.check_running()?;
             let version = Command::new("ctr")
                 .arg("--address")
                 .arg(&self.socket)
                 .arg("version")
                 .output();
-            let last = match version {
-                Ok(out) if out.status.success() => return Ok(()),
-                Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() > deadline {
-                let log = self.dir.join("containerd.log");
-                return Err(StartError::NotReady {
-                    program: "containerd",
-                    waited: CONTAINERD_READY,
-                    last,
-                    tail: log_tail(&log),
-                    log,
-                });
-            }
-            std::thread::sleep(POLL);
-        }
+            Ok(match version {
+                Ok(out) if out.status.success() => Ok(()),
+                Ok(out) => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+                Err(e) => Err(e.to_string()),
+            })
+        };
+        let log = self.dir.join("containerd.log");
+        let timed_out = |last| StartError::not_ready("containerd", CONTAINERD_READY, last, &log);
+        poll::until(Instant::now() + CONTAINERD_READY, POLL, look, timed_out)
     }
 
     /// Waits until the Node object says Ready.
     async fn wait_ready(&self, client: &kube::Client) -> Result<(), StartError> {
         let nodes: Api<NodeObject> = Api::all(client.clone());
-        let deadline = Instant::now() + NODE_READY;
-        loop {
+        let look = || async {
             self.check_running()?;
-            let last = match nodes.get_opt(NAME).await {
+            Ok(match nodes.get_opt(NAME).await {
                 Ok(Some(node)) => {
                     let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
-                    if conditions
+                    match conditions
                         .iter()
                         .any(|c| c.type_ == "Ready" && c.status == "True")
                     {
-                        return Ok(());
+                        true => Ok(()),
+                        false => Err(format!("{conditions:?}")),
                     }
-                    format!("{conditions:?}")
                 }
-                Ok(None) => String::from("not registered"),
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() > deadline {
-                let log = self.dir.join("kubelet.log");
-                return Err(StartError::NotReady {
-                    program: "kubelet",
-                    waited: NODE_READY,
-                    last,
-                    tail: log_tail(&log),
-                    log,
-                });
-            }
-            tokio::time::sleep(POLL).await;
-        }
+                Ok(None) => Err(String::from("not registered")),
+                Err(e) => Err(e.to_string()),
+            })
+        };
+        let log = self.dir.join("kubelet.log");
+        let timed_out = |last| StartError::not_ready("kubelet", NODE_READY, last, &log);
+        poll::until_async(Instant::now() + NODE_READY, POLL, look, timed_out).await
     }
 
     /// `Err` naming the first of the node's processes that has exited.

@@ -14,7 +14,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::StartError;
-use crate::process::{ServerProcess, log_tail};
+use crate::poll;
+use crate::process::ServerProcess;
 use crate::{ApiServer, binaries, lock, loud, skip_or_fail};
 
 const READY: Duration = Duration::from_secs(60);
@@ -83,25 +84,22 @@ impl SnapshotController {
 
     /// Waits until its log says its informers have synced.
     async fn wait_initialized(&self) -> Result<(), StartError> {
-        let deadline = Instant::now() + READY;
-        loop {
-            if let Some(p) = lock(&self.process).as_mut() {
-                p.check_running()?;
-            }
-            if self.log().contains(INITIALIZED) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(StartError::NotReady {
-                    program: "snapshot-controller",
-                    waited: READY,
-                    last: format!("no {INITIALIZED:?} in its log"),
-                    tail: log_tail(&self.log),
-                    log: self.log.clone(),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        poll::until_async(
+            Instant::now() + READY,
+            Duration::from_millis(100),
+            || async {
+                if let Some(p) = lock(&self.process).as_mut() {
+                    p.check_running()?;
+                }
+                Ok(if self.log().contains(INITIALIZED) {
+                    Ok(())
+                } else {
+                    Err(format!("no {INITIALIZED:?} in its log"))
+                })
+            },
+            |last| StartError::not_ready("snapshot-controller", READY, last, &self.log),
+        )
+        .await
     }
 
     /// Its log (stdout and stderr), for a failing test's message.

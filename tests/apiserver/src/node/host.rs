@@ -103,31 +103,26 @@ pub(super) fn wait_init(
     let unshare = namespace.pid();
     let children = format!("/proc/{unshare}/task/{unshare}/children");
     let pause = pause.canonicalize().unwrap_or_else(|_| pause.to_path_buf());
-    let deadline = Instant::now() + NAMESPACE_READY;
-    loop {
-        namespace.check_running()?;
-        let init = fs::read_to_string(&children)
-            .unwrap_or_default()
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse::<libc::pid_t>().ok());
-        if let Some(init) = init {
-            let exe = fs::read_link(format!("/proc/{init}/exe")).ok();
-            if exe.as_deref() == Some(pause.as_path()) {
-                return Ok(init);
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(StartError::NotReady {
-                program: "node namespace",
-                waited: NAMESPACE_READY,
-                last: format!("no pause child of unshare ({children})"),
-                tail: log_tail(&namespace.log),
-                log: namespace.log.clone(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let log = namespace.log.clone();
+    let timed_out = |last| StartError::not_ready("node namespace", NAMESPACE_READY, last, &log);
+    poll::until(
+        Instant::now() + NAMESPACE_READY,
+        Duration::from_millis(20),
+        || {
+            namespace.check_running()?;
+            let init = fs::read_to_string(&children)
+                .unwrap_or_default()
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse::<libc::pid_t>().ok());
+            let exe = init.and_then(|init| fs::read_link(format!("/proc/{init}/exe")).ok());
+            Ok(match init {
+                Some(init) if exe.as_deref() == Some(pause.as_path()) => Ok(init),
+                _ => Err(format!("no pause child of unshare ({children})")),
+            })
+        },
+        timed_out,
+    )
 }
 
 /// `nsenter` into the node's mount namespace (and PID namespace, for the
@@ -193,9 +188,18 @@ pub(super) fn remove_cgroups(containers: &[String], existed: bool) {
         }
         for id in containers {
             let cgroup = parent.join(id);
-            while cgroup.exists() && fs::remove_dir(&cgroup).is_err() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            // Best effort: past the deadline, the next cgroup.
+            let _ = poll::until(
+                deadline,
+                Duration::from_millis(50),
+                || {
+                    Ok(match !cgroup.exists() || fs::remove_dir(&cgroup).is_ok() {
+                        true => Ok(()),
+                        false => Err(String::new()),
+                    })
+                },
+                drop,
+            );
         }
         // Only if empty: rmdir(2) of a cgroup with children fails.
         if !existed {
@@ -221,10 +225,18 @@ pub(super) fn bridge_ports() -> Vec<String> {
 /// for it, and deletes what is left after a while).
 pub(super) fn remove_bridge(veths: &[String]) {
     let net = Path::new("/sys/class/net");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while veths.iter().any(|v| net.join(v).exists()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Best effort: past the deadline, what is left is deleted below.
+    let _ = poll::until(
+        Instant::now() + Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            Ok(match veths.iter().any(|v| net.join(v).exists()) {
+                true => Err(String::new()),
+                false => Ok(()),
+            })
+        },
+        drop,
+    );
     for name in veths.iter().map(String::as_str).chain([BRIDGE]) {
         if net.join(name).exists() {
             let _ = Command::new("ip").args(["link", "delete", name]).output();
