@@ -4,7 +4,7 @@
 //! ConfigMap plugin source and live item collection build on.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{client, server};
 use iar_apiserver::{ApiServer, User, create_namespace};
@@ -186,14 +186,15 @@ async fn custom_resource_from_rust_type() {
                     .any(|c| c.type_ == "Established" && c.status == "True")
             })
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !established(&crds.get(Probe::crd_name()).await.expect("read the CRD")) {
-        assert!(
-            Instant::now() < deadline,
-            "the CRD never became Established"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for("the CRD Established", Duration::from_secs(30), || async {
+        let crd = crds.get(Probe::crd_name()).await.expect("read the CRD");
+        if established(&crd) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", crd.status))
+        }
+    })
+    .await;
 
     let probes = Api::<Probe>::namespaced(client.clone(), "iar-crd");
     let spec = ProbeSpec {

@@ -9,6 +9,7 @@ use iar::k8s::plugins::configmap::{self, ManifestInput};
 use iar::k8s::plugins::status::{ANNOTATION_DIGEST, ANNOTATION_GENERATION, ANNOTATION_STATUS};
 use iar::k8s::plugins::{PluginRegistry, PluginSet, WatchOptions, watch_with};
 use iar_apiserver::User;
+use iar_tests::wait_for;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
@@ -190,87 +191,116 @@ impl Harness {
     /// containing `part`.
     async fn wait_event(&self, name: &str, reason: &str, part: &str) {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deadline = Instant::now() + WITHIN;
-        loop {
-            let notes: Vec<String> = events
-                .list(&Default::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|e| {
-                    e.reason.as_deref() == Some(reason)
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                })
-                .filter_map(|e| e.note)
-                .collect();
-            if notes.iter().any(|n| n.contains(part)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ConfigMap {name}: no {reason} Event naming {part:?} within {WITHIN:?}: {notes:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_for(
+            &format!("ConfigMap {name}: a {reason} Event naming {part:?}"),
+            WITHIN,
+            || async {
+                let notes: Vec<String> = events
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|e| {
+                        e.reason.as_deref() == Some(reason)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    })
+                    .filter_map(|e| e.note)
+                    .collect();
+                if notes.iter().any(|n| n.contains(part)) {
+                    Ok(())
+                } else {
+                    Err(format!("notes {notes:?}"))
+                }
+            },
+        )
+        .await
     }
 
     /// Waits until the ConfigMap's status message contains `part`.
     async fn wait_message(&self, name: &str, part: &str) -> String {
-        let deadline = Instant::now() + WITHIN;
-        loop {
-            let message = self
-                .api()
-                .get(name)
-                .await
-                .ok()
-                .and_then(|cm| cm.metadata.annotations)
-                .and_then(|mut a| a.remove("iar.dev/status-message"))
-                .unwrap_or_default();
-            if message.contains(part) {
-                return message;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ConfigMap {name}: no status message with {part:?} within {WITHIN:?}; it says {message:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_for(
+            &format!("ConfigMap {name}: a status message with {part:?}"),
+            WITHIN,
+            || async {
+                let message = self
+                    .api()
+                    .get(name)
+                    .await
+                    .ok()
+                    .and_then(|cm| cm.metadata.annotations)
+                    .and_then(|mut a| a.remove("iar.dev/status-message"))
+                    .unwrap_or_default();
+                if message.contains(part) {
+                    Ok(message)
+                } else {
+                    Err(format!("it says {message:?}"))
+                }
+            },
+        )
+        .await
     }
 
     /// Waits until the ConfigMap's status annotation is `status` and an
     /// Event with that reason is on it; returns the ConfigMap's annotations.
     async fn wait_status(&self, name: &str, status: &str) -> BTreeMap<String, String> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deadline = Instant::now() + WITHIN;
-        loop {
-            let annotations = self
-                .api()
-                .get(name)
-                .await
-                .ok()
-                .and_then(|cm| cm.metadata.annotations)
-                .unwrap_or_default();
-            let has_event = events
-                .list(&Default::default())
-                .await
-                .map(|list| {
-                    list.items.iter().any(|e| {
-                        e.reason.as_deref() == Some(status)
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        // Polling the API server: a refused load publishes no generation to wait on.
+        wait_for(
+            &format!("ConfigMap {name}: status {status} with its Event"),
+            WITHIN,
+            || async {
+                let annotations = self
+                    .api()
+                    .get(name)
+                    .await
+                    .ok()
+                    .and_then(|cm| cm.metadata.annotations)
+                    .unwrap_or_default();
+                let has_event = events
+                    .list(&Default::default())
+                    .await
+                    .map(|list| {
+                        list.items.iter().any(|e| {
+                            e.reason.as_deref() == Some(status)
+                                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                    == Some(name)
+                        })
                     })
-                })
-                .unwrap_or(false);
-            if annotations.get(ANNOTATION_STATUS).map(String::as_str) == Some(status) && has_event {
-                return annotations;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ConfigMap {name}: no status {status} with its Event within {WITHIN:?}; annotations {annotations:?}"
-            );
-            // Polling the API server: a refused load publishes no generation to wait on.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                    .unwrap_or(false);
+                if annotations.get(ANNOTATION_STATUS).map(String::as_str) == Some(status)
+                    && has_event
+                {
+                    Ok(annotations)
+                } else {
+                    Err(format!("event {has_event}, annotations {annotations:?}"))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until the clock (the API server's: it runs on this machine)
+    /// is a whole second past ConfigMap `name`'s `creationTimestamp`, so
+    /// that one created next has a later one (they have one-second
+    /// resolution).
+    async fn wait_a_second_past(&self, name: &str) {
+        let created = self.created(name).await;
+        iar_tests::wait_until(
+            &format!("a second past {name}'s creationTimestamp"),
+            WITHIN,
+            || std::future::ready(std::time::SystemTime::now() >= created + Duration::from_secs(1)),
+        )
+        .await
+    }
+
+    /// ConfigMap `name`'s `creationTimestamp`.
+    async fn created(&self, name: &str) -> std::time::SystemTime {
+        let cm = self.api().get(name).await.unwrap();
+        let stamp =
+            serde_json::to_value(cm.metadata.creation_timestamp.expect("a creationTimestamp"))
+                .unwrap();
+        humantime::parse_rfc3339(stamp.as_str().unwrap()).unwrap()
     }
 }
 
@@ -817,11 +847,11 @@ fn https_server(dir: &std::path::Path) -> Option<HttpsServer> {
         port,
         ca_pem: std::fs::read(dir.join("ca.pem")).unwrap(),
     };
-    let deadline = Instant::now() + WITHIN;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "openssl s_server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    iar_tests::blocking::wait_for("openssl s_server listening", WITHIN, || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
     Some(server)
 }
 
@@ -914,7 +944,7 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
     h.wait_set("labels loads", |s| s.get("labels").is_some())
         .await;
     // creationTimestamp has one-second resolution: the second is newer.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.wait_a_second_past("labels").await;
     let second = with_data(
         plugin_cm(
             "labels-2",
@@ -926,6 +956,7 @@ async fn a_second_configmap_for_one_plugin_name_waits_for_the_first() {
         "labels",
     );
     h.apply(&second).await;
+    assert!(h.created("labels-2").await > h.created("labels").await);
     let annotations = h.wait_status("labels-2", "NameConflict").await;
     let message = &annotations["iar.dev/status-message"];
     assert!(message.contains("rule: plugin-name-unique"), "{message}");
@@ -994,8 +1025,9 @@ async fn a_newer_configmap_never_takes_a_plugin_name_even_across_a_restart() {
     h.apply(&named("zz-owner", "owner")).await;
     h.wait_set("the owner loads", |s| s.get("labels").is_some())
         .await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.wait_a_second_past("zz-owner").await;
     h.apply(&named("aa-intruder", "intruder")).await;
+    assert!(h.created("aa-intruder").await > h.created("zz-owner").await);
     h.wait_status("aa-intruder", "NameConflict").await;
     assert_eq!(labels_after(&h.registry.current())["from"], "owner");
 
@@ -1284,16 +1316,19 @@ async fn reference_paths_must_be_regular_files_under_the_reference_dir() {
 
 /// A TCP listener that accepts and never answers: an https server that
 /// hangs. Connections are held until the test ends.
-fn silent_server() -> u16 {
+fn silent_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in listener.incoming() {
             held.push(stream);
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     });
-    port
+    (port, accepted)
 }
 
 /// Loads run in parallel, each under a timeout: a plugin applied after
@@ -1302,7 +1337,7 @@ fn silent_server() -> u16 {
 /// times out (`LoadTimeout`), with the good plugin in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
-    let port = silent_server();
+    let (port, accepted) = silent_server();
     let options = WatchOptions {
         read_timeout: Duration::from_secs(30),
         grant_policy: iar::k8s::plugins::GrantPolicy {
@@ -1325,8 +1360,13 @@ async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
     })
     .unwrap();
     h.apply(&hanging).await;
-    // Let the watcher start on it first.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The watcher starts on it first: it has connected to the server.
+    iar_tests::wait_until(
+        "the watcher connecting to the silent server",
+        WITHIN,
+        || std::future::ready(accepted.load(std::sync::atomic::Ordering::SeqCst) > 0),
+    )
+    .await;
     h.apply(&plugin_cm("labels", &h.namespace, &labels, None))
         .await;
     h.wait_set("labels loads", |s| s.get("labels").is_some())
@@ -1340,6 +1380,8 @@ async fn a_hanging_reference_holds_up_neither_other_loads_nor_the_first_sync() {
         .annotations
         .unwrap_or_default()
         .remove(ANNOTATION_STATUS);
+    // No status yet: what bounds that is the read timeout (30 s), which
+    // the server, silent, makes the read wait out.
     assert_eq!(
         status, None,
         "labels loaded while the hanging reference is still being read"

@@ -1108,12 +1108,27 @@ async fn a_holder_past_its_lease_writes_nothing_after_a_takeover() {
     assert_eq!(object.status.phase, BackupPhase::Completed);
     let finished = store_files(store_dir.path(), "hung");
 
-    // The first sees the snapshot ready too and tries to write what it
-    // found, round after round (a refused write is retried like any store
-    // error): for 40 of its sync periods, nothing it writes lands. (In one
-    // loaded run of the whole suite it had already ended by then; how it
-    // ends is checked below: refused by the fence, having written nothing.)
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The first sees the snapshot ready too (its memory holds the
+    // operation Completed: a round after its lease expired) and tries to
+    // write what it found, round after round (a refused write is retried
+    // like any store error): nothing it writes lands. Or it has ended
+    // already (it did in one loaded run of the whole suite); how it ends
+    // is checked below: refused by the fence, having written nothing, which
+    // is checked again once it has ended and can write nothing more.
+    wait_until(
+        "the first to see the snapshot ready, or to end",
+        WAIT,
+        || async {
+            running.is_finished()
+                || c.operations.get("hung").await.is_some_and(|ops| {
+                    !ops.is_empty()
+                        && ops
+                            .iter()
+                            .all(|o| o.status.phase == OperationPhase::Completed)
+                })
+        },
+    )
+    .await;
     assert_eq!(
         store_files(store_dir.path(), "hung"),
         finished,

@@ -266,14 +266,17 @@ async fn many_backups_with_many_operations_persist_exactly_what_is_in_memory() {
             let dir = overlay.path().to_path_buf();
             tokio::spawn(async move {
                 let name = backup_name(b);
-                let deadline = Instant::now() + Duration::from_secs(15);
-                while c.operations.get(&name).await.map_or(0, |o| o.len()) < PVCS {
-                    assert!(
-                        Instant::now() < deadline,
-                        "{name}: its {PVCS} operations were not recorded in 15 s"
-                    );
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                iar_tests::wait_for(
+                    &format!("{name}: its {PVCS} operations recorded"),
+                    Duration::from_secs(15),
+                    || async {
+                        match c.operations.get(&name).await.map_or(0, |o| o.len()) {
+                            n if n >= PVCS => Ok(()),
+                            n => Err(format!("{n} recorded")),
+                        }
+                    },
+                )
+                .await;
                 let order: Vec<usize> = (0..PVCS).map(|k| (k * 7 + b * 5) % PVCS).collect();
                 const LAG: usize = 10;
                 for step in 0..PVCS + LAG {

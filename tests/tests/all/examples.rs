@@ -176,14 +176,11 @@ fn pvc_snapshot_creates_its_snapshot_and_reports_progress_from_it() {
 
     let controller = iar_tests::snapshots::SnapshotController::start(overlay.path());
     controller.set("data-web-0-nightly", json!({"readyToUse": true}));
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !progress(&mut instance).completed {
-        assert!(
-            std::time::Instant::now() < until,
-            "the snapshot never became ready"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    iar_tests::blocking::wait_until(
+        "the snapshot to become ready",
+        std::time::Duration::from_secs(10),
+        || progress(&mut instance).completed,
+    );
     drop(controller);
     let p = progress(&mut instance);
     assert!(p.completed && p.error.is_none());

@@ -223,19 +223,10 @@ fn files_environment_and_network_are_out_of_reach() {
     }
     // And the listener does take connections: the probe is real.
     std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
-    let mut accepted = false;
-    for _ in 0..100 {
-        match listener.accept() {
-            Ok(_) => {
-                accepted = true;
-                break;
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    assert!(
-        accepted,
-        "the listener accepts a connection from outside the sandbox"
+    iar_tests::blocking::wait_for(
+        "the listener to accept a connection from outside the sandbox",
+        Duration::from_secs(10),
+        || listener.accept().map(drop).map_err(|e| e.to_string()),
     );
 }
 
