@@ -248,18 +248,18 @@ fn a_killed_backup_resumes_after_a_real_restart() {
         iar_command(&[
             "backup",
             "killme",
-        "--items",
-        items_dir,
-        "--plugins",
-        plugins_dir,
-        "--store",
-        store_dir,
-        "--sync-period",
-        "100ms",
-        "--lease-duration",
-        "1s",
-        "--config",
-        "iar_plugin_labels:labels=x=y",
+            "--items",
+            items_dir,
+            "--plugins",
+            plugins_dir,
+            "--store",
+            store_dir,
+            "--sync-period",
+            "100ms",
+            "--lease-duration",
+            "1s",
+            "--config",
+            "iar_plugin_labels:labels=x=y",
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -384,7 +384,11 @@ fn wait_for_lease_expiry(backup_dir: &Path, name: &str) {
                     || humantime::parse_rfc3339(l["expires"].as_str().unwrap()).unwrap()
                         <= std::time::SystemTime::now()
             });
-            if free { Ok(()) } else { Err(format!("{lease:?}")) }
+            if free {
+                Ok(())
+            } else {
+                Err(format!("{lease:?}"))
+            }
         },
     )
 }
@@ -547,12 +551,16 @@ fn two_processes_never_drive_one_backup() {
     let mut racers = vec![spawn("a"), spawn("b")];
 
     // The loser exits; the winner waits for its snapshot, for ever.
-    let loser = wait_for("one of the two processes to end", Duration::from_secs(60), || {
-        racers
-            .iter_mut()
-            .position(|(_, c, _)| c.try_wait().unwrap().is_some())
-            .ok_or_else(|| "both still run".to_string())
-    });
+    let loser = wait_for(
+        "one of the two processes to end",
+        Duration::from_secs(60),
+        || {
+            racers
+                .iter_mut()
+                .position(|(_, c, _)| c.try_wait().unwrap().is_some())
+                .ok_or_else(|| "both still run".to_string())
+        },
+    );
     let loser = racers.remove(loser);
     let (winner_label, mut winner, winner_stderr) = racers.pop().unwrap();
     let (_, mut loser_child, loser_stderr) = loser;
