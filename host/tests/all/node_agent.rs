@@ -83,18 +83,19 @@ impl Agent {
     }
 
     /// Sends SIGTERM, as the kubelet stops a pod, and waits up to `within`
-    /// for the agent to exit; its status, or `None` if it did not.
-    pub(crate) async fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+    /// for the agent to exit; its status (the test fails, with the agent's
+    /// log, if it did not exit).
+    pub(crate) async fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
         // SAFETY: a signal to our own child, by its pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = std::time::Instant::now() + within;
-        while std::time::Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
+        iar_tests::wait_for("the agent to exit on SIGTERM", within, || {
+            let exited = match self.child.try_wait().unwrap() {
+                Some(status) => Ok(status),
+                None => Err(format!("still running; its log:\n{}", self.log())),
+            };
+            std::future::ready(exited)
+        })
+        .await
     }
 
     fn kill(&mut self) {

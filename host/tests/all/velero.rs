@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) const ACCESS_KEY: &str = "iar-test";
 pub(crate) const SECRET_KEY: &str = "iar-test-secret-key";
@@ -62,11 +62,15 @@ impl Drop for Running {
 }
 
 fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    iar_tests::blocking::wait_for(
+        &format!("{what} listening on {port}"),
+        Duration::from_secs(30),
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    );
 }
 
 /// versitygw over a fresh directory with one bucket: its posix backend
