@@ -33,7 +33,11 @@ fn move_old_overlay(store: &Path, overlay: &Path) {
         .and_then(|()| std::fs::rename(&old, overlay));
     match moved {
         Ok(()) => tracing::info!("moved {} to {}", old.display(), overlay.display()),
-        Err(e) => tracing::warn!("could not move {} to {}: {e}", old.display(), overlay.display()),
+        Err(e) => tracing::warn!(
+            "could not move {} to {}: {e}",
+            old.display(),
+            overlay.display()
+        ),
     }
 }
 
@@ -86,10 +90,10 @@ pub struct RunnerArgs {
     #[command(flatten)]
     store: StoreArg,
     /// How often operation progress is polled and persisted.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "10s")]
     sync_period: Duration,
     /// Operation timeout, unless the spec sets itemOperationTimeout.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
     operation_timeout: Duration,
     /// A plugin setting, `key=value` for every plugin or `PLUGIN:key=value` for one
     /// (added to the plugin's NAME.yaml settings).
@@ -98,7 +102,7 @@ pub struct RunnerArgs {
     /// How long this process's lease on the backup lasts without renewal
     /// (renewed every third of it). Another process may take over a backup
     /// whose holder died this long after its last renewal.
-    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_non_negative, default_value = "15s")]
     lease_duration: Duration,
     /// Item-block workers: how many blocks have their actions run at once
     /// (default: the number of cores).
@@ -115,7 +119,7 @@ pub struct RunnerArgs {
     /// The longest one volume backup may take (Velero's
     /// --fs-backup-timeout); past it the volume fails (rule
     /// fs-backup-timeout).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
     fs_backup_timeout: Duration,
     /// Run backup hooks as local processes (argv as given, in DIR of
     /// --volume-data); without it hooks are recorded as skipped, with a warning.
@@ -132,7 +136,7 @@ pub struct RunnerArgs {
 /// `--max-hook-timeout`: a duration of at least one second (a cap of zero
 /// would time every hook out at once).
 pub(super) fn parse_max_hook_timeout(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    let d = iar::duration::parse_non_negative(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(1) {
         return Err(format!("{s} is shorter than 1s: every hook would time out"));
     }
@@ -150,16 +154,12 @@ pub struct BackupArgs {
     /// A Velero Backup object, or just its spec (YAML or JSON).
     #[arg(long)]
     spec: Option<PathBuf>,
-    /// How long the backup is kept, as a Go duration ("720h", "24h0m0s"):
-    /// sets the spec's ttl. Unset or 0: 720h. `iar gc` deletes it after.
-    #[arg(long, value_parser = parse_ttl)]
+    /// How long the backup is kept ("720h", "24h0m0s"): sets the spec's
+    /// ttl. Unset or 0: 720h. `iar gc` deletes it after.
+    #[arg(long, value_parser = iar::duration::parse_non_negative)]
     ttl: Option<Duration>,
     #[command(flatten)]
     runner: RunnerArgs,
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    iar::backup::spec::parse_go_duration(s)
 }
 
 #[derive(clap::Args)]
@@ -169,7 +169,7 @@ pub struct GcArgs {
     dry_run: bool,
     /// How long this process's lease on a backup it deletes lasts
     /// without renewal.
-    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_non_negative, default_value = "15s")]
     lease_duration: Duration,
     #[command(flatten)]
     store: StoreArg,
@@ -613,7 +613,39 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::{LOCAL_OVERLAY, StoreArg};
+    use super::{BackupArgs, LOCAL_OVERLAY, StoreArg};
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BackupArgs,
+    }
+
+    /// `--ttl 0` (what its help offers) and the rest of Go's syntax; a
+    /// negative ttl (`--ttl=-24h`: clap takes `-24h` alone for a flag) is
+    /// refused, naming the flag and the rule.
+    #[test]
+    fn ttl_and_timeouts_are_go_durations() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["iar", "b", "--items", "i"], args].concat()).map(|c| c.args)
+        };
+        let args = parse(&["--ttl", "0", "--operation-timeout", "+1.5h"]).unwrap();
+        assert_eq!(args.ttl, Some(Duration::ZERO));
+        assert_eq!(args.runner.operation_timeout, Duration::from_secs(5400));
+        assert_eq!(parse(&["--ttl=-0s"]).unwrap().ttl, Some(Duration::ZERO));
+        let err = parse(&["--ttl=-24h"]).err().unwrap().to_string();
+        assert!(
+            err.contains("--ttl") && err.contains("rule: non-negative-duration"),
+            "{err}"
+        );
+        let err = parse(&["--max-hook-timeout", "0.5s"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("shorter than 1s"), "{err}");
+    }
 
     /// A store with the old top-level `cluster-overlay/` (which Velero
     /// refuses) gets it moved under `plugins/iar/` with its objects, once;

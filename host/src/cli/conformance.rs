@@ -19,7 +19,7 @@ pub struct ConformanceArgs {
     #[arg(long = "config", value_name = "KEY=VALUE")]
     config: Vec<String>,
     /// CPU deadline of each call (a looping plugin costs this per item).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = iar::duration::parse_non_negative)]
     deadline: Option<Duration>,
     /// `text` (default) or `json`.
     #[arg(long, default_value = "text")]

@@ -36,11 +36,11 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "DIR")]
     plugin_reference_dir: Option<PathBuf>,
     /// How long reading one plugin's component (https or file) may take.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "60s")]
     plugin_read_timeout: Duration,
     /// How long verifying, compiling and calling applies-to of one plugin
     /// may take, once a compile slot is free.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "5m")]
     plugin_compile_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served: `IP:PORT`, or an
     /// IP alone for port 8080 (what deploy/ passes: the pod's IP, from the
@@ -59,27 +59,27 @@ pub struct ControllerArgs {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// How long leadership lasts unrenewed (renewed every third of it).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "15s")]
     leader_lease: Duration,
     /// How long a backup's lease in the store lasts unrenewed.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "15s")]
     lease_duration: Duration,
     /// How often operation progress is polled and persisted.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "10s")]
     sync_period: Duration,
     /// Operation timeout, unless the spec sets itemOperationTimeout.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
     operation_timeout: Duration,
     /// Item-block workers per backup (default: the number of cores).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
-    /// The ttl of a Backup whose spec sets none (or 0), as a Go duration
-    /// (Velero's --default-backup-ttl).
-    #[arg(long, value_parser = parse_go_duration, default_value = "720h0m0s")]
+    /// The ttl of a Backup whose spec sets none (or 0) (Velero's
+    /// --default-backup-ttl).
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "720h0m0s")]
     default_backup_ttl: Duration,
     /// How often the leader deletes expired backups from the store, and
     /// their Backup resources.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "1h")]
     gc_period: Duration,
     /// How long the node agent of a pod's node may say nothing about a
     /// volume backup (not take it, or stop reporting) before it fails.
@@ -95,7 +95,7 @@ pub struct ControllerArgs {
 }
 
 fn parse_silence(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    let d = iar::duration::parse_non_negative(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(10) {
         return Err(format!(
             "{s} is shorter than 10s: node agents report every 5s, so a working one would be failed"
@@ -113,10 +113,6 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
                 .map(|ip| SocketAddr::new(ip, 8080))
         })
         .map_err(|_| format!("{s:?} is neither IP:PORT nor an IP address"))
-}
-
-fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    iar::backup::spec::parse_go_duration(s)
 }
 
 pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
@@ -248,6 +244,56 @@ mod tests {
         }
         assert!(parse_listen("pod-ip").is_err());
     }
+
+    /// Every duration flag reads Go's syntax (as Velero's flags do), "0"
+    /// and fractions included, and refuses a negative one naming the flag
+    /// and the rule.
+    #[test]
+    fn duration_flags_are_go_durations_and_not_negative() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["iar", "--store", "s"], args].concat()).map(|c| c.args)
+        };
+        let args = parse(&[
+            "--default-backup-ttl",
+            "0",
+            "--gc-period",
+            "1.5h",
+            "--sync-period",
+            "+250ms",
+            "--leader-lease",
+            "15000μs",
+            "--volume-agent-silence",
+            "1m0s",
+        ])
+        .unwrap();
+        assert_eq!(args.default_backup_ttl, Duration::ZERO);
+        assert_eq!(args.gc_period, Duration::from_secs(5400));
+        assert_eq!(args.sync_period, Duration::from_millis(250));
+        assert_eq!(args.leader_lease, Duration::from_millis(15));
+        assert_eq!(args.volume_agent_silence, Duration::from_secs(60));
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.default_backup_ttl, Duration::from_secs(720 * 3600));
+        assert_eq!(defaults.plugin_compile_timeout, Duration::from_secs(300));
+
+        let err = parse(&["--gc-period=-1h"]).err().unwrap().to_string();
+        assert!(
+            err.contains("--gc-period") && err.contains("rule: non-negative-duration"),
+            "{err}"
+        );
+        let err = parse(&["--operation-timeout", "4 hours"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("--operation-timeout") && err.contains("time: unknown unit"),
+            "{err}"
+        );
+        let err = parse(&["--volume-agent-silence=-1m"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("is negative"), "{err}");
+    }
 }
 
 /// Resolves on SIGTERM (how Kubernetes stops a pod) or ^C. In a `FROM
@@ -292,7 +338,7 @@ pub struct NodeAgentArgs {
     /// The longest one volume backup may take (Velero's
     /// --fs-backup-timeout); past it the volume fails (rule
     /// fs-backup-timeout) and its permit is free.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
     fs_backup_timeout: Duration,
 }
 

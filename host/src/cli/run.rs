@@ -42,7 +42,7 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "progress")]
     related: bool,
     /// CPU deadline of each call.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = iar::duration::parse_non_negative)]
     deadline: Option<Duration>,
     /// Memory cap of each instance ("64MiB").
     #[arg(long, value_parser = iar::limits::parse_bytes)]

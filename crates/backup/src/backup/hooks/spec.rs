@@ -4,7 +4,7 @@
 //! for one pod and phase. An annotation hook replaces the spec hooks for
 //! that pod and phase, as in Velero.
 
-use crate::backup::spec::parse_go_duration;
+use iar_core::duration::parse_non_negative;
 use iar_core::item::Item;
 use iar_core::select::BackupFilter;
 use serde::Serialize;
@@ -194,7 +194,7 @@ pub fn annotation_hook(pod: &Item, phase: HookPhase) -> Result<Option<ExecHook>,
         (None, _) => OnError::Fail,
     };
     let timeout = match get("timeout") {
-        (Some(s), key) => parse_go_duration(&s).map_err(|e| herr(at(&key), e))?,
+        (Some(s), key) => parse_non_negative(&s).map_err(|e| herr(at(&key), e.to_string()))?,
         (None, _) => DEFAULT_TIMEOUT,
     };
     Ok(Some(ExecHook {
@@ -251,7 +251,9 @@ fn exec_hooks(list: Option<&Value>, at: &str) -> Result<Vec<ExecHook>, HookError
             None => OnError::Fail,
         };
         let timeout = match s("timeout") {
-            Some(v) => parse_go_duration(v).map_err(|e| herr(format!("{at}.timeout"), e))?,
+            Some(v) => {
+                parse_non_negative(v).map_err(|e| herr(format!("{at}.timeout"), e.to_string()))?
+            }
             None => DEFAULT_TIMEOUT,
         };
         out.push(ExecHook {
