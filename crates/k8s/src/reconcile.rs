@@ -369,6 +369,9 @@ fn held_retry(c: &PhaseMachine) -> Duration {
 
 /// When a busy replica looks at a new backup again: soon, and spread by
 /// the name so that backups refused together do not come back together.
+/// The spread is only a requeue delay in this process, never written or
+/// compared with another process's, so `DefaultHasher` (not stable across
+/// Rust releases) is enough.
 fn busy_retry(name: &str) -> Duration {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -2,14 +2,15 @@
 //! enforces CPU deadlines, and the compiled-component cache.
 
 use crate::sandbox::State;
-use sha2::{Digest, Sha256};
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, WasmFeatures};
+
+mod cache;
+pub use cache::{DEFAULT_CACHE_MAX_BYTES, ENV_CACHE_MAX_BYTES, cache_max_bytes_from};
 
 /// How often the epoch advances; CPU deadlines are enforced to this grain.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -19,6 +20,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 pub struct RuntimeConfig {
     /// Where compiled components are cached; `None` disables the cache.
     pub cache_dir: Option<PathBuf>,
+    /// The most the cache's entries may add up to, in bytes; past it, the
+    /// least recently used are removed when an entry is written.
+    pub cache_max_bytes: u64,
     /// wasm stack per call, in bytes. Engine-wide because wasmtime sets it
     /// per engine; deep recursion traps with a stack overflow.
     pub max_wasm_stack: usize,
@@ -40,6 +44,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             cache_dir: default_cache_dir(),
+            cache_max_bytes: default_cache_max_bytes(),
             max_wasm_stack: 512 << 10,
             pooling: true,
         }
@@ -55,6 +60,17 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     Some(base.join("iar"))
+}
+
+/// `$IAR_CACHE_MAX_BYTES` (`512MiB`, `2GiB`), else
+/// [`DEFAULT_CACHE_MAX_BYTES`] (1 GiB). A value that is not a size is
+/// warned about and the default used.
+pub fn default_cache_max_bytes() -> u64 {
+    let value = std::env::var(ENV_CACHE_MAX_BYTES).ok();
+    cache_max_bytes_from(value.as_deref()).unwrap_or_else(|e| {
+        tracing::warn!("{e}; the compile cache is bounded at {DEFAULT_CACHE_MAX_BYTES} bytes");
+        DEFAULT_CACHE_MAX_BYTES
+    })
 }
 
 /// Proposals iar does not use, turned off in the engine and in the
@@ -112,9 +128,8 @@ impl std::fmt::Display for Allocation {
 struct Inner {
     engine: Engine,
     linker: Linker<State>,
-    cache_dir: Option<PathBuf>,
+    cache: Option<cache::CompileCache>,
     cache_refused: Option<String>,
-    engine_key: String,
     allocation: Allocation,
     compiles: AtomicUsize,
     cache_hits: AtomicUsize,
@@ -174,10 +189,17 @@ impl Runtime {
             wasmtime::component::HasSelf<State>,
         >(&mut linker, |s| s)?;
         spawn_epoch_ticker(&engine);
-        let (cache_dir, cache_refused) = match config.cache_dir {
+        let (cache, cache_refused) = match config.cache_dir {
             None => (None, None),
-            Some(dir) => match cache_dir_trusted(&dir) {
-                Ok(()) => (Some(dir), None),
+            Some(dir) => match cache::dir_trusted(&dir) {
+                Ok(()) => (
+                    Some(cache::CompileCache::new(
+                        dir,
+                        config.cache_max_bytes,
+                        &engine,
+                    )),
+                    None,
+                ),
                 Err(reason) => {
                     tracing::warn!(
                         dir = %dir.display(),
@@ -187,14 +209,11 @@ impl Runtime {
                 }
             },
         };
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut h);
         Ok(Runtime(Arc::new(Inner {
             engine,
             linker,
-            cache_dir,
+            cache,
             cache_refused,
-            engine_key: format!("{:016x}", h.finish()),
             allocation,
             compiles: AtomicUsize::new(0),
             cache_hits: AtomicUsize::new(0),
@@ -227,7 +246,7 @@ impl Runtime {
     /// The cache directory in use; `None` when there is none or it was
     /// refused.
     pub fn cache_dir(&self) -> Option<&Path> {
-        self.0.cache_dir.as_deref()
+        self.0.cache.as_ref().map(|c| c.dir())
     }
 
     /// Why the configured cache directory was refused (also logged as a
@@ -236,165 +255,22 @@ impl Runtime {
         self.0.cache_refused.as_deref()
     }
 
-    fn cache_path(&self, digest: &str) -> Option<PathBuf> {
-        let dir = self.0.cache_dir.as_ref()?;
-        Some(dir.join(format!("{digest}-{}.cwasm", self.0.engine_key)))
-    }
-
-    /// Compiles a component, or loads it from the cache keyed by the
-    /// content digest and the engine's compatibility hash.
+    /// Compiles a component, or loads it from the cache, where it is keyed
+    /// by the content digest (`digest`, the component's sha256) and the
+    /// engine's compatibility hash (see [`cache`]).
     pub(crate) fn compile(&self, bytes: &[u8], digest: &str) -> anyhow::Result<Component> {
-        let path = self.cache_path(digest);
-        if let Some(path) = path.as_deref().filter(|p| p.exists()) {
-            // Read into memory rather than mmap the file: a cache file
-            // truncated under a running host (another process, an operator)
-            // would otherwise crash it with SIGBUS.
-            let loaded = std::fs::read(path)
-                .map_err(anyhow::Error::from)
-                .and_then(|file| {
-                    let native = cache_entry::open(&file, digest)?;
-                    // SAFETY: deserializing runs native code from the file.
-                    // What is trusted: the directory, which `Runtime::new`
-                    // accepted only if it is owned by this user and not
-                    // writable by group or others, so only this user's
-                    // processes can place a file here. What is checked, not
-                    // trusted: the entry's sha256 (so a truncated, corrupted
-                    // or half-written file is refused) and the component
-                    // digest it records (so an entry renamed or copied from
-                    // another component is refused); wasmtime checks the
-                    // engine compatibility header. The checksum is no
-                    // signature: it cannot stop someone who can already
-                    // write as this user.
-                    unsafe { Component::deserialize(&self.0.engine, native) }
-                        .map_err(anyhow::Error::from)
-                });
-            match loaded {
-                Ok(component) => {
-                    self.0.cache_hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(component);
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e:#}")
-                }
-            }
+        let cache = self.0.cache.as_ref();
+        if let Some(component) = cache.and_then(|c| c.load(&self.0.engine, digest)) {
+            self.0.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(component);
         }
         let component = Component::new(&self.0.engine, bytes)?;
         self.0.compiles.fetch_add(1, Ordering::Relaxed);
-        if let Some(path) = path {
-            let entry = cache_entry::seal(&component.serialize()?, digest)?;
-            if let Err(e) = write_atomically(&path, &entry) {
-                tracing::warn!(path = %path.display(), "could not cache compiled component: {e}");
-            }
+        if let Some(cache) = cache {
+            cache.store(&component, digest);
         }
         Ok(component)
     }
-}
-
-/// The on-disk form of a cached component: a header naming what it holds,
-/// then wasmtime's serialized component.
-///
-/// ```text
-/// "iar-cwasm\0v1\0\0\0\0" (16)  component sha256 (32)  sha256(digest ‖ native) (32)  native
-/// ```
-mod cache_entry {
-    use super::{Digest, Sha256};
-    use anyhow::{anyhow, bail};
-
-    const MAGIC: &[u8; 16] = b"iar-cwasm\0v1\0\0\0\0";
-    const HEADER: usize = 16 + 32 + 32;
-
-    fn checksum(digest: &[u8], native: &[u8]) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(digest);
-        h.update(native);
-        h.finalize().into()
-    }
-
-    /// Wraps a serialized component compiled from `digest` (hex sha256).
-    pub(super) fn seal(native: &[u8], digest: &str) -> anyhow::Result<Vec<u8>> {
-        let digest = hex::decode(digest).map_err(|e| anyhow!("digest {digest:?}: {e}"))?;
-        let mut out = Vec::with_capacity(HEADER + native.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&digest);
-        out.extend_from_slice(&checksum(&digest, native));
-        out.extend_from_slice(native);
-        Ok(out)
-    }
-
-    /// The serialized component in `file`, if the file is whole and was
-    /// compiled from `digest`.
-    pub(super) fn open<'a>(file: &'a [u8], digest: &str) -> anyhow::Result<&'a [u8]> {
-        if file.len() < HEADER || &file[..16] != MAGIC {
-            bail!("not an iar cache entry (or one of another format version)");
-        }
-        let (recorded, sum, native) = (&file[16..48], &file[48..80], &file[HEADER..]);
-        if hex::encode(recorded) != digest {
-            bail!(
-                "entry was compiled from component {}, not {digest}",
-                hex::encode(recorded)
-            );
-        }
-        if checksum(recorded, native) != sum {
-            bail!("checksum mismatch: the entry is truncated or corrupted");
-        }
-        Ok(native)
-    }
-}
-
-/// Creates the cache directory (0700) if it is missing, and accepts it only
-/// if no one but this user can write to it: a cached entry is native code
-/// that this process will run.
-fn cache_dir_trusted(dir: &Path) -> Result<(), String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-        if !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| format!("cannot create it: {e}"))?;
-        }
-        let meta = std::fs::metadata(dir).map_err(|e| format!("cannot stat it: {e}"))?;
-        if !meta.is_dir() {
-            return Err("it is not a directory".into());
-        }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err(format!(
-                "it is owned by uid {}, not by this user (uid {me})",
-                meta.uid()
-            ));
-        }
-        let mode = meta.mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(format!(
-                "it is writable by group or others (mode {mode:04o}); make it 0700"
-            ));
-        }
-        Ok(())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Err("ownership cannot be checked on this platform".into())
-    }
-}
-
-/// Writes through a temporary file (0600) in the same directory and renames
-/// it into place, so a reader never sees a partial file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".tmp-");
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600));
-    let mut tmp = builder.tempfile_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// Written pages of a linear memory kept resident when its slot is freed:
@@ -531,23 +407,5 @@ mod tests {
         })
         .unwrap();
         assert_eq!(on_demand.allocation(), &Allocation::OnDemand(None));
-    }
-
-    /// An entry opens only for the digest it was sealed for, whole.
-    #[test]
-    fn cache_entries_check_digest_and_checksum() {
-        let digest = "ab".repeat(32);
-        let other = "cd".repeat(32);
-        let entry = cache_entry::seal(b"native code", &digest).unwrap();
-        assert_eq!(cache_entry::open(&entry, &digest).unwrap(), b"native code");
-        let err = cache_entry::open(&entry, &other).unwrap_err().to_string();
-        assert!(err.contains("compiled from component abab"), "{err}");
-        for at in [0, 20, 60, entry.len() - 1] {
-            let mut bad = entry.clone();
-            bad[at] ^= 0x80;
-            assert!(cache_entry::open(&bad, &digest).is_err(), "byte {at}");
-        }
-        assert!(cache_entry::open(&entry[..entry.len() - 1], &digest).is_err());
-        assert!(cache_entry::open(&entry[..10], &digest).is_err());
     }
 }

@@ -6,7 +6,9 @@
 //! `polyglot/build.sh` builds them into `target/polyglot`, installing its
 //! pinned tools (npm, a Python venv) into the per-machine cache on first use.
 //! A machine that cannot install them fails these tests, loudly; set
-//! `IAR_SKIP_POLYGLOT=1` to skip them on purpose.
+//! `IAR_SKIP_POLYGLOT=1` to skip them on purpose, except under `CI=true`,
+//! where it is not honoured: there the tests run or fail, so a green CI
+//! run means they ran.
 //!
 //! To check another behaviour, add a [`Case`] to [`CASES`]: every case runs
 //! every language and compares with Rust byte for byte.
@@ -42,16 +44,44 @@ struct Labels {
     path: PathBuf,
 }
 
+/// Whether the polyglot tests skip: when `IAR_SKIP_POLYGLOT` is `1` (the
+/// value of `skip`), but never under CI (`ci`, [`iar_apiserver::in_ci`]),
+/// where they run or fail.
+fn skips(skip: Option<&str>, ci: bool) -> bool {
+    skip == Some("1") && !ci
+}
+
+/// Writes past the test harness's capture (`eprintln!` is shown only for
+/// failing tests), so neither a skip nor an ignored skip is silent.
+fn loud(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
 /// The Rust labels plugin, then the JavaScript and Python ones; `None`
-/// when `IAR_SKIP_POLYGLOT=1`. Built once per test binary (build.sh holds a
-/// lock, so parallel test binaries do not race either).
+/// when `IAR_SKIP_POLYGLOT=1` outside CI ([`skips`]). Built once per test
+/// binary (build.sh holds a lock, so parallel test binaries do not race
+/// either).
 fn all_labels() -> Option<&'static [Labels]> {
     static BUILT: OnceLock<Option<Vec<Labels>>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            if std::env::var("IAR_SKIP_POLYGLOT").as_deref() == Ok("1") {
+            let skip = std::env::var("IAR_SKIP_POLYGLOT").ok();
+            let ci = iar_apiserver::in_ci();
+            if skips(skip.as_deref(), ci) {
                 return None;
             }
+            if skip.is_some() && ci {
+                loud(
+                    "polyglot: IAR_SKIP_POLYGLOT is not honoured under CI=true; \
+                     the polyglot tests run (and fail if their tools cannot be installed)",
+                );
+            }
+            let how_to_skip = if ci {
+                "Under CI=true they cannot be skipped."
+            } else {
+                "Set IAR_SKIP_POLYGLOT=1 to skip these tests."
+            };
             let out_dir = target_dir().join("polyglot");
             let script = repo().join("polyglot/build.sh");
             // Its progress (and any install error) goes straight to the
@@ -66,7 +96,7 @@ fn all_labels() -> Option<&'static [Labels]> {
                 out.status.success(),
                 "polyglot/build.sh {} failed ({}): its messages are above. It needs \
                  Node.js with npm, Python 3 with venv, and the npm registry and PyPI \
-                 for the first install. Set IAR_SKIP_POLYGLOT=1 to skip these tests.",
+                 for the first install. {how_to_skip}",
                 out_dir.display(),
                 out.status
             );
@@ -111,17 +141,32 @@ fn all_labels() -> Option<&'static [Labels]> {
         .as_deref()
 }
 
-/// Skips (with a note) when `IAR_SKIP_POLYGLOT=1`.
+/// Skips (with a note past the harness's capture) when
+/// `IAR_SKIP_POLYGLOT=1` outside CI.
 macro_rules! labels_or_skip {
     () => {
         match all_labels() {
             Some(labels) => labels,
             None => {
-                eprintln!("skipped: IAR_SKIP_POLYGLOT=1");
+                loud(&format!(
+                    "!!! SKIPPED {}: IAR_SKIP_POLYGLOT=1 !!!",
+                    std::thread::current().name().unwrap_or("a polyglot test")
+                ));
                 return;
             }
         }
     };
+}
+
+/// `IAR_SKIP_POLYGLOT=1` skips only outside CI; nothing else skips.
+#[test]
+fn the_skip_is_not_honoured_under_ci() {
+    assert!(skips(Some("1"), false));
+    assert!(!skips(Some("1"), true), "CI=true: run or fail");
+    for other in [None, Some("0"), Some(""), Some("yes")] {
+        assert!(!skips(other, false), "{other:?}");
+        assert!(!skips(other, true), "{other:?}");
+    }
 }
 
 /// Each plugin copied to `target/polyglot/as-labels/<lang>/labels.wasm`:

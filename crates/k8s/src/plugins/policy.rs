@@ -49,7 +49,8 @@ pub struct GrantPolicy {
 }
 
 /// The largest value each limit may have. A limit added to [`Limits`]
-/// gets a field here and a line in [`MaxLimits::exceeded`].
+/// gets a field here and a check in [`MaxLimits::exceeded`], which does
+/// not compile until it has one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct MaxLimits {
@@ -114,39 +115,75 @@ impl MaxLimits {
 
     /// Each limit of `asked` over its maximum, as `limits.KEY ASKED (at
     /// most MAX)`.
+    ///
+    /// Both structs are destructured without `..`: a field added to
+    /// [`Limits`] (or here) does not compile until it is capped below, or
+    /// said here why it needs no cap.
     pub fn exceeded(&self, asked: &Limits) -> Vec<String> {
+        let Limits {
+            deadline,
+            // Capped as the ceiling in force (`wallClock`, or ten deadlines).
+            wall_clock: _,
+            memory_bytes,
+            max_item_bytes,
+            max_related_items,
+            max_operation_id_bytes,
+            max_message_bytes,
+            max_log_lines,
+            max_stdio_bytes,
+            max_host_calls,
+            max_creates_per_backup,
+            max_resources,
+            // Not a size: the policy's `isolation` list bounds it
+            // (`GrantPolicy::refusals`).
+            isolation: _,
+        } = asked;
+        let MaxLimits {
+            deadline: max_deadline,
+            wall_clock: max_wall_clock,
+            memory_bytes: max_memory_bytes,
+            max_item_bytes: max_max_item_bytes,
+            max_related_items: max_max_related_items,
+            max_operation_id_bytes: max_max_operation_id_bytes,
+            max_message_bytes: max_max_message_bytes,
+            max_log_lines: max_max_log_lines,
+            max_stdio_bytes: max_max_stdio_bytes,
+            max_host_calls: max_max_host_calls,
+            max_creates_per_backup: max_max_creates_per_backup,
+            max_resources: max_max_resources,
+        } = self;
         let mut over = Vec::new();
         let mut check = |key: &str, asked: usize, max: usize| {
             if asked > max {
                 over.push(format!("limits.{key} {asked} (at most {max})"));
             }
         };
-        check("memoryBytes", asked.memory_bytes, self.memory_bytes);
-        check("maxItemBytes", asked.max_item_bytes, self.max_item_bytes);
+        check("memoryBytes", *memory_bytes, *max_memory_bytes);
+        check("maxItemBytes", *max_item_bytes, *max_max_item_bytes);
         check(
             "maxRelatedItems",
-            asked.max_related_items,
-            self.max_related_items,
+            *max_related_items,
+            *max_max_related_items,
         );
         check(
             "maxOperationIdBytes",
-            asked.max_operation_id_bytes,
-            self.max_operation_id_bytes,
+            *max_operation_id_bytes,
+            *max_max_operation_id_bytes,
         );
         check(
             "maxMessageBytes",
-            asked.max_message_bytes,
-            self.max_message_bytes,
+            *max_message_bytes,
+            *max_max_message_bytes,
         );
-        check("maxLogLines", asked.max_log_lines, self.max_log_lines);
-        check("maxStdioBytes", asked.max_stdio_bytes, self.max_stdio_bytes);
-        check("maxHostCalls", asked.max_host_calls, self.max_host_calls);
+        check("maxLogLines", *max_log_lines, *max_max_log_lines);
+        check("maxStdioBytes", *max_stdio_bytes, *max_max_stdio_bytes);
+        check("maxHostCalls", *max_host_calls, *max_max_host_calls);
         check(
             "maxCreatesPerBackup",
-            asked.max_creates_per_backup,
-            self.max_creates_per_backup,
+            *max_creates_per_backup,
+            *max_max_creates_per_backup,
         );
-        check("maxResources", asked.max_resources, self.max_resources);
+        check("maxResources", *max_resources, *max_max_resources);
         let mut check_duration = |key: &str, asked: Duration, max: Duration| {
             if asked > max {
                 over.push(format!(
@@ -156,8 +193,8 @@ impl MaxLimits {
                 ));
             }
         };
-        check_duration("deadline", asked.deadline, self.deadline);
-        check_duration("wallClock", asked.wall_clock_ceiling(), self.wall_clock);
+        check_duration("deadline", *deadline, *max_deadline);
+        check_duration("wallClock", asked.wall_clock_ceiling(), *max_wall_clock);
         over
     }
 }
@@ -203,8 +240,6 @@ impl GrantPolicy {
         })
     }
 
-    /// Everything `settings` asks beyond this policy, one entry each; empty
-    /// when the policy allows it all.
     /// Why an `https://` reference may not be fetched, if it may not: its
     /// host is not among `referenceHosts` (rule `reference-host`).
     pub fn reference_refusal(&self, url: &str) -> Option<String> {
@@ -231,6 +266,8 @@ impl GrantPolicy {
         })
     }
 
+    /// Everything `settings` asks beyond this policy, one entry each; empty
+    /// when the policy allows it all.
     pub fn refusals(&self, settings: &PluginSettings) -> Vec<String> {
         let mut refused = Vec::new();
         for asked in settings.grants.patterns() {
@@ -406,6 +443,92 @@ mod tests {
             refused.contains(&"limits.wallClock 1h 40m (at most 6m 40s)".to_string()),
             "{refused:?}"
         );
+    }
+
+    /// Each limit one above its cap is refused, alone and by its settings
+    /// key; at the cap it is not. The keys are read from `Limits`' own
+    /// serialization, so a limit added without a case here fails this
+    /// test, and `MaxLimits` has a maximum for each of them.
+    #[test]
+    fn each_limit_over_its_cap_is_refused_by_name() {
+        type Set = fn(&mut Limits, &MaxLimits, u32);
+        let cases: &[(&str, Set)] = &[
+            ("deadline", |l, m, by| {
+                l.deadline = m.deadline + Duration::from_millis(by.into());
+                // Else the implied ten-deadline ceiling is over too.
+                l.wall_clock = Some(m.deadline);
+            }),
+            ("wallClock", |l, m, by| {
+                l.wall_clock = Some(m.wall_clock + Duration::from_millis(by.into()))
+            }),
+            ("memoryBytes", |l, m, by| {
+                l.memory_bytes = m.memory_bytes + by as usize
+            }),
+            ("maxItemBytes", |l, m, by| {
+                l.max_item_bytes = m.max_item_bytes + by as usize
+            }),
+            ("maxRelatedItems", |l, m, by| {
+                l.max_related_items = m.max_related_items + by as usize
+            }),
+            ("maxOperationIdBytes", |l, m, by| {
+                l.max_operation_id_bytes = m.max_operation_id_bytes + by as usize
+            }),
+            ("maxMessageBytes", |l, m, by| {
+                l.max_message_bytes = m.max_message_bytes + by as usize
+            }),
+            ("maxLogLines", |l, m, by| {
+                l.max_log_lines = m.max_log_lines + by as usize
+            }),
+            ("maxStdioBytes", |l, m, by| {
+                l.max_stdio_bytes = m.max_stdio_bytes + by as usize
+            }),
+            ("maxHostCalls", |l, m, by| {
+                l.max_host_calls = m.max_host_calls + by as usize
+            }),
+            ("maxCreatesPerBackup", |l, m, by| {
+                l.max_creates_per_backup = m.max_creates_per_backup + by as usize
+            }),
+            ("maxResources", |l, m, by| {
+                l.max_resources = m.max_resources + by as usize
+            }),
+        ];
+        let keys = |v: serde_json::Value| -> Vec<String> {
+            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let every_limit = Limits {
+            wall_clock: Some(Duration::from_secs(1)),
+            ..Limits::default()
+        };
+        let mut limits = keys(serde_json::to_value(every_limit).unwrap());
+        limits.retain(|k| k != "isolation");
+        let mut covered: Vec<String> = cases.iter().map(|(k, _)| k.to_string()).collect();
+        covered.sort();
+        assert_eq!(covered, limits, "a case per limit");
+        let max = MaxLimits::default();
+        assert_eq!(
+            keys(serde_json::to_value(&max).unwrap()),
+            limits,
+            "a maximum per limit"
+        );
+        for (key, set) in cases {
+            let mut at_cap = Limits::default();
+            set(&mut at_cap, &max, 0);
+            assert_eq!(
+                max.exceeded(&at_cap),
+                Vec::<String>::new(),
+                "{key} at its cap"
+            );
+            let mut over = Limits::default();
+            set(&mut over, &max, 1);
+            let refused = max.exceeded(&over);
+            assert_eq!(refused.len(), 1, "{key}: {refused:?}");
+            assert!(
+                refused[0].starts_with(&format!("limits.{key} ")),
+                "{key}: {refused:?}"
+            );
+        }
     }
 
     #[test]
