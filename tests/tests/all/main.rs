@@ -6,6 +6,7 @@
 
 mod apiserver;
 mod apiserver_plugins;
+mod apiserver_plugins_access;
 mod artifacts;
 mod backups;
 mod blocks;

@@ -5,6 +5,7 @@
 use iar_plugin::plugin::Plugin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// The plugins of one generation, in `order`, then name.
@@ -21,10 +22,29 @@ impl PluginSet {
     }
 }
 
+/// The latest failure of a ConfigMap watch that is failing now. kube's
+/// watcher tries again after [`retry_in`](Self::retry_in); the failure is
+/// gone once the watch delivers again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchFailure {
+    /// The label the watch selects by: `iar.dev/plugin`, or Velero's
+    /// `velero.io/plugin-config`.
+    pub label: &'static str,
+    /// Failures in a row.
+    pub attempt: u32,
+    /// How long the watch waits before it tries again: growing with
+    /// `attempt`, at most [`super::MAX_RETRY_DELAY`].
+    pub retry_in: Duration,
+    /// What failed (what to grant, when the API server refused) and when
+    /// it is retried: the line logged.
+    pub message: String,
+}
+
 pub struct PluginRegistry {
     current: RwLock<Arc<PluginSet>>,
     synced: AtomicBool,
     generation: watch::Sender<u64>,
+    failures: watch::Sender<Vec<WatchFailure>>,
 }
 
 impl PluginRegistry {
@@ -34,6 +54,7 @@ impl PluginRegistry {
             current: RwLock::new(Arc::new(PluginSet::default())),
             synced: AtomicBool::new(false),
             generation: watch::Sender::new(0),
+            failures: watch::Sender::new(Vec::new()),
         })
     }
 
@@ -66,6 +87,33 @@ impl PluginRegistry {
     /// Receives each new generation number.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
+    }
+
+    /// The ConfigMap watches failing now, each with its latest failure (in
+    /// label order); empty while every watch delivers.
+    pub fn watch_failures(&self) -> watch::Receiver<Vec<WatchFailure>> {
+        self.failures.subscribe()
+    }
+
+    /// Records a watch's failure, replacing its previous one.
+    pub(crate) fn watch_failed(&self, failure: WatchFailure) {
+        self.failures.send_modify(|all| {
+            all.retain(|f| f.label != failure.label);
+            all.push(failure);
+            all.sort_by_key(|f| f.label);
+        });
+    }
+
+    /// The watch selecting by `label` delivered: its failure, if it had
+    /// one, is removed and returned.
+    pub(crate) fn watch_recovered(&self, label: &str) -> Option<WatchFailure> {
+        let mut was = None;
+        self.failures.send_if_modified(|all| {
+            let at = all.iter().position(|f| f.label == label);
+            was = at.map(|at| all.remove(at));
+            was.is_some()
+        });
+        was
     }
 
     /// Publishes a new generation holding `plugins` (with their order) and

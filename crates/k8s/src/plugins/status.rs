@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::sync::Arc;
 
 pub const ANNOTATION_STATUS: &str = "iar.dev/status";
 pub const ANNOTATION_MESSAGE: &str = "iar.dev/status-message";
@@ -90,7 +91,8 @@ impl std::fmt::Display for Status {
 /// One status to write on one ConfigMap.
 #[derive(Clone, Debug)]
 pub struct Report {
-    pub configmap: ConfigMap,
+    /// As the watch's store holds it.
+    pub configmap: Arc<ConfigMap>,
     pub status: Status,
     pub message: String,
     /// The digest of the version serving now (the previous one when a new

@@ -1,19 +1,21 @@
 //! The watch loop: plugin ConfigMaps and Velero plugin-config ConfigMaps in
-//! one namespace, reconciled into the registry.
+//! one namespace (kube-runtime's watches and stores, [`super::watches`]),
+//! reconciled into the registry.
 
 use super::claims::{Claim, claim_note, claim_of, claimants, name};
-use super::configmap::{self, LABEL, PluginSpec, Source, VELERO_LABEL};
+use super::configmap::{self, PluginSpec, Source};
 use super::load::{self, LoadFailure};
 use super::policy::GrantPolicy;
 use super::registry::PluginRegistry;
 use super::status::{Report, Status, StatusWriter};
+use super::watches::{self, Kind};
 use futures::{FutureExt, StreamExt};
 use iar_plugin::plugin::Plugin;
 use iar_plugin::runtime::Runtime;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::Event;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,8 +31,9 @@ pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    /// kube's watcher retries errors with a backoff and never ends; this is
-    /// returned if it does all the same.
+    /// kube's watcher retries every failure after a backoff (logged, and
+    /// kept in the registry) and never ends; this is returned if it does
+    /// all the same.
     #[error("the watch of plugin ConfigMaps in namespace {namespace:?} ended")]
     Ended { namespace: String },
     #[error("plugin ConfigMaps in namespace {namespace:?}: {reason}")]
@@ -68,8 +71,11 @@ impl Default for WatchOptions {
     }
 }
 
-/// [`watch_with`] for as long as the process runs: when the watch ends
-/// (its error is logged), it starts again 5 s later.
+/// [`watch_with`] for as long as the process runs, its error (if it
+/// returns one) logged. It has nothing to restart: kube's watcher retries
+/// each failure of the watch itself, after a growing delay of at most
+/// [`super::MAX_RETRY_DELAY`]; what [`watch_with`] returns is a setup
+/// error (the https client), which trying again would not mend.
 pub async fn watch_forever(
     client: kube::Client,
     namespace: String,
@@ -77,17 +83,8 @@ pub async fn watch_forever(
     registry: Arc<PluginRegistry>,
     options: WatchOptions,
 ) {
-    loop {
-        let watched = watch_with(
-            client.clone(),
-            namespace.clone(),
-            runtime.clone(),
-            registry.clone(),
-            options.clone(),
-        )
-        .await;
-        tracing::error!("watching plugin ConfigMaps ended ({watched:?}); restarting in 5 s");
-        tokio::time::sleep(Duration::from_secs(5)).await;
+    if let Err(e) = watch_with(client, namespace, runtime, registry, options).await {
+        tracing::error!("{e}; plugin ConfigMaps are not loaded");
     }
 }
 
@@ -110,7 +107,12 @@ pub async fn watch(
     .await
 }
 
-/// [`watch`], with options.
+/// [`watch`], with options. A failure of a watch (the API server down, a
+/// list or watch refused) is logged, with the rule to grant when access
+/// was refused, and recorded in the registry
+/// ([`PluginRegistry::watch_failures`]); the watch is tried again after a
+/// delay that grows from 800 ms to [`super::MAX_RETRY_DELAY`], and nothing
+/// is published before both watches have listed once.
 pub async fn watch_with(
     client: kube::Client,
     namespace: String,
@@ -125,13 +127,9 @@ pub async fn watch_with(
         }
     })?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let plugins = watcher::watcher(api.clone(), watcher::Config::default().labels(LABEL))
-        .default_backoff()
-        .map(|e| (Kind::Plugin, e));
-    let velero = watcher::watcher(api, watcher::Config::default().labels(VELERO_LABEL))
-        .default_backoff()
-        .map(|e| (Kind::Velero, e));
-    let mut events = std::pin::pin!(futures::stream::select(plugins, velero));
+    let (plugins, plugin_events) = watches::watch(api.clone(), &namespace, Kind::Plugin);
+    let (velero, velero_events) = watches::watch(api, &namespace, Kind::Velero);
+    let mut events = std::pin::pin!(futures::stream::select(plugin_events, velero_events));
     let slots = std::thread::available_parallelism().map_or(1, usize::from);
     let mut state = State {
         loader: Loader {
@@ -145,8 +143,9 @@ pub async fn watch_with(
         policy: options.grant_policy,
         registry,
         writer: StatusWriter::new(client, &namespace),
-        plugins: Store::default(),
-        velero: Store::default(),
+        plugins: Watched::new(plugins),
+        velero: Watched::new(velero),
+        namespace: namespace.clone(),
         loaded: BTreeMap::new(),
         attempts: BTreeMap::new(),
         next_ticket: 0,
@@ -163,16 +162,25 @@ pub async fn watch_with(
                 let Some((kind, event)) = next else { break };
                 let event = match event {
                     Ok(event) => event,
-                    Err(e) => {
-                        tracing::warn!(%namespace, "watching plugin ConfigMaps: {e}; retrying");
+                    Err(failure) => {
+                        tracing::warn!(%namespace, "{}", failure.message);
+                        state.registry.watch_failed(failure);
                         continue;
                     }
                 };
-                let store = match kind {
+                if let Some(was) = state.registry.watch_recovered(kind.label()) {
+                    tracing::info!(
+                        %namespace,
+                        "the ConfigMaps labelled {} are watched again, after {} failures",
+                        kind.label(),
+                        was.attempt
+                    );
+                }
+                let watched = match kind {
                     Kind::Plugin => &mut state.plugins,
                     Kind::Velero => &mut state.velero,
                 };
-                if store.apply(event) {
+                if watched.changed_by(&event) {
                     state.converge(&mut loads).await;
                 }
             }
@@ -187,50 +195,43 @@ pub async fn watch_with(
     Err(WatchError::Ended { namespace })
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Plugin,
-    Velero,
-}
-
-/// The ConfigMaps one watch has seen. A (re)list is buffered until it is
-/// complete, so objects deleted while the watch was down disappear at once
-/// and the first reconcile sees every plugin.
-#[derive(Default)]
-struct Store {
-    objects: BTreeMap<String, ConfigMap>,
-    buffer: Option<BTreeMap<String, ConfigMap>>,
+/// The ConfigMaps one watch has seen: kube's store, which the event was
+/// applied to before it got here. A (re)list is buffered there until it
+/// is complete, so objects deleted while the watch was down disappear at
+/// once and the first reconcile sees every plugin.
+struct Watched {
+    store: reflector::Store<ConfigMap>,
+    /// Whether a first list is complete.
     synced: bool,
 }
 
-impl Store {
-    /// Applies an event; true when the objects changed.
-    fn apply(&mut self, event: Event<ConfigMap>) -> bool {
+impl Watched {
+    fn new(store: reflector::Store<ConfigMap>) -> Self {
+        Watched {
+            store,
+            synced: false,
+        }
+    }
+
+    /// Whether `event` (already in the store) changed its objects.
+    fn changed_by(&mut self, event: &Event<ConfigMap>) -> bool {
         match event {
-            Event::Init => {
-                self.buffer = Some(BTreeMap::new());
-                false
-            }
-            Event::InitApply(cm) => {
-                self.buffer
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(name(&cm), cm);
-                false
-            }
+            Event::Init | Event::InitApply(_) => false,
             Event::InitDone => {
-                self.objects = self.buffer.take().unwrap_or_default();
                 self.synced = true;
                 true
             }
-            Event::Apply(cm) => {
-                self.objects.insert(name(&cm), cm);
-                true
-            }
-            Event::Delete(cm) => {
-                self.objects.remove(&name(&cm));
-                true
-            }
+            Event::Apply(_) | Event::Delete(_) => true,
         }
+    }
+
+    /// The objects now, by name.
+    fn by_name(&self) -> BTreeMap<String, Arc<ConfigMap>> {
+        self.store
+            .state()
+            .into_iter()
+            .map(|cm| (name(&cm), cm))
+            .collect()
     }
 }
 
@@ -280,8 +281,9 @@ struct State {
     policy: GrantPolicy,
     registry: Arc<PluginRegistry>,
     writer: StatusWriter,
-    plugins: Store,
-    velero: Store,
+    plugins: Watched,
+    velero: Watched,
+    namespace: String,
     /// By ConfigMap name.
     loaded: BTreeMap<String, Loaded>,
     attempts: BTreeMap<String, Attempt>,
@@ -372,7 +374,8 @@ impl State {
         if !(self.plugins.synced && self.velero.synced) {
             return;
         }
-        let objects = &self.plugins.objects;
+        let objects = self.plugins.by_name();
+        let velero_configs = self.velero.store.state();
         let before = self.loaded.len();
         self.loaded.retain(|cm, _| objects.contains_key(cm));
         self.changed |= self.loaded.len() != before;
@@ -386,7 +389,7 @@ impl State {
             kept
         });
         let mut claims = {
-            let claimants = claimants(objects.values());
+            let claimants = claimants(objects.values().map(Arc::as_ref));
             objects
                 .iter()
                 .map(|(n, cm)| (n.clone(), claim_of(&claimants, cm)))
@@ -394,14 +397,15 @@ impl State {
         };
 
         let mut reports = Vec::new();
-        let names: Vec<String> = objects.keys().cloned().collect();
-        for cm_name in names {
-            let cm = &self.plugins.objects[&cm_name];
+        for (cm_name, cm) in &objects {
+            let cm_name = cm_name.clone();
             let claim = claims.remove(&cm_name).expect("a claim per ConfigMap");
             let velero = match configmap::plugin_name(cm) {
-                Ok(plugin) => {
-                    configmap::velero_config(&cm_name, &plugin, self.velero.objects.values())
-                }
+                Ok(plugin) => configmap::velero_config(
+                    &cm_name,
+                    &plugin,
+                    velero_configs.iter().map(Arc::as_ref),
+                ),
                 Err(_) => Ok(BTreeMap::new()),
             };
             let velero_key = match &velero {
@@ -438,7 +442,6 @@ impl State {
                 }
             }
             let fingerprint = configmap::fingerprint(cm, &velero_key);
-            let cm = cm.clone();
             let mut attempt = Attempt {
                 fingerprint,
                 resource_version,
@@ -458,7 +461,7 @@ impl State {
                     winner,
                     why,
                 })),
-                Claim::Holds { .. } => match (configmap::parse(&cm), velero) {
+                Claim::Holds { .. } => match (configmap::parse(cm), velero) {
                     (Err(e), _) | (Ok(_), Err(e)) => Some(Outcome::Failed(e.into())),
                     (Ok(spec), _) if !spec.enabled => Some(Outcome::Disabled),
                     (Ok(spec), Ok(velero)) => {
@@ -502,7 +505,7 @@ impl State {
             };
             self.attempts.insert(cm_name.clone(), attempt);
             if let Some(outcome) = outcome {
-                reports.push(self.settle(&cm_name, cm, outcome));
+                reports.push(self.settle(&cm_name, cm.clone(), outcome));
             }
         }
         self.publish_and_report(reports).await;
@@ -515,7 +518,8 @@ impl State {
             .attempts
             .get(&job.configmap)
             .is_some_and(|a| a.running == Some(job.ticket));
-        let Some(cm) = self.plugins.objects.get(&job.configmap).cloned() else {
+        let key = ObjectRef::new(&job.configmap).within(&self.namespace);
+        let Some(cm) = self.plugins.store.get(&key) else {
             return;
         };
         if !current {
@@ -533,9 +537,9 @@ impl State {
     fn settle(
         &mut self,
         cm_name: &str,
-        cm: ConfigMap,
+        cm: Arc<ConfigMap>,
         outcome: Outcome,
-    ) -> (ConfigMap, Status, String) {
+    ) -> (Arc<ConfigMap>, Status, String) {
         let (status, message) = match outcome {
             Outcome::Loaded(entry, took) => {
                 let plugin = &entry.plugin;
@@ -594,7 +598,7 @@ impl State {
     /// Publishes a generation when the loaded set changed, but the first
     /// one only once every load of the first sync has ended (each bounded
     /// by its timeouts); then writes the statuses.
-    async fn publish_and_report(&mut self, reports: Vec<(ConfigMap, Status, String)>) {
+    async fn publish_and_report(&mut self, reports: Vec<(Arc<ConfigMap>, Status, String)>) {
         let idle = self.attempts.values().all(|a| a.running.is_none());
         if (self.published && self.changed) || (!self.published && idle) {
             let set = self
