@@ -12,6 +12,9 @@
 // per step, in order (an error is a result: {"error": "..."}):
 //
 //	{"op": "list"}                                  BackupItemActionV2 names
+//	{"op": "listKinds"}                             names per kind iar serves
+//	{"op": "blockAppliesTo", "action": A}           an ItemBlockAction's selector
+//	{"op": "relatedItems", "action": A, "item": {...}, "backup": {...}}
 //	{"op": "appliesTo", "action": A}                the action's selector
 //	{"op": "execute", "action": A, "item": {...}, "backup": {...}}
 //	{"op": "progress", "action": A, "operationID": ID, "backup": {...}}
@@ -93,6 +96,19 @@ func (r *runner) run(s step) map[string]any {
 		}
 		sort.Strings(names)
 		return map[string]any{"names": names}
+	case "listKinds":
+		kinds := map[string][]string{}
+		for _, kind := range []common.PluginKind{common.PluginKindBackupItemActionV2, common.PluginKindItemBlockAction} {
+			names := []string{}
+			for _, id := range r.registry.List(kind) {
+				names = append(names, id.Name)
+			}
+			sort.Strings(names)
+			kinds[string(kind)] = names
+		}
+		return map[string]any{"kinds": kinds}
+	case "blockAppliesTo", "relatedItems":
+		return r.block(s)
 	case "restart":
 		r.manager.CleanupClients()
 		r.manager = clientmgmt.NewManager(r.logger, r.level, r.registry)
@@ -167,6 +183,35 @@ func (r *runner) run(s step) map[string]any {
 		return map[string]any{"canceled": true}
 	}
 	return errResult(fmt.Errorf("unknown op %q", s.Op))
+}
+
+// block runs the ItemBlockAction calls, through the manager as Velero's
+// item collector does.
+func (r *runner) block(s step) map[string]any {
+	action, err := r.manager.GetItemBlockAction(s.Action)
+	if err != nil {
+		return errResult(err)
+	}
+	if s.Op == "blockAppliesTo" {
+		sel, err := action.AppliesTo()
+		if err != nil {
+			return errResult(err)
+		}
+		return map[string]any{"selector": sel}
+	}
+	item := &unstructured.Unstructured{}
+	if err := item.UnmarshalJSON(s.Item); err != nil {
+		return errResult(fmt.Errorf("item: %w", err))
+	}
+	backup, err := r.backup(s.Backup)
+	if err != nil {
+		return errResult(err)
+	}
+	related, err := action.GetRelatedItems(item, backup)
+	if err != nil {
+		return errResult(err)
+	}
+	return map[string]any{"relatedItems": related}
 }
 
 func main() {

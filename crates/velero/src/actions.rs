@@ -167,9 +167,12 @@ impl ActionSet {
     /// Each action name with every contract interface its plugin exports,
     /// read from the component's exports without compiling it (a file) or
     /// from the loaded plugin (a ConfigMap): what Velero is told, one kind
-    /// per interface. A file whose exports cannot be read is left out with
-    /// an error in the log: listed under a kind it may not export, Velero
-    /// would call it for every item.
+    /// per interface. A file whose exports cannot be read is listed as a
+    /// BackupItemAction only, with an error in the log: left out, Velero's
+    /// only word would be "unable to get valid BackupItemActionV2", while
+    /// listed, each call gets iar's refusal naming the plugin, the item and
+    /// the rule (`valid-component`). A file that reads but exports no
+    /// contract interface is left out: it is no item action at all.
     pub fn listed(&self) -> Vec<(String, Interface)> {
         let configmaps = self.configmaps.as_ref().map(|r| r.current());
         let mut listed = Vec::new();
@@ -187,8 +190,8 @@ impl ActionSet {
                         continue;
                     }
                     Err(e) => {
-                        tracing::error!(plugin = %name, "{}: {e}: not listed to Velero", path.display());
-                        continue;
+                        tracing::error!(plugin = %name, "{}: {e}: listed to Velero as a BackupItemAction, whose every call is refused", path.display());
+                        vec![Interface::ItemAction]
                     }
                 }
             } else {

@@ -899,6 +899,18 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "the snapshot-controller runs"
     );
     crate::csi::csi_claim(&client, app, "data", "ledger").await;
+    // A Pod that reads app-config: config-block, Velero's ItemBlockAction
+    // here, relates the two, so Velero asks it for the Pod's related items.
+    create(
+        &client,
+        &resource("", "v1", "Pod", "pods"),
+        app,
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": app},
+            "spec": {"containers": [{"name": "web", "image": "web:1",
+                "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}}),
+    )
+    .await;
     create_location(&client, velero_ns, &endpoint).await;
 
     // Velero's plugin directory, filled as deploy/velero/'s init container
@@ -919,6 +931,11 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     )
     .unwrap();
     crate::csi::grant_in_dir(&image, "pvc-snapshot");
+    std::fs::copy(
+        iar_tests::artifacts::CONFIG_BLOCK,
+        image.join("config-block.wasm"),
+    )
+    .unwrap();
     let install = || {
         let out = iar(&[
             "plugin",
@@ -931,7 +948,10 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         assert!(out.status.success(), "{}", text(&out));
         String::from_utf8(out.stdout).unwrap()
     };
-    assert_eq!(install(), "iar.dev/labels\niar.dev/pvc-snapshot\n");
+    assert_eq!(
+        install(),
+        "iar.dev/config-block\niar.dev/labels\niar.dev/pvc-snapshot\n"
+    );
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o111;
@@ -965,8 +985,8 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     let status = &status["status"];
     assert_eq!(
         status["progress"]["itemsBackedUp"],
-        4,
-        "the Namespace, ConfigMap, PVC and PV (the VolumeSnapshot is finalize's): {status}\n{}",
+        5,
+        "the Namespace, ConfigMap, Pod, PVC and PV (the VolumeSnapshot is finalize's): {status}\n{}",
         tail(&log)
     );
     assert_eq!(status["backupItemOperationsAttempted"], 1, "{status}");

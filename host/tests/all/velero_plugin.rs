@@ -187,6 +187,12 @@ fn velero_s_client_lists_and_runs_wasm_plugins_through_iar() {
     assert_eq!(results[5]["progress"]["Completed"], true, "{}", results[5]);
     assert_eq!(results[5]["progress"]["NCompleted"], 1);
     assert_eq!(results[5]["progress"]["OperationUnits"], "steps");
+    assert_eq!(results[5]["progress"]["Started"], "2023-11-14T22:13:20Z");
+    assert_eq!(
+        results[5]["progress"]["Updated"], "0001-01-01T00:00:00Z",
+        "no update time is Go's zero time (which Velero skips), not the epoch: {}",
+        results[5]
+    );
 
     let duplicate = error_of(&results[6]);
     assert!(
@@ -238,6 +244,111 @@ fn velero_s_client_lists_and_runs_wasm_plugins_through_iar() {
         results[17]["item"]["metadata"]["annotations"]["hostile.iar.test/previous"], "",
         "a restart is a new process: {}",
         results[17]
+    );
+}
+
+/// Each plugin is listed to Velero under the kinds it exports and no other:
+/// `config-block` (item-block-action only) as an ItemBlockAction, never as
+/// a BackupItemActionV2 (Velero would call Execute on every item and fail
+/// each), a plugin exporting both under both. Velero's client then gets
+/// the block action's selector and related items, and a block action that
+/// breaks a rule fails that call only.
+#[test]
+fn block_actions_are_served_as_velero_item_block_actions() {
+    let Some(client) = client() else { return };
+    let dir = plugin_dir(&[
+        (
+            "labels",
+            artifacts::LABELS,
+            "config: {labels: team=payments}\n",
+        ),
+        ("config-block", artifacts::CONFIG_BLOCK, "{}\n"),
+        ("both", artifacts::BLOCK_HOSTILE, "config: {names: 'a,b'}\n"),
+        (
+            "trapping",
+            artifacts::BLOCK_HOSTILE,
+            "config: {related: trap}\n",
+        ),
+        (
+            "nameless",
+            artifacts::BLOCK_HOSTILE,
+            "config: {related: empty-name}\n",
+        ),
+    ]);
+    let mut pod = pod_item("web");
+    pod["spec"]["volumes"] = json!([{"name": "settings", "configMap": {"name": "web-settings"}}]);
+    let related = |action: &str| {
+        json!({"op": "relatedItems", "action": action, "item": pod.clone(),
+               "backup": velero_backup("InProgress")})
+    };
+    let results = drive(
+        &client,
+        dir.path(),
+        &[
+            json!({"op": "listKinds"}),
+            json!({"op": "blockAppliesTo", "action": "iar.dev/config-block"}),
+            related("iar.dev/config-block"),
+            related("iar.dev/both"),
+            execute("iar.dev/both", pod_item("db"), "InProgress"),
+            // Not a BackupItemActionV2: Velero's registry has no such action.
+            execute("iar.dev/config-block", pod_item("db"), "InProgress"),
+            related("iar.dev/trapping"),
+            related("iar.dev/nameless"),
+            // The process serves on after both.
+            related("iar.dev/config-block"),
+        ],
+    );
+    assert_eq!(
+        results[0]["kinds"],
+        json!({
+            "BackupItemActionV2": ["iar.dev/both", "iar.dev/labels", "iar.dev/nameless", "iar.dev/trapping"],
+            "ItemBlockAction": ["iar.dev/both", "iar.dev/config-block", "iar.dev/nameless", "iar.dev/trapping"],
+        }),
+        "{}",
+        results[0]
+    );
+    assert_eq!(
+        results[1]["selector"]["IncludedResources"],
+        json!(["pods"]),
+        "{}",
+        results[1]
+    );
+    assert_eq!(
+        results[2]["relatedItems"],
+        json!([{"Group": "", "Resource": "configmaps", "Namespace": "shop", "Name": "web-settings"}]),
+        "{}",
+        results[2]
+    );
+    assert_eq!(
+        results[3]["relatedItems"],
+        json!([
+            {"Group": "", "Resource": "configmaps", "Namespace": "shop", "Name": "a"},
+            {"Group": "", "Resource": "configmaps", "Namespace": "shop", "Name": "b"},
+        ]),
+        "{}",
+        results[3]
+    );
+    assert_eq!(
+        results[4]["item"]["metadata"]["labels"]["block-hostile"], "seen",
+        "{}",
+        results[4]
+    );
+    let not_listed = error_of(&results[5]);
+    assert!(not_listed.contains("iar.dev/config-block"), "{not_listed}");
+    let trapped = error_of(&results[6]);
+    assert!(
+        trapped.contains("\"trapping\"") && trapped.contains("pods shop/web"),
+        "the error names the plugin and the item: {trapped}"
+    );
+    let nameless = error_of(&results[7]);
+    assert!(
+        nameless.contains("\"nameless\"") && nameless.contains("rule"),
+        "the error names the plugin and the rule: {nameless}"
+    );
+    assert_eq!(
+        results[8]["relatedItems"], results[2]["relatedItems"],
+        "{}",
+        results[8]
     );
 }
 
