@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/velero/shared.proto",
         "proto/velero/backup_item_action_v2.proto",
         "proto/velero/item_block_action_v1.proto",
+        "proto/velero/restore_item_action_v2.proto",
         "proto/goplugin/controller.proto",
     ];
     for file in files {

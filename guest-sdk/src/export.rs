@@ -87,3 +87,11 @@ item_block_action!(
     crate::bindings_block::exports::iar::plugin::item_block_action::Guest,
     ExportedBlock
 );
+item_action!(
+    crate::bindings_v1_3_action::exports::iar::plugin::item_action::Guest,
+    Exported
+);
+item_block_action!(
+    crate::bindings_v1_3_block::exports::iar::plugin::item_block_action::Guest,
+    ExportedBlock
+);

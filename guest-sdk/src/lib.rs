@@ -66,16 +66,20 @@ mod export;
 mod host;
 mod item;
 mod output;
+mod restore;
 mod skim;
 
 pub use cluster::{create, delete, list, object_name};
 pub use host::{cluster_get, cluster_get_as, config, log};
 pub use item::{Backup, Item, Phase, ResourceId};
 pub use output::{Error, Output, Progress, Result, Selector, Timestamp};
+pub use restore::{Restore, RestoreInput, RestoreItemAction, RestoreOutput};
 pub use serde_json::{self, Value, json};
 
 #[doc(hidden)]
 pub use export::{Exported, ExportedBlock};
+#[doc(hidden)]
+pub use restore::ExportedRestore;
 
 /// Generated bindings for the `iar:plugin@1.0.0` world. Plugin authors do
 /// not need them; they are public only for [`export!`].
@@ -144,6 +148,56 @@ pub mod bindings_v1_2 {
             "iar:plugin/types@1.2.0": crate::bindings::iar::plugin::types,
         },
         default_bindings_module: "::iar_sdk::bindings_v1_2",
+    });
+}
+
+/// Generated bindings for `iar:plugin@1.3.0`, one world per exported
+/// interface (`item-action-part`, `block-action-part`, `restore-plugin`), so that
+/// [`export_plugin!`] exports any combination of them, all at 1.3.0 (the
+/// host refuses a component whose interfaces are at two versions). Their
+/// `types` and `host` are the 1.0.0 ones.
+#[doc(hidden)]
+pub mod bindings_v1_3_action {
+    wit_bindgen::generate!({
+        path: "wit/v1.3",
+        world: "iar:plugin/item-action-part",
+        with: {
+            "iar:plugin/types@1.3.0": crate::bindings::iar::plugin::types,
+            "iar:plugin/host@1.3.0": crate::bindings::iar::plugin::host,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_iar_action_v1_3",
+        default_bindings_module: "::iar_sdk::bindings_v1_3_action",
+    });
+}
+
+#[doc(hidden)]
+pub mod bindings_v1_3_block {
+    wit_bindgen::generate!({
+        path: "wit/v1.3",
+        world: "iar:plugin/block-action-part",
+        with: {
+            "iar:plugin/types@1.3.0": crate::bindings::iar::plugin::types,
+            "iar:plugin/host@1.3.0": crate::bindings::iar::plugin::host,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_iar_block_v1_3",
+        default_bindings_module: "::iar_sdk::bindings_v1_3_block",
+    });
+}
+
+#[doc(hidden)]
+pub mod bindings_v1_3_restore {
+    wit_bindgen::generate!({
+        path: "wit/v1.3",
+        world: "iar:plugin/restore-plugin",
+        with: {
+            "iar:plugin/types@1.3.0": crate::bindings::iar::plugin::types,
+            "iar:plugin/host@1.3.0": crate::bindings::iar::plugin::host,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_iar_restore_v1_3",
+        default_bindings_module: "::iar_sdk::bindings_v1_3_restore",
     });
 }
 
@@ -226,6 +280,46 @@ macro_rules! export_both {
             $crate::bindings_v1_1::__export_iar_plugin_v1_1!(__IarActionExport with_types_in $crate::bindings_v1_1);
             type __IarBlockExport = $crate::ExportedBlock<$action>;
             $crate::bindings_block::__export_iar_block_plugin!(__IarBlockExport with_types_in $crate::bindings_block);
+        };
+    };
+}
+
+/// Exports any combination of a backup item action, a block action and a
+/// restore action (contract 1.3.0), each implemented by a type of the
+/// plugin's, the same type or different ones:
+///
+/// ```ignore
+/// iar_sdk::export_plugin!(item_action = Labels, restore_action = Labels);
+/// ```
+///
+/// Use it instead of, not beside, [`export!`], [`export_block_action!`]
+/// and [`export_both!`].
+#[macro_export]
+macro_rules! export_plugin {
+    ($($kind:ident = $t:ty),+ $(,)?) => {
+        $( $crate::__iar_export_part!($kind $t); )+
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __iar_export_part {
+    (item_action $t:ty) => {
+        const _: () = {
+            type __IarActionExport = $crate::Exported<$t>;
+            $crate::bindings_v1_3_action::__export_iar_action_v1_3!(__IarActionExport with_types_in $crate::bindings_v1_3_action);
+        };
+    };
+    (block_action $t:ty) => {
+        const _: () = {
+            type __IarBlockExport = $crate::ExportedBlock<$t>;
+            $crate::bindings_v1_3_block::__export_iar_block_v1_3!(__IarBlockExport with_types_in $crate::bindings_v1_3_block);
+        };
+    };
+    (restore_action $t:ty) => {
+        const _: () = {
+            type __IarRestoreExport = $crate::ExportedRestore<$t>;
+            $crate::bindings_v1_3_restore::__export_iar_restore_v1_3!(__IarRestoreExport with_types_in $crate::bindings_v1_3_restore);
         };
     };
 }

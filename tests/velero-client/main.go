@@ -19,6 +19,11 @@
 //	{"op": "execute", "action": A, "item": {...}, "backup": {...}}
 //	{"op": "progress", "action": A, "operationID": ID, "backup": {...}}
 //	{"op": "cancel", "action": A, "operationID": ID, "backup": {...}}
+//	{"op": "restoreAppliesTo", "action": A}         a RestoreItemActionV2's selector
+//	{"op": "restoreExecute", "action": A, "item": {...}, "itemFromBackup": {...}, "restore": {...}}
+//	{"op": "restoreProgress", "action": A, "operationID": ID, "restore": {...}}
+//	{"op": "restoreCancel", "action": A, "operationID": ID, "restore": {...}}
+//	{"op": "itemsReady", "action": A, "additionalItems": [...], "restore": {...}}
 //	{"op": "restart"}   a new manager: new plugin processes, as Velero starts
 //	                    for each backup and each operations reconcile
 //	{"op": "write", "path": P, "text": T}   writes a file, as an operator
@@ -46,6 +51,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/plugin/clientmgmt/process"
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework"
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 )
 
 type step struct {
@@ -58,6 +64,11 @@ type step struct {
 	Step        *step           `json:"step"`
 	Path        string          `json:"path"`
 	Text        string          `json:"text"`
+	// Restore steps: the item as backed up (defaults to "item"), the
+	// Restore, and the identifiers asked about in itemsReady.
+	ItemFromBackup  json.RawMessage             `json:"itemFromBackup"`
+	Restore         json.RawMessage             `json:"restore"`
+	AdditionalItems []velero.ResourceIdentifier `json:"additionalItems"`
 }
 
 func fail(err error) {
@@ -98,7 +109,7 @@ func (r *runner) run(s step) map[string]any {
 		return map[string]any{"names": names}
 	case "listKinds":
 		kinds := map[string][]string{}
-		for _, kind := range []common.PluginKind{common.PluginKindBackupItemActionV2, common.PluginKindItemBlockAction} {
+		for _, kind := range []common.PluginKind{common.PluginKindBackupItemActionV2, common.PluginKindItemBlockAction, common.PluginKindRestoreItemActionV2} {
 			names := []string{}
 			for _, id := range r.registry.List(kind) {
 				names = append(names, id.Name)
@@ -109,6 +120,8 @@ func (r *runner) run(s step) map[string]any {
 		return map[string]any{"kinds": kinds}
 	case "blockAppliesTo", "relatedItems":
 		return r.block(s)
+	case "restoreAppliesTo", "restoreExecute", "restoreProgress", "restoreCancel", "itemsReady":
+		return r.restore(s)
 	case "restart":
 		r.manager.CleanupClients()
 		r.manager = clientmgmt.NewManager(r.logger, r.level, r.registry)
@@ -212,6 +225,83 @@ func (r *runner) block(s step) map[string]any {
 		return errResult(err)
 	}
 	return map[string]any{"relatedItems": related}
+}
+
+func (r *runner) restoreObject(raw json.RawMessage) (*api.Restore, error) {
+	rs := &api.Restore{}
+	if len(raw) == 0 {
+		raw = []byte(`{"apiVersion":"velero.io/v1","kind":"Restore","metadata":{"namespace":"velero","name":"harness-restore","uid":"00000000-0000-0000-0000-0000000000bb"},"spec":{"backupName":"harness"},"status":{"phase":"InProgress"}}`)
+	}
+	if err := json.Unmarshal(raw, rs); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	return rs, nil
+}
+
+// restore runs the RestoreItemActionV2 calls, through the manager as
+// Velero's restore controller does.
+func (r *runner) restore(s step) map[string]any {
+	action, err := r.manager.GetRestoreItemActionV2(s.Action)
+	if err != nil {
+		return errResult(err)
+	}
+	if s.Op == "restoreAppliesTo" {
+		sel, err := action.AppliesTo()
+		if err != nil {
+			return errResult(err)
+		}
+		return map[string]any{"selector": sel}
+	}
+	restore, err := r.restoreObject(s.Restore)
+	if err != nil {
+		return errResult(err)
+	}
+	switch s.Op {
+	case "restoreExecute":
+		item := &unstructured.Unstructured{}
+		if err := item.UnmarshalJSON(s.Item); err != nil {
+			return errResult(fmt.Errorf("item: %w", err))
+		}
+		fromBackup := item.DeepCopy()
+		if len(s.ItemFromBackup) > 0 {
+			fromBackup = &unstructured.Unstructured{}
+			if err := fromBackup.UnmarshalJSON(s.ItemFromBackup); err != nil {
+				return errResult(fmt.Errorf("itemFromBackup: %w", err))
+			}
+		}
+		out, err := action.Execute(&velero.RestoreItemActionExecuteInput{
+			Item:           item,
+			ItemFromBackup: fromBackup,
+			Restore:        restore,
+		})
+		if err != nil {
+			return errResult(err)
+		}
+		return map[string]any{
+			"item":                        out.UpdatedItem.UnstructuredContent(),
+			"additionalItems":             out.AdditionalItems,
+			"skipRestore":                 out.SkipRestore,
+			"operationID":                 out.OperationID,
+			"waitForAdditionalItems":      out.WaitForAdditionalItems,
+			"additionalItemsReadyTimeout": out.AdditionalItemsReadyTimeout.String(),
+		}
+	case "restoreProgress":
+		p, err := action.Progress(s.OperationID, restore)
+		if err != nil {
+			return errResult(err)
+		}
+		return map[string]any{"progress": p}
+	case "restoreCancel":
+		if err := action.Cancel(s.OperationID, restore); err != nil {
+			return errResult(err)
+		}
+		return map[string]any{"canceled": true}
+	}
+	ready, err := action.AreAdditionalItemsReady(s.AdditionalItems, restore)
+	if err != nil {
+		return errResult(err)
+	}
+	return map[string]any{"ready": ready}
 }
 
 func main() {

@@ -66,11 +66,29 @@ pub mod since_v1_2 {
     pub use self::iar::plugin::{cluster_list, cluster_write};
 }
 
+/// Bindings for `iar:plugin@1.3.0` (`wit/v1.3/plugin.wit`): the
+/// `restore-item-action` export it adds (world `restore-plugin`). Its other
+/// interfaces are 1.2.0's, found by the older modules' indices as 1.2.0's
+/// are by 1.1.0's.
+pub mod since_v1_3 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v1.3",
+        world: "iar:plugin/restore-plugin",
+        with: {
+            "iar:plugin/types": super::since_v1_0::types,
+            "iar:plugin/host": super::since_v1_0::host,
+        },
+    });
+
+    pub use self::exports::iar::plugin::restore_item_action as restore_action;
+}
+
 /// The newest contract: what code above the boundary names.
 pub mod latest {
     pub use super::since_v1_0::{host, types};
     pub use super::since_v1_1::{action, block_action};
     pub use super::since_v1_2::{cluster_list, cluster_write};
+    pub use super::since_v1_3::restore_action;
 }
 
 /// The 1.0.0 bindings under their old name (the sandbox implements
@@ -83,8 +101,10 @@ pub const PACKAGE: &str = "iar:plugin";
 pub const EXPORT: &str = "item-action";
 /// The item-block-action interface (1.1.0 and later, optional).
 pub const BLOCK_EXPORT: &str = "item-block-action";
+/// The restore-item-action interface (1.3.0 and later, optional).
+pub const RESTORE_EXPORT: &str = "restore-item-action";
 /// Contract versions this host can run, oldest first.
-pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0", "1.2.0"];
+pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0", "1.2.0", "1.3.0"];
 
 /// The contract interfaces a component exports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -92,13 +112,22 @@ pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0", "1.2.0"];
 pub enum Interface {
     ItemAction,
     ItemBlockAction,
+    RestoreItemAction,
 }
 
 impl Interface {
+    /// Every interface, in the order they were added.
+    pub const ALL: [Interface; 3] = [
+        Interface::ItemAction,
+        Interface::ItemBlockAction,
+        Interface::RestoreItemAction,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Interface::ItemAction => EXPORT,
             Interface::ItemBlockAction => BLOCK_EXPORT,
+            Interface::RestoreItemAction => RESTORE_EXPORT,
         }
     }
 }
@@ -274,7 +303,7 @@ impl ComponentShape {
     pub fn contract(&self) -> Result<Option<(String, Vec<Interface>)>, String> {
         let mut version: Option<&str> = None;
         let mut found = Vec::new();
-        for interface in [Interface::ItemAction, Interface::ItemBlockAction] {
+        for interface in Interface::ALL {
             let Some(v) = self.interface_version(interface) else {
                 continue;
             };

@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+mod restore;
+
 /// The prefix of every action name iar gives Velero. Velero requires a
 /// `<domain>/<name>` name; the domain says which binary serves it.
 pub const NAME_PREFIX: &str = "iar.dev/";
@@ -362,18 +364,7 @@ impl ActionSet {
         {
             return Ok((item.json().clone(), ExecuteResult::default()));
         }
-        let uid = backup.uid.clone();
-        let started = |id: &str| {
-            let key = (uid.clone(), plugin.clone(), id.to_string());
-            let mut ops = self.operations.lock().expect("not poisoned");
-            match ops.entry(key) {
-                std::collections::hash_map::Entry::Occupied(_) => true,
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(item.id.clone());
-                    false
-                }
-            }
-        };
+        let started = |id: &str| self.claim_operation(&backup.uid, &plugin, id, &item.id);
         let out = self
             .with_instance(&loaded, |i| i.execute(&item, &backup, &started))
             .map_err(Box::new)?;
@@ -382,6 +373,21 @@ impl ActionSet {
             None => item.json().clone(),
         };
         Ok((json, out))
+    }
+
+    /// Records that `plugin` started operation `id` in the backup or
+    /// restore `uid` for `item`; true when it already had (the boundary's
+    /// operation-id-unique rule).
+    fn claim_operation(&self, uid: &str, plugin: &str, id: &str, item: &ItemRef) -> bool {
+        let key = (uid.to_string(), plugin.to_string(), id.to_string());
+        let mut ops = self.operations.lock().expect("not poisoned");
+        match ops.entry(key) {
+            std::collections::hash_map::Entry::Occupied(_) => true,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(item.clone());
+                false
+            }
+        }
     }
 
     fn operation_item(&self, uid: &str, plugin: &str, id: &str) -> ItemRef {
@@ -466,16 +472,7 @@ fn parse_item(plugin: &str, bytes: &[u8]) -> Result<Item, Refusal> {
 /// while the backup is Finalizing, and there the boundary refuses any new
 /// operation, as it does in iar's own finalize pass.
 pub fn backup_ref(plugin: &str, bytes: &[u8]) -> Result<BackupRef, Refusal> {
-    let obj: Value = serde_json::from_slice(bytes).map_err(|e| {
-        Refusal::BadRequest(format!(
-            "plugin {plugin:?}: the backup Velero sent is not JSON: {e} (rule: backup-is-json-object)"
-        ))
-    })?;
-    if !obj.is_object() {
-        return Err(Refusal::BadRequest(format!(
-            "plugin {plugin:?}: the backup Velero sent is not a JSON object (rule: backup-is-json-object)"
-        )));
-    }
+    let obj = velero_object(plugin, "backup", bytes)?;
     let field = |ptr: &str| {
         obj.pointer(ptr)
             .and_then(Value::as_str)
@@ -496,6 +493,22 @@ pub fn backup_ref(plugin: &str, bytes: &[u8]) -> Result<BackupRef, Refusal> {
             .unwrap_or_else(|| Value::Object(Default::default())),
         phase,
     })
+}
+
+/// A Velero object (its Backup, its Restore) as Velero sent it: one JSON
+/// object, refused by rule `<what>-is-json-object` otherwise.
+fn velero_object(plugin: &str, what: &str, bytes: &[u8]) -> Result<Value, Refusal> {
+    let obj: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Refusal::BadRequest(format!(
+            "plugin {plugin:?}: the {what} Velero sent is not JSON: {e} (rule: {what}-is-json-object)"
+        ))
+    })?;
+    if !obj.is_object() {
+        return Err(Refusal::BadRequest(format!(
+            "plugin {plugin:?}: the {what} Velero sent is not a JSON object (rule: {what}-is-json-object)"
+        )));
+    }
+    Ok(obj)
 }
 
 #[cfg(test)]

@@ -220,6 +220,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             .max_encoding_message_size(usize::MAX),
         )
         .add_service(
+            proto::v2::restore_item_action_server::RestoreItemActionServer::new(
+                services::RestoreItemAction {
+                    actions: actions.clone(),
+                },
+            )
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
             proto::v1::item_block_action_server::ItemBlockActionServer::new(
                 services::ItemBlockAction { actions },
             )

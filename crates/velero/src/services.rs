@@ -1,5 +1,6 @@
-//! The gRPC services a Velero plugin process serves: Velero's plugin lister
-//! and BackupItemAction v2, and go-plugin's controller. Every call into wasm
+//! The gRPC services a Velero plugin process serves: Velero's plugin lister,
+//! BackupItemAction v2, ItemBlockAction v1, RestoreItemAction v2 (in
+//! `restore`), and go-plugin's controller. Every call into wasm
 //! runs on a blocking thread, never on the runtime's.
 
 use super::actions::{ActionSet, Refusal};
@@ -18,12 +19,15 @@ use tonic::{Request, Response, Status};
 /// v2 and an ItemBlockAction (Velero 1.15 and later).
 pub const KIND_BACKUP_ITEM_ACTION_V2: &str = "BackupItemActionV2";
 pub const KIND_ITEM_BLOCK_ACTION: &str = "ItemBlockAction";
+/// And a RestoreItemAction v2 (Velero 1.11 and later).
+pub const KIND_RESTORE_ITEM_ACTION_V2: &str = "RestoreItemActionV2";
 
 /// The kind Velero knows a contract interface by.
 fn kind(interface: Interface) -> &'static str {
     match interface {
         Interface::ItemAction => KIND_BACKUP_ITEM_ACTION_V2,
         Interface::ItemBlockAction => KIND_ITEM_BLOCK_ACTION,
+        Interface::RestoreItemAction => KIND_RESTORE_ITEM_ACTION_V2,
     }
 }
 
@@ -49,6 +53,36 @@ fn status(refusal: Refusal) -> Status {
                 _ => Status::unknown(message),
             }
         }
+    }
+}
+
+mod restore;
+pub use restore::RestoreItemAction;
+
+fn selector(s: iar_core::select::ResourceSelector) -> generated::ResourceSelector {
+    generated::ResourceSelector {
+        included_namespaces: s.included_namespaces,
+        excluded_namespaces: s.excluded_namespaces,
+        included_resources: s.included_resources,
+        excluded_resources: s.excluded_resources,
+        selector: s.label_selector,
+    }
+}
+
+/// A transient failure is not the end of an operation: Velero fails an
+/// operation whose Progress returns an error, so a retryable one is
+/// reported as still running, and Velero asks again until its operation
+/// timeout.
+fn retrying_is_running(answer: Result<Progress, Refusal>) -> Result<Progress, Refusal> {
+    match answer {
+        Err(Refusal::Call(e)) => match &e.violation {
+            Violation::Action(ActionError::Retryable(why)) => Ok(Progress {
+                description: format!("retrying: {why}"),
+                ..Progress::default()
+            }),
+            _ => Err(Refusal::Call(e)),
+        },
+        other => other,
     }
 }
 
@@ -143,13 +177,7 @@ impl v2::backup_item_action_server::BackupItemAction for BackupItemAction {
         let name = request.into_inner().plugin;
         let s = blocking(move || actions.applies_to(&name)).await?;
         Ok(Response::new(v2::BackupItemActionAppliesToResponse {
-            resource_selector: Some(generated::ResourceSelector {
-                included_namespaces: s.included_namespaces,
-                excluded_namespaces: s.excluded_namespaces,
-                included_resources: s.included_resources,
-                excluded_resources: s.excluded_resources,
-                selector: s.label_selector,
-            }),
+            resource_selector: Some(selector(s)),
         }))
     }
 
@@ -178,27 +206,10 @@ impl v2::backup_item_action_server::BackupItemAction for BackupItemAction {
     ) -> Result<Response<v2::BackupItemActionProgressResponse>, Status> {
         let actions = self.actions.clone();
         let r = request.into_inner();
-        let progress = match blocking(move || {
-            match actions.progress(&r.plugin, &r.operation_id, &r.backup) {
-                // A transient failure is not the end of the operation: Velero
-                // fails an operation whose Progress returns an error, so a
-                // retryable one is reported as still running, and Velero asks
-                // again until its item-operation timeout.
-                Err(Refusal::Call(e)) => match &e.violation {
-                    Violation::Action(ActionError::Retryable(why)) => Ok(Progress {
-                        description: format!("retrying: {why}"),
-                        ..Progress::default()
-                    }),
-                    _ => Err(Refusal::Call(e)),
-                },
-                other => other,
-            }
+        let progress = blocking(move || {
+            retrying_is_running(actions.progress(&r.plugin, &r.operation_id, &r.backup))
         })
-        .await
-        {
-            Ok(p) => p,
-            Err(s) => return Err(s),
-        };
+        .await?;
         Ok(Response::new(v2::BackupItemActionProgressResponse {
             progress: Some(operation_progress(progress)),
         }))
@@ -231,13 +242,7 @@ impl v1::item_block_action_server::ItemBlockAction for ItemBlockAction {
         let name = request.into_inner().plugin;
         let s = blocking(move || actions.block_applies_to(&name)).await?;
         Ok(Response::new(v1::ItemBlockActionAppliesToResponse {
-            resource_selector: Some(generated::ResourceSelector {
-                included_namespaces: s.included_namespaces,
-                excluded_namespaces: s.excluded_namespaces,
-                included_resources: s.included_resources,
-                excluded_resources: s.excluded_resources,
-                selector: s.label_selector,
-            }),
+            resource_selector: Some(selector(s)),
         }))
     }
 

@@ -1047,13 +1047,29 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "iar-in-velero"
     );
     assert_eq!(restored.data.unwrap()["mode"], "strict");
+    assert_eq!(
+        restored.metadata.annotations.as_ref().unwrap()["iar.dev/restored-from"],
+        "via-velero",
+        "labels' restore action, run by Velero's restore"
+    );
     drop(velero);
 
     // A hostile plugin, added later: Velero lists plugins when it starts,
     // so it is restarted, as for any new plugin.
     std::fs::copy(iar_tests::artifacts::HOSTILE, image.join("crash.wasm")).unwrap();
     std::fs::write(image.join("crash.yaml"), "config: {behavior: panic}\n").unwrap();
-    assert!(install().contains("iar.dev/crash"));
+    // And a hostile restore action, which renames every ConfigMap.
+    std::fs::copy(
+        iar_tests::artifacts::RESTORE_HOSTILE,
+        image.join("restorer.wasm"),
+    )
+    .unwrap();
+    std::fs::write(image.join("restorer.yaml"), "config: {mode: rename}\n").unwrap();
+    let installed = install();
+    assert!(
+        installed.contains("iar.dev/crash") && installed.contains("iar.dev/restorer"),
+        "{installed}"
+    );
     let since = std::time::SystemTime::now() - Duration::from_secs(1);
     let mut velero = velero_server(&tools, server, work.path(), velero_ns, "");
     wait_location_available(&client, velero_ns, since, &log).await;
@@ -1080,5 +1096,31 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     assert_eq!(
         failed_items as u64, errors,
         "each error names the plugin and the rule:\n{backup_log}"
+    );
+
+    // Velero's restore runs the hostile restore action on the ConfigMap:
+    // the item fails with the plugin, the item and the rule named, the
+    // restore ends PartiallyFailed, and the server serves on.
+    let (status, results) = velero_restore(
+        &client,
+        velero_ns,
+        "via-velero-2",
+        json!({"backupName": "via-velero",
+            "namespaceMapping": {app: format!("{app}-again")},
+            "includedResources": ["configmaps"]}),
+        &work.path().join("s3"),
+        &log,
+    )
+    .await;
+    assert_eq!(status["phase"], "PartiallyFailed", "{status}\n{results}");
+    assert!(
+        results.contains("restorer")
+            && results.contains("app-config")
+            && results.contains("item-identity-unchanged"),
+        "the restore's errors name the plugin, the item and the rule: {results}"
+    );
+    assert!(
+        velero.0.try_wait().unwrap().is_none(),
+        "the Velero server is still running"
     );
 }

@@ -303,6 +303,7 @@ fn block_actions_are_served_as_velero_item_block_actions() {
         json!({
             "BackupItemActionV2": ["iar.dev/both", "iar.dev/labels", "iar.dev/nameless", "iar.dev/trapping"],
             "ItemBlockAction": ["iar.dev/both", "iar.dev/config-block", "iar.dev/nameless", "iar.dev/trapping"],
+            "RestoreItemActionV2": ["iar.dev/labels"],
         }),
         "{}",
         results[0]
@@ -349,6 +350,139 @@ fn block_actions_are_served_as_velero_item_block_actions() {
         results[8]["relatedItems"], results[2]["relatedItems"],
         "{}",
         results[8]
+    );
+}
+
+fn config_map_item(name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "shop", "annotations": annotations},
+        "data": {"k": "v"}})
+}
+
+fn velero_restore() -> Value {
+    json!({"apiVersion": "velero.io/v1", "kind": "Restore",
+        "metadata": {"namespace": "velero", "name": "nightly-restore",
+            "uid": "00000000-0000-0000-0000-0000000000cc"},
+        "spec": {"backupName": "nightly"}, "status": {"phase": "InProgress"}})
+}
+
+fn restore_execute(action: &str, item: Value) -> Value {
+    json!({"op": "restoreExecute", "action": action, "item": item, "restore": velero_restore()})
+}
+
+/// Restore actions through Velero's own client (RestoreItemActionV2):
+/// listed under that kind for the plugins that export one (labels, both
+/// halves; restore-hostile, a restore action alone, is no
+/// BackupItemActionV2), every call of the v2 interface answered (an
+/// operation's progress, a skip, a wait with its timeout, readiness), a
+/// hostile restore action's item failed with the plugin, item and rule
+/// named, the process serving on.
+#[test]
+fn restore_actions_are_served_as_velero_restore_item_actions() {
+    let Some(client) = client() else { return };
+    let dir = plugin_dir(&[
+        ("labels", artifacts::LABELS, "{}\n"),
+        ("restorer", artifacts::RESTORE_HOSTILE, "{}\n"),
+        (
+            "not-ready",
+            artifacts::RESTORE_HOSTILE,
+            "config: {ready: 'false'}\n",
+        ),
+    ]);
+    let hostile = |mode: &str| {
+        restore_execute(
+            "iar.dev/restorer",
+            config_map_item(mode, json!({"restore-hostile": mode})),
+        )
+    };
+    let dep = json!([{"Group": "", "Resource": "configmaps", "Namespace": "shop", "Name": "dep"}]);
+    let results = drive(
+        &client,
+        dir.path(),
+        &[
+            json!({"op": "listKinds"}),
+            json!({"op": "restoreAppliesTo", "action": "iar.dev/restorer"}),
+            restore_execute("iar.dev/labels", config_map_item("settings", json!({}))),
+            hostile("operation"),
+            json!({"op": "restoreProgress", "action": "iar.dev/restorer",
+                "operationID": "op-operation", "restore": velero_restore()}),
+            hostile("skip"),
+            hostile("wait"),
+            json!({"op": "itemsReady", "action": "iar.dev/restorer",
+                "additionalItems": dep, "restore": velero_restore()}),
+            json!({"op": "itemsReady", "action": "iar.dev/not-ready",
+                "additionalItems": dep, "restore": velero_restore()}),
+            hostile("rename"),
+            hostile("trap"),
+            hostile("bad-additional"),
+            // Not a BackupItemActionV2: Velero's registry has no such action.
+            execute("iar.dev/restorer", pod_item("db"), "InProgress"),
+            hostile("label"),
+        ],
+    );
+    assert_eq!(
+        results[0]["kinds"],
+        json!({
+            "BackupItemActionV2": ["iar.dev/labels"],
+            "ItemBlockAction": [],
+            "RestoreItemActionV2": ["iar.dev/labels", "iar.dev/not-ready", "iar.dev/restorer"],
+        }),
+        "{}",
+        results[0]
+    );
+    assert_eq!(
+        results[1]["selector"]["IncludedResources"],
+        json!(["configmaps"]),
+        "{}",
+        results[1]
+    );
+    assert_eq!(
+        results[2]["item"]["metadata"]["annotations"]["iar.dev/restored-from"], "nightly",
+        "{}",
+        results[2]
+    );
+    assert_eq!(results[3]["operationID"], "op-operation", "{}", results[3]);
+    assert_eq!(results[4]["progress"]["Completed"], true, "{}", results[4]);
+    assert_eq!(results[5]["skipRestore"], true, "{}", results[5]);
+    assert_eq!(
+        results[5]["item"]["metadata"]["name"], "skip",
+        "Velero always gets the whole item back: {}",
+        results[5]
+    );
+    assert_eq!(results[6]["waitForAdditionalItems"], true, "{}", results[6]);
+    assert_eq!(
+        results[6]["additionalItemsReadyTimeout"], "10s",
+        "{}",
+        results[6]
+    );
+    assert_eq!(results[6]["additionalItems"], dep, "{}", results[6]);
+    assert_eq!(results[7]["ready"], true, "{}", results[7]);
+    assert_eq!(results[8]["ready"], false, "{}", results[8]);
+    for (i, (mode, rule)) in [
+        ("rename", "item-identity-unchanged"),
+        ("trap", "no-trap"),
+        ("bad-additional", "invalid-identifier"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let e = error_of(&results[9 + i]);
+        assert!(
+            e.contains("\"restorer\"")
+                && e.contains(&format!("configmaps shop/{mode}"))
+                && e.contains(rule),
+            "{mode}: the error names the plugin, the item and the rule {rule}: {e}"
+        );
+    }
+    assert!(
+        error_of(&results[12]).contains("iar.dev/restorer"),
+        "{}",
+        results[12]
+    );
+    assert_eq!(
+        results[13]["item"]["metadata"]["labels"]["restored"], "yes",
+        "the process serves on: {}",
+        results[13]
     );
 }
 

@@ -1,11 +1,18 @@
 //! Adds labels and annotations, taken from the plugin's config, to every
-//! item it applies to.
+//! item it applies to when backed up; when restored, annotates each item
+//! with the backup it came from (`iar.dev/restored-from: BACKUP`), so that
+//! who looks at a restored object knows where it was restored from.
 //!
 //! Config: `labels` and `annotations` are `key=value` lists separated by
 //! commas (`team=payments,tier=gold`); `resources` narrows which resources
-//! it applies to (comma-separated, default: all).
+//! it applies to (comma-separated, default: all), when backing up and when
+//! restoring; `restored-from` renames the restore's annotation, and `-`
+//! turns it off.
 
-use iar_sdk::{Backup, Error, Item, ItemAction, Output, Result, Selector, config, debug};
+use iar_sdk::{
+    Backup, Error, Item, ItemAction, Output, RestoreInput, RestoreItemAction, RestoreOutput,
+    Result, Selector, config, debug,
+};
 
 struct Labels;
 
@@ -24,15 +31,22 @@ fn pairs(key: &str) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// The annotation a restored item gets, unless the config turns it off.
+const RESTORED_FROM: &str = "iar.dev/restored-from";
+
+fn selector() -> Selector {
+    let resources = config("resources").unwrap_or_default();
+    Selector::resources(
+        resources
+            .split(',')
+            .map(str::trim)
+            .filter(|r| !r.is_empty()),
+    )
+}
+
 impl ItemAction for Labels {
     fn applies_to() -> Result<Selector> {
-        let resources = config("resources").unwrap_or_default();
-        Ok(Selector::resources(
-            resources
-                .split(',')
-                .map(str::trim)
-                .filter(|r| !r.is_empty()),
-        ))
+        Ok(selector())
     }
 
     fn execute(mut item: Item, _backup: &Backup) -> Result<Output> {
@@ -51,4 +65,22 @@ impl ItemAction for Labels {
     }
 }
 
-iar_sdk::export!(Labels);
+impl RestoreItemAction for Labels {
+    fn applies_to() -> Result<Selector> {
+        Ok(selector())
+    }
+
+    fn execute(input: RestoreInput) -> Result<RestoreOutput> {
+        let key = config("restored-from").unwrap_or_else(|| RESTORED_FROM.to_string());
+        let backup = input.restore.backup_name();
+        if key == "-" || backup.is_empty() {
+            return Ok(RestoreOutput::unchanged());
+        }
+        let mut item = input.item;
+        item.set_annotation(&key, backup);
+        debug!("{} {} restored from {backup}", item.kind(), item.name());
+        Ok(RestoreOutput::item(item))
+    }
+}
+
+iar_sdk::export_plugin!(item_action = Labels, restore_action = Labels);

@@ -36,7 +36,8 @@ fn cm_ref(name: &str) -> ItemRef {
 
 /// A 1.1.0 plugin exporting only `item-block-action` (the example
 /// config-block), one exporting both (block-hostile, through
-/// `export_both!`) and the 1.0.0 labels plugin load on one runtime; each
+/// `export_both!`), the 1.0.0 pvc-snapshot plugin and the 1.3.0 labels
+/// plugin (an item action and a restore action) load on one runtime; each
 /// reports its version and interfaces, and each interface answers. Before
 /// 1.1.0 the first two were refused (no `item-action@1.0.0` export).
 #[test]
@@ -51,6 +52,14 @@ fn block_plugins_load_beside_a_1_0_plugin_and_report_their_interfaces() {
     );
     assert_eq!(
         (labels.version(), labels.interfaces()),
+        (
+            "1.3.0",
+            vec![Interface::ItemAction, Interface::RestoreItemAction]
+        )
+    );
+    let old = load(&runtime, artifacts::PVC_SNAPSHOT, &[]);
+    assert_eq!(
+        (old.version(), old.interfaces()),
         ("1.0.0", vec![Interface::ItemAction])
     );
     assert_eq!(

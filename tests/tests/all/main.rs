@@ -19,4 +19,5 @@ mod isolation;
 mod item_blocks_contract;
 mod loading;
 mod node;
+mod restore_actions;
 mod support;

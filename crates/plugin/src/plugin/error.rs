@@ -78,7 +78,7 @@ pub enum Violation {
     #[error("returned an empty operation id (rule: operation-id-non-empty)")]
     EmptyOperationId,
     #[error(
-        "returned operation id {0:?}, which it already returned in this backup (rule: operation-id-unique)"
+        "returned operation id {0:?}, which it already returned in this backup or restore (rule: operation-id-unique)"
     )]
     DuplicateOperationId(String),
     #[error(
@@ -146,6 +146,30 @@ pub enum Call {
     /// item-block-action's applies-to.
     BlockAppliesTo,
     GetRelatedItems,
+    /// restore-item-action's calls.
+    RestoreAppliesTo,
+    RestoreExecute,
+    RestoreProgress,
+    RestoreCancel,
+    AdditionalItemsReady,
+}
+
+impl Call {
+    /// The contract interface the call is part of.
+    pub fn interface(self) -> crate::contract::Interface {
+        use crate::contract::Interface;
+        match self {
+            Call::BlockAppliesTo | Call::GetRelatedItems => Interface::ItemBlockAction,
+            Call::RestoreAppliesTo
+            | Call::RestoreExecute
+            | Call::RestoreProgress
+            | Call::RestoreCancel
+            | Call::AdditionalItemsReady => Interface::RestoreItemAction,
+            Call::Instantiate | Call::AppliesTo | Call::Execute | Call::Progress | Call::Cancel => {
+                Interface::ItemAction
+            }
+        }
+    }
 }
 
 impl fmt::Display for Call {
@@ -158,6 +182,11 @@ impl fmt::Display for Call {
             Call::Cancel => "cancel",
             Call::BlockAppliesTo => "item-block-action applies-to",
             Call::GetRelatedItems => "get-related-items",
+            Call::RestoreAppliesTo => "restore-item-action applies-to",
+            Call::RestoreExecute => "restore execute",
+            Call::RestoreProgress => "restore progress",
+            Call::RestoreCancel => "restore cancel",
+            Call::AdditionalItemsReady => "are-additional-items-ready",
         })
     }
 }

@@ -2,7 +2,7 @@
 //! the typed handles to call them. The only place that knows there is more
 //! than one version: above it, every call takes and returns `latest` types.
 
-use crate::contract::{Interface, latest, since_v1_0, since_v1_1};
+use crate::contract::{Interface, latest, since_v1_0, since_v1_1, since_v1_3};
 use crate::sandbox::State;
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::{AsContextMut, Store};
@@ -19,6 +19,7 @@ pub(crate) struct Exports {
     pre: InstancePre<State>,
     action: Option<ActionIndices>,
     block: Option<since_v1_1::block_action::GuestIndices>,
+    restore: Option<since_v1_3::restore_action::GuestIndices>,
 }
 
 impl Exports {
@@ -47,18 +48,29 @@ impl Exports {
                     .transpose()?,
             ),
         };
-        Ok(Exports { pre, action, block })
+        // restore-item-action exists from 1.3.0 on (check_version refused
+        // an older export of it).
+        let restore = has(Interface::RestoreItemAction)
+            .then(|| since_v1_3::restore_action::GuestIndices::new(&pre))
+            .transpose()?;
+        Ok(Exports {
+            pre,
+            action,
+            block,
+            restore,
+        })
     }
 
     pub(crate) fn has(&self, interface: Interface) -> bool {
         match interface {
             Interface::ItemAction => self.action.is_some(),
             Interface::ItemBlockAction => self.block.is_some(),
+            Interface::RestoreItemAction => self.restore.is_some(),
         }
     }
 
     pub(crate) fn interfaces(&self) -> Vec<Interface> {
-        [Interface::ItemAction, Interface::ItemBlockAction]
+        Interface::ALL
             .into_iter()
             .filter(|i| self.has(*i))
             .collect()
@@ -80,7 +92,15 @@ impl Exports {
             None => None,
             Some(i) => Some(i.load(&mut store, instance)?),
         };
-        Ok(Guest { action, block })
+        let restore = match &self.restore {
+            None => None,
+            Some(i) => Some(i.load(&mut store, instance)?),
+        };
+        Ok(Guest {
+            action,
+            block,
+            restore,
+        })
     }
 }
 
@@ -88,6 +108,7 @@ impl Exports {
 pub(crate) struct Guest {
     pub(crate) action: Option<Action>,
     pub(crate) block: Option<latest::block_action::Guest>,
+    pub(crate) restore: Option<latest::restore_action::Guest>,
 }
 
 /// The item action of one live instance, whichever version exports it. The

@@ -4,8 +4,9 @@
 
 use super::error::{ActionError, Call, CallError, Target, Violation};
 use super::exports::{Action, Guest};
+use super::validate::RestoreResult;
 use super::validate::{self, ExecuteResult, Progress};
-use super::{BackupRef, Interface, Plugin};
+use super::{BackupRef, Plugin, RestoreRef};
 use crate::contract::latest;
 use crate::limits::{Isolation, Limits};
 use crate::runtime::deadline_ticks;
@@ -29,17 +30,29 @@ struct Live {
     pass: Option<PassKey>,
 }
 
-/// One pass of one backup: a backup (namespace, name, uid) and its phase.
+/// One pass of one backup (namespace, name, uid, phase), or one restore
+/// (namespace, name, uid): what `isolation: backup` keeps an instance for.
 #[derive(Clone, PartialEq, Eq)]
-struct PassKey(String, String, String, super::Phase);
+enum PassKey {
+    Backup(String, String, String, super::Phase),
+    Restore(String, String, String),
+}
 
 impl PassKey {
     fn of(backup: &BackupRef) -> Self {
-        PassKey(
+        PassKey::Backup(
             backup.namespace.clone(),
             backup.name.clone(),
             backup.uid.clone(),
             backup.phase,
+        )
+    }
+
+    fn of_restore(restore: &RestoreRef) -> Self {
+        PassKey::Restore(
+            restore.namespace.clone(),
+            restore.name.clone(),
+            restore.uid.clone(),
         )
     }
 }
@@ -237,13 +250,11 @@ impl PluginInstance {
 
     /// Drops the live instance when the plugin's isolation says the next
     /// call must not share it.
-    fn isolate(&mut self, backup: Option<&BackupRef>) {
+    fn isolate(&mut self, pass: Option<&PassKey>) {
         let Some(live) = &self.live else { return };
         let fresh = match self.plugin.limits().isolation {
             Isolation::Item => true,
-            Isolation::Backup => {
-                backup.is_some_and(|b| live.pass.as_ref() != Some(&PassKey::of(b)))
-            }
+            Isolation::Backup => pass.is_some_and(|p| live.pass.as_ref() != Some(p)),
         };
         if fresh {
             self.live = None;
@@ -259,17 +270,39 @@ impl PluginInstance {
         backup: Option<&BackupRef>,
         f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        let interface = match call {
-            Call::BlockAppliesTo | Call::GetRelatedItems => Interface::ItemBlockAction,
-            _ => Interface::ItemAction,
-        };
+        let pass = backup.map(PassKey::of);
+        self.call_in(call, target, pass, backup, f)
+    }
+
+    /// [`Self::call`] for a restore's calls: the instance is kept per
+    /// restore, and no write is in scope (a restore action's writes are not
+    /// part of the contract yet: each is refused by rule `write-call`).
+    fn call_restore<R>(
+        &mut self,
+        call: Call,
+        target: &Target,
+        restore: &RestoreRef,
+        f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        self.call_in(call, target, Some(PassKey::of_restore(restore)), None, f)
+    }
+
+    fn call_in<R>(
+        &mut self,
+        call: Call,
+        target: &Target,
+        pass: Option<PassKey>,
+        backup: Option<&BackupRef>,
+        f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let interface = call.interface();
         if !self.plugin.exports(interface) {
             let violation = Violation::NotExported(interface);
             return Err(self.error(call, target, violation, String::new()));
         }
-        self.isolate(backup);
+        self.isolate(pass.as_ref());
         if self.live.is_none()
-            && let Err(violation) = self.instantiate(backup.map(PassKey::of))
+            && let Err(violation) = self.instantiate(pass)
         {
             return Err(self.error(Call::Instantiate, target, violation, String::new()));
         }
@@ -449,6 +482,109 @@ impl PluginInstance {
             .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))
     }
 
+    /// Asks what the plugin's restore action applies to.
+    pub fn restore_applies_to(&mut self) -> Result<ResourceSelector, CallError> {
+        let target = Target::None;
+        let answer = self.call_in(Call::RestoreAppliesTo, &target, None, None, |g, s| {
+            restore(g).call_applies_to(s)
+        })?;
+        self.selector(Call::RestoreAppliesTo, answer)
+    }
+
+    /// Runs the restore action on one item of a restore: `item` as it will
+    /// be created (the restore's namespace mapping applied), `from_backup`
+    /// as it was backed up. `seen_operation` is asked as for a backup's
+    /// execute, last.
+    pub fn restore_execute(
+        &mut self,
+        item: &Item,
+        from_backup: &Item,
+        restore_ref: &RestoreRef,
+        seen_operation: &dyn Fn(&str) -> bool,
+    ) -> Result<RestoreResult, CallError> {
+        let target = Target::Item(item.id.clone());
+        let input = latest::restore_action::RestoreInput {
+            item: item.json().to_string(),
+            item_from_backup: from_backup.json().to_string(),
+            restore: restore_ref.to_wit(),
+        };
+        let answer = self.call_restore(Call::RestoreExecute, &target, restore_ref, |g, s| {
+            restore(g).call_execute(s, &input)
+        })?;
+        let out = answer.map_err(|e| {
+            let v = Violation::Action(to_action_error(e, &self.plugin));
+            self.error(Call::RestoreExecute, &target, v, String::new())
+        })?;
+        validate::restore_output(out, item, self.plugin.limits(), seen_operation)
+            .map_err(|v| self.error(Call::RestoreExecute, &target, v, String::new()))
+    }
+
+    /// A restore operation's progress.
+    pub fn restore_progress(
+        &mut self,
+        operation_id: &str,
+        item: &ItemRef,
+        restore_ref: &RestoreRef,
+    ) -> Result<Progress, CallError> {
+        let target = Target::Operation {
+            id: operation_id.to_string(),
+            item: item.clone(),
+        };
+        let wit = restore_ref.to_wit();
+        let answer = self.call_restore(Call::RestoreProgress, &target, restore_ref, |g, s| {
+            restore(g).call_progress(s, operation_id, &wit)
+        })?;
+        let p = answer.map_err(|e| {
+            let v = Violation::Action(to_action_error(e, &self.plugin));
+            self.error(Call::RestoreProgress, &target, v, String::new())
+        })?;
+        validate::progress(p, self.plugin.limits())
+            .map_err(|v| self.error(Call::RestoreProgress, &target, v, String::new()))
+    }
+
+    /// Asks the restore action to stop an operation.
+    pub fn restore_cancel(
+        &mut self,
+        operation_id: &str,
+        item: &ItemRef,
+        restore_ref: &RestoreRef,
+    ) -> Result<(), CallError> {
+        let target = Target::Operation {
+            id: operation_id.to_string(),
+            item: item.clone(),
+        };
+        let wit = restore_ref.to_wit();
+        let answer = self.call_restore(Call::RestoreCancel, &target, restore_ref, |g, s| {
+            restore(g).call_cancel(s, operation_id, &wit)
+        })?;
+        answer.map_err(|e| {
+            let v = Violation::Action(to_action_error(e, &self.plugin));
+            self.error(Call::RestoreCancel, &target, v, String::new())
+        })
+    }
+
+    /// Whether the additional items of an earlier restore execute are
+    /// ready. At most the plugin's limit on related items is handed over
+    /// (rule output-size, as when they were returned).
+    pub fn additional_items_ready(
+        &mut self,
+        items: &[ItemRef],
+        restore_ref: &RestoreRef,
+    ) -> Result<bool, CallError> {
+        let target = Target::None;
+        let ids = validate::ready_query(items, self.plugin.limits())
+            .map_err(|v| self.error(Call::AdditionalItemsReady, &target, v, String::new()))?;
+        let wit = restore_ref.to_wit();
+        let answer =
+            self.call_restore(Call::AdditionalItemsReady, &target, restore_ref, |g, s| {
+                restore(g).call_are_additional_items_ready(s, &ids, &wit)
+            })?;
+        answer.map_err(|e| {
+            let v = Violation::Action(to_action_error(e, &self.plugin));
+            self.error(Call::AdditionalItemsReady, &target, v, String::new())
+        })
+    }
+
     /// Creates a wasm instance as a fresh call would, and drops it, calling
     /// nothing: `examples/compare` times it to split what a fresh call adds
     /// into instantiating and tearing down (this) and the guest's first
@@ -536,6 +672,14 @@ impl PluginInstance {
             self.error(Call::Cancel, &target, v, String::new())
         })
     }
+}
+
+/// The restore action of an instance; `call` checked that it is exported.
+fn restore(guest: &Guest) -> &latest::restore_action::Guest {
+    guest
+        .restore
+        .as_ref()
+        .expect("checked by call: restore-item-action exported")
 }
 
 /// The item action of an instance; `call` checked that the plugin exports it.

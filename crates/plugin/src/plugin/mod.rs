@@ -14,7 +14,7 @@ pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
 pub use instance::{PluginInstance, StdioCounts, lift_budget};
 pub use relations::{FnRelation, PluginRelation, Relation};
 pub use settings::{PluginSettings, SettingsFile};
-pub use validate::{ExecuteResult, Phase, Progress};
+pub use validate::{ExecuteResult, Phase, Progress, RestoreResult};
 
 use crate::contract::{self, ComponentShape, v1};
 use crate::limits::Limits;
@@ -57,6 +57,26 @@ impl BackupRef {
     }
 }
 
+/// The restore a restore action's call belongs to, as the guest sees it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RestoreRef {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub spec: serde_json::Value,
+}
+
+impl RestoreRef {
+    pub(crate) fn to_wit(&self) -> contract::latest::restore_action::Restore {
+        contract::latest::restore_action::Restore {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            spec: iar_core::item::json_text(&self.spec),
+        }
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) digest: String,
@@ -73,6 +93,8 @@ pub(crate) struct Inner {
     pub(crate) selector: CompiledSelector,
     /// The item-block-action's applies-to, when the plugin exports it.
     pub(crate) block: Option<(ResourceSelector, CompiledSelector)>,
+    /// The restore-item-action's applies-to, when the plugin exports it.
+    pub(crate) restore: Option<(ResourceSelector, CompiledSelector)>,
 }
 
 /// A loaded, linked plugin whose applies-to selector is known. Cheap to
@@ -182,6 +204,7 @@ impl Plugin {
             selector: CompiledSelector::compile(&ResourceSelector::default(), Catalog::builtin())
                 .expect("the empty selector compiles"),
             block: None,
+            restore: None,
         };
         // applies-to is asked once per load (of each exported interface), on
         // a throwaway instance with no cluster, under the plugin's own limits.
@@ -193,6 +216,10 @@ impl Plugin {
         };
         let block = match partial.exports(Interface::ItemBlockAction) {
             true => Some(instance.block_applies_to()?),
+            false => None,
+        };
+        let restore = match partial.exports(Interface::RestoreItemAction) {
+            true => Some(instance.restore_applies_to()?),
             false => None,
         };
         drop(instance);
@@ -213,6 +240,10 @@ impl Plugin {
         if let Some(sel) = block {
             let compiled = compile(&sel, Call::BlockAppliesTo)?;
             inner.block = Some((sel, compiled));
+        }
+        if let Some(sel) = restore {
+            let compiled = compile(&sel, Call::RestoreAppliesTo)?;
+            inner.restore = Some((sel, compiled));
         }
         Ok(Plugin(Arc::new(inner)))
     }
@@ -264,6 +295,27 @@ impl Plugin {
     /// exports one.
     pub fn block_applies_to(&self) -> Option<&ResourceSelector> {
         self.0.block.as_ref().map(|(sel, _)| sel)
+    }
+
+    /// What the plugin's restore-item-action said it applies to, when it
+    /// exports one.
+    pub fn restore_applies_to(&self) -> Option<&ResourceSelector> {
+        self.0.restore.as_ref().map(|(sel, _)| sel)
+    }
+
+    /// Whether the restore action's `execute` is to be called for an item
+    /// of a restore: its restore selector matches, and its read grants
+    /// allow the item (a restore hands over the backed-up object as a
+    /// backup does: no Secret without the `secrets` grant).
+    pub fn restore_applies(&self, item: &iar_core::item::Item) -> bool {
+        self.0.restore.as_ref().is_some_and(|(_, compiled)| {
+            compiled.matches(
+                &item.id.group,
+                &item.id.resource,
+                &item.id.namespace,
+                || item.labels(),
+            )
+        }) && self.may_read(item, Call::RestoreExecute)
     }
 
     /// Whether `get-related-items` is to be called for an item: its
@@ -349,6 +401,16 @@ fn check_version(
                     supported,
                 });
             }
+            // restore-item-action exists from 1.3.0 on.
+            if ["1.0.0", "1.1.0", "1.2.0"].contains(&v.as_str())
+                && interfaces.contains(&Interface::RestoreItemAction)
+            {
+                return Err(LoadError::UnsupportedVersion {
+                    plugin: plugin.to_string(),
+                    found: format!("{v} with restore-item-action (added in 1.3.0)"),
+                    supported,
+                });
+            }
             Ok((v, interfaces))
         }
         Some((v, _)) => Err(LoadError::UnsupportedVersion {
@@ -359,13 +421,16 @@ fn check_version(
         None => Err(LoadError::WrongWorld {
             plugin: plugin.to_string(),
             expected: format!(
-                "{}/{}@{} or {}/{}@{}",
+                "{}/{}@{} or {}/{}@{} or {}/{}@{}",
                 contract::PACKAGE,
                 contract::EXPORT,
                 contract::SUPPORTED.join(" or @"),
                 contract::PACKAGE,
                 contract::BLOCK_EXPORT,
                 contract::SUPPORTED[1..].join(" or @"),
+                contract::PACKAGE,
+                contract::RESTORE_EXPORT,
+                contract::SUPPORTED[3..].join(" or @"),
             ),
             found: shape.exports.join(", "),
         }),

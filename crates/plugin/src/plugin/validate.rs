@@ -114,6 +114,111 @@ fn bounded(what: &'static str, size: usize, limit: usize) -> Result<(), Violatio
     Ok(())
 }
 
+/// The item a plugin returned for `input`: bounded, one JSON object, the
+/// same object.
+fn changed_item(json: String, input: &Item, limits: &Limits) -> Result<Item, Violation> {
+    bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
+    // Scanned, not parsed: one pass that checks the text is one JSON
+    // object (exactly as `Value` would) and reads its identity, building
+    // nothing; the host parses the item only if it reads it.
+    let fields = match item_scan::scan(&json) {
+        Ok(Scanned::Object(fields)) => fields.into_owned(),
+        Ok(Scanned::NotObject) => {
+            let value: Value = json.parse().unwrap_or_default();
+            return Err(Violation::ItemNotObject(json_type(&value)));
+        }
+        Err(e) => return Err(Violation::ItemNotJson(e.to_string())),
+    };
+    same_identity(input.fields(), &fields, &json)?;
+    Ok(input.changed_to(Arc::from(json), fields))
+}
+
+/// An operation id a plugin returned: non-empty and bounded.
+fn operation_id(id: &str, limits: &Limits) -> Result<(), Violation> {
+    if id.is_empty() {
+        return Err(Violation::EmptyOperationId);
+    }
+    bounded(
+        "an operation id (bytes)",
+        id.len(),
+        limits.max_operation_id_bytes,
+    )
+}
+
+/// What a restore action's `execute` returned, checked.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreResult {
+    /// The item to create (same identity as the input); `None` = as given.
+    #[serde(serialize_with = "item_value")]
+    pub item: Option<Item>,
+    pub additional_items: Vec<ItemRef>,
+    pub skip_restore: bool,
+    pub operation_id: Option<String>,
+    pub wait_for_additional_items: bool,
+    /// `None`: the restore tool's default.
+    pub additional_items_ready_timeout: Option<Duration>,
+}
+
+/// Checks a restore action's `execute` output: the item as
+/// [`execute_output`] checks it (the input already carries the restore's
+/// namespace mapping, so a plugin cannot move an item to another
+/// namespace), additional items bounded and each checked, the operation id
+/// non-empty, bounded and, last, unique (`seen_operation`, as for a backup).
+pub fn restore_output(
+    out: crate::contract::latest::restore_action::RestoreOutput,
+    input: &Item,
+    limits: &Limits,
+    seen_operation: &dyn Fn(&str) -> bool,
+) -> Result<RestoreResult, Violation> {
+    if let Some(id) = &out.operation_id {
+        operation_id(id, limits)?;
+    }
+    bounded(
+        "additional items",
+        out.additional_items.len(),
+        limits.max_related_items,
+    )?;
+    let item = out
+        .item
+        .map(|json| changed_item(json, input, limits))
+        .transpose()?;
+    let additional_items = identifiers("additional-items", out.additional_items)?;
+    if let Some(id) = &out.operation_id
+        && seen_operation(id)
+    {
+        return Err(Violation::DuplicateOperationId(id.clone()));
+    }
+    Ok(RestoreResult {
+        item,
+        additional_items,
+        skip_restore: out.skip_restore,
+        operation_id: out.operation_id,
+        wait_for_additional_items: out.wait_for_additional_items,
+        additional_items_ready_timeout: out
+            .additional_items_ready_timeout_ms
+            .map(Duration::from_millis),
+    })
+}
+
+/// Checks what `are-additional-items-ready` was asked about is what the
+/// host may hand over: the identifiers of one earlier execute's answer.
+pub fn ready_query(
+    ids: &[ItemRef],
+    limits: &Limits,
+) -> Result<Vec<types::ResourceIdentifier>, Violation> {
+    bounded("additional items", ids.len(), limits.max_related_items)?;
+    Ok(ids
+        .iter()
+        .map(|id| types::ResourceIdentifier {
+            group: id.group.clone(),
+            resource: id.resource.clone(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        })
+        .collect())
+}
+
 /// Checks `execute`'s output against every rule of the boundary.
 /// `seen_operation` answers whether this plugin already returned an id in
 /// this backup; it is asked last, after every other rule passed, so a caller
@@ -130,14 +235,7 @@ pub fn execute_output(
         if phase == Phase::Finalize {
             return Err(Violation::OperationInFinalize(id.clone()));
         }
-        if id.is_empty() {
-            return Err(Violation::EmptyOperationId);
-        }
-        bounded(
-            "an operation id (bytes)",
-            id.len(),
-            limits.max_operation_id_bytes,
-        )?;
+        operation_id(id, limits)?;
     } else if !out.post_operation_items.is_empty() {
         return Err(Violation::PostItemsWithoutOperation);
     }
@@ -146,25 +244,10 @@ pub fn execute_output(
         out.additional_items.len() + out.post_operation_items.len(),
         limits.max_related_items,
     )?;
-    let item = match out.item {
-        None => None,
-        Some(json) => {
-            bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
-            // Scanned, not parsed: one pass that checks the text is one JSON
-            // object (exactly as `Value` would) and reads its identity,
-            // building nothing; the host parses the item only if it reads it.
-            let fields = match item_scan::scan(&json) {
-                Ok(Scanned::Object(fields)) => fields.into_owned(),
-                Ok(Scanned::NotObject) => {
-                    let value: Value = json.parse().unwrap_or_default();
-                    return Err(Violation::ItemNotObject(json_type(&value)));
-                }
-                Err(e) => return Err(Violation::ItemNotJson(e.to_string())),
-            };
-            same_identity(input.fields(), &fields, &json)?;
-            Some(input.changed_to(Arc::from(json), fields))
-        }
-    };
+    let item = out
+        .item
+        .map(|json| changed_item(json, input, limits))
+        .transpose()?;
     let additional_items = identifiers("additional-items", out.additional_items)?;
     let post_operation_items = identifiers("post-operation-items", out.post_operation_items)?;
     // Last, once everything else passed: `seen_operation` may claim the id,
