@@ -1,8 +1,11 @@
 //! Generic checks any plugin must pass, whatever it does: a stable, valid
 //! applies-to; outputs the boundary accepts on realistic items; no
 //! operation in finalize; `unknown-operation` for ids it never made; a
-//! harmless second cancel; the same output for the same input. Each
+//! harmless second cancel; the same output for the same input (and for a
+//! restore action, its own three, in `restore`). Each
 //! failure names its check and the smallest generated item that shows it.
+
+mod restore;
 
 use super::diff::json_diff;
 use super::generate;
@@ -120,7 +123,11 @@ pub fn check(
     let action = plugin.exports(Interface::ItemAction);
     let selector = match action {
         true => plugin.applies_to().clone(),
-        false => plugin.block_applies_to().cloned().unwrap_or_default(),
+        false => plugin
+            .block_applies_to()
+            .or(plugin.restore_applies_to())
+            .cloned()
+            .unwrap_or_default(),
     };
     let generated: Vec<Item> = generate::items(&selector)
         .into_iter()
@@ -133,7 +140,7 @@ pub fn check(
         .iter()
         .filter(|i| match action {
             true => plugin.applies(i),
-            false => plugin.block_applies(i),
+            false => plugin.block_applies(i) || plugin.restore_applies(i),
         })
         .collect();
     report.generated = generated.len();
@@ -154,6 +161,15 @@ pub fn check(
         report
             .checks
             .extend(block_checks(&plugin, &cluster, &block_selected));
+    }
+    if plugin.exports(Interface::RestoreItemAction) {
+        let restore_selected: Vec<&Item> = generated
+            .iter()
+            .filter(|i| plugin.restore_applies(i))
+            .collect();
+        report
+            .checks
+            .extend(restore::checks(&plugin, &cluster, &restore_selected));
     }
     Ok(report)
 }

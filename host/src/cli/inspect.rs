@@ -23,6 +23,7 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         // Each interface's own applies-to; null when it is not exported.
         "appliesTo": plugin.exports(Interface::ItemAction).then(|| selector(plugin.applies_to())),
         "blockAppliesTo": plugin.block_applies_to().map(selector),
+        "restoreAppliesTo": plugin.restore_applies_to().map(selector),
         "initialMemory": plugin.shape().initial_memory,
         "coreInstances": plugin.shape().core_instances,
         "memories": plugin.shape().memories,

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use iar::catalog::Catalog;
-use iar::plugin::{CallError, Phase};
+use iar::plugin::{CallError, Phase, RestoreRef};
 use iar::{
     BackupRef, ClusterReader, Item, ManifestCluster, NoCluster, Plugin, PluginSettings, Runtime,
     RuntimeConfig,
@@ -41,6 +41,17 @@ pub struct RunArgs {
     /// execute, and print the related items' identifiers.
     #[arg(long, conflicts_with = "progress")]
     related: bool,
+    /// Call the restore action (contract 1.3.0 restore-item-action)
+    /// instead of the backup action: `--item` is the item as backed up,
+    /// given to the plugin as Velero would create it (the restore's
+    /// namespace mapping applied, status and server-set metadata dropped);
+    /// with `--progress`, a restore operation's progress.
+    #[arg(long, conflicts_with = "related")]
+    restore: bool,
+    /// A Velero Restore object (YAML or JSON) for `--restore`: its
+    /// `spec.namespaceMapping` is applied to the item.
+    #[arg(long, value_name = "FILE", requires = "restore")]
+    restore_object: Option<PathBuf>,
     /// CPU deadline of each call.
     #[arg(long, value_parser = iar::duration::parse_non_negative)]
     deadline: Option<Duration>,
@@ -110,6 +121,58 @@ fn backup_ref(path: Option<&Path>, phase: Phase) -> anyhow::Result<BackupRef> {
     })
 }
 
+fn restore_ref(path: Option<&Path>) -> anyhow::Result<RestoreRef> {
+    let obj = match path {
+        Some(p) => read_one_object(p)?,
+        None => json!({"spec": {"backupName": "iar-run"}}),
+    };
+    let field = |ptr: &str, default: &str| {
+        obj.pointer(ptr)
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_string()
+    };
+    Ok(RestoreRef {
+        name: field("/metadata/name", "iar-run-restore"),
+        namespace: field("/metadata/namespace", "velero"),
+        uid: field("/metadata/uid", "00000000-0000-0000-0000-000000000001"),
+        spec: obj.get("spec").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// The backed-up item as a restore creates it, as Velero prepares it
+/// before its restore actions: in the namespace the restore maps its own
+/// to, without status or the metadata the API server sets.
+fn as_restored(from_backup: &Item, restore: &RestoreRef) -> anyhow::Result<Item> {
+    let mut value = from_backup.value().clone();
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "selfLink",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            meta.remove(field);
+        }
+        let mapped = meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .and_then(|ns| restore.spec.pointer(&format!("/namespaceMapping/{ns}")))
+            .cloned();
+        if let Some(target) = mapped {
+            meta.insert("namespace".into(), target);
+        }
+    }
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("status");
+    }
+    Item::from_value(value, Catalog::builtin()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// Splits `--config` values into per-plugin maps.
 pub(crate) fn plugin_config(
     pairs: &[String],
@@ -146,6 +209,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let backup = backup_ref(args.backup.as_deref(), phase)?;
     let mut item = Item::from_value(read_one_object(&args.item)?, Catalog::builtin())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.item.display()))?;
+    let restore = match args.restore {
+        true => Some(restore_ref(args.restore_object.as_deref())?),
+        false => None,
+    };
+    // A restore's actions see the item as it will be created; what was
+    // backed up stays beside it.
+    let from_backup = item.clone();
+    if let Some(r) = &restore {
+        item = as_restored(&from_backup, r)
+            .with_context(|| format!("{}: as restored", args.item.display()))?;
+    }
     let cluster: Arc<dyn ClusterReader> = match (&args.cluster, &args.overlay) {
         (Some(dir), Some(overlay)) => {
             Arc::new(ManifestCluster::new(vec![dir.clone()]).with_overlay(overlay.clone()))
@@ -201,20 +275,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        if args.related && !plugin.exports(iar::plugin::Interface::ItemBlockAction) {
+        let (interface, call) = match (args.related, args.restore) {
+            (true, _) => (
+                iar::plugin::Interface::ItemBlockAction,
+                iar::plugin::Call::GetRelatedItems,
+            ),
+            (_, true) => (
+                iar::plugin::Interface::RestoreItemAction,
+                iar::plugin::Call::RestoreExecute,
+            ),
+            _ => (
+                iar::plugin::Interface::ItemAction,
+                iar::plugin::Call::Execute,
+            ),
+        };
+        if interface != iar::plugin::Interface::ItemAction && !plugin.exports(interface) {
             results.push(json!({ "plugin": name, "applies": false,
-                "reason": "does not export item-block-action" }));
+                "reason": format!("does not export {interface}") }));
             continue;
         }
-        let applies = match args.related {
-            true => plugin.block_applies(&item),
-            false => plugin.applies(&item),
+        let applies = match interface {
+            iar::plugin::Interface::ItemBlockAction => plugin.block_applies(&item),
+            iar::plugin::Interface::RestoreItemAction => plugin.restore_applies(&item),
+            iar::plugin::Interface::ItemAction => plugin.applies(&item),
         };
         if !applies {
-            let call = match args.related {
-                true => iar::plugin::Call::GetRelatedItems,
-                false => iar::plugin::Call::Execute,
-            };
             let mut entry = json!({ "plugin": name, "applies": false });
             // Said, so that a plugin its grants keep from an item is not
             // mistaken for one whose selector skips it.
@@ -229,14 +314,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         let mut instance = plugin.instance(cluster.clone());
-        let outcome = match &args.progress {
+        let outcome = match (&args.progress, &restore) {
             _ if args.related => instance
                 .get_related_items(&item, &backup)
                 .map(|ids| json!({ "related": ids })),
-            Some(op) => instance
+            (Some(op), Some(r)) => instance
+                .restore_progress(op, &item.id, r)
+                .map(|p| json!({ "progress": p })),
+            (None, Some(r)) => instance
+                .restore_execute(&item, &from_backup, r, &|_| false)
+                .map(|out| {
+                    if let Some(changed) = &out.item {
+                        item = changed.clone();
+                    }
+                    json!({ "output": out })
+                }),
+            (Some(op), None) => instance
                 .progress(op, &item.id, &backup)
                 .map(|p| json!({ "progress": p })),
-            None => instance.execute(&item, &backup, &|_| false).map(|out| {
+            (None, None) => instance.execute(&item, &backup, &|_| false).map(|out| {
                 if let Some(changed) = &out.item {
                     // The next plugin sees the item as this one left it, as in Velero.
                     item = changed.clone();
@@ -262,7 +358,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let report = json!({
         "item": item.id,
-        "phase": backup.phase,
+        "phase": match restore {
+            Some(_) => json!("restore"),
+            None => json!(backup.phase),
+        },
         "results": results,
         "finalItem": item.value(),
     });

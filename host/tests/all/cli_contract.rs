@@ -24,15 +24,26 @@ fn pod_file(dir: &Path) -> String {
 
 /// `iar inspect` names the contract version and the interfaces a plugin
 /// exports, with each interface's own applies-to (null when not exported),
-/// for a 1.0.0 item-action plugin, a 1.1.0 block-only plugin and a 1.1.0
-/// plugin exporting both.
+/// for a 1.0.0 item-action plugin, a 1.1.0 block-only plugin, a 1.1.0
+/// plugin exporting both, a 1.3.0 backup-and-restore plugin and a 1.3.0
+/// restore-only one.
 #[test]
 fn inspect_shows_the_interfaces_and_version() {
     let cases = [
         (
-            artifacts::LABELS,
+            artifacts::PVC_SNAPSHOT,
             "iar:plugin@1.0.0",
             json!(["item-action"]),
+        ),
+        (
+            artifacts::LABELS,
+            "iar:plugin@1.3.0",
+            json!(["item-action", "restore-item-action"]),
+        ),
+        (
+            artifacts::RESTORE_HOSTILE,
+            "iar:plugin@1.3.0",
+            json!(["restore-item-action"]),
         ),
         (
             artifacts::CONFIG_BLOCK,
@@ -64,6 +75,15 @@ fn inspect_shows_the_interfaces_and_version() {
             .unwrap()
             .contains(&json!("item-action"));
         assert_eq!(report["appliesTo"].is_object(), action, "{path}: {report}");
+        let restore = interfaces
+            .as_array()
+            .unwrap()
+            .contains(&json!("restore-item-action"));
+        assert_eq!(
+            report["restoreAppliesTo"].is_object(),
+            restore,
+            "{path}: {report}"
+        );
         assert_eq!(
             report["blockAppliesTo"].is_object(),
             block,
@@ -142,5 +162,79 @@ fn run_related_reports_a_refused_answer_with_the_rule() {
             "plugin \"iar_guest_block_hostile\": get-related-items of pods shop/web: returned get-related-items entry 1 whose name \"\" is empty (rule: invalid-identifier)"
         ),
         "{stderr}"
+    );
+}
+
+/// `iar run --restore`: the item as backed up is given to each restore
+/// action as Velero would create it (the restore's namespace mapping
+/// applied, status and server-set metadata dropped); labels' restore half
+/// records the backup; a plugin without a restore action says so; a
+/// hostile one is refused by rule, the exit code says it.
+#[test]
+fn run_restore_calls_restore_actions_on_the_item_as_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let item = dir.path().join("cm.json");
+    std::fs::write(
+        &item,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "shop", "uid": "u-1",
+                "resourceVersion": "7"},
+            "data": {"k": "v"}, "status": {"x": 1}})
+        .to_string(),
+    )
+    .unwrap();
+    let restore = dir.path().join("restore.yaml");
+    std::fs::write(
+        &restore,
+        "apiVersion: velero.io/v1\nkind: Restore\nmetadata: {name: r1, namespace: velero}\nspec:\n  backupName: nightly\n  namespaceMapping: {shop: shop-copy}\n",
+    )
+    .unwrap();
+    let run = |plugins: &[&str], extra: &[&str]| {
+        let mut args = vec!["run"];
+        for p in plugins {
+            args.extend(["--plugin", p]);
+        }
+        args.extend([
+            "--item",
+            item.to_str().unwrap(),
+            "--restore",
+            "--restore-object",
+            restore.to_str().unwrap(),
+        ]);
+        args.extend(extra);
+        iar(&args)
+    };
+    let out = run(&[artifacts::LABELS, artifacts::PVC_SNAPSHOT], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = stdout_json(&out);
+    assert_eq!(report["phase"], "restore");
+    let last = &report["finalItem"];
+    assert_eq!(last["metadata"]["namespace"], "shop-copy", "{report}");
+    assert_eq!(
+        last["metadata"]["annotations"]["iar.dev/restored-from"],
+        "nightly"
+    );
+    assert!(
+        last.get("status").is_none() && last["metadata"].get("uid").is_none(),
+        "{last}"
+    );
+    assert_eq!(report["results"][1]["applies"], false, "{report}");
+    assert!(
+        report["results"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("restore-item-action"),
+        "{report}"
+    );
+    let out = run(&[artifacts::RESTORE_HOSTILE], &["--config", "mode=rename"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = stdout_json(&out);
+    assert_eq!(
+        report["results"][0]["error"]["rule"], "item-identity-unchanged",
+        "{report}"
     );
 }

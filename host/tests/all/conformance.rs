@@ -189,3 +189,34 @@ fn block_actions_are_checked_on_the_items_they_select() {
         assert_eq!(c["item"]["kind"], "Pod", "{c:#}");
     }
 }
+
+/// A restore action gets checks of its own (contract 1.3.0): labels'
+/// restore half passes them beside its backup half's; a restore action
+/// that renames items fails restore-execute-accepted naming the rule, and
+/// one that answers a made-up operation's progress as known fails
+/// restore-progress-unknown-operation.
+#[test]
+fn restore_actions_are_checked_on_the_items_they_select() {
+    let (code, report) = conformance(artifacts::LABELS, &["labels=a=b"]);
+    assert_eq!(code, Some(0), "{report:#}");
+    for name in [
+        "execute-accepted",
+        "restore-execute-accepted",
+        "restore-deterministic",
+        "restore-progress-unknown-operation",
+    ] {
+        assert_eq!(check(&report, name)["passed"], true, "{name}: {report:#}");
+    }
+    let (code, report) = conformance(artifacts::RESTORE_HOSTILE, &["mode=rename"]);
+    assert_eq!(code, Some(1), "{report:#}");
+    assert_eq!(failed(&report), ["restore-execute-accepted"], "{report:#}");
+    let c = check(&report, "restore-execute-accepted");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("(rule: item-identity-unchanged)"),
+        "{c:#}"
+    );
+    assert_eq!(c["item"]["kind"], "ConfigMap", "{c:#}");
+}

@@ -91,6 +91,23 @@ fn expected_exports(crate_dir: &Path) -> Option<BTreeSet<String>> {
     if lib.contains("iar_sdk::export_both!(") {
         return Some(exports_of_world(&v1_1, "iar:plugin/full-plugin"));
     }
+    // The SDK's 1.3.0 macro: the union of one world per key it names.
+    if let Some(at) = lib.find("iar_sdk::export_plugin!(") {
+        let args = &lib[at..];
+        let args = &args[..args.find(')').unwrap_or(args.len())];
+        let v1_3 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/v1.3");
+        let mut all = BTreeSet::new();
+        for (key, world) in [
+            ("item_action", "iar:plugin/item-action-part"),
+            ("block_action", "iar:plugin/block-action-part"),
+            ("restore_action", "iar:plugin/restore-plugin"),
+        ] {
+            if args.contains(&format!("{key} =")) {
+                all.extend(exports_of_world(&v1_3, world));
+            }
+        }
+        return (!all.is_empty()).then_some(all);
+    }
     if crate_dir.join("src/main.rs").is_file() && lib.is_empty() {
         return Some(BTreeSet::from([format!("{COMMAND_EXPORT}*")]));
     }
