@@ -9,6 +9,7 @@ pub mod diff;
 mod expect;
 pub mod generate;
 pub mod report;
+mod restore_case;
 pub mod runner;
 pub mod scaffold;
 mod steps;

@@ -5,14 +5,15 @@
 use super::expect::{
     Budget, check_error, check_execute, compare_refs, compile_pattern, describe_error,
 };
+use super::restore_case;
 use super::steps::Life;
 use super::stubs::StrictCluster;
-use super::testfile::{BackupSpec, Case, Fixture, Recording, TestFile};
+use super::testfile::{BackupSpec, Case, Fixture, Recording, RestoreSpec, TestFile};
 use anyhow::{Context, anyhow, bail};
 use iar_core::catalog::Catalog;
 use iar_core::item::{Item, ItemRef};
 use iar_plugin::Runtime;
-use iar_plugin::plugin::{BackupRef, Interface, Phase, Plugin};
+use iar_plugin::plugin::{BackupRef, Interface, Phase, Plugin, RestoreRef};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -186,6 +187,24 @@ fn backup_ref(file: Option<&BackupSpec>, case: Option<&BackupSpec>, phase: Phase
     }
 }
 
+fn restore_ref(spec: &RestoreSpec) -> RestoreRef {
+    RestoreRef {
+        name: spec
+            .name
+            .clone()
+            .unwrap_or_else(|| "iar-test-restore".into()),
+        namespace: spec.namespace.clone().unwrap_or_else(|| "velero".into()),
+        uid: spec
+            .uid
+            .clone()
+            .unwrap_or_else(|| "00000000-0000-0000-0000-000000000001".into()),
+        spec: spec
+            .spec
+            .clone()
+            .unwrap_or_else(|| json!({"backupName": "iar-test"})),
+    }
+}
+
 fn read_item(dir: &Path, case: &Case) -> anyhow::Result<Item> {
     let value = match (&case.item, &case.item_file) {
         (Some(v), None) => v.clone(),
@@ -309,10 +328,23 @@ fn run_case(
         }
     };
     let backup = backup_ref(file.backup.as_ref(), case.backup.as_ref(), case.phase);
-    let related = case.expect.related_items.is_some() || !plugin.exports(Interface::ItemAction);
-    let applies = match related {
-        true => plugin.block_applies(&item),
-        false => plugin.applies(&item),
+    let restore = case.restore.as_ref().map(restore_ref);
+    // A restore case's item is the backed-up one as the restore creates it.
+    let (from_backup, item) = match &restore {
+        Some(r) => {
+            let restored = r
+                .as_restored(&item)
+                .map_err(|e| anyhow!("the item as restored: {e}"))?;
+            (Some(item), restored)
+        }
+        None => (None, item),
+    };
+    let related = restore.is_none()
+        && (case.expect.related_items.is_some() || !plugin.exports(Interface::ItemAction));
+    let applies = match (&restore, related) {
+        (Some(_), _) => plugin.restore_applies(&item),
+        (None, true) => plugin.block_applies(&item),
+        (None, false) => plugin.applies(&item),
     };
     let want_applies = case.expect.applies_to.unwrap_or(true);
     let mut instance = plugin.instance(cluster.clone());
@@ -338,6 +370,20 @@ fn run_case(
             )),
             (Err(e), want) => check_error("get-related-items", &e, want, &budget, &mut failures),
         }
+    } else if let (true, Some(r), Some(from_backup)) = (applies, &restore, &from_backup) {
+        let out = instance.restore_execute(&item, from_backup, r, &seen);
+        let out = restore_case::check(&item, out, &case.expect, &pattern, &budget, &mut failures);
+        let mut life = Life {
+            instance: &mut instance,
+            cluster: &cluster,
+            item: &item,
+            backup: &backup,
+            restore: Some(r),
+            budget: &budget,
+            seen: &seen,
+            failures: &mut failures,
+        };
+        life.run(out.as_ref(), &case.steps)?;
     } else if applies {
         let out = instance.execute(&item, &backup, &seen);
         let out = check_execute(
@@ -354,6 +400,7 @@ fn run_case(
             cluster: &cluster,
             item: &item,
             backup: &backup,
+            restore: None,
             budget: &budget,
             seen: &seen,
             failures: &mut failures,

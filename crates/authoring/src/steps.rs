@@ -7,7 +7,9 @@ use super::testfile::{Expect, ExpectProgress, Step};
 use anyhow::anyhow;
 use iar_core::catalog::Catalog;
 use iar_core::item::Item;
-use iar_plugin::plugin::{BackupRef, CallError, ExecuteResult, Phase, PluginInstance, Progress};
+use iar_plugin::plugin::{
+    BackupRef, CallError, ExecuteResult, Phase, PluginInstance, Progress, RestoreRef,
+};
 use serde_json::Value;
 
 /// The steps after execute: an operation's polls and cancels, fixture
@@ -17,6 +19,8 @@ pub(super) struct Life<'a> {
     pub(super) cluster: &'a StrictCluster,
     pub(super) item: &'a Item,
     pub(super) backup: &'a BackupRef,
+    /// A restore case's restore: polls and cancels are its operation's.
+    pub(super) restore: Option<&'a RestoreRef>,
     pub(super) budget: &'a Budget,
     pub(super) seen: &'a dyn Fn(&str) -> bool,
     pub(super) failures: &'a mut Vec<String>,
@@ -44,7 +48,10 @@ impl Life<'_> {
                             .push(format!("step {n} (poll): execute started no operation"));
                         return Ok(());
                     };
-                    let got = self.instance.progress(op, &self.item.id, self.backup);
+                    let got = match self.restore {
+                        Some(r) => self.instance.restore_progress(op, &self.item.id, r),
+                        None => self.instance.progress(op, &self.item.id, self.backup),
+                    };
                     self.check_progress(n, got, want);
                 }
                 Step::Cancel(want) => {
@@ -54,10 +61,11 @@ impl Life<'_> {
                         return Ok(());
                     };
                     let call = format!("step {n} (cancel)");
-                    match (
-                        self.instance.cancel(op, &self.item.id, self.backup),
-                        &want.error,
-                    ) {
+                    let canceled = match self.restore {
+                        Some(r) => self.instance.restore_cancel(op, &self.item.id, r),
+                        None => self.instance.cancel(op, &self.item.id, self.backup),
+                    };
+                    match (canceled, &want.error) {
                         (Ok(()), None) => {}
                         (Ok(()), Some(e)) => self.failures.push(format!(
                             "{call}: expected cancel to fail{}, it succeeded",
@@ -65,6 +73,11 @@ impl Life<'_> {
                         )),
                         (Err(e), want) => check_error(&call, &e, want, self.budget, self.failures),
                     }
+                }
+                Step::Finalize(_) if self.restore.is_some() => {
+                    self.failures.push(format!(
+                        "step {n} (finalize): a restore has no finalize pass"
+                    ));
                 }
                 Step::Finalize(expect) => self.finalize(n, out, expect)?,
             }

@@ -45,6 +45,17 @@ pub struct BackupSpec {
     pub spec: Option<Value>,
 }
 
+/// The Velero Restore a restore case belongs to; every field has a
+/// default (`spec.backupName` defaults to `iar-test`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreSpec {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub spec: Option<Value>,
+}
+
 /// An object reference in YAML: group and namespace may be left out ("" =
 /// core group, cluster-scoped).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -109,6 +120,12 @@ pub struct Case {
     pub backup: Option<BackupSpec>,
     #[serde(default = "backup_phase")]
     pub phase: Phase,
+    /// Makes the case a restore case (contract 1.3.0): the item is taken
+    /// as backed up and given to the restore action as the restore creates
+    /// it (its namespace mapping applied, status and server-set metadata
+    /// dropped); `poll` and `cancel` steps call the restore's operation.
+    #[serde(default)]
+    pub restore: Option<RestoreSpec>,
     /// Config for this case only, over the file's settings.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
@@ -158,6 +175,10 @@ pub struct Expect {
     pub post_operation_items: Option<Vec<ObjectRef>>,
     /// get-related-items (item-block-action) instead of execute.
     pub related_items: Option<Vec<ObjectRef>>,
+    /// A restore case: whether the action skips the item.
+    pub skip_restore: Option<bool>,
+    /// A restore case: whether it waits for its additional items.
+    pub wait_for_additional_items: Option<bool>,
     pub error: Option<ExpectError>,
     /// The objects the plugin created (contract 1.2.0), in order, over
     /// execute and every step; a create that found the plugin's own object

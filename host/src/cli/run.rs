@@ -140,39 +140,6 @@ fn restore_ref(path: Option<&Path>) -> anyhow::Result<RestoreRef> {
     })
 }
 
-/// The backed-up item as a restore creates it, as Velero prepares it
-/// before its restore actions: in the namespace the restore maps its own
-/// to, without status or the metadata the API server sets.
-fn as_restored(from_backup: &Item, restore: &RestoreRef) -> anyhow::Result<Item> {
-    let mut value = from_backup.value().clone();
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        for field in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "generation",
-            "managedFields",
-            "selfLink",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-        ] {
-            meta.remove(field);
-        }
-        let mapped = meta
-            .get("namespace")
-            .and_then(Value::as_str)
-            .and_then(|ns| restore.spec.pointer(&format!("/namespaceMapping/{ns}")))
-            .cloned();
-        if let Some(target) = mapped {
-            meta.insert("namespace".into(), target);
-        }
-    }
-    if let Some(obj) = value.as_object_mut() {
-        obj.remove("status");
-    }
-    Item::from_value(value, Catalog::builtin()).map_err(|e| anyhow::anyhow!("{e}"))
-}
-
 /// Splits `--config` values into per-plugin maps.
 pub(crate) fn plugin_config(
     pairs: &[String],
@@ -217,8 +184,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // backed up stays beside it.
     let from_backup = item.clone();
     if let Some(r) = &restore {
-        item = as_restored(&from_backup, r)
-            .with_context(|| format!("{}: as restored", args.item.display()))?;
+        item = r
+            .as_restored(&from_backup)
+            .map_err(|e| anyhow::anyhow!("{}: as restored: {e}", args.item.display()))?;
     }
     let cluster: Arc<dyn ClusterReader> = match (&args.cluster, &args.overlay) {
         (Some(dir), Some(overlay)) => {

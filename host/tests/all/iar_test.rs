@@ -423,3 +423,73 @@ fn each_unmet_expectation_has_its_message() {
         ]
     );
 }
+
+/// Restore cases (contract 1.3.0) run the restore action on the item as
+/// the restore creates it; an operation's life is polled through the
+/// restore's own progress; an expectation the restore action does not
+/// meet fails the case naming the field, and a rule it breaks the rule.
+#[test]
+fn restore_cases_run_the_restore_action_and_fail_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("restore.iar-test.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"plugin: {plugin}
+cases:
+  - name: an operation, polled to its end
+    item: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: db, namespace: shop, annotations: {{restore-hostile: operation}}}}}}
+    restore: {{}}
+    expect: {{operationId: op-db}}
+    steps:
+      - poll: {{completed: true, description: restored}}
+  - name: a skip and a wait
+    item: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: app, namespace: shop, annotations: {{restore-hostile: wait}}}}}}
+    restore: {{}}
+    expect:
+      waitForAdditionalItems: true
+      additionalItems: [{{resource: configmaps, namespace: shop, name: dep}}]
+  - name: wrongly expects a skip
+    item: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: app, namespace: shop}}}}
+    restore: {{}}
+    expect: {{skipRestore: true}}
+  - name: a rename is refused by rule
+    item: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: app, namespace: shop, annotations: {{restore-hostile: rename}}}}}}
+    restore: {{}}
+    expect: {{error: {{rule: item-identity-unchanged}}}}
+"#,
+            plugin = artifacts::RESTORE_HOSTILE
+        ),
+    )
+    .unwrap();
+    let out = iar(&["test", "--format", "json", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = stdout_json(&out);
+    let cases = report["files"][0]["cases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
+    let failures: Vec<(&str, usize)> = cases
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["failures"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failures,
+        [
+            ("an operation, polled to its end", 0),
+            ("a skip and a wait", 0),
+            ("wrongly expects a skip", 1),
+            ("a rename is refused by rule", 0),
+        ],
+        "{report:#}"
+    );
+    let why = cases[2]["failures"][0].as_str().unwrap();
+    assert!(
+        why.contains("expected skipRestore true, got false"),
+        "{why}"
+    );
+}

@@ -67,6 +67,47 @@ pub struct RestoreRef {
 }
 
 impl RestoreRef {
+    /// The backed-up item as this restore creates it, as Velero prepares
+    /// it before its restore actions: in the namespace the restore's
+    /// `namespaceMapping` maps its own to, without `status` or the
+    /// metadata the API server sets. What `iar run --restore` and `iar
+    /// test` restore cases hand a restore action.
+    pub fn as_restored(
+        &self,
+        from_backup: &iar_core::item::Item,
+    ) -> Result<iar_core::item::Item, String> {
+        let mut value = from_backup.value().clone();
+        if let Some(meta) = value
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for field in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "generation",
+                "managedFields",
+                "selfLink",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            ] {
+                meta.remove(field);
+            }
+            let mapped = meta
+                .get("namespace")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|ns| self.spec.get("namespaceMapping")?.get(ns))
+                .cloned();
+            if let Some(target) = mapped {
+                meta.insert("namespace".into(), target);
+            }
+        }
+        if let Some(obj) = value.as_object_mut() {
+            obj.remove("status");
+        }
+        iar_core::item::Item::from_value(value, Catalog::builtin()).map_err(|e| e.to_string())
+    }
+
     pub(crate) fn to_wit(&self) -> contract::latest::restore_action::Restore {
         contract::latest::restore_action::Restore {
             name: self.name.clone(),
