@@ -1,7 +1,10 @@
-// Command iar-bench-labels is a Velero BackupItemAction v2 plugin written
-// against Velero's own plugin framework. It makes the same mutation as iar's
-// `labels` plugin configured with `labels: team=payments`: it sets the label
-// team=payments on every item. It is the anchor of `bench/compare.sh`.
+// Command iar-bench-labels is a Velero BackupItemAction v2 and
+// RestoreItemAction v2 plugin written against Velero's own plugin
+// framework. It makes the same mutations as iar's `labels` plugin
+// configured with `labels: team=payments`: when backing up it sets the
+// label team=payments on every item, when restoring the annotation
+// iar.dev/restored-from: BACKUP. It is the anchor of `bench/compare.sh`
+// and of the Velero restore benchmark.
 package main
 
 import (
@@ -47,10 +50,49 @@ func (l *labels) Progress(operationID string, backup *api.Backup) (velero.Operat
 
 func (l *labels) Cancel(operationID string, backup *api.Backup) error { return nil }
 
+// restored is the restore half.
+type restored struct{ log logrus.FieldLogger }
+
+func (r *restored) Name() string { return Name }
+
+func (r *restored) AppliesTo() (velero.ResourceSelector, error) {
+	return velero.ResourceSelector{}, nil
+}
+
+func (r *restored) Execute(input *velero.RestoreItemActionExecuteInput) (*velero.RestoreItemActionExecuteOutput, error) {
+	obj := input.Item.UnstructuredContent()
+	metadata, _ := obj["metadata"].(map[string]any)
+	if metadata == nil {
+		metadata = map[string]any{}
+		obj["metadata"] = metadata
+	}
+	annotations, _ := metadata["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+		metadata["annotations"] = annotations
+	}
+	annotations["iar.dev/restored-from"] = input.Restore.Spec.BackupName
+	input.Item.SetUnstructuredContent(obj)
+	return velero.NewRestoreItemActionExecuteOutput(input.Item), nil
+}
+
+func (r *restored) Progress(operationID string, restore *api.Restore) (velero.OperationProgress, error) {
+	return velero.OperationProgress{}, nil
+}
+
+func (r *restored) Cancel(operationID string, restore *api.Restore) error { return nil }
+
+func (r *restored) AreAdditionalItemsReady(items []velero.ResourceIdentifier, restore *api.Restore) (bool, error) {
+	return true, nil
+}
+
 func main() {
 	framework.NewServer().
 		RegisterBackupItemActionV2(Name, func(log logrus.FieldLogger) (any, error) {
 			return &labels{log: log}, nil
+		}).
+		RegisterRestoreItemActionV2(Name, func(log logrus.FieldLogger) (any, error) {
+			return &restored{log: log}, nil
 		}).
 		Serve()
 }

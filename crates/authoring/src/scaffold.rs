@@ -133,15 +133,30 @@ const CARGO_CONFIG: &str = r#"# Start with 2 MiB of linear memory rather than ru
 rustflags = ["-C", "link-arg=--initial-memory=2097152"]
 "#;
 
-const LIB_RS: &str = r#"//! {name}: an iar item action. It labels every Pod and ConfigMap it is
-//! given, so a restore can tell which backup tool saved them.
+const LIB_RS: &str = r#"//! {name}: a pair of iar item actions, as a Velero plugin ships them. The
+//! backup half labels every Pod and ConfigMap it is given, so a restore can
+//! tell which backup tool saved them; the restore half takes the label off
+//! again, since the restored object is a new one.
 //!
 //! Config (the plugin's settings file, or `iar run --config key=value`):
 //! `label` is the `key=value` to set (default `backed-up-by={name}`).
 
-use iar_sdk::{Backup, Error, Item, ItemAction, Output, Phase, Result, Selector, config, debug};
+use iar_sdk::{
+    Backup, Error, Item, ItemAction, Output, Phase, RestoreInput, RestoreItemAction,
+    RestoreOutput, Result, Selector, config, debug,
+};
 
 struct Plugin;
+
+/// The configured label as key and value.
+fn label() -> Result<(String, String)> {
+    let label = config("label").unwrap_or_else(|| "backed-up-by={name}".into());
+    let Some((key, value)) = label.split_once('=') else {
+        // A `failed` error fails this item, not the backup, and names it.
+        return Err(Error::failed(format!("config label: {label:?} is not key=value")));
+    };
+    Ok((key.trim().to_string(), value.trim().to_string()))
+}
 
 impl ItemAction for Plugin {
     /// Asked once when the plugin is loaded: execute is called only for the
@@ -154,12 +169,8 @@ impl ItemAction for Plugin {
     /// `Output::unchanged()`; the host refuses an item whose kind,
     /// namespace or name changed.
     fn execute(mut item: Item, backup: &Backup) -> Result<Output> {
-        let label = config("label").unwrap_or_else(|| "backed-up-by={name}".into());
-        let Some((key, value)) = label.split_once('=') else {
-            // A `failed` error fails this item, not the backup, and names it.
-            return Err(Error::failed(format!("config label: {label:?} is not key=value")));
-        };
-        item.set_label(key.trim(), value.trim());
+        let (key, value) = label()?;
+        item.set_label(&key, &value);
         // The finalize pass runs on items operations touched; this plugin
         // starts no operations, so it does the same in both phases.
         if backup.phase == Phase::Finalize {
@@ -169,7 +180,32 @@ impl ItemAction for Plugin {
     }
 }
 
-iar_sdk::export!(Plugin);
+impl RestoreItemAction for Plugin {
+    /// The items of a restore `execute` below is called for.
+    fn applies_to() -> Result<Selector> {
+        Ok(Selector::resources(["pods", "configmaps"]))
+    }
+
+    /// Called for each selected item of a restore, before it is created:
+    /// `input.item` as it will be created (in its target namespace),
+    /// `input.item_from_backup` as it was saved.
+    fn execute(input: RestoreInput) -> Result<RestoreOutput> {
+        let (key, _) = label()?;
+        let mut item = input.item;
+        let Some(labels) = item.json_mut()["metadata"]["labels"].as_object_mut() else {
+            return Ok(RestoreOutput::unchanged());
+        };
+        if labels.remove(&key).is_none() {
+            return Ok(RestoreOutput::unchanged());
+        }
+        debug!("restoring {} from {}", item.name(), input.restore.backup_name());
+        Ok(RestoreOutput::item(item))
+    }
+}
+
+// Both halves, at contract 1.3.0: Velero runs the first when it backs up
+// and the second when it restores.
+iar_sdk::export_plugin!(item_action = Plugin, restore_action = Plugin);
 "#;
 
 const TEST_YAML: &str = r#"# Run with `iar test` in this directory, after
@@ -219,12 +255,31 @@ cases:
       metadata: {name: web, namespace: shop}
     expect:
       appliesTo: false
+
+  - name: a restore takes the label off again, in the restore's namespace
+    item:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: settings
+        namespace: shop
+        labels: {backed-up-by: {name}, app: web}
+    restore:
+      spec: {backupName: nightly, namespaceMapping: {shop: shop-copy}}
+    expect:
+      item:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata:
+          name: settings
+          namespace: shop-copy
+          labels: {app: web}
 "#;
 
 const README: &str = r#"# {name}
 
-An iar item action: a Kubernetes backup plugin that
-runs as a sandboxed WebAssembly component.
+A pair of iar item actions (backup and restore): a Kubernetes backup
+plugin that runs as a sandboxed WebAssembly component.
 
 ```sh
 rustup target add wasm32-wasip2
@@ -234,7 +289,7 @@ iar conformance target/wasm32-wasip2/release/{wasm}.wasm
 iar run --plugin target/wasm32-wasip2/release/{wasm}.wasm --item pod.yaml
 ```
 
-`src/lib.rs` is the action; `{name}.iar-test.yaml` holds its tests (items,
+`src/lib.rs` is the pair of actions; `{name}.iar-test.yaml` holds their tests (items,
 cluster fixtures, expected outputs). See iar's `docs/plugin-guide.md` for the
 contract, the limits and what each error means.
 "#;

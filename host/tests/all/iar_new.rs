@@ -31,8 +31,9 @@ fn cargo(dir: &Path, args: &[&str], target: &Path) -> std::process::Output {
     cmd.output().expect("running cargo")
 }
 
-/// Scaffold outside the workspace, build for wasm32-wasip2, `iar test`
-/// in the new crate: green. The target directory is under the workspace's
+/// Scaffold outside the workspace (a backup and a restore action, as a
+/// Velero plugin pair), build for wasm32-wasip2, `iar test` in the new
+/// crate: green, restore case included. The target directory is under the workspace's
 /// so the dependencies are compiled once across runs.
 #[test]
 fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
@@ -77,7 +78,7 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
     let out = iar(&["test", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("4 cases: 4 passed, 0 failed"),
+        String::from_utf8_lossy(&out.stdout).contains("5 cases: 5 passed, 0 failed"),
         "{}",
         text(&out)
     );
@@ -89,6 +90,14 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
     assert!(out.status.success(), "{}", text(&out));
     let shape: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shape["initialMemory"], 2 << 20, "{}", text(&out));
+    // A Velero pair: both halves, at contract 1.3.0.
+    assert_eq!(shape["contract"], "iar:plugin@1.3.0", "{}", text(&out));
+    assert_eq!(
+        shape["interfaces"],
+        serde_json::json!(["item-action", "restore-item-action"]),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

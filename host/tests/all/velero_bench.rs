@@ -197,7 +197,15 @@ impl Bench {
     /// One Velero backup of the namespace with `plugin` installed in a
     /// freshly started server: wall time and the peak RSS of the server
     /// and its plugin processes.
-    async fn velero(&self, plugin: Plugin, name: &str, go: &Path, wasm: &Path) -> (f64, f64) {
+    /// A Velero server started afresh with `plugin` in its plugin
+    /// directory, its location available: the server, its RSS sampler and
+    /// its log.
+    async fn start(
+        &self,
+        plugin: Plugin,
+        go: &Path,
+        wasm: &Path,
+    ) -> (Running, RssSampler, PathBuf) {
         let plugins = self.plugins();
         let _ = std::fs::remove_dir_all(&plugins);
         velero_plugins(&self.tools, self.work.path());
@@ -229,6 +237,56 @@ impl Bench {
         );
         let sampler = RssSampler::start(velero.0.id());
         wait_location_available(&self.client, self.velero_ns, since, &log).await;
+        (velero, sampler, log)
+    }
+
+    /// One Velero restore of backup `from` into a new namespace with
+    /// `plugin` installed in a freshly started server: wall time and peak
+    /// RSS, as for a backup.
+    async fn restore(
+        &self,
+        plugin: Plugin,
+        from: &str,
+        name: &str,
+        go: &Path,
+        wasm: &Path,
+    ) -> (f64, f64) {
+        let (velero, sampler, log) = self.start(plugin, go, wasm).await;
+        let target = format!("{}-{name}", self.app);
+        let started = Instant::now();
+        let (status, results) = velero_restore(
+            &self.client,
+            self.velero_ns,
+            name,
+            json!({"backupName": from, "namespaceMapping": {self.app: &target},
+                "includedResources": ["configmaps"]}),
+            &self.work.path().join("s3"),
+            &log,
+        )
+        .await;
+        let wall = started.elapsed().as_secs_f64();
+        let peak = sampler.peak_mib();
+        assert_eq!(status["phase"], "Completed", "{status}\n{results}");
+        let restored = Api::<ConfigMap>::namespaced(self.client.clone(), &target)
+            .get("cm-00000")
+            .await
+            .unwrap();
+        let from_backup = restored
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("iar.dev/restored-from"))
+            .cloned();
+        match plugin {
+            Plugin::None => assert_eq!(from_backup, None),
+            _ => assert_eq!(from_backup.as_deref(), Some(from)),
+        }
+        drop(velero);
+        (wall, peak)
+    }
+
+    async fn velero(&self, plugin: Plugin, name: &str, go: &Path, wasm: &Path) -> (f64, f64) {
+        let (velero, sampler, log) = self.start(plugin, go, wasm).await;
         let started = Instant::now();
         let status = velero_backup(&self.client, self.velero_ns, name, self.app, &log).await;
         let wall = started.elapsed().as_secs_f64();
@@ -399,6 +457,46 @@ fn print_table(title: &str, objects: usize, rows: &[(&str, Vec<f64>, Vec<f64>)])
         );
     }
     println!("(all runs: {rows:?})");
+}
+
+/// Velero's restore of one backup of `BENCH_OBJECTS` ConfigMaps into a new
+/// namespace, with no restore action, with the Go plugin's restore action
+/// and with the wasm `labels` plugin's (iar.dev/restored-from on each),
+/// hosted by iar: issue 39's comparison.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run it alone, with --ignored --nocapture"]
+async fn velero_restore_with_go_and_wasm_plugins() {
+    let objects = env_or("BENCH_OBJECTS", 1000);
+    let rounds = env_or("BENCH_ROUNDS", 3);
+    let _one = ONE_VELERO.lock().await;
+    let Some(b) = bench("velero-bench-r", "bench-restore", objects).await else {
+        return;
+    };
+    let (go, wasm) = (go_plugin(b.work.path()), wasm_plugins(b.work.path()));
+    b.velero(Plugin::None, "source", &go, &wasm).await;
+    let mut rows = vec![
+        ("Velero restore, no action", vec![], vec![]),
+        ("Velero + Go restore action", vec![], vec![]),
+        ("Velero + iar (wasm) restore action", vec![], vec![]),
+    ];
+    for round in 0..rounds {
+        for (i, plugin) in [Plugin::None, Plugin::Go, Plugin::Wasm]
+            .into_iter()
+            .enumerate()
+        {
+            let name = format!("r{i}-{round}");
+            let (wall, peak) = b.restore(plugin, "source", &name, &go, &wasm).await;
+            rows[i].1.push(wall);
+            rows[i].2.push(peak);
+        }
+    }
+    print_table(
+        &format!(
+            "Velero v1.18.3 restore of {objects} ConfigMaps into a new namespace, {rounds} interleaved rounds, medians:"
+        ),
+        objects,
+        &rows,
+    );
 }
 
 /// A Velero server's backup of one namespace with no item action, with the
