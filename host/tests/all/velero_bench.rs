@@ -472,6 +472,9 @@ async fn velero_restore_with_go_and_wasm_plugins() {
     let Some(b) = bench("velero-bench-r", "bench-restore", objects).await else {
         return;
     };
+    // A restore reads Velero's own Deployment (its image, for restore
+    // helpers), as the server test's does.
+    velero_deployment(&b.client, b.velero_ns).await;
     let (go, wasm) = (go_plugin(b.work.path()), wasm_plugins(b.work.path()));
     b.velero(Plugin::None, "source", &go, &wasm).await;
     let mut rows = vec![
