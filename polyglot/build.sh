@@ -88,7 +88,7 @@ build() {
     local wasm=$out/$name.wasm stamp=$out/$name.inputs
     local digest
     # The inputs, this script (tool versions, flags) and the WIT contract.
-    digest=$( (cd "$root" && cat $inputs polyglot/build.sh wit/plugin.wit) | sha256sum | cut -d' ' -f1)
+    digest=$( (cd "$root" && cat $inputs polyglot/build.sh wit/v1.3/plugin.wit) | sha256sum | cut -d' ' -f1)
     if [ -f "$wasm" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$digest" ]; then
         echo "$wasm"
         return
@@ -111,7 +111,7 @@ build() {
 # with the host's `log`).
 build_js() {
     "$npm_dir/node_modules/.bin/componentize-js" polyglot/labels-js/labels.js \
-        --wit wit/plugin.wit --world-name plugin \
+        --wit wit/v1.3/plugin.wit --world-name backup-restore-plugin \
         -d stdio random clocks http fetch-event -o "$tmp"
 }
 
@@ -121,7 +121,7 @@ build_js() {
 # componentize-py from adding the machine's own site-packages to the path.
 build_py() {
     rm -rf polyglot/labels-py/__pycache__
-    VIRTUAL_ENV=$venv "$componentize_py" -d wit/plugin.wit -w plugin \
+    VIRTUAL_ENV=$venv "$componentize_py" -d wit/v1.3/plugin.wit -w backup-restore-plugin \
         componentize -p polyglot/labels-py app -o "$tmp"
     rm -rf polyglot/labels-py/__pycache__
 }

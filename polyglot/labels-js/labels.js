@@ -1,15 +1,17 @@
 // Adds labels and annotations, taken from the plugin's config, to every
-// item it applies to: the JavaScript twin of plugins/labels (Rust), with the
-// same config keys, selector, mutation and error messages.
+// item it applies to when backed up, and annotates each restored item with
+// the backup it came from: the JavaScript twin of plugins/labels (Rust),
+// with the same config keys, selectors, mutations and error messages.
 //
 // Config: `labels` and `annotations` are `key=value` lists separated by
 // commas (`team=payments,tier=gold`); `resources` narrows which resources it
-// applies to (comma-separated, default: all).
+// applies to (comma-separated, default: all); `restored-from` renames the
+// restore's annotation (default `iar.dev/restored-from`), `-` turns it off.
 //
 // Built by polyglot/build.sh with jco componentize (StarlingMonkey) against
-// world `plugin` of wit/plugin.wit (iar:plugin@1.0.0).
+// world `backup-restore-plugin` of wit/v1.3/plugin.wit (iar:plugin@1.3.0).
 
-import { config, log } from "iar:plugin/host@1.0.0";
+import { config, log } from "iar:plugin/host@1.3.0";
 
 // A thrown `{ tag, val }` becomes the `err` of the WIT result
 // (action-error's `failed` case), as componentize-js maps results.
@@ -61,31 +63,40 @@ function str(v) {
   return typeof v === "string" ? v : "";
 }
 
+function selector() {
+  const resources = (config("resources") ?? "")
+    .split(",")
+    .map((r) => r.trim())
+    .filter((r) => r !== "");
+  return {
+    includedNamespaces: [],
+    excludedNamespaces: [],
+    includedResources: resources,
+    excludedResources: [],
+    labelSelector: "",
+  };
+}
+
+function parseItem(itemJson) {
+  let item;
+  try {
+    item = JSON.parse(itemJson);
+  } catch (e) {
+    throw failed(`item is not JSON: ${e.message}`);
+  }
+  if (!isObject(item)) {
+    throw failed("an item must be a JSON object");
+  }
+  return item;
+}
+
 export const itemAction = {
   appliesTo() {
-    const resources = (config("resources") ?? "")
-      .split(",")
-      .map((r) => r.trim())
-      .filter((r) => r !== "");
-    return {
-      includedNamespaces: [],
-      excludedNamespaces: [],
-      includedResources: resources,
-      excludedResources: [],
-      labelSelector: "",
-    };
+    return selector();
   },
 
   execute(itemJson, _backup) {
-    let item;
-    try {
-      item = JSON.parse(itemJson);
-    } catch (e) {
-      throw failed(`item is not JSON: ${e.message}`);
-    }
-    if (!isObject(item)) {
-      throw failed("an item must be a JSON object");
-    }
+    const item = parseItem(itemJson);
     const labels = pairs("labels");
     const annotations = pairs("annotations");
     const unchanged = {
@@ -121,5 +132,56 @@ export const itemAction = {
       tag: "unknown-operation",
       val: `this plugin starts no operations (asked to cancel ${quote(operationId)})`,
     };
+  },
+};
+
+export const restoreItemAction = {
+  appliesTo() {
+    return selector();
+  },
+
+  execute(input) {
+    const key = config("restored-from") ?? "iar.dev/restored-from";
+    let spec = {};
+    try {
+      spec = JSON.parse(input.restore.spec);
+    } catch (_) {
+      spec = {};
+    }
+    const backup = isObject(spec) ? str(spec.backupName) : "";
+    const unchanged = {
+      item: undefined,
+      additionalItems: [],
+      skipRestore: false,
+      operationId: undefined,
+      waitForAdditionalItems: false,
+      additionalItemsReadyTimeoutMs: undefined,
+    };
+    if (key === "-" || backup === "") {
+      return unchanged;
+    }
+    const item = parseItem(input.item);
+    metadataMap(item, "annotations")[key] = backup;
+    const meta = isObject(item.metadata) ? item.metadata : {};
+    log("debug", `${str(item.kind)} ${str(meta.name)} restored from ${backup}`);
+    return { ...unchanged, item: JSON.stringify(item) };
+  },
+
+  progress(operationId, _restore) {
+    throw {
+      tag: "unknown-operation",
+      val: `this plugin starts no restore operations (asked for ${quote(operationId)})`,
+    };
+  },
+
+  cancel(operationId, _restore) {
+    throw {
+      tag: "unknown-operation",
+      val: `this plugin starts no restore operations (asked to cancel ${quote(operationId)})`,
+    };
+  },
+
+  areAdditionalItemsReady(_items, _restore) {
+    return true;
   },
 };

@@ -255,6 +255,37 @@ const CASES: &[Case] = &[
     },
 ];
 
+/// The restore half, through `iar run --restore` with the restore in
+/// `restore.yaml` (backup `nightly`, namespace `shop` mapped to
+/// `shop-copy`), compared the same way.
+const RESTORE_CASES: &[Case] = &[
+    Case {
+        name: "restore: records the backup, in the mapped namespace",
+        item: "pod.json",
+        config: &[],
+    },
+    Case {
+        name: "restore: the annotation renamed",
+        item: "bare.json",
+        config: &["restored-from=example.com/from"],
+    },
+    Case {
+        name: "restore: annotations that are not an object are replaced",
+        item: "odd-labels.json",
+        config: &[],
+    },
+    Case {
+        name: "restore: turned off",
+        item: "pod.json",
+        config: &["restored-from=-"],
+    },
+    Case {
+        name: "restore: resources narrows",
+        item: "pod.json",
+        config: &["resources=pvc"],
+    },
+];
+
 /// Writes the items the cases use; returns their directory.
 fn items() -> PathBuf {
     let dir = target_dir().join("polyglot/items");
@@ -283,17 +314,40 @@ fn items() -> PathBuf {
         ("pvc.json", pvc),
     ] {
         let text = serde_json::to_string_pretty(&value).unwrap();
-        let path = dir.join(name);
-        if std::fs::read_to_string(&path).ok().as_deref() != Some(&text) {
-            let tmp = dir.join(format!("{name}.{}", std::process::id()));
-            std::fs::write(&tmp, text).unwrap();
-            std::fs::rename(&tmp, &path).unwrap();
-        }
+        write_if_changed(&dir.join(name), &text);
     }
+    write_if_changed(
+        &dir.join("restore.yaml"),
+        "apiVersion: velero.io/v1\nkind: Restore\nmetadata: {name: again, namespace: velero}\nspec:\n  backupName: nightly\n  namespaceMapping: {shop: shop-copy}\n",
+    );
     dir
 }
 
+/// Concurrent test binaries may write the same file: a rename, so no
+/// reader sees half of it.
+fn write_if_changed(path: &Path, text: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+}
+
 fn run_case(plugin: &Path, items: &Path, case: &Case) -> Output {
+    run_with(plugin, items, case, &[])
+}
+
+fn run_restore_case(plugin: &Path, items: &Path, case: &Case) -> Output {
+    let restore = items.join("restore.yaml");
+    run_with(
+        plugin,
+        items,
+        case,
+        &["--restore", "--restore-object", restore.to_str().unwrap()],
+    )
+}
+
+fn run_with(plugin: &Path, items: &Path, case: &Case, extra: &[&str]) -> Output {
     let item = items.join(case.item);
     let mut args = vec![
         "run",
@@ -302,6 +356,7 @@ fn run_case(plugin: &Path, items: &Path, case: &Case) -> Output {
         "--item",
         item.to_str().unwrap(),
     ];
+    args.extend(extra);
     for c in case.config {
         args.extend(["--config", c]);
     }
@@ -315,8 +370,14 @@ fn run_output_is_byte_identical_to_rust() {
     let labels = as_labels(labels_or_skip!());
     let items = items();
     let mut failures = Vec::new();
-    for case in CASES {
-        let rust = run_case(&labels[0].path, &items, case);
+    let backup = CASES
+        .iter()
+        .map(|c| (c, run_case as fn(&Path, &Path, &Case) -> Output));
+    let restore = RESTORE_CASES
+        .iter()
+        .map(|c| (c, run_restore_case as fn(&Path, &Path, &Case) -> Output));
+    for (case, run) in backup.chain(restore) {
+        let rust = run(&labels[0].path, &items, case);
         let rust_json = stdout_json(&rust);
         assert!(
             rust_json["results"].is_array(),
@@ -324,7 +385,7 @@ fn run_output_is_byte_identical_to_rust() {
             case.name
         );
         for other in &labels[1..] {
-            let got = run_case(&other.path, &items, case);
+            let got = run(&other.path, &items, case);
             if got.stdout != rust.stdout || got.status.code() != rust.status.code() {
                 failures.push(format!(
                     "case {:?}, {}: exit {:?} (rust {:?})\n--- rust stdout\n{}\n--- {} stdout\n{}\n--- {} stderr\n{}",
@@ -342,6 +403,47 @@ fn run_output_is_byte_identical_to_rust() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The restore cases check what they say: the annotation in the mapped
+/// namespace, renamed, replacing a non-object, off, and not applied.
+#[test]
+fn restore_cases_mean_what_they_say() {
+    let labels = as_labels(labels_or_skip!());
+    let items = items();
+    for l in &labels {
+        let run = |i: usize| stdout_json(&run_restore_case(&l.path, &items, &RESTORE_CASES[i]));
+        let first = run(0);
+        assert_eq!(
+            first["finalItem"]["metadata"]["namespace"], "shop-copy",
+            "{}",
+            l.lang
+        );
+        assert_eq!(
+            first["finalItem"]["metadata"]["annotations"]["iar.dev/restored-from"], "nightly",
+            "{}: {first}",
+            l.lang
+        );
+        let renamed = run(1);
+        assert_eq!(
+            renamed["finalItem"]["metadata"]["annotations"]["example.com/from"], "nightly",
+            "{}",
+            l.lang
+        );
+        let odd = run(2);
+        assert_eq!(
+            odd["finalItem"]["metadata"]["annotations"],
+            serde_json::json!({"kept": "yes", "iar.dev/restored-from": "nightly"}),
+            "{}",
+            l.lang
+        );
+        assert!(
+            run(3)["results"][0]["output"]["item"].is_null(),
+            "{}",
+            l.lang
+        );
+        assert_eq!(run(4)["results"][0]["applies"], false, "{}", l.lang);
+    }
 }
 
 /// The cases check what they say, so that "identical" is not "identically
@@ -416,11 +518,10 @@ fn run_cases_mean_what_they_say() {
     }
 }
 
-/// `iar inspect` reads each plugin: the item-action interface, the Rust
-/// plugin's applies-to, and imports that iar's linker provides (the
-/// JavaScript one imports only the host). The Rust plugin is at contract
-/// 1.3.0 with its restore half; the JavaScript and Python ports are the
-/// backup half alone, at 1.0.0 (their restore halves are not written yet).
+/// `iar inspect` reads each plugin: contract 1.3.0, the item-action and
+/// restore-item-action interfaces, the Rust plugin's applies-to, and
+/// imports that iar's linker provides (the JavaScript one imports only the
+/// host).
 #[test]
 fn inspect_matches_rust() {
     let labels = labels_or_skip!();
@@ -438,15 +539,18 @@ fn inspect_matches_rust() {
         })
         .collect();
     for (l, s) in labels.iter().zip(&shown) {
-        let (contract, interfaces) = match l.lang {
-            "rust" => (
-                "iar:plugin@1.3.0",
-                serde_json::json!(["item-action", "restore-item-action"]),
-            ),
-            _ => ("iar:plugin@1.0.0", serde_json::json!(["item-action"])),
-        };
-        assert_eq!(s["contract"], contract, "{}", l.lang);
-        assert_eq!(s["interfaces"], interfaces, "{}", l.lang);
+        assert_eq!(s["contract"], "iar:plugin@1.3.0", "{}", l.lang);
+        assert_eq!(
+            s["interfaces"],
+            serde_json::json!(["item-action", "restore-item-action"]),
+            "{}",
+            l.lang
+        );
+        assert_eq!(
+            s["restoreAppliesTo"], shown[0]["restoreAppliesTo"],
+            "{}",
+            l.lang
+        );
         assert_eq!(s["appliesTo"], shown[0]["appliesTo"], "{}", l.lang);
         assert_eq!(s["blockAppliesTo"], Value::Null, "{}", l.lang);
         let imports: Vec<&str> = s["imports"]
@@ -465,7 +569,7 @@ fn inspect_matches_rust() {
         if l.lang == "javascript" {
             assert_eq!(
                 imports,
-                ["iar:plugin/types@1.0.0", "iar:plugin/host@1.0.0"],
+                ["iar:plugin/types@1.3.0", "iar:plugin/host@1.3.0"],
                 "build.sh disables every optional WASI feature of componentize-js"
             );
         }
@@ -571,14 +675,17 @@ fn measure() {
     }
 }
 
-/// The Rust labels plugin's own test file passes against each port too:
-/// `iar test FILE --plugin PORT` (the file's cases, its fixtures and its
-/// expected errors, unchanged).
+/// The Rust labels plugin's own test files pass against each port too:
+/// `iar test FILE --plugin PORT` (the files' cases, their fixtures and
+/// expected errors, unchanged), the restore half's included.
 #[test]
 fn the_labels_test_file_passes_for_every_language() {
     let labels = labels_or_skip!();
-    let file = repo().join("plugins/labels/tests/labels.iar-test.yaml");
-    for l in labels {
+    for (l, name) in labels
+        .iter()
+        .flat_map(|l| ["labels", "labels-restore"].map(|n| (l, n)))
+    {
+        let file = repo().join(format!("plugins/labels/tests/{name}.iar-test.yaml"));
         let out = iar(&[
             "test",
             file.to_str().unwrap(),
