@@ -153,10 +153,14 @@ fn inspect_describes_a_plugin() {
     let out = iar(&["inspect", artifacts::PVC_SNAPSHOT]);
     assert!(out.status.success(), "{}", text(&out));
     let info = stdout_json(&out);
-    assert_eq!(info["contract"], "iar:plugin@1.0.0");
+    assert_eq!(info["contract"], "iar:plugin@1.3.0");
     assert_eq!(
         info["appliesTo"]["includedResources"][0],
         "persistentvolumeclaims"
+    );
+    assert_eq!(
+        info["restoreAppliesTo"]["includedResources"],
+        serde_json::json!(["persistentvolumeclaims"])
     );
     assert!(info["digest"].as_str().unwrap().starts_with("sha256:"));
     // Both time limits, the ceiling ten deadlines by default.

@@ -31,9 +31,14 @@ fn pod_file(dir: &Path) -> String {
 fn inspect_shows_the_interfaces_and_version() {
     let cases = [
         (
-            artifacts::PVC_SNAPSHOT,
+            artifacts::POD_VOLUMES,
             "iar:plugin@1.0.0",
             json!(["item-action"]),
+        ),
+        (
+            artifacts::PVC_SNAPSHOT,
+            "iar:plugin@1.3.0",
+            json!(["item-action", "restore-item-action"]),
         ),
         (
             artifacts::LABELS,
@@ -204,7 +209,7 @@ fn run_restore_calls_restore_actions_on_the_item_as_restored() {
         args.extend(extra);
         iar(&args)
     };
-    let out = run(&[artifacts::LABELS, artifacts::PVC_SNAPSHOT], &[]);
+    let out = run(&[artifacts::LABELS, artifacts::POD_VOLUMES], &[]);
     assert!(
         out.status.success(),
         "{}",

@@ -29,12 +29,18 @@
 //! Velero's CSI action does: a Velero restore with `--features=EnableCSI`
 //! rebinds the snapshot to that content.
 //!
+//! The backed-up claim is labelled `velero.io/volume-snapshot-name` with its
+//! snapshot, as Velero's CSI action labels it; on restore (contract 1.3.0)
+//! such a claim is restored from that snapshot: `spec.dataSource` names it,
+//! the old volume's binding is dropped, and the snapshot is restored first.
+//!
 //! Config: `snapshot-group` (default `snapshot.storage.k8s.io`),
 //! `snapshot-class` (the class for every driver, unless a claim names one).
 
 use iar_sdk::{
-    Backup, Error, Item, ItemAction, Output, Phase, Progress, ResourceId, Result, Selector,
-    Timestamp, Value, cluster_get_as, config, create, delete, info, json, list,
+    Backup, Error, Item, ItemAction, Output, Phase, Progress, ResourceId, RestoreInput,
+    RestoreItemAction, RestoreOutput, Result, Selector, Timestamp, Value, cluster_get_as, config,
+    create, delete, info, json, list,
 };
 use serde::Deserialize;
 
@@ -97,6 +103,20 @@ fn snapshot_parts(item: &Item) -> Result<Output> {
     }
     Ok(Output::unchanged().with_additional_items(parts))
 }
+
+/// The label on a backed-up claim naming its VolumeSnapshot (Velero's CSI
+/// action's).
+const SNAPSHOT_LABEL: &str = "velero.io/volume-snapshot-name";
+/// What the API server and the provisioner set on a bound claim, dropped
+/// from a claim restored from a snapshot (as Velero's CSI restore action
+/// drops them): the new claim is provisioned afresh.
+const BINDING_ANNOTATIONS: [&str; 5] = [
+    "pv.kubernetes.io/bind-completed",
+    "pv.kubernetes.io/bound-by-controller",
+    "volume.beta.kubernetes.io/storage-provisioner",
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.kubernetes.io/selected-node",
+];
 
 /// The claim annotation naming its VolumeSnapshotClass (Velero's).
 const CLASS_ANNOTATION: &str = "velero.io/csi-volume-snapshot-class";
@@ -363,7 +383,11 @@ impl ItemAction for PvcSnapshot {
         });
         create(&id, &object).map_err(Error::Failed)?;
         info!("snapshot of {namespace}/{name} is {id} (class {class})");
-        Ok(Output::unchanged().with_operation(format!("{namespace}/{snapshot}"), [id]))
+        // The claim as backed up names its snapshot, as Velero's CSI action
+        // labels it: what the restore half reads to restore it from there.
+        let mut item = item;
+        item.set_label(SNAPSHOT_LABEL, &snapshot);
+        Ok(Output::item(item).with_operation(format!("{namespace}/{snapshot}"), [id]))
     }
 
     fn progress(operation_id: &str, _backup: &Backup) -> Result<Progress> {
@@ -408,4 +432,48 @@ impl ItemAction for PvcSnapshot {
     }
 }
 
-iar_sdk::export!(PvcSnapshot);
+impl RestoreItemAction for PvcSnapshot {
+    fn applies_to() -> Result<Selector> {
+        Ok(Selector::resources(["persistentvolumeclaims"]))
+    }
+
+    /// A claim whose backup snapshotted it is restored from that snapshot,
+    /// as Velero's CSI restore action does: `spec.dataSource` (and
+    /// `dataSourceRef`) name the VolumeSnapshot, the binding to the old
+    /// volume is dropped, and the snapshot is restored first (an additional
+    /// item, named in the backup's namespace). Any other claim is left as
+    /// it is.
+    fn execute(input: RestoreInput) -> Result<RestoreOutput> {
+        let Some(snapshot) = input
+            .item_from_backup
+            .label(SNAPSHOT_LABEL)
+            .map(str::to_string)
+        else {
+            return Ok(RestoreOutput::unchanged());
+        };
+        let group = group();
+        let source = json!({"apiGroup": group, "kind": "VolumeSnapshot", "name": snapshot});
+        let backed_up_in = input.item_from_backup.namespace().to_string();
+        let mut item = input.item;
+        let claim = item.json_mut();
+        if let Some(spec) = claim["spec"].as_object_mut() {
+            spec.remove("volumeName");
+            spec.insert("dataSource".into(), source.clone());
+            spec.insert("dataSourceRef".into(), source);
+        }
+        if let Some(annotations) = claim["metadata"]["annotations"].as_object_mut() {
+            for a in BINDING_ANNOTATIONS {
+                annotations.remove(a);
+            }
+        }
+        info!(
+            "{}/{} is restored from VolumeSnapshot {snapshot}",
+            item.namespace(),
+            item.name()
+        );
+        let vs = ResourceId::namespaced(&group, "volumesnapshots", &backed_up_in, &snapshot);
+        Ok(RestoreOutput::item(item).with_additional_items([vs]))
+    }
+}
+
+iar_sdk::export_plugin!(item_action = PvcSnapshot, restore_action = PvcSnapshot);

@@ -36,7 +36,7 @@ fn cm_ref(name: &str) -> ItemRef {
 
 /// A 1.1.0 plugin exporting only `item-block-action` (the example
 /// config-block), one exporting both (block-hostile, through
-/// `export_both!`), the 1.0.0 pvc-snapshot plugin and the 1.3.0 labels
+/// `export_both!`), the 1.0.0 pod-volumes plugin and the 1.3.0 labels
 /// plugin (an item action and a restore action) load on one runtime; each
 /// reports its version and interfaces, and each interface answers. Before
 /// 1.1.0 the first two were refused (no `item-action@1.0.0` export).
@@ -57,7 +57,7 @@ fn block_plugins_load_beside_a_1_0_plugin_and_report_their_interfaces() {
             vec![Interface::ItemAction, Interface::RestoreItemAction]
         )
     );
-    let old = load(&runtime, artifacts::PVC_SNAPSHOT, &[]);
+    let old = load(&runtime, artifacts::POD_VOLUMES, &[]);
     assert_eq!(
         (old.version(), old.interfaces()),
         ("1.0.0", vec![Interface::ItemAction])

@@ -115,17 +115,21 @@ fn the_second_load_comes_from_the_cache_without_compiling() {
 fn the_contract_version_is_read_from_the_component() {
     let runtime = runtime();
     let plugin = load(&runtime, artifacts::PVC_SNAPSHOT, &[]);
-    assert_eq!(plugin.version(), "1.0.0");
-    assert!(
-        plugin
-            .shape()
-            .exports
-            .contains(&"iar:plugin/item-action@1.0.0".to_string())
-    );
-    // Built with iar-sdk, whose 1.1.0 bindings make wit-component import
-    // `host` at the newest compatible version (1.1.0); the contract version
-    // is the one of the exports. item_blocks_contract.rs loads a plugin that
-    // imports host@1.0.0 exactly.
+    assert_eq!(plugin.version(), "1.3.0");
+    for export in [
+        "iar:plugin/item-action@1.3.0",
+        "iar:plugin/restore-item-action@1.3.0",
+    ] {
+        assert!(
+            plugin.shape().exports.contains(&export.to_string()),
+            "{export} in {:?}",
+            plugin.shape().exports
+        );
+    }
+    // Built with iar-sdk, whose bindings make wit-component import `host`
+    // at the newest compatible version; the contract version is the one of
+    // the exports. item_blocks_contract.rs loads a plugin that imports
+    // host@1.0.0 exactly.
     assert!(
         plugin
             .shape()
@@ -143,7 +147,7 @@ fn the_contract_version_is_read_from_the_component() {
         ]
     );
     // It creates its snapshots and lists classes: 1.2.0's imports, beside
-    // 1.0.0 exports. A plugin that writes nothing imports neither.
+    // 1.3.0 exports. A plugin that writes nothing imports neither.
     for import in [
         "iar:plugin/cluster-write@1.2.0",
         "iar:plugin/cluster-list@1.2.0",

@@ -182,7 +182,7 @@ fn each_half_is_called_only_where_it_is_exported() {
         .unwrap_err();
     assert_eq!(e.violation.rule(), "plugin-world", "{e}");
 
-    let backup_only = load(&rt, artifacts::PVC_SNAPSHOT, &[]);
+    let backup_only = load(&rt, artifacts::POD_VOLUMES, &[]);
     assert!(backup_only.restore_applies_to().is_none());
     assert!(!backup_only.restore_applies(&cm));
     let e = backup_only
