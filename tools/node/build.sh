@@ -4,7 +4,7 @@
 # binary; everything else lies next to it:
 #
 #   pause          kubelet's pause, `gcc -Os -static` of build/pause/linux/pause.c
-#                  from the k8s.io/kubernetes module tools/kube-apiserver pins
+#                  from the k8s.io/kubernetes module tools/kubernetes pins
 #   pause.tar      a FROM-scratch image of it, iar.test/pause:3.10
 #   busybox.tar    a FROM-scratch image of Debian's static busybox with a link
 #                  per applet in /bin, iar.test/busybox:1 (so pods can `sh -c`)
@@ -62,10 +62,10 @@ mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9
 
-# The pause.c of the Kubernetes version tools/kube-apiserver pins.
+# The pause.c of the Kubernetes version tools/kubernetes pins.
 version="$(sed -n 's#^[[:space:]]*\(require \)\{0,1\}k8s\.io/kubernetes \(v1\.[0-9.]*\).*$#\2#p' \
-  "$here/../kube-apiserver/go.mod")"
-[[ -n "$version" ]] || { log "no k8s.io/kubernetes version in tools/kube-apiserver/go.mod"; exit 1; }
+  "$here/../kubernetes/go.mod")"
+[[ -n "$version" ]] || { log "no k8s.io/kubernetes version in tools/kubernetes/go.mod"; exit 1; }
 if [[ ! -x "$out/pause" ]]; then
   command -v go >/dev/null || { log "go is not installed (it fetches pause.c's module)"; exit 1; }
   command -v gcc >/dev/null || { log "gcc is not installed"; exit 1; }

@@ -1,6 +1,6 @@
 //! The `iar` binary as a Velero plugin, driven by Velero's own plugin client
 //! (`pkg/plugin/clientmgmt` of Velero v1.18.3, built from the Go module
-//! proxy by tests/velero-client/build.sh): discovery of the plugin
+//! proxy by tools/velero/build.sh with Velero's server): discovery of the plugin
 //! directory, go-plugin's handshake and gRPC, the BackupItemAction v2 calls,
 //! restartable processes. Each wasm plugin is the action `iar.dev/NAME`.
 
@@ -8,24 +8,13 @@ use crate::support::{cache_dir, iar, repo, server, text};
 use iar_tests::artifacts;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Velero's plugin client, built once per machine; `None` (said loudly, a
 /// failure under CI) without Go.
 fn client() -> Option<PathBuf> {
-    if Command::new("go").arg("version").output().is_err() {
-        iar_apiserver::skip_or_fail(
-            "Go is not installed, so Velero's plugin client cannot be built",
-        );
-        return None;
-    }
-    let out = Command::new("bash")
-        .arg(repo().join("tests/velero-client/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("running tests/velero-client/build.sh");
-    assert!(out.status.success(), "tests/velero-client/build.sh failed");
-    Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
+    // Built with Velero's server, from the same Go module and versions.
+    crate::velero::tools().map(|dir| dir.join("velero-client"))
 }
 
 /// A Velero plugin directory as `deploy/velero/` lays it out: the `iar`
@@ -643,7 +632,7 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
             settings_file.to_str().unwrap(),
         ]);
         assert!(out.status.success(), "{}", text(&out));
-        let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+        let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).unwrap();
         configmaps
             .create(&PostParams::default(), &cm)
             .await

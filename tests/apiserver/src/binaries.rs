@@ -13,9 +13,11 @@ pub const ENV_KUBE_APISERVER: &str = "IAR_KUBE_APISERVER";
 /// Names a kubelet binary to use instead of building one.
 pub const ENV_KUBELET: &str = "IAR_KUBELET";
 
-/// The script that builds kube-apiserver once per machine and prints its path.
+/// The script that builds the Kubernetes programs of the tests (kube-apiserver,
+/// the kubelet, kwok, the snapshot-controller) from one Go module, once per
+/// machine, and prints the path of the one asked for.
 pub fn build_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kube-apiserver/build.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kubernetes/build.sh")
 }
 
 /// The etcd binary shipped by the `etcd-bin-vendored` crate.
@@ -43,18 +45,18 @@ pub(crate) fn etcd() -> Result<PathBuf, StartError> {
 }
 
 /// The kube-apiserver binary: `$IAR_KUBE_APISERVER` if set, else the one
-/// `tools/kube-apiserver/build.sh` builds (or finds in its cache). `None`
+/// `tools/kubernetes/build.sh` builds (or finds in its cache). `None`
 /// only when the variable is unset and there is no Go to build with.
 pub(crate) fn kube_apiserver() -> Result<Option<PathBuf>, StartError> {
-    from_env_or_build(ENV_KUBE_APISERVER, &[])
+    from_env_or_build(ENV_KUBE_APISERVER, &["kube-apiserver"])
 }
 
 /// The kubelet binary: `$IAR_KUBELET` if set, else the one
-/// `tools/kube-apiserver/build.sh --kubelet` builds (or finds in its
-/// cache), from the same module and Go build as kube-apiserver. `None`
+/// `tools/kubernetes/build.sh kubelet` builds (or finds in its cache),
+/// from the same module and Go build as kube-apiserver. `None`
 /// only when the variable is unset and there is no Go to build with.
 pub(crate) fn kubelet() -> Result<Option<PathBuf>, StartError> {
-    from_env_or_build(ENV_KUBELET, &["--kubelet"])
+    from_env_or_build(ENV_KUBELET, &["kubelet"])
 }
 
 /// The executable `$var` names, else what the build script prints when
@@ -82,26 +84,24 @@ pub(crate) fn node_images() -> Result<PathBuf, StartError> {
     built_by(&script, &[])
 }
 
-/// The kwok binary `tools/kwok/build.sh` builds (or finds in its cache);
-/// its stages and Exec CRD lie next to it. `None` without Go.
+/// The kwok binary `tools/kubernetes/build.sh kwok` builds (or finds in
+/// its cache); its stages (`kwok-stages.yaml`) and Exec CRD
+/// (`kwok-execs.crd.yaml`) lie next to it. `None` without Go.
 pub(crate) fn kwok() -> Result<Option<PathBuf>, StartError> {
     if find_in_path("go").is_none() {
         return Ok(None);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/kwok/build.sh");
-    built_by(&script, &[]).map(Some)
+    built_by(&build_script(), &["kwok"]).map(Some)
 }
 
-/// The CSI snapshot-controller binary `tools/snapshot-controller/build.sh`
-/// builds (or finds in its cache); its CRDs (`crds.yaml`) lie next to it.
-/// `None` without Go.
+/// The CSI snapshot-controller binary `tools/kubernetes/build.sh
+/// snapshot-controller` builds (or finds in its cache); its CRDs
+/// (`snapshot-crds.yaml`) lie next to it. `None` without Go.
 pub(crate) fn snapshot_controller() -> Result<Option<PathBuf>, StartError> {
     if find_in_path("go").is_none() {
         return Ok(None);
     }
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/snapshot-controller/build.sh");
-    built_by(&script, &[]).map(Some)
+    built_by(&build_script(), &["snapshot-controller"]).map(Some)
 }
 
 /// Runs a build script with `args` that prints the path of what it built

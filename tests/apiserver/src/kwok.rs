@@ -1,4 +1,4 @@
-//! kwok (`sigs.k8s.io/kwok`, built by `tools/kwok/build.sh`) as the
+//! kwok (`sigs.k8s.io/kwok`, built by `tools/kubernetes/build.sh kwok`) as the
 //! kubelet of the test API server: it marks the nodes annotated
 //! [`NODE_ANNOTATION`] Ready, moves pods bound to them to Running, and
 //! serves the kubelet API on a loopback port that the API server proxies
@@ -53,8 +53,8 @@ impl Kwok {
         };
         let files = binary.parent().expect("the binary is in a directory");
         let client = server.client(crate::User::Admin).await?;
-        crate::install_crds(&client, &files.join("execs.crd.yaml")).await?;
-        let kwok = Kwok::spawn(&binary, &files.join("stages.yaml"), &kubeconfig, &dir)?;
+        crate::install_crds(&client, &files.join("kwok-execs.crd.yaml")).await?;
+        let kwok = Kwok::spawn(&binary, &files.join("kwok-stages.yaml"), &kubeconfig, &dir)?;
         kwok.wait_serving().await?;
         Ok(Some(kwok))
     }

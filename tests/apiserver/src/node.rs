@@ -1,6 +1,6 @@
 //! One real node for the test API server: Debian's containerd and runc and
 //! a kubelet built from `k8s.io/kubernetes` (the module and Go build of
-//! kube-apiserver: `tools/kube-apiserver/build.sh --kubelet`), running real
+//! kube-apiserver: `tools/kubernetes/build.sh kubelet`), running real
 //! pods from two local images (`tools/node/build.sh`: kubelet's pause and a
 //! busybox, both `FROM scratch`, since no registry is reachable). Where
 //! kwok plays a kubelet ([`crate::kwok`]), this is one: an exec reaches a

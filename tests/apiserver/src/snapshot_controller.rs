@@ -1,5 +1,5 @@
 //! The CSI snapshot-controller (`github.com/kubernetes-csi/external-snapshotter`,
-//! built by `tools/snapshot-controller/build.sh`) against the test API
+//! built by `tools/kubernetes/build.sh snapshot-controller`) against the test API
 //! server, with the v1 `snapshot.storage.k8s.io` CRDs installed. It does the
 //! API side of CSI snapshots: it binds VolumeSnapshots and
 //! VolumeSnapshotContents, adds and removes their finalizers and copies a
@@ -46,7 +46,7 @@ impl SnapshotController {
         let files = binary.parent().expect("the binary is in a directory");
         let client = server.client(crate::User::Admin).await?;
         // Before the controller: it exits if they are not served in 30 s.
-        crate::install_crds(&client, &files.join("crds.yaml")).await?;
+        crate::install_crds(&client, &files.join("snapshot-crds.yaml")).await?;
         let controller = SnapshotController::spawn(&binary, &kubeconfig, &dir)?;
         controller.wait_initialized().await?;
         Ok(Some(controller))
