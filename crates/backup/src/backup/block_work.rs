@@ -36,6 +36,8 @@ pub struct BlockWork {
     /// `--max-hook-timeout`: no hook runs longer, whatever its annotation
     /// or spec asks (see [`cap_timeouts`]).
     pub max_hook_timeout: Duration,
+    /// Stamps hook runs (the phase machine's clock).
+    pub clock: Arc<dyn iar_core::clock::Clock>,
     state: Mutex<State>,
     /// The hook ledger as last written. An async lock held across its PUT:
     /// each write must carry every entry before it, so writes are serial.
@@ -146,6 +148,7 @@ impl BlockWork {
             runtime,
             ledger_store: None,
             max_hook_timeout: DEFAULT_MAX_TIMEOUT,
+            clock: iar_core::clock::RealClock::shared(),
             state: Mutex::new(State::default()),
             ledger: tokio::sync::Mutex::new(Vec::new()),
         }
@@ -154,6 +157,12 @@ impl BlockWork {
     /// Keeps the hook ledger in `store`.
     pub fn with_ledger(mut self, store: BackupStore) -> Self {
         self.ledger_store = Some(store);
+        self
+    }
+
+    /// Stamps hook runs with `clock` (the phase machine's).
+    pub fn with_clock(mut self, clock: Arc<dyn iar_core::clock::Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -235,7 +244,7 @@ impl BlockWork {
             // hooks: after a restart, its post hooks are known to be owed.
             let has_post = !self.hooks_for(pod, HookPhase::Post).is_empty();
             let pre = self.runtime.block_on(async {
-                let pre = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                let pre = run_hooks(self.runner.as_ref(), &target, &hooks, &*self.clock).await;
                 if !pre.is_empty() || has_post {
                     self.ledger(LedgerEntry::of(&pod.id, "pre", &pre)).await;
                 }
@@ -321,7 +330,8 @@ impl BlockWork {
                         state: "started".into(),
                     };
                     work.ledger(started).await;
-                    let post = run_hooks(work.runner.as_ref(), &p.target, &hooks).await;
+                    let post =
+                        run_hooks(work.runner.as_ref(), &p.target, &hooks, &*work.clock).await;
                     work.ledger(LedgerEntry::of(&p.pod.id, "post", &post)).await;
                     work.state().records.extend(post);
                 }
@@ -437,7 +447,7 @@ impl BlockWork {
                     })
                     .await;
                     let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
-                    let post = run_hooks(self.runner.as_ref(), &target, &hooks).await;
+                    let post = run_hooks(self.runner.as_ref(), &target, &hooks, &*self.clock).await;
                     self.ledger(LedgerEntry::of(&pod.id, "post", &post)).await;
                     report.hooks.extend(post);
                 }
@@ -506,13 +516,17 @@ fn claim_in(items: &[Item], namespace: &str, name: &str) -> Claim {
 /// with every unfinished one failed "interrupted by restart". Nothing is
 /// run again: a post hook that started may have run, and one that never
 /// started belongs to a backup that is now failed.
-pub fn interrupted(ledger: &[LedgerEntry], volumes: &mut [VolumeBackup]) -> Vec<(String, String)> {
+pub fn interrupted(
+    ledger: &[LedgerEntry],
+    volumes: &mut [VolumeBackup],
+    now: std::time::SystemTime,
+) -> Vec<(String, String)> {
     use crate::backup::volumes::VolumePhase;
     let mut out = Vec::new();
     for v in volumes.iter_mut().filter(|v| !v.phase.is_terminal()) {
         v.phase = VolumePhase::Failed;
         v.error = Some("interrupted by restart".into());
-        v.completed = Some(std::time::SystemTime::now());
+        v.completed = Some(now);
         out.push((
             v.pod_namespace.clone(),
             format!("volume backup {}: interrupted by restart", v.describe()),

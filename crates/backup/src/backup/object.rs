@@ -169,6 +169,18 @@ pub const CONFIG_ANNOTATION: &str = "iar.dev/plugin-config";
 
 impl BackupObject {
     pub fn new(name: &str, namespace: &str, uid: &str, spec: Value) -> Self {
+        BackupObject::new_at(name, namespace, uid, spec, std::time::SystemTime::now())
+    }
+
+    /// As [`BackupObject::new`], created at `created` (the phase machine's
+    /// clock).
+    pub fn new_at(
+        name: &str,
+        namespace: &str,
+        uid: &str,
+        spec: Value,
+        created: std::time::SystemTime,
+    ) -> Self {
         BackupObject {
             api_version: "velero.io/v1".into(),
             kind: "Backup".into(),
@@ -176,7 +188,7 @@ impl BackupObject {
                 name: name.into(),
                 namespace: namespace.into(),
                 uid: uid.into(),
-                creation_timestamp: Some(rfc3339(std::time::SystemTime::now())),
+                creation_timestamp: Some(rfc3339(created)),
                 annotations: BTreeMap::new(),
             },
             spec,

@@ -12,6 +12,7 @@
 
 use crate::backup::block_work::BlockWork;
 use crate::backup::blocks::{ClaimSet, form_blocks_keeping};
+use iar_core::clock::{Clock, RealClock};
 use iar_core::cluster::ClusterReader;
 use iar_core::item::{Item, ItemRef};
 use iar_core::select::BackupFilter;
@@ -119,6 +120,7 @@ fn act_on_item(
     backup: &BackupRef,
     claimed: &OperationClaims,
     additional: &mut Vec<ItemRef>,
+    clock: &dyn Clock,
 ) -> ItemOutcome {
     let mut outcome = ItemOutcome {
         id: item.id.clone(),
@@ -149,7 +151,7 @@ fn act_on_item(
                         item: current.id.clone(),
                         operation_id,
                         post_operation_items: out.post_operation_items,
-                        created: std::time::SystemTime::now(),
+                        created: clock.system_now(),
                     });
                 }
             }
@@ -181,9 +183,10 @@ fn backup_one(
     backup: &BackupRef,
     claimed: &OperationClaims,
     follow: Option<&Follow<'_>>,
+    clock: &dyn Clock,
 ) -> (ItemOutcome, Vec<Item>) {
     let mut additional = Vec::new();
-    let mut outcome = act_on_item(instances, item, backup, claimed, &mut additional);
+    let mut outcome = act_on_item(instances, item, backup, claimed, &mut additional, clock);
     let mut found = Vec::new();
     let Some(Follow {
         seen,
@@ -276,6 +279,29 @@ pub fn run(
     filter: Option<&BackupFilter>,
     progress: Option<&PassProgress>,
     sink: Option<OutcomeSink<'_>>,
+) -> PassOutput {
+    run_timed(
+        plugins, items, backup, cluster, workers, in_blocks, relations, work, filter, progress,
+        sink, &RealClock,
+    )
+}
+
+/// [`run`], with the operations it starts stamped by `clock` (their
+/// timeouts are counted from then).
+#[allow(clippy::too_many_arguments)]
+pub fn run_timed(
+    plugins: &[Plugin],
+    items: Vec<Item>,
+    backup: &BackupRef,
+    cluster: &Arc<dyn ClusterReader>,
+    workers: usize,
+    in_blocks: bool,
+    relations: &[&dyn Relation],
+    work: Option<&Arc<BlockWork>>,
+    filter: Option<&BackupFilter>,
+    progress: Option<&PassProgress>,
+    sink: Option<OutcomeSink<'_>>,
+    clock: &dyn Clock,
 ) -> PassOutput {
     let mut output = PassOutput::default();
     let blocks: Vec<Vec<Item>> = if in_blocks {
@@ -386,6 +412,7 @@ pub fn run(
                                     backup,
                                     &claimed,
                                     follow.as_ref(),
+                                    clock,
                                 )
                             }));
                         let (mut outcome, found) = acted.unwrap_or_else(|panic| {

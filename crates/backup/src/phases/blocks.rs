@@ -1,22 +1,86 @@
 //! Item blocks' hooks and volume backups: the work set up for a backup,
-//! waited for after its pass, and what an interrupted one left.
+//! waited for after its pass, and what an interrupted one left. Shared by
+//! the first pass (which waits for them), resume (which waits again or
+//! fails them) and cancel.
 
+use super::StatusSink;
+use super::errors::PhaseError;
+use super::journal::Journal;
+use super::record::Run;
+use super::{CancelProbe, Settings};
 use crate::backup::block_work::{BlockWork, LedgerEntry};
 use crate::backup::hooks::{
     BackupHooks, HookRunner, HookStatus, LocalProcessRunner, SkippingRunner, Verdict, verdict,
 };
-use crate::backup::object::HookStatusCounts;
+use crate::backup::object::{BackupPhase, HookStatusCounts};
 use crate::backup::volume_policy::default_volumes_to_fs_backup;
 use crate::backup::volumes::{
     LocalDirBackupper, VolumeBackup, VolumeBackupper, VolumeLimits, VolumePhase,
 };
-use iar_core::cluster::ClusterReader;
-use iar_core::store::BackupFile;
+use iar_core::clock::Clock;
+use iar_core::cluster::{ClusterError, ClusterReader};
+use iar_core::store::{BackupFile, BackupStore};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::*;
+/// What a backup's blocks need: where hooks run, where volumes go, and
+/// the settings that bound them.
+pub(super) struct Blocks<'a> {
+    pub(super) store: &'a BackupStore,
+    pub(super) cluster: &'a Arc<dyn ClusterReader>,
+    pub(super) journal: &'a Journal,
+    pub(super) status_sink: Option<&'a StatusSink>,
+    pub(super) cancel_probe: Option<&'a CancelProbe>,
+    /// Where hooks run unless `exec_hooks_locally`; none: skipped.
+    pub(super) hook_runner: Option<&'a Arc<dyn HookRunner>>,
+    /// Where volumes go unless `volume_data`; none: a warning.
+    pub(super) volume_backupper: Option<&'a Arc<dyn VolumeBackupper>>,
+    /// Timestamps of volume records and hook runs.
+    pub(super) clock: &'a Arc<dyn Clock>,
+    pub(super) exec_hooks_locally: bool,
+    pub(super) volume_data: Option<&'a PathBuf>,
+    pub(super) volume_concurrency: usize,
+    pub(super) fs_backup_timeout: Duration,
+    pub(super) max_hook_timeout: Duration,
+    /// How often volume progress is persisted while blocks wait.
+    pub(super) sync_period: Duration,
+}
 
-impl PhaseMachine {
+impl<'a> Blocks<'a> {
+    /// The block settings of `settings`, with the rest given.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        settings: &'a Settings,
+        store: &'a BackupStore,
+        cluster: &'a Arc<dyn ClusterReader>,
+        journal: &'a Journal,
+        status_sink: Option<&'a StatusSink>,
+        cancel_probe: Option<&'a CancelProbe>,
+        hook_runner: Option<&'a Arc<dyn HookRunner>>,
+        volume_backupper: Option<&'a Arc<dyn VolumeBackupper>>,
+        clock: &'a Arc<dyn Clock>,
+    ) -> Self {
+        Blocks {
+            store,
+            cluster,
+            journal,
+            status_sink,
+            cancel_probe,
+            hook_runner,
+            volume_backupper,
+            clock,
+            exec_hooks_locally: settings.exec_hooks_locally,
+            volume_data: settings.volume_data.as_ref(),
+            volume_concurrency: settings.volume_concurrency,
+            fs_backup_timeout: settings.fs_backup_timeout,
+            max_hook_timeout: settings.max_hook_timeout,
+            sync_period: settings.sync_period,
+        }
+    }
+}
+
+impl Blocks<'_> {
     /// The hooks and volume backups of this backup's blocks, from its spec
     /// and the settings. A hooks section that does not parse is an error
     /// in the results; the backup goes on without spec hooks.
@@ -31,10 +95,7 @@ impl PhaseMachine {
             self.cluster.as_ref(),
         )
         .await
-        .map_err(|reason| PhaseError::Invalid {
-            name: run.object.metadata.name.clone(),
-            reason,
-        })?;
+        .map_err(|e| PhaseError::invalid(&run.object.metadata.name, e))?;
         let spec = &run.object.spec;
         let hooks = BackupHooks::from_spec(spec).unwrap_or_else(|e| {
             run.results.errors.add(
@@ -43,33 +104,25 @@ impl PhaseMachine {
             );
             BackupHooks::default()
         });
-        let runner: Arc<dyn HookRunner> = if self.settings.exec_hooks_locally {
+        let runner: Arc<dyn HookRunner> = if self.exec_hooks_locally {
             Arc::new(LocalProcessRunner {
-                volume_data: self
-                    .settings
-                    .volume_data
-                    .clone()
-                    .unwrap_or_else(|| ".".into()),
+                volume_data: self.volume_data.cloned().unwrap_or_else(|| ".".into()),
             })
         } else {
             self.hook_runner
-                .clone()
+                .cloned()
                 .unwrap_or_else(|| Arc::new(SkippingRunner))
         };
-        let backupper = match &self.settings.volume_data {
+        let backupper = match self.volume_data {
             Some(dir) => Some(Arc::new(
-                LocalDirBackupper::new(
-                    dir.clone(),
-                    self.store.clone(),
-                    self.settings.volume_concurrency,
-                )
-                .with_limits(VolumeLimits {
-                    timeout: self.settings.fs_backup_timeout,
-                    seam: None,
-                    fence: None,
-                }),
+                LocalDirBackupper::new(dir.clone(), self.store.clone(), self.volume_concurrency)
+                    .with_limits(VolumeLimits {
+                        timeout: self.fs_backup_timeout,
+                        seam: None,
+                        fence: None,
+                    }),
             ) as Arc<dyn VolumeBackupper>),
-            None => self.volume_backupper.clone(),
+            None => self.volume_backupper.cloned(),
         };
         Ok(Arc::new(
             BlockWork::new(
@@ -77,14 +130,26 @@ impl PhaseMachine {
                 hooks,
                 runner,
                 backupper,
-                self.settings.volume_data.clone(),
+                self.volume_data.cloned(),
                 policies,
                 default_volumes_to_fs_backup(spec),
                 tokio::runtime::Handle::current(),
             )
             .with_ledger(self.store.clone())
-            .with_max_hook_timeout(self.settings.max_hook_timeout),
+            .with_max_hook_timeout(self.max_hook_timeout)
+            .with_clock(self.clock.clone()),
         ))
+    }
+
+    /// Asks the node agents to stop every unfinished volume backup of
+    /// `name` (no lease needed: it only marks the requests); a failure to
+    /// ask is logged, and whoever cancels goes on.
+    pub(super) async fn cancel_volume_backups(&self, name: &str) {
+        if let Some(backupper) = self.volume_backupper
+            && let Err(e) = backupper.cancel_backup(name).await
+        {
+            tracing::warn!(backup = %name, "{e}");
+        }
     }
 
     /// Writes the latest state of every volume backup started so far (none
@@ -116,7 +181,7 @@ impl PhaseMachine {
         let report = {
             let finished = work.finish();
             tokio::pin!(finished);
-            let mut tick = tokio::time::interval(self.settings.sync_period);
+            let mut tick = tokio::time::interval(self.sync_period);
             let mut given_up = false;
             loop {
                 tokio::select! {
@@ -125,7 +190,7 @@ impl PhaseMachine {
                         self.persist_volume_progress(&name, work).await?;
                         self.show_volume_progress(run, &work.progress());
                         if !given_up
-                            && let Some(probe) = &self.cancel_probe
+                            && let Some(probe) = self.cancel_probe
                             && probe(name.clone()).await
                         {
                             given_up = true;
@@ -174,7 +239,7 @@ impl PhaseMachine {
             return;
         }
         run.object.status.volume_backups = Some(counts);
-        if let Some(sink) = &self.status_sink {
+        if let Some(sink) = self.status_sink {
             sink(&run.object);
         }
     }
@@ -267,7 +332,7 @@ impl PhaseMachine {
     /// the process that ran it).
     pub(super) async fn blocks_resumable(&self, run: &Run) -> Result<bool, PhaseError> {
         if run.object.status.phase != BackupPhase::InProgress
-            || self.settings.volume_data.is_some()
+            || self.volume_data.is_some()
             || self.volume_backupper.is_none()
         {
             return Ok(false);
@@ -278,7 +343,7 @@ impl PhaseMachine {
 
     /// Resumes the wait of a backup whose items were written: follows its
     /// unfinished volume backups again, runs each owed post hook once,
-    /// records it all as [`PhaseMachine::finish_blocks`] does.
+    /// records it all as [`Blocks::finish_blocks`] does.
     pub(super) async fn resume_blocks(&self, run: &mut Run) -> Result<(), PhaseError> {
         let name = run.name().to_string();
         let ledger: Vec<LedgerEntry> = self
@@ -330,7 +395,8 @@ impl PhaseMachine {
             .get_json(&name, BackupFile::VolumeBackups)
             .await?
             .unwrap_or_default();
-        let messages = crate::backup::block_work::interrupted(&ledger, &mut volumes);
+        let messages =
+            crate::backup::block_work::interrupted(&ledger, &mut volumes, self.clock.system_now());
         if !volumes.is_empty() {
             self.store
                 .put_json(&name, BackupFile::VolumeBackups, &volumes)
@@ -344,6 +410,43 @@ impl PhaseMachine {
     }
 }
 
+/// Why a backup's `spec.resourcePolicy` cannot be used (the backup then
+/// fails: going on without it could back up volumes it skips).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("resourcePolicy.{field} must be a string")]
+    NotAString { field: &'static str },
+    #[error("resourcePolicy.kind is {kind:?}; only a configmap is supported")]
+    Kind { kind: String },
+    #[error("resourcePolicy: reading configmap {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: ClusterError,
+    },
+    #[error("resourcePolicy: configmap {namespace}/{name} does not exist")]
+    Missing { namespace: String, name: String },
+    #[error(
+        "resourcePolicy: configmap {namespace}/{name} must hold exactly one data key, the policy"
+    )]
+    NotOneKey { namespace: String, name: String },
+    #[error("resourcePolicy: configmap {namespace}/{name}: data.{key} is not a string")]
+    NotText {
+        namespace: String,
+        name: String,
+        key: String,
+    },
+    #[error("configmap {namespace}/{name}, data.{key}: {source}")]
+    Parse {
+        namespace: String,
+        name: String,
+        key: String,
+        #[source]
+        source: crate::backup::volume_policy::PolicyError,
+    },
+}
+
 /// The backup's volume policy: Velero's `spec.resourcePolicy` names a
 /// ConfigMap (`kind: configmap`) in the backup's namespace whose one data
 /// value is the policy document. `Ok(None)` when the spec names none.
@@ -351,43 +454,55 @@ pub async fn resource_policies(
     spec: &serde_json::Value,
     backup_namespace: &str,
     cluster: &dyn ClusterReader,
-) -> Result<Option<crate::backup::volume_policy::ResourcePolicies>, String> {
+) -> Result<Option<crate::backup::volume_policy::ResourcePolicies>, PolicyError> {
     let Some(reference) = spec.get("resourcePolicy").filter(|v| !v.is_null()) else {
         return Ok(None);
     };
-    let field = |f: &str| {
+    let field = |field: &'static str| {
         reference
-            .get(f)
+            .get(field)
             .and_then(|v| v.as_str())
-            .ok_or_else(|| format!("resourcePolicy.{f} must be a string"))
+            .ok_or(PolicyError::NotAString { field })
     };
     let kind = field("kind")?;
     if !kind.eq_ignore_ascii_case("configmap") {
-        return Err(format!(
-            "resourcePolicy.kind is {kind:?}; only a configmap is supported"
-        ));
+        return Err(PolicyError::Kind { kind: kind.into() });
     }
     let name = field("name")?;
-    let id = iar_core::item::ItemRef::new("", "configmaps", backup_namespace, name);
-    let config_map = cluster
-        .get_async(&id)
-        .await
-        .map_err(|e| format!("resourcePolicy: reading configmap {backup_namespace}/{name}: {e}"))?
-        .ok_or_else(|| {
-            format!("resourcePolicy: configmap {backup_namespace}/{name} does not exist")
-        })?;
-    let data = config_map
+    let (namespace, name) = (backup_namespace.to_string(), name.to_string());
+    let id = iar_core::item::ItemRef::new("", "configmaps", &namespace, &name);
+    let config_map = match cluster.get_async(&id).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Err(PolicyError::Missing { namespace, name }),
+        Err(source) => {
+            return Err(PolicyError::Read {
+                namespace,
+                name,
+                source,
+            });
+        }
+    };
+    let Some(data) = config_map
         .get("data")
         .and_then(|d| d.as_object())
         .filter(|d| d.len() == 1)
-        .ok_or_else(|| {
-            format!("resourcePolicy: configmap {backup_namespace}/{name} must hold exactly one data key, the policy")
-        })?;
+    else {
+        return Err(PolicyError::NotOneKey { namespace, name });
+    };
     let (key, document) = data.iter().next().expect("one key, checked above");
-    let document = document.as_str().ok_or_else(|| {
-        format!("resourcePolicy: configmap {backup_namespace}/{name}: data.{key} is not a string")
-    })?;
+    let Some(document) = document.as_str() else {
+        return Err(PolicyError::NotText {
+            namespace,
+            name,
+            key: key.clone(),
+        });
+    };
     crate::backup::volume_policy::ResourcePolicies::parse(document)
         .map(Some)
-        .map_err(|e| format!("configmap {backup_namespace}/{name}, data.{key}: {e}"))
+        .map_err(|source| PolicyError::Parse {
+            namespace,
+            name,
+            key: key.clone(),
+            source,
+        })
 }

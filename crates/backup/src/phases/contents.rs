@@ -251,7 +251,7 @@ mod tests {
             item: o.id.clone(),
             operation_id: "op".into(),
             post_operation_items: vec![post.id.clone()],
-            created: std::time::SystemTime::now(),
+            created: std::time::SystemTime::UNIX_EPOCH,
         });
         o
     }

@@ -4,16 +4,27 @@
 //! one recorded (a newer object of the same name stays) and its labels say
 //! it was created for that backup (a planted record deletes nothing).
 
-use super::{PhaseError, PhaseMachine, Run};
+use super::errors::PhaseError;
+use super::journal::Journal;
+use super::record::Run;
 use crate::backup::pass::ItemOutcome;
-use iar_core::cluster::ClusterError;
 use iar_core::cluster::writes::{self, CreatedObject};
-use iar_core::store::BackupFile;
+use iar_core::cluster::{ClusterError, ClusterReader};
+use iar_core::store::{BackupFile, BackupStore};
+use std::sync::Arc;
 
-impl PhaseMachine {
+/// What recording and deleting created objects needs.
+#[derive(Clone, Copy)]
+pub(super) struct Created<'a> {
+    pub(super) store: &'a BackupStore,
+    pub(super) cluster: &'a Arc<dyn ClusterReader>,
+    pub(super) journal: &'a Journal,
+}
+
+impl Created<'_> {
     /// Records what the first pass's plugins created, in the order they
     /// created it, with a line each in the backup's log.
-    pub(super) async fn record_created(
+    pub(super) async fn record(
         &self,
         run: &Run,
         outcomes: &[ItemOutcome],
@@ -45,7 +56,7 @@ impl PhaseMachine {
 
     /// What a stored backup's plugins created; empty when they created
     /// nothing.
-    pub async fn created_objects(&self, name: &str) -> Result<Vec<CreatedObject>, PhaseError> {
+    pub(super) async fn list(&self, name: &str) -> Result<Vec<CreatedObject>, PhaseError> {
         Ok(self
             .store
             .get_json(name, BackupFile::CreatedObjects)
@@ -65,15 +76,17 @@ impl PhaseMachine {
     /// (`iar delete` with no cluster) leaves them, said in the log; any
     /// other failure is an error, so that the deletion is tried again and
     /// nothing is leaked quietly.
-    pub(super) async fn delete_created(&self, name: &str, uid: &str) -> Result<(), PhaseError> {
-        let failed = |what: &str, object: &CreatedObject, e: ClusterError| PhaseError::Invalid {
-            name: name.to_string(),
-            reason: format!(
-                "{what} {} (created by plugin {}): {e}",
-                object.id, object.plugin
-            ),
+    pub(super) async fn delete(&self, name: &str, uid: &str) -> Result<(), PhaseError> {
+        let failed = |what: &'static str, object: &CreatedObject, source: ClusterError| {
+            PhaseError::CreatedObject {
+                name: name.to_string(),
+                what,
+                object: object.id.clone(),
+                plugin: object.plugin.clone(),
+                source,
+            }
         };
-        for object in self.created_objects(name).await? {
+        for object in self.list(name).await? {
             match self.cluster.get_async(&object.id).await {
                 Ok(Some(found)) if writes::uid_of(&found) != object.uid => {
                     self.journal.line(

@@ -1,21 +1,52 @@
 //! Finalizing: the actions run again on post-operation items and the
 //! tarball is rewritten.
 
+use super::Step;
+use super::contents::{archive_entries, resource_key};
+use super::errors::{Invalid, PhaseError};
+use super::item_pass::{PassRunner, record_messages};
+use super::journal::Journal;
+use super::load::ensure_operations;
+use super::record::{Recorder, Run, blocking};
+use crate::backup::object::BackupPhase;
+use iar_core::cluster::ClusterReader;
 use iar_core::item::ItemRef;
-use iar_core::store::BackupFile;
+use iar_core::operations::OperationsMap;
 use iar_core::store::tarball;
+use iar_core::store::{BackupFile, BackupStore};
 use iar_plugin::plugin::Phase;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use super::contents::{archive_entries, resource_key};
-use super::first_pass::record_messages;
-use super::*;
+/// The finalize phase's reconciler.
+pub(super) struct Finalize<'a> {
+    pub(super) store: &'a BackupStore,
+    pub(super) operations: &'a OperationsMap,
+    pub(super) cluster: &'a Arc<dyn ClusterReader>,
+    pub(super) journal: &'a Journal,
+    pub(super) passes: PassRunner<'a>,
+    pub(super) recorder: Recorder<'a>,
+}
 
-impl PhaseMachine {
+impl Finalize<'_> {
+    /// One step in a finalizing phase: the finalize pass, then the
+    /// terminal phase.
+    pub(super) async fn step(&self, run: &mut Run) -> Result<Step, PhaseError> {
+        ensure_operations(self.store, self.journal, self.operations, run).await?;
+        self.finalize(run).await?;
+        let done = if run.partially_failed() {
+            BackupPhase::PartiallyFailed
+        } else {
+            BackupPhase::Completed
+        };
+        self.recorder.set_phase(run, done).await?;
+        Ok(Step::Done(Box::new(run.object.clone())))
+    }
+
     /// Runs the actions again, in the finalize phase, on every post-operation
     /// item read again from the cluster, and rewrites the tarball: those
     /// entries replaced or appended, every other entry kept byte for byte.
-    pub(super) async fn finalize(&self, run: &mut Run) -> Result<(), PhaseError> {
+    async fn finalize(&self, run: &mut Run) -> Result<(), PhaseError> {
         let name = run.name().to_string();
         let ops = self.operations.get(&name).await.unwrap_or_default();
         let mut wanted: Vec<ItemRef> = ops
@@ -47,7 +78,8 @@ impl PhaseMachine {
             }
         }
         let outcomes = self
-            .run_pass(&name, items, run.backup_ref(Phase::Finalize), None)
+            .passes
+            .run(&name, items, run.backup_ref(Phase::Finalize), None)
             .await?
             .outcomes;
         let mut replace = BTreeMap::new();
@@ -55,7 +87,7 @@ impl PhaseMachine {
         for outcome in &outcomes {
             record_messages(
                 &mut run.results,
-                &self.journal,
+                self.journal,
                 &run.object.metadata.name,
                 outcome,
             );
@@ -83,15 +115,11 @@ impl PhaseMachine {
                 .store
                 .get(&name, BackupFile::Contents)
                 .await?
-                .ok_or_else(|| PhaseError::Invalid {
-                    name: name.clone(),
-                    reason: "its contents tarball is missing".into(),
-                })?;
-            let rewritten = self
-                .blocking(&name, "rewriting the tarball", move || {
-                    tarball::rewrite(&current, &replace)
-                })
-                .await?;
+                .ok_or_else(|| PhaseError::invalid(&name, Invalid::ContentsMissing))?;
+            let rewritten = blocking(&name, "rewriting the tarball", move || {
+                tarball::rewrite(&current, &replace)
+            })
+            .await?;
             self.store
                 .put(&name, BackupFile::Contents, rewritten.into())
                 .await?;
@@ -130,3 +158,6 @@ impl PhaseMachine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,12 +10,16 @@
 //! interruption leaves something a later sweep recognises and finishes: a
 //! `Deleting` object, or a directory holding only a free lease.
 
-use super::{PhaseError, PhaseMachine};
-use crate::backup::expiry;
+use super::StatusSink;
+use super::created::Created;
+use super::errors::{GcFailure, PhaseError};
+use super::leases::Leases;
+use crate::backup::expiry::{self, ExpiryError};
 use crate::backup::object::{BackupObject, BackupPhase};
+use iar_core::clock::Clock;
 use iar_core::store::delete::{KeyRole, key_role};
 use iar_core::store::lease::LeaseError;
-use iar_core::store::{BackupFile, StoreError};
+use iar_core::store::{BackupFile, BackupStore, StoreError};
 use std::time::SystemTime;
 
 /// What a sweep did with one backup.
@@ -39,7 +43,7 @@ pub enum Outcome {
     Tidied,
     Kept(Kept),
     /// Named with the reason; the sweep went on with the others.
-    Failed(String),
+    Failed(GcFailure),
 }
 
 /// Why a backup stays.
@@ -69,7 +73,7 @@ fn why_kept_for(
     object: &BackupObject,
     now: SystemTime,
     reason: Reason,
-) -> Result<Option<Kept>, String> {
+) -> Result<Option<Kept>, ExpiryError> {
     match reason {
         Reason::Expired => why_kept(object, now),
         Reason::Asked if object.status.phase.is_running() => {
@@ -81,7 +85,7 @@ fn why_kept_for(
 
 /// Whether a stored backup goes now. `Deleting` always does: a deletion
 /// once begun is finished.
-pub fn why_kept(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, String> {
+pub fn why_kept(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, ExpiryError> {
     let status = &object.status;
     if status.phase == BackupPhase::Deleting {
         return Ok(None);
@@ -98,7 +102,19 @@ pub fn why_kept(object: &BackupObject, now: SystemTime) -> Result<Option<Kept>, 
     }
 }
 
-impl PhaseMachine {
+/// The garbage collector's reconciler: the store, the lease it deletes
+/// under, what the backups' plugins created.
+pub(super) struct Gc<'a> {
+    pub(super) store: &'a BackupStore,
+    pub(super) leases: Leases<'a>,
+    pub(super) created: Created<'a>,
+    /// Told that a backup is `Deleting`.
+    pub(super) status_sink: Option<&'a StatusSink>,
+    /// "Now" for a deletion asked for ([`Gc::delete_backup`]).
+    pub(super) clock: &'a dyn Clock,
+}
+
+impl Gc<'_> {
     /// One sweep over every backup in the store. Only listing the store
     /// can fail the sweep; each backup's own error is its outcome.
     pub async fn collect_garbage(
@@ -110,7 +126,10 @@ impl PhaseMachine {
         for name in self.store.list_backups().await? {
             let outcome = match self.collect(&name, now, dry_run).await {
                 Ok(outcome) => outcome,
-                Err(e) => Outcome::Failed(format!("deleting expired backup {name:?}: {e}")),
+                Err(source) => Outcome::Failed(GcFailure {
+                    name: name.clone(),
+                    source,
+                }),
             };
             collected.push(Collected { name, outcome });
         }
@@ -132,7 +151,7 @@ impl PhaseMachine {
     /// running is kept ([`Kept::Running`]); a missing one is
     /// [`Kept::NoObject`].
     pub async fn delete_backup(&self, name: &str, dry_run: bool) -> Result<Outcome, PhaseError> {
-        self.delete_for(name, SystemTime::now(), dry_run, Reason::Asked)
+        self.delete_for(name, self.clock.system_now(), dry_run, Reason::Asked)
             .await
     }
 
@@ -154,13 +173,16 @@ impl PhaseMachine {
                 self.tidy(name).await
             };
         };
-        if let Some(kept) = why_kept_for(&object, now, reason).map_err(|r| invalid(name, r))? {
+        if let Some(kept) =
+            why_kept_for(&object, now, reason).map_err(|e| PhaseError::invalid(name, e))?
+        {
             return Ok(Outcome::Kept(kept));
         }
         if dry_run {
             return Ok(Outcome::WouldDelete(Box::new(object)));
         }
         let (outcome, generation) = self
+            .leases
             .with_lease(name, async {
                 let generation = self.store.current_lease(name).await?.map(|l| l.generation);
                 Ok::<_, PhaseError>((self.delete_files(name, now, reason).await?, generation))
@@ -191,7 +213,9 @@ impl PhaseMachine {
         let Some(found) = self.stored(name).await? else {
             return Ok(Outcome::Kept(Kept::NoObject));
         };
-        if let Some(kept) = why_kept_for(&found, now, reason).map_err(|r| invalid(name, r))? {
+        if let Some(kept) =
+            why_kept_for(&found, now, reason).map_err(|e| PhaseError::invalid(name, e))?
+        {
             return Ok(Outcome::Kept(kept));
         }
         if found.status.phase != BackupPhase::Deleting {
@@ -200,7 +224,7 @@ impl PhaseMachine {
             self.store
                 .put_json(name, BackupFile::Metadata, &deleting)
                 .await?;
-            if let Some(sink) = &self.status_sink {
+            if let Some(sink) = self.status_sink {
                 sink(&deleting);
             }
         }
@@ -209,7 +233,7 @@ impl PhaseMachine {
         // files deleted below.
         // Against the store's name for it and its uid: the labels the
         // host stamped when its plugins created them.
-        self.delete_created(name, &found.metadata.uid).await?;
+        self.created.delete(name, &found.metadata.uid).await?;
         let keys = self.store.backup_keys(name).await?;
         for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
             self.store.delete_key(key).await?;
@@ -233,6 +257,7 @@ impl PhaseMachine {
             return Ok(Outcome::Kept(Kept::NoObject));
         }
         let taken = self
+            .leases
             .with_lease(name, async {
                 // Created since the listing: a new backup of that name.
                 if self.stored(name).await?.is_some() {
@@ -254,345 +279,5 @@ impl PhaseMachine {
     }
 }
 
-fn invalid(name: &str, reason: String) -> PhaseError {
-    PhaseError::Invalid {
-        name: name.to_string(),
-        reason,
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backup::object::rfc3339;
-    use crate::phases::Settings;
-    use bytes::Bytes;
-    use iar_core::store::BackupStore;
-    use iar_core::store::faulty::FaultyStore;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    const HOUR: Duration = Duration::from_secs(3600);
-
-    fn controller(store: BackupStore) -> PhaseMachine {
-        let settings = Settings {
-            lease_duration: Duration::from_secs(30),
-            ..Settings::default()
-        };
-        PhaseMachine::new(Vec::new(), store, Arc::new(iar_core::NoCluster), settings)
-    }
-
-    fn temp_store() -> (tempfile::TempDir, BackupStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
-        (dir, store)
-    }
-
-    /// A directory store whose deletes can be made to fail.
-    fn faulty_store() -> (tempfile::TempDir, Arc<FaultyStore>, BackupStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path())
-            .unwrap()
-            .with_automatic_cleanup(true);
-        let faulty = Arc::new(FaultyStore::new(Arc::new(fs)));
-        let store = BackupStore::from_object_store(faulty.clone(), "faulty://gc");
-        (dir, faulty, store)
-    }
-
-    /// A backup as a real one leaves it: the object, contents, results,
-    /// log, volume data, and a released lease.
-    async fn put_backup(
-        store: &BackupStore,
-        name: &str,
-        phase: BackupPhase,
-        expiration: Option<SystemTime>,
-    ) {
-        let mut object = BackupObject::new(name, "velero", "uid", serde_json::json!({}));
-        object.status.phase = phase;
-        object.status.expiration = expiration.map(rfc3339);
-        store
-            .put_json(name, BackupFile::Metadata, &object)
-            .await
-            .unwrap();
-        for file in [BackupFile::Contents, BackupFile::Results, BackupFile::Logs] {
-            store
-                .put(name, file, Bytes::from_static(b"x"))
-                .await
-                .unwrap();
-        }
-        let chunk = format!("backups/{name}/volumes/data/0123");
-        store
-            .put_key(&chunk, Bytes::from_static(b"x"))
-            .await
-            .unwrap();
-        let lease = store.acquire_lease(name, HOUR).await.unwrap();
-        lease.release().await.unwrap();
-    }
-
-    fn outcomes(collected: &[Collected]) -> Vec<(String, String)> {
-        collected
-            .iter()
-            .map(|c| {
-                let what = match &c.outcome {
-                    Outcome::Deleted(_) => "deleted".to_string(),
-                    Outcome::WouldDelete(_) => "would delete".to_string(),
-                    Outcome::Tidied => "tidied".to_string(),
-                    Outcome::Kept(k) => format!("kept {k:?}"),
-                    Outcome::Failed(e) => format!("failed: {e}"),
-                };
-                (c.name.clone(), what)
-            })
-            .collect()
-    }
-
-    /// Expired and ended (Completed or Failed alike) goes, with every key
-    /// under it; not yet expired, still running, or stored without an
-    /// expiration stays as it was. A dry run says the same and deletes
-    /// nothing.
-    #[tokio::test]
-    async fn a_sweep_deletes_only_expired_backups_that_ended() {
-        let (dir, store) = temp_store();
-        let now = SystemTime::now();
-        let past = Some(now - HOUR);
-        put_backup(&store, "done", BackupPhase::Completed, past).await;
-        put_backup(&store, "failed", BackupPhase::Failed, past).await;
-        put_backup(&store, "fresh", BackupPhase::Completed, Some(now + HOUR)).await;
-        put_backup(&store, "legacy", BackupPhase::PartiallyFailed, None).await;
-        let waiting = BackupPhase::WaitingForPluginOperations;
-        put_backup(&store, "waiting", waiting, past).await;
-        let c = controller(store.clone());
-
-        let dry = c.collect_garbage(now, true).await.unwrap();
-        let kept_all = |o: &[(String, String)]| {
-            assert_eq!(o[2].1, format!("kept NotYet({:?})", rfc3339(now + HOUR)));
-            assert_eq!(o[3].1, "kept NoExpiration");
-            assert_eq!(o[4].1, format!("kept Running({waiting:?})"));
-        };
-        let o = outcomes(&dry);
-        assert_eq!((&*o[0].1, &*o[1].1), ("would delete", "would delete"));
-        kept_all(&o);
-        assert_eq!(store.list_backups().await.unwrap().len(), 5);
-
-        let swept = c.collect_garbage(now, false).await.unwrap();
-        let o = outcomes(&swept);
-        assert_eq!((&*o[0].0, &*o[0].1), ("done", "deleted"));
-        assert_eq!((&*o[1].0, &*o[1].1), ("failed", "deleted"));
-        kept_all(&o);
-        let Outcome::Deleted(last) = &swept[0].outcome else {
-            unreachable!()
-        };
-        assert_eq!(last.status.phase, BackupPhase::Completed, "as it was found");
-        for name in ["done", "failed"] {
-            assert_eq!(store.backup_keys(name).await.unwrap(), Vec::<String>::new());
-            assert!(!dir.path().join("backups").join(name).exists(), "{name}");
-        }
-        assert_eq!(
-            store.list_backups().await.unwrap(),
-            ["fresh", "legacy", "waiting"]
-        );
-        // What stays is untouched: five files and a lease each.
-        for name in ["fresh", "legacy", "waiting"] {
-            assert_eq!(store.backup_keys(name).await.unwrap().len(), 6, "{name}");
-        }
-        assert!(c.tracked_backups().await.is_empty());
-    }
-
-    /// One backup that cannot be deleted (an object that does not parse,
-    /// a lease another live process holds) is reported with its name and
-    /// why; the sweep deletes the others.
-    #[tokio::test]
-    async fn one_failure_is_reported_and_the_others_still_go() {
-        let (_dir, store) = temp_store();
-        let now = SystemTime::now();
-        let past = Some(now - HOUR);
-        put_backup(&store, "a", BackupPhase::Completed, past).await;
-        put_backup(&store, "busy", BackupPhase::Completed, past).await;
-        put_backup(&store, "corrupt", BackupPhase::Completed, past).await;
-        put_backup(&store, "z", BackupPhase::Completed, past).await;
-        store
-            .put("corrupt", BackupFile::Metadata, Bytes::from_static(b"{"))
-            .await
-            .unwrap();
-        let _held = store.acquire_lease("busy", HOUR).await.unwrap();
-
-        let o = outcomes(
-            &controller(store.clone())
-                .collect_garbage(now, false)
-                .await
-                .unwrap(),
-        );
-        assert_eq!(o[0], ("a".into(), "deleted".into()));
-        assert_eq!(o[3], ("z".into(), "deleted".into()));
-        assert!(
-            o[1].1.starts_with("failed: deleting expired backup \"busy\": backup \"busy\" is being driven by another process"),
-            "{o:?}"
-        );
-        assert!(
-            o[2].1
-                .starts_with("failed: deleting expired backup \"corrupt\"")
-                && o[2].1.contains("velero-backup.json is corrupt"),
-            "{o:?}"
-        );
-        assert_eq!(store.list_backups().await.unwrap(), ["busy", "corrupt"]);
-    }
-
-    /// A deletion that stops part way leaves the object in phase
-    /// `Deleting` with some files gone; the next sweep finishes it, even
-    /// at a time before the expiration (once begun, a deletion is never
-    /// undone).
-    #[tokio::test]
-    async fn an_interrupted_deletion_is_finished_by_the_next_sweep() {
-        let (_dir, faulty, store) = faulty_store();
-        let now = SystemTime::now();
-        put_backup(&store, "b", BackupPhase::Completed, Some(now - HOUR)).await;
-        let c = controller(store.clone());
-
-        faulty.fail_deletes_after(Some(2));
-        let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
-        faulty.fail_deletes_after(None);
-        assert!(
-            o[0].1.starts_with(
-                "failed: deleting expired backup \"b\": backup store faulty://gc: backups/b/"
-            ) && o[0].1.contains("injected failure: delete"),
-            "{o:?}"
-        );
-        let object: BackupObject = store
-            .get_json("b", BackupFile::Metadata)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(object.status.phase, BackupPhase::Deleting);
-        let left = store.backup_keys("b").await.unwrap();
-        let data = left.iter().filter(|k| key_role("b", k) == KeyRole::Data);
-        assert!(
-            (1..4).contains(&data.count()),
-            "some of the four data files deleted, not all: {left:?}"
-        );
-        // Nothing drives a backup being deleted.
-        let err = c.resume("b").await.unwrap_err();
-        assert!(matches!(err, PhaseError::Deleting(_)), "{err}");
-
-        let o = outcomes(&c.collect_garbage(now - 2 * HOUR, false).await.unwrap());
-        assert_eq!(o, [("b".to_string(), "deleted".to_string())]);
-        assert_eq!(store.list_backups().await.unwrap(), Vec::<String>::new());
-    }
-
-    /// Only a free lease left (the deletion stopped after the object went)
-    /// is tidied away; a lease that is held with no object yet is a backup
-    /// being created, and stays.
-    #[tokio::test]
-    async fn lease_files_left_by_a_deletion_are_tidied() {
-        let (_dir, store) = temp_store();
-        store
-            .acquire_lease("left", HOUR)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-        let _creating = store.acquire_lease("new", HOUR).await.unwrap();
-        let o = outcomes(
-            &controller(store.clone())
-                .collect_garbage(SystemTime::now(), false)
-                .await
-                .unwrap(),
-        );
-        assert_eq!(
-            o,
-            [
-                ("left".to_string(), "tidied".to_string()),
-                ("new".to_string(), "kept NoObject".to_string())
-            ]
-        );
-        assert_eq!(store.list_backups().await.unwrap(), ["new"]);
-    }
-
-    /// A planted expired backup whose created-objects record lists another
-    /// backup's VolumeSnapshot (with that snapshot's real uid) deletes
-    /// only what is labelled as created for it, name and uid: not the other
-    /// backup's, nor one that bears its uid under another backup's name.
-    /// Each refusal is in the log with its rule; the sweep still deletes
-    /// the backup and its own snapshot.
-    #[tokio::test]
-    async fn a_planted_created_objects_record_deletes_only_the_backups_own_objects() {
-        use iar_core::cluster::overlay;
-        use iar_core::cluster::writes::{
-            BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION, CreatedObject,
-        };
-        use iar_core::item::ItemRef;
-        let (_dir, store) = temp_store();
-        let overlay_dir = tempfile::tempdir().unwrap();
-        let snapshot = |name: &str, backup: &str, backup_uid: &str| {
-            let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
-            let value = serde_json::json!({
-                "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-                "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
-                    "labels": {BACKUP_NAME_LABEL: iar_core::names::label_value(backup),
-                        BACKUP_UID_LABEL: backup_uid},
-                    "annotations": {CREATED_BY_ANNOTATION: "pvc-snapshot"}},
-                "spec": {"source": {"persistentVolumeClaimName": "data"}}});
-            assert!(overlay::create(overlay_dir.path(), &id, &value).unwrap());
-            CreatedObject {
-                plugin: "pvc-snapshot".into(),
-                id,
-                uid: format!("u-{name}"),
-            }
-        };
-        // put_backup's backups have the uid "uid".
-        let own = snapshot("own", "planted", "uid");
-        let victim = snapshot("victim", "other", "other-uid");
-        let namesake = snapshot("namesake", "other", "uid");
-        let now = SystemTime::now();
-        put_backup(&store, "planted", BackupPhase::Completed, Some(now - HOUR)).await;
-        store
-            .put_json(
-                "planted",
-                BackupFile::CreatedObjects,
-                &[&victim, &own, &namesake],
-            )
-            .await
-            .unwrap();
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = lines.clone();
-        let cluster = iar_core::ManifestCluster::new(Vec::new())
-            .with_overlay(overlay_dir.path().to_path_buf());
-        let c = PhaseMachine::new(
-            Vec::new(),
-            store.clone(),
-            Arc::new(cluster),
-            Settings {
-                lease_duration: Duration::from_secs(30),
-                ..Settings::default()
-            },
-        )
-        .with_observer(Box::new(move |_: &str, line: &str| {
-            seen.lock().unwrap().push(line.to_string())
-        }));
-
-        let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
-        assert_eq!(o, [("planted".to_string(), "deleted".to_string())]);
-        let exists = |o: &CreatedObject| overlay::path_of(overlay_dir.path(), &o.id).exists();
-        assert!(!exists(&own), "its own snapshot goes");
-        assert!(exists(&victim), "another backup's snapshot stays");
-        assert!(exists(&namesake), "its uid under another name stays");
-        let lines = lines.lock().unwrap();
-        let refused: Vec<_> = lines
-            .iter()
-            .filter(|l| l.contains("(rule: gc-not-owner)"))
-            .collect();
-        assert_eq!(refused.len(), 2, "{lines:#?}");
-        assert!(
-            refused[0].contains(
-                "not deleting volumesnapshots.snapshot.storage.k8s.io shop/victim (listed as created by plugin pvc-snapshot): it is not labelled iar.dev/backup-name=planted and iar.dev/backup-uid=uid"
-            ),
-            "{refused:?}"
-        );
-        assert!(refused[1].contains("shop/namesake"), "{refused:?}");
-        assert!(
-            lines
-                .iter()
-                .any(|l| l.contains("deleted") && l.contains("shop/own")),
-            "{lines:#?}"
-        );
-    }
-}
+mod tests;

@@ -10,9 +10,10 @@
 
 use super::Observer;
 use crate::backup::object::rfc3339;
+use iar_core::clock::{Clock, RealClock};
 use iar_plugin::plugin::plugin_of_line;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 /// Lines of one plugin kept in place in one backup's log.
@@ -20,10 +21,21 @@ pub const PLUGIN_HEAD: usize = 1000;
 /// Lines of one plugin kept from the end, past the head.
 pub const PLUGIN_TAIL: usize = 100;
 
-#[derive(Default)]
 pub(super) struct Journal {
     backups: Mutex<HashMap<String, BackupLog>>,
     pub(super) observer: Option<Observer>,
+    /// Each line's timestamp.
+    pub(super) clock: Arc<dyn Clock>,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Journal {
+            backups: Mutex::default(),
+            observer: None,
+            clock: RealClock::shared(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -76,7 +88,7 @@ impl BackupLog {
 
     /// The log as persisted: the lines in order, then for each plugin past
     /// its head, a line saying what was dropped and its last lines.
-    fn render(&self) -> Vec<String> {
+    fn render(&self, now: SystemTime) -> Vec<String> {
         let mut out = self.lines.clone();
         for (plugin, tally) in &self.plugins {
             if tally.tail.is_empty() {
@@ -84,7 +96,7 @@ impl BackupLog {
             }
             out.push(format!(
                 "{} plugin {plugin} logged {} lines in this backup: the first {PLUGIN_HEAD} are above, {} were dropped (rule: log-bound), the last {} follow",
-                rfc3339(SystemTime::now()),
+                rfc3339(now),
                 tally.kept + tally.dropped + tally.tail.len(),
                 tally.dropped,
                 tally.tail.len()
@@ -96,6 +108,15 @@ impl BackupLog {
 }
 
 impl Journal {
+    /// A journal whose lines are stamped by `clock`.
+    #[cfg(test)]
+    pub(super) fn with_clock(clock: Arc<dyn Clock>) -> Journal {
+        Journal {
+            clock,
+            ..Journal::default()
+        }
+    }
+
     pub(super) fn line(&self, backup: &str, message: impl Into<String>) {
         let message = message.into();
         tracing::info!(backup, "{message}");
@@ -108,7 +129,8 @@ impl Journal {
     /// in place, so neither grows with what a plugin writes.
     pub(super) fn record(&self, backup: &str, message: String) {
         let plugin = plugin_of_line(&message);
-        let line = format!("{} backup={backup} {message}", rfc3339(SystemTime::now()));
+        let now = self.clock.system_now();
+        let line = format!("{} backup={backup} {message}", rfc3339(now));
         let kept = {
             let mut backups = self.backups.lock().unwrap_or_else(|p| p.into_inner());
             // The backup's name is copied only for its first line.
@@ -159,7 +181,7 @@ impl Journal {
         let backups = self.backups.lock().unwrap_or_else(|p| p.into_inner());
         backups
             .get(backup)
-            .map(BackupLog::render)
+            .map(|log| log.render(self.clock.system_now()))
             .unwrap_or_default()
     }
 

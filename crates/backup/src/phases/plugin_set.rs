@@ -1,10 +1,14 @@
 //! The plugin set a backup is pinned to, recorded with it so that a
 //! process taking it over runs the same plugins (rule pinned-plugin-set).
 
-use iar_core::store::{BackupFile, StoreError};
+use super::PluginSource;
+use super::errors::PhaseError;
+use super::journal::Journal;
+use super::load::readable;
+use iar_core::store::{BackupFile, BackupStore, StoreError};
 use iar_plugin::plugin::Plugin;
-
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// One plugin of a backup's pinned set, as the store records it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -23,13 +27,39 @@ impl PinnedPlugin {
     }
 }
 
-impl PhaseMachine {
+/// Where plugins come from, and the set each running backup is pinned to.
+pub(super) struct PluginSets {
+    pub(super) source: PluginSource,
+    pinned: Mutex<HashMap<String, Vec<Plugin>>>,
+}
+
+impl PluginSets {
+    /// A fixed list (every backup gets it).
+    pub(super) fn fixed(plugins: Vec<Plugin>) -> Self {
+        PluginSets::from_source(Arc::new(move || plugins.clone()))
+    }
+
+    pub(super) fn from_source(source: PluginSource) -> Self {
+        PluginSets {
+            source,
+            pinned: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Plugin>>> {
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Pins a new backup to the source's current set and records the set
     /// (names and digests) with the backup, before any plugin runs.
-    pub(super) async fn pin_new(&self, backup: &str) -> Result<(), StoreError> {
-        let set = self.plugins_for(backup);
+    pub(super) async fn pin_new(
+        &self,
+        store: &BackupStore,
+        backup: &str,
+    ) -> Result<(), StoreError> {
+        let set = self.for_backup(backup);
         let recorded: Vec<PinnedPlugin> = set.iter().map(PinnedPlugin::of).collect();
-        self.store
+        store
             .put_json(backup, BackupFile::PluginSet, &recorded)
             .await
     }
@@ -40,28 +70,27 @@ impl PhaseMachine {
     /// digest (an update, or another ConfigMap that claimed the name) does
     /// not inherit the backup's operations: they fail, naming both digests.
     /// A backup recorded before iar kept sets takes the current set.
-    pub(super) async fn pin_recorded(&self, backup: &str) -> Result<(), PhaseError> {
-        if self
-            .pinned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(backup)
-        {
+    pub(super) async fn pin_recorded(
+        &self,
+        store: &BackupStore,
+        journal: &Journal,
+        backup: &str,
+    ) -> Result<(), PhaseError> {
+        if self.lock().contains_key(backup) {
             return Ok(());
         }
-        let read = self.store.get_json(backup, BackupFile::PluginSet).await;
+        let read = store.get_json(backup, BackupFile::PluginSet).await;
         let mut notes = Vec::new();
-        let recorded: Option<Vec<PinnedPlugin>> = self
-            .readable(backup, BackupFile::PluginSet, read, &mut notes)
-            .await?;
+        let recorded: Option<Vec<PinnedPlugin>> =
+            readable(store, backup, BackupFile::PluginSet, read, &mut notes).await?;
         for note in notes {
-            self.journal.line(backup, note);
+            journal.line(backup, note);
         }
         let Some(recorded) = recorded else {
-            self.plugins_for(backup);
+            self.for_backup(backup);
             return Ok(());
         };
-        let current = (self.plugins)();
+        let current = (self.source)();
         let mut set = Vec::new();
         for want in &recorded {
             match current.iter().find(|p| p.name() == want.name) {
@@ -71,7 +100,7 @@ impl PhaseMachine {
                         Some(p) => format!("the one loaded now is sha256:{}", p.digest()),
                         None => "none of that name is loaded now".to_string(),
                     };
-                    self.journal.line(
+                    journal.line(
                         backup,
                         format!(
                             "plugin {:?}: the version this backup started with (sha256:{}) is not loaded here and {now}; its operations fail rather than pass to another plugin (rule: pinned-plugin-set)",
@@ -81,20 +110,24 @@ impl PhaseMachine {
                 }
             }
         }
-        self.pinned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(backup.to_string(), set);
+        self.lock().insert(backup.to_string(), set);
         Ok(())
     }
 
     /// The plugins of a backup: the set it was pinned to, or the source's
     /// current set, pinned from now on.
-    pub(super) fn plugins_for(&self, backup: &str) -> Vec<Plugin> {
-        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        pinned
+    pub(super) fn for_backup(&self, backup: &str) -> Vec<Plugin> {
+        self.lock()
             .entry(backup.to_string())
-            .or_insert_with(|| (self.plugins)())
+            .or_insert_with(|| (self.source)())
             .clone()
+    }
+
+    pub(super) fn forget(&self, backup: &str) {
+        self.lock().remove(backup);
+    }
+
+    pub(super) fn backups(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
     }
 }

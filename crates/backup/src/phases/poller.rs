@@ -28,6 +28,29 @@ pub(super) enum Round {
     Cancel(String),
 }
 
+/// Each waiting backup's poller, kept between steps so that its instances
+/// live for the backup (isolation `backup`).
+#[derive(Default)]
+pub(super) struct Pollers(std::sync::Mutex<HashMap<String, Poller>>);
+
+impl Pollers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Poller>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn take(&self, backup: &str) -> Option<Poller> {
+        self.lock().remove(backup)
+    }
+
+    pub(super) fn put(&self, backup: &str, poller: Poller) {
+        self.lock().insert(backup.to_string(), poller);
+    }
+
+    pub(super) fn forget(&self, backup: &str) {
+        self.lock().remove(backup);
+    }
+}
+
 /// Polls operations on a blocking thread; keeps one instance per plugin and
 /// polling thread across the periods of one backup.
 pub(super) struct Poller {
@@ -260,7 +283,12 @@ mod poll_tests {
             operation_id: format!("op-{i}"),
             post_operation_items: Vec::new(),
         };
-        Operation::new(spec, SystemTime::now())
+        Operation::new(spec, now())
+    }
+
+    /// Any fixed time: nothing here is near its timeout.
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
     }
 
     /// Many operations are polled on several threads, each with its own
@@ -301,7 +329,7 @@ mod poll_tests {
             logs: Vec::new(),
         };
         let ops: Vec<Operation> = (0..600).map(|i| op(&name, i)).collect();
-        let updates = poller.poll_all(&ops, SystemTime::now(), 3, &Round::Poll);
+        let updates = poller.poll_all(&ops, now(), 3, &Round::Poll);
         assert_eq!(poller.workers.len(), 3);
         assert!(poller.workers.iter().all(|w| w.instances.len() == 1));
         assert_eq!(updates.len(), ops.len());
@@ -316,7 +344,7 @@ mod poll_tests {
             }
         }
         // A later period with fewer threads reuses the first worker.
-        let updates = poller.poll_all(&ops[..5], SystemTime::now(), 1, &Round::Poll);
+        let updates = poller.poll_all(&ops[..5], now(), 1, &Round::Poll);
         assert_eq!(updates.len(), 5);
         assert_eq!(poller.workers.len(), 3);
     }

@@ -1,36 +1,51 @@
-//! Continuing a backup another process left: its recorded sources, its
-//! persisted results and log, its operations.
+//! A backup found New or InProgress by a step: the process that ran its
+//! first pass ended. One whose items were written and whose volume
+//! backups outlived that process waits for them again; any other cannot
+//! be continued and ends Failed. Also what `iar resume` checks first: the
+//! item sources the backup was started with.
 
-use crate::backup::object::{BackupObject, BackupPhase, Results, SOURCES_ANNOTATION};
-use iar_core::store::{BackupFile, StoreError};
+use super::Step;
+use super::blocks::Blocks;
+use super::errors::PhaseError;
+use super::record::{Recorder, Run};
+use crate::backup::object::{BackupObject, BackupPhase, SOURCES_ANNOTATION};
 use std::path::PathBuf;
+use std::time::Duration;
 
-use super::*;
+/// Why a backup's recorded item sources cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SourcesError {
+    #[error("it has no {} annotation", SOURCES_ANNOTATION)]
+    NoAnnotation,
+    #[error("its {} annotation is not a list of paths: {}", SOURCES_ANNOTATION, .0)]
+    NotPaths(#[source] serde_json::Error),
+    #[error("its {} annotation is empty", SOURCES_ANNOTATION)]
+    Empty,
+    #[error(
+        "the item sources it was started with are missing ({}); refusing to run it against an empty cluster",
+        .0.join(", ")
+    )]
+    Missing(Vec<String>),
+}
 
 /// The manifest files or directories a backup was started with, as recorded
 /// on its object, each still present. `resume` needs them as its cluster:
 /// run against missing ones, finalize would find nothing and the backup
 /// would end as if the cluster were empty, so their absence is an error.
 pub fn recorded_sources(object: &BackupObject) -> Result<Vec<PathBuf>, PhaseError> {
-    let name = &object.metadata.name;
-    let refuse = |reason: String| PhaseError::Sources {
-        name: name.clone(),
-        reason,
+    let refuse = |source: SourcesError| PhaseError::Sources {
+        name: object.metadata.name.clone(),
+        source,
     };
     let recorded = object
         .metadata
         .annotations
         .get(SOURCES_ANNOTATION)
-        .ok_or_else(|| refuse(format!("it has no {SOURCES_ANNOTATION} annotation")))?;
-    let sources: Vec<PathBuf> = serde_json::from_str(recorded).map_err(|e| {
-        refuse(format!(
-            "its {SOURCES_ANNOTATION} annotation is not a list of paths: {e}"
-        ))
-    })?;
+        .ok_or_else(|| refuse(SourcesError::NoAnnotation))?;
+    let sources: Vec<PathBuf> =
+        serde_json::from_str(recorded).map_err(|e| refuse(SourcesError::NotPaths(e)))?;
     if sources.is_empty() {
-        return Err(refuse(format!(
-            "its {SOURCES_ANNOTATION} annotation is empty"
-        )));
+        return Err(refuse(SourcesError::Empty));
     }
     let missing: Vec<String> = sources
         .iter()
@@ -38,114 +53,43 @@ pub fn recorded_sources(object: &BackupObject) -> Result<Vec<PathBuf>, PhaseErro
         .map(|p| p.display().to_string())
         .collect();
     if !missing.is_empty() {
-        return Err(refuse(format!(
-            "the item sources it was started with are missing ({}); refusing to run it against an empty cluster",
-            missing.join(", ")
-        )));
+        return Err(refuse(SourcesError::Missing(missing)));
     }
     Ok(sources)
 }
 
-impl PhaseMachine {
-    /// Continues a backup a killed process left behind. Refused while
-    /// another live process holds the backup's lease.
-    pub async fn resume(&self, name: &str) -> Result<BackupObject, PhaseError> {
-        let object: BackupObject = self
-            .store
-            .get_json(name, BackupFile::Metadata)
-            .await?
-            .ok_or_else(|| PhaseError::NotFound(name.into()))?;
-        if object.status.phase.is_terminal() {
-            return Ok(object);
-        }
-        if object.status.phase == BackupPhase::Deleting {
-            return Err(PhaseError::Deleting(name.into()));
-        }
-        let lease = super::held::take(&self.store, name, self.settings.lease_duration).await?;
-        let result = self.leased(lease, self.steps(name)).await;
-        self.forget(name).await;
-        result
-    }
+/// The reconciler of a backup whose first pass was interrupted.
+pub(super) struct Resume<'a> {
+    pub(super) blocks: Blocks<'a>,
+    pub(super) recorder: Recorder<'a>,
+}
 
-    /// Reads a results or log file for resume; one that cannot be read is
-    /// set aside (so the rewrite does not replace it with a shorter one)
-    /// and the backup carries on with a fresh one, saying so.
-    pub(super) async fn readable<T>(
-        &self,
-        name: &str,
-        file: BackupFile,
-        read: Result<Option<T>, StoreError>,
-        notes: &mut Vec<String>,
-    ) -> Result<Option<T>, PhaseError> {
-        match read {
-            Ok(v) => Ok(v),
-            Err(StoreError::Corrupt { reason, .. }) => {
-                let aside = self.store.set_aside(name, file).await?;
-                notes.push(format!(
-                    "{} could not be read ({reason}); kept as {aside}, continuing with a new one",
-                    file.key(name)
-                ));
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
+impl Resume<'_> {
+    pub(super) async fn step(&self, run: &mut Run) -> Result<Step, PhaseError> {
+        if self.blocks.blocks_resumable(run).await? {
+            // Its items were written and its blocks' volume backups
+            // outlived the process (node agents): wait for them again,
+            // run the post hooks owed, go on.
+            self.blocks.resume_blocks(run).await?;
+            let next = if run.object.status.backup_item_operations_attempted == 0 {
+                BackupPhase::finalizing(run.partially_failed())
+            } else {
+                BackupPhase::waiting(run.partially_failed())
+            };
+            self.recorder.set_phase(run, next).await?;
+            return Ok(Step::Requeue(Duration::ZERO));
         }
-    }
-
-    /// The persisted state of a backup, with its log continued from the
-    /// store when this process has none of it yet (a resume).
-    pub(super) async fn load_run(
-        &self,
-        name: &str,
-        object: BackupObject,
-    ) -> Result<Run, PhaseError> {
-        self.pin_recorded(name).await?;
-        let mut notes = Vec::new();
-        let read = self.store.get_json(name, BackupFile::Results).await;
-        let results: Results = self
-            .readable(name, BackupFile::Results, read, &mut notes)
-            .await?
-            .unwrap_or_default();
-        if !self.journal.has(name) {
-            let read = self.store.get_logs(name).await;
-            if let Some(previous) = self
-                .readable(name, BackupFile::Logs, read, &mut notes)
-                .await?
-            {
-                self.journal.preload(name, previous);
-            }
-            // This process takes it over (a restart, or another replica
-            // died): its log says who drives it from here.
-            self.journal.line(
-                name,
-                format!(
-                    "driven by {} from phase {}",
-                    self.store.holder(),
-                    object.status.phase
-                ),
-            );
-        }
-        let mut run = Run { object, results };
-        for note in notes {
-            self.journal.line(name, note.clone());
-            run.results.warnings.add("", note);
-        }
-        Ok(run)
-    }
-
-    /// Loads a backup's operations from the store when this process does
-    /// not hold them (it resumed the backup or took it over).
-    pub(super) async fn ensure_operations(&self, run: &Run) -> Result<(), PhaseError> {
-        let name = run.name();
-        if self.operations.get(name).await.is_none() {
-            let n = self.operations.load(name, &self.store).await?;
-            self.journal.line(
-                name,
-                format!(
-                    "resumed in phase {} with {n} operations",
-                    run.object.status.phase
-                ),
-            );
-        }
-        Ok(())
+        // Its items were never all written: it cannot be continued. What
+        // its blocks left unfinished is failed and said.
+        self.blocks.interrupted_blocks(run).await?;
+        run.object.status.failure_reason = format!(
+            "found in phase {} after a restart: the process running it ended before its items were written",
+            run.object.status.phase
+        );
+        self.recorder.set_phase(run, BackupPhase::Failed).await?;
+        Ok(Step::Done(Box::new(run.object.clone())))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,23 +1,71 @@
-//! WaitingForPluginOperations: polling rounds, their timeouts, and
-//! cancelling a backup's operations.
+//! WaitingForPluginOperations: polling rounds, their timeouts, and the
+//! move to finalizing once no operation is pending.
 
-use crate::backup::object::{BackupObject, BackupPhase};
+use super::Step;
+use super::errors::PhaseError;
+use super::journal::Journal;
+use super::load::ensure_operations;
+use super::plugin_set::PluginSets;
+use super::poller::{Poller, Pollers, Round, Update, apply, poll_threads};
+use super::record::{Recorder, Run};
+use crate::backup::object::BackupPhase;
 use crate::backup::spec;
-use iar_core::operations::{Operation, OperationPhase};
-use iar_core::store::BackupFile;
+use iar_core::clock::Clock;
+use iar_core::cluster::ClusterReader;
+use iar_core::operations::{Operation, OperationPhase, OperationsMap};
+use iar_core::store::BackupStore;
 use iar_plugin::plugin::Phase;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::poller::{Poller, Update, apply, poll_threads};
-use super::*;
+/// The waiting phase's reconciler: what it polls with and where it writes.
+pub(super) struct Waiting<'a> {
+    pub(super) store: &'a BackupStore,
+    pub(super) operations: &'a OperationsMap,
+    pub(super) plugins: &'a PluginSets,
+    pub(super) pollers: &'a Pollers,
+    pub(super) cluster: &'a Arc<dyn ClusterReader>,
+    pub(super) journal: &'a Journal,
+    pub(super) recorder: Recorder<'a>,
+    /// Operation timeouts are counted on its wall clock, the period on its
+    /// monotonic one.
+    pub(super) clock: &'a dyn Clock,
+    /// `Settings::sync_period`: from the start of one poll to the next.
+    pub(super) sync_period: Duration,
+    /// `Settings::operation_timeout`, unless the spec says otherwise.
+    pub(super) operation_timeout: Duration,
+    /// `Settings::workers`: the most polling threads.
+    pub(super) workers: usize,
+}
 
-impl PhaseMachine {
+impl Waiting<'_> {
+    /// One step in a waiting phase: every pending operation is polled
+    /// once; when none is left the backup moves to finalizing and the step
+    /// asks to be run again at once, otherwise after the rest of the sync
+    /// period.
+    pub(super) async fn step(&self, run: &mut Run) -> Result<Step, PhaseError> {
+        ensure_operations(self.store, self.journal, self.operations, run).await?;
+        let round = self.clock.now();
+        if self.poll_round(run, Round::Poll).await? {
+            self.finish(run).await?;
+            let next = BackupPhase::finalizing(run.partially_failed());
+            self.recorder.set_phase(run, next).await?;
+            Ok(Step::Requeue(Duration::ZERO))
+        } else {
+            self.show_operation_counts(run).await;
+            // A period is from the start of one poll to the start of the
+            // next.
+            let spent = self.clock.now().saturating_duration_since(round);
+            Ok(Step::Requeue(self.sync_period.saturating_sub(spent)))
+        }
+    }
+
     pub(super) fn timeout_for(&self, run: &Run) -> Duration {
         spec::operation_timeout(&run.object.spec)
             .ok()
             .flatten()
-            .unwrap_or(self.settings.operation_timeout)
+            .unwrap_or(self.operation_timeout)
     }
 
     /// Polls (or cancels) every pending operation once and persists what
@@ -32,25 +80,21 @@ impl PhaseMachine {
         if pending.is_empty() {
             return Ok(true);
         }
-        let p = self
-            .pollers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&name);
-        let p = p.unwrap_or_else(|| Poller {
-            plugins: self.plugins_for(&name),
+        let p = self.pollers.take(&name).unwrap_or_else(|| Poller {
+            plugins: self.plugins.for_backup(&name),
             workers: Vec::new(),
             cluster: self.cluster.clone(),
             backup: run.backup_ref(Phase::Backup),
             timeout: self.timeout_for(run),
             logs: Vec::new(),
         });
-        let threads = poll_threads(pending.len(), self.settings.workers);
+        let threads = poll_threads(pending.len(), self.workers);
+        let now = self.clock.system_now();
         // wasm calls block: polling runs on a blocking thread (and, for many
         // operations, on as many scoped threads as there are workers).
         let (updates, mut p) = tokio::task::spawn_blocking(move || {
             let mut p = p;
-            let updates = p.poll_all(&pending, SystemTime::now(), threads, &round);
+            let updates = p.poll_all(&pending, now, threads, &round);
             (updates, p)
         })
         .await
@@ -62,10 +106,7 @@ impl PhaseMachine {
         for line in std::mem::take(&mut p.logs) {
             self.journal.record(&name, line);
         }
-        self.pollers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), p);
+        self.pollers.put(&name, p);
         for ((_, id), update) in &updates {
             match update {
                 Update::Failed(reason) | Update::TimedOut(reason) => self
@@ -77,7 +118,7 @@ impl PhaseMachine {
                 Update::Progress(_) | Update::Retry(_) => {}
             }
         }
-        let now = SystemTime::now();
+        let now = self.clock.system_now();
         let by_key: HashMap<(&str, &str), &Update> = updates
             .iter()
             .map(|((plugin, id), u)| ((plugin.as_str(), id.as_str()), u))
@@ -101,7 +142,7 @@ impl PhaseMachine {
                 changed
             })
             .await;
-        if let Err(e) = self.operations.sync(&name, &self.store).await {
+        if let Err(e) = self.operations.sync(&name, self.store).await {
             // Kept dirty in the map; the next period retries.
             tracing::error!(backup = %name, "persisting operation progress failed, will retry: {e}");
         }
@@ -111,7 +152,7 @@ impl PhaseMachine {
     /// While operations run: their counts as they change (completed,
     /// failed), told to the status sink, as Velero's operations controller
     /// updates its Backup each period. Persisted with the next phase change.
-    pub(super) async fn show_operation_counts(&self, run: &mut Run) {
+    async fn show_operation_counts(&self, run: &mut Run) {
         let ops = self.operations.get(run.name()).await.unwrap_or_default();
         let count = |f: &dyn Fn(OperationPhase) -> bool| {
             ops.iter().filter(|o| f(o.status.phase)).count() as u64
@@ -128,20 +169,15 @@ impl PhaseMachine {
         }
         status.backup_item_operations_completed = completed;
         status.backup_item_operations_failed = failed;
-        if let Some(sink) = &self.status_sink {
-            sink(&run.object);
-        }
+        self.recorder.tell(&run.object);
     }
 
     /// Once every operation is terminal: persists them, counts them on the
     /// backup, and records each one that did not complete as an error.
-    pub(super) async fn finish_waiting(&self, run: &mut Run) -> Result<(), PhaseError> {
+    pub(super) async fn finish(&self, run: &mut Run) -> Result<(), PhaseError> {
         let name = run.name().to_string();
-        self.pollers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&name);
-        self.operations.sync(&name, &self.store).await?;
+        self.pollers.forget(&name);
+        self.operations.sync(&name, self.store).await?;
         let ops = self.operations.get(&name).await.unwrap_or_default();
         run.object.status.backup_item_operations_attempted = ops.len() as u64;
         run.object.status.backup_item_operations_completed = ops
@@ -171,68 +207,7 @@ impl PhaseMachine {
         }
         Ok(())
     }
-
-    /// Ends an unfinished backup that must not go on (the cluster
-    /// controller calls it when a Backup resource is deleted mid-way):
-    /// every pending operation is cancelled through its plugin (the
-    /// contract's `cancel`) and ends Canceled, and the backup ends Failed
-    /// with `reason`. What it wrote stays in the store. A finished backup
-    /// (or one being deleted) is returned as it is. The caller holds the
-    /// backup's lease.
-    pub async fn cancel(&self, name: &str, reason: &str) -> Result<BackupObject, PhaseError> {
-        let object: BackupObject = self
-            .store
-            .get_json(name, BackupFile::Metadata)
-            .await?
-            .ok_or_else(|| PhaseError::NotFound(name.into()))?;
-        if !object.status.phase.is_running() {
-            return Ok(object);
-        }
-        let mut run = self.load_run(name, object).await?;
-        let ended = self.cancel_run(&mut run, reason).await;
-        let result = match ended {
-            Ok(()) => Ok(run.object),
-            Err(e) => Err(self.fail(&mut run, e).await),
-        };
-        self.forget(name).await;
-        result
-    }
-
-    /// Asks the node agents to stop every unfinished volume backup of
-    /// `name` (no lease needed: it only marks the requests); a failure to
-    /// ask is logged, and whoever cancels goes on.
-    pub async fn cancel_volume_backups(&self, name: &str) {
-        if let Some(backupper) = &self.volume_backupper
-            && let Err(e) = backupper.cancel_backup(name).await
-        {
-            tracing::warn!(backup = %name, "{e}");
-        }
-    }
-
-    pub(super) async fn cancel_run(&self, run: &mut Run, reason: &str) -> Result<(), PhaseError> {
-        self.cancel_volume_backups(run.name()).await;
-        match plan(run.object.status.phase) {
-            Plan::FailInterrupted => self.interrupted_blocks(run).await?,
-            Plan::Poll | Plan::Finalize => {
-                self.ensure_operations(run).await?;
-                self.poll_round(run, Round::Cancel(reason.to_string()))
-                    .await?;
-                self.finish_waiting(run).await?;
-            }
-            Plan::Nothing => {}
-        }
-        // Canceled: what its plugins created for it goes (their own
-        // cancel may have deleted it already).
-        if let Err(e) = self
-            .delete_created(run.name(), &run.object.metadata.uid)
-            .await
-        {
-            run.results.errors.add("", e.to_string());
-        }
-        self.journal
-            .line(run.name(), format!("backup canceled: {reason}"));
-        run.object.status.failure_reason = reason.to_string();
-        self.set_phase(run, BackupPhase::Failed).await?;
-        Ok(())
-    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -148,7 +148,7 @@ fn a_restart_owes_post_hooks_after_a_continue_failure() {
         BlockWork::owed_post_hooks(&ledger),
         [pod("db-0"), pod("db-2")]
     );
-    let messages = interrupted(&ledger, &mut []);
+    let messages = interrupted(&ledger, &mut [], std::time::SystemTime::UNIX_EPOCH);
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert!(
         messages[0].1.contains("shop/db-0") && messages[0].1.contains("(continued)"),
@@ -241,7 +241,9 @@ fn a_restart_reports_each_pod_by_its_ledger() {
         volume("b", VolumePhase::New),
         volume("c", VolumePhase::Completed),
     ];
-    let messages: Vec<String> = interrupted(&ledger, &mut volumes)
+    let restarted =
+        std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+    let messages: Vec<String> = interrupted(&ledger, &mut volumes, restarted)
         .into_iter()
         .map(|(_, m)| m)
         .collect();
@@ -268,5 +270,6 @@ fn a_restart_reports_each_pod_by_its_ledger() {
         ]
     );
     assert_eq!(volumes[0].error.as_deref(), Some("interrupted by restart"));
+    assert_eq!(volumes[0].completed, Some(restarted), "ended when found");
     assert_eq!(volumes[2].error, None);
 }

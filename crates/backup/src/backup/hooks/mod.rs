@@ -195,10 +195,11 @@ pub async fn run_hooks(
     runner: &dyn HookRunner,
     target: &HookTarget,
     hooks: &[ResolvedHook],
+    clock: &dyn iar_core::clock::Clock,
 ) -> Vec<HookRecord> {
     let mut records = Vec::new();
     for hook in hooks {
-        let started = SystemTime::now();
+        let started = clock.system_now();
         let HookRun { status, output } = runner.run(target, hook).await;
         let record = HookRecord {
             pod: target.pod.clone(),
@@ -206,7 +207,7 @@ pub async fn run_hooks(
             status,
             output,
             started: Some(started),
-            ended: Some(SystemTime::now()),
+            ended: Some(clock.system_now()),
         };
         let stop = matches!(verdict(&record), Verdict::BlockFailed(_));
         records.push(record);

@@ -538,15 +538,22 @@ async fn run_hooks_stops_at_the_first_failing_fail_hook() {
             Duration::from_secs(10),
         ),
     ];
-    let records = run_hooks(&runner, &target(dir.path()), &hooks).await;
+    // Each run is stamped by the clock it is given.
+    let clock = iar_core::clock::ManualClock::new();
+    let records = run_hooks(&runner, &target(dir.path()), &hooks, &clock).await;
     assert_eq!(records.len(), 2);
+    let at = Some(iar_core::clock::Clock::system_now(&clock));
+    assert!(
+        records.iter().all(|r| r.started == at && r.ended == at),
+        "{records:?}"
+    );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("order")).unwrap(),
         "1\n2\n"
     );
     assert!(records.iter().all(|r| r.started <= r.ended));
     // Without --exec-hooks-locally nothing runs: every hook is skipped.
-    let skipped = run_hooks(&SkippingRunner, &target(dir.path()), &hooks).await;
+    let skipped = run_hooks(&SkippingRunner, &target(dir.path()), &hooks, &clock).await;
     assert_eq!(skipped.len(), 3);
     assert!(
         skipped
@@ -592,6 +599,7 @@ async fn hook_output_is_escaped_as_plugin_logs_are() {
             OnError::Continue,
             Duration::from_secs(10),
         )],
+        &iar_core::clock::RealClock,
     )
     .await;
     let record = &records[0];

@@ -1,3 +1,6 @@
+//! All of the lease handling: taking a backup's store lease, renewing it
+//! while work runs, keeping it between steps, giving it back.
+//!
 //! Backup leases a controller replica keeps between the steps of the
 //! backups it drives. A backup waiting for its operations is stepped once
 //! per sync period; were its lease given back after each step, any replica
@@ -13,7 +16,7 @@
 //! runs against the keeper's "lost" signal and is dropped where it stands
 //! when the lease goes to another process.
 
-use super::PhaseError;
+use super::{PhaseError, Step};
 use iar_core::store::BackupStore;
 use iar_core::store::lease::{Lease, LeaseError};
 use std::collections::HashMap;
@@ -184,123 +187,117 @@ impl Kept {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::{PhaseError, PhaseMachine, Settings, Step};
+/// The lease handling of the phases and the facade: a view over the store
+/// and the leases kept between steps.
+#[derive(Clone, Copy)]
+pub(super) struct Leases<'a> {
+    pub(super) store: &'a BackupStore,
+    /// How long a lease lasts unrenewed (`Settings::lease_duration`).
+    pub(super) duration: Duration,
+    pub(super) kept: &'a Kept,
+}
 
-    use iar_core::store::BackupStore;
-    use iar_core::store::lease::{LeaseError, LeaseRecord};
-    use std::sync::Arc;
-    use std::time::{Duration, SystemTime};
-
-    fn machine(store: &BackupStore, lease: Duration) -> PhaseMachine {
-        let settings = Settings {
-            lease_duration: lease,
-            ..Settings::default()
-        };
-        PhaseMachine::new(
-            Vec::new(),
-            store.clone(),
-            Arc::new(iar_core::NoCluster),
-            settings,
-        )
+impl Leases<'_> {
+    /// Takes the backup's lease now (refused while another live process
+    /// holds it).
+    pub(super) async fn take(&self, name: &str) -> Result<Held, LeaseError> {
+        take(self.store, name, self.duration).await
     }
 
-    fn store() -> (tempfile::TempDir, BackupStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
-        (dir, store)
-    }
-
-    fn expires(lease: &LeaseRecord) -> SystemTime {
-        humantime::parse_rfc3339(&lease.expires).unwrap()
-    }
-
-    /// A step that requeues keeps the lease, renewed past its duration
-    /// with no step running, so that another replica is refused until the
-    /// backup ends; the step that ends it gives the lease back.
-    #[tokio::test]
-    async fn a_driven_backup_keeps_its_lease_between_steps_until_it_ends() {
-        let (_dir, store) = store();
-        let lease = Duration::from_millis(600);
-        let ours = machine(&store.clone().with_holder_name("a"), lease);
-        let theirs = machine(&store.clone().with_holder_name("b"), lease);
-        let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
-        ours.drive("b1", requeue()).await.unwrap();
-        let first = expires(&store.current_lease("b1").await.unwrap().unwrap());
-        // No step runs, and the keeper renews it: an expiry a whole
-        // duration past the first is a renewal made once the first
-        // duration had run out.
-        let held = iar_tests::wait_for(
-            "a renewal past the first duration",
-            Duration::from_secs(30),
-            || async {
-                let held = store.current_lease("b1").await.unwrap().unwrap();
-                if expires(&held) >= first + lease {
-                    Ok(held)
-                } else {
-                    Err(format!("{held:?}"))
-                }
-            },
-        )
-        .await;
-        assert!(held.holder.starts_with("a: ") && !held.released, "{held:?}");
-        assert_eq!(held.generation, 1, "one take, renewed in place");
-        match theirs.drive("b1", requeue()).await {
-            Err(PhaseError::Lease(LeaseError::Held { holder, .. })) => {
-                assert!(holder.starts_with("a: "), "{holder}")
-            }
-            other => panic!("another replica stepped a driven backup: {other:?}"),
+    /// The backup's lease: the one this process keeps between steps, or
+    /// taken now.
+    pub(super) async fn kept_or_take(&self, name: &str) -> Result<Held, PhaseError> {
+        if let Some(kept) = self.kept.take(name)
+            && !kept.is_lost()
+        {
+            return Ok(kept);
         }
-        assert_eq!(ours.tracked_backups().await, ["b1"]);
-        // The next step reuses the kept lease (no new generation).
-        ours.drive("b1", requeue()).await.unwrap();
-        assert_eq!(
-            store.current_lease("b1").await.unwrap().unwrap().generation,
-            1
-        );
-        let object =
-            crate::backup::object::BackupObject::new("b1", "ns", "u", serde_json::json!({}));
-        ours.drive("b1", async { Ok(Step::Done(Box::new(object))) })
-            .await
-            .unwrap();
-        assert!(store.current_lease("b1").await.unwrap().unwrap().released);
-        assert!(ours.tracked_backups().await.is_empty());
+        Ok(self.take(name).await?)
     }
 
-    /// A controller that stops (its kept leases abandoned) renews nothing
-    /// more: the lease expires and another replica takes the backup over,
-    /// as after a SIGKILL.
-    #[tokio::test]
-    async fn an_abandoned_lease_expires_and_is_taken_over() {
-        let (_dir, store) = store();
-        let lease = Duration::from_millis(400);
-        let ours = machine(&store.clone().with_holder_name("a"), lease);
-        let theirs = machine(&store.clone().with_holder_name("b"), lease);
-        let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
-        ours.drive("b2", requeue()).await.unwrap();
-        ours.abandon_kept_leases();
-        // Nothing renews it any more, so it expires (a keeper still
-        // renewing would keep it from ever doing so: the wait fails).
-        iar_tests::wait_for("the lease to expire", Duration::from_secs(30), || async {
-            let now = store.current_lease("b2").await.unwrap().unwrap();
-            if expires(&now) < SystemTime::now() {
-                Ok(())
-            } else {
-                Err(format!("{now:?}"))
+    /// Runs `work` under a lease just taken, renewing it every third of
+    /// its duration, and gives it back at the end. If the lease is lost
+    /// (another process took it over after it expired) `work` is dropped
+    /// where it stands and nothing more is written: the other process
+    /// drives the backup now.
+    pub(super) async fn leased<T>(
+        &self,
+        lease: Held,
+        work: impl Future<Output = Result<T, PhaseError>>,
+    ) -> Result<T, PhaseError> {
+        let result = lease.run(work).await;
+        self.finish(lease, result, false).await
+    }
+
+    /// Runs `work` on a backup under its lease (kept or taken here; renewed
+    /// while `work` runs, given back after).
+    pub(super) async fn with_lease<T>(
+        &self,
+        name: &str,
+        work: impl Future<Output = Result<T, PhaseError>>,
+    ) -> Result<T, PhaseError> {
+        let lease = self.kept_or_take(name).await?;
+        self.leased(lease, work).await
+    }
+
+    /// One step under the backup's lease, as [`Leases::with_lease`], except
+    /// that a backup that goes on (a requeue) keeps its lease here for its
+    /// next step.
+    pub(super) async fn drive(
+        &self,
+        name: &str,
+        step: impl Future<Output = Result<Step, PhaseError>>,
+    ) -> Result<Step, PhaseError> {
+        let lease = self.kept_or_take(name).await?;
+        let result = lease.run(step).await;
+        let keep = matches!(result, Ok(Step::Requeue(_)));
+        self.finish(lease, result, keep).await
+    }
+
+    /// After work under `lease`: kept for the next step (`keep`), or given
+    /// back. A lost lease is someone else's now, and is dropped; a failed
+    /// give-back expires.
+    async fn finish<T>(
+        &self,
+        lease: Held,
+        result: Result<T, PhaseError>,
+        keep: bool,
+    ) -> Result<T, PhaseError> {
+        if matches!(result, Err(PhaseError::Lease(_))) {
+            return result;
+        }
+        if keep {
+            self.kept.put(lease);
+            return result;
+        }
+        match lease.give_back().await {
+            Ok(()) => result,
+            // Taken over while the work ran (a process paused past its
+            // lease that then found the backup ended by its taker): the
+            // work's success is not this process's.
+            Err(lost @ LeaseError::Lost { .. }) if result.is_ok() => Err(PhaseError::Lease(lost)),
+            Err(e) => {
+                tracing::warn!("releasing a backup lease failed: {e}");
+                result
             }
-        })
-        .await;
-        theirs.drive("b2", requeue()).await.unwrap();
-        let now = store.current_lease("b2").await.unwrap().unwrap();
-        assert!(
-            now.holder.starts_with("b: ") && now.generation == 2,
-            "{now:?}"
-        );
-        // The first replica, coming back to it, is refused.
-        assert!(matches!(
-            ours.drive("b2", requeue()).await,
-            Err(PhaseError::Lease(LeaseError::Held { .. }))
-        ));
+        }
+    }
+
+    /// Gives back every kept lease; returns their backups, for the caller
+    /// to forget.
+    pub(super) async fn give_back_kept(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for held in self.kept.take_all() {
+            let name = held.backup().to_string();
+            match held.give_back().await {
+                Ok(()) => tracing::info!(backup = %name, "gave its lease back"),
+                Err(e) => tracing::warn!(backup = %name, "giving its lease back: {e}"),
+            }
+            names.push(name);
+        }
+        names
     }
 }
+
+#[cfg(test)]
+mod tests;

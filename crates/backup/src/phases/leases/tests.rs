@@ -1,0 +1,165 @@
+//! The lease kept between steps, renewed and abandoned. The store's
+//! lease reads the real clock (`iar_core::store::lease`), so these tests
+//! wait for a renewal or an expiry (never a fixed sleep).
+
+use super::super::{PhaseError, PhaseMachine, Settings, Step};
+
+use iar_core::store::BackupStore;
+use iar_core::store::lease::{LeaseError, LeaseRecord};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+fn machine(store: &BackupStore, lease: Duration) -> PhaseMachine {
+    let settings = Settings {
+        lease_duration: lease,
+        ..Settings::default()
+    };
+    PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        Arc::new(iar_core::NoCluster),
+        settings,
+    )
+}
+
+fn store() -> (tempfile::TempDir, BackupStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+    (dir, store)
+}
+
+fn expires(lease: &LeaseRecord) -> SystemTime {
+    humantime::parse_rfc3339(&lease.expires).unwrap()
+}
+
+/// A step that requeues keeps the lease, renewed past its duration
+/// with no step running, so that another replica is refused until the
+/// backup ends; the step that ends it gives the lease back.
+#[tokio::test]
+async fn a_driven_backup_keeps_its_lease_between_steps_until_it_ends() {
+    let (_dir, store) = store();
+    let lease = Duration::from_millis(600);
+    let ours = machine(&store.clone().with_holder_name("a"), lease);
+    let theirs = machine(&store.clone().with_holder_name("b"), lease);
+    let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
+    ours.drive("b1", requeue()).await.unwrap();
+    let first = expires(&store.current_lease("b1").await.unwrap().unwrap());
+    // No step runs, and the keeper renews it: an expiry a whole
+    // duration past the first is a renewal made once the first
+    // duration had run out.
+    let held = iar_tests::wait_for(
+        "a renewal past the first duration",
+        Duration::from_secs(30),
+        || async {
+            let held = store.current_lease("b1").await.unwrap().unwrap();
+            if expires(&held) >= first + lease {
+                Ok(held)
+            } else {
+                Err(format!("{held:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(held.holder.starts_with("a: ") && !held.released, "{held:?}");
+    assert_eq!(held.generation, 1, "one take, renewed in place");
+    match theirs.drive("b1", requeue()).await {
+        Err(PhaseError::Lease(LeaseError::Held { holder, .. })) => {
+            assert!(holder.starts_with("a: "), "{holder}")
+        }
+        other => panic!("another replica stepped a driven backup: {other:?}"),
+    }
+    assert_eq!(ours.tracked_backups().await, ["b1"]);
+    // The next step reuses the kept lease (no new generation).
+    ours.drive("b1", requeue()).await.unwrap();
+    assert_eq!(
+        store.current_lease("b1").await.unwrap().unwrap().generation,
+        1
+    );
+    let object = crate::backup::object::BackupObject::new("b1", "ns", "u", serde_json::json!({}));
+    ours.drive("b1", async { Ok(Step::Done(Box::new(object))) })
+        .await
+        .unwrap();
+    assert!(store.current_lease("b1").await.unwrap().unwrap().released);
+    assert!(ours.tracked_backups().await.is_empty());
+}
+
+/// A controller that stops (its kept leases abandoned) renews nothing
+/// more: the lease expires and another replica takes the backup over,
+/// as after a SIGKILL.
+#[tokio::test]
+async fn an_abandoned_lease_expires_and_is_taken_over() {
+    let (_dir, store) = store();
+    let lease = Duration::from_millis(400);
+    let ours = machine(&store.clone().with_holder_name("a"), lease);
+    let theirs = machine(&store.clone().with_holder_name("b"), lease);
+    let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
+    ours.drive("b2", requeue()).await.unwrap();
+    ours.abandon_kept_leases();
+    // Nothing renews it any more, so it expires (a keeper still
+    // renewing would keep it from ever doing so: the wait fails).
+    iar_tests::wait_for("the lease to expire", Duration::from_secs(30), || async {
+        let now = store.current_lease("b2").await.unwrap().unwrap();
+        if expires(&now) < SystemTime::now() {
+            Ok(())
+        } else {
+            Err(format!("{now:?}"))
+        }
+    })
+    .await;
+    theirs.drive("b2", requeue()).await.unwrap();
+    let now = store.current_lease("b2").await.unwrap().unwrap();
+    assert!(
+        now.holder.starts_with("b: ") && now.generation == 2,
+        "{now:?}"
+    );
+    // The first replica, coming back to it, is refused.
+    assert!(matches!(
+        ours.drive("b2", requeue()).await,
+        Err(PhaseError::Lease(LeaseError::Held { .. }))
+    ));
+}
+
+/// The lease handling alone: a step that requeues keeps its lease, one
+/// that ends gives it back, and a stopping replica gives back every kept
+/// lease at once, naming their backups (so another takes them without
+/// waiting for an expiry).
+#[tokio::test]
+async fn kept_leases_are_given_back_at_once() {
+    let parts = crate::phases::test_support::Parts::new();
+    let leases = parts.leases();
+    let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
+    leases.drive("a", requeue()).await.unwrap();
+    leases.drive("b", requeue()).await.unwrap();
+    leases
+        .with_lease("c", async { Ok::<_, PhaseError>(()) })
+        .await
+        .unwrap();
+    assert_eq!(
+        parts.kept.backups(),
+        ["a", "b"],
+        "only requeued steps keep theirs"
+    );
+    assert!(
+        parts
+            .store
+            .current_lease("c")
+            .await
+            .unwrap()
+            .unwrap()
+            .released,
+        "work under with_lease gives it back"
+    );
+    let mut names = leases.give_back_kept().await;
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
+    assert!(parts.kept.backups().is_empty());
+    for name in ["a", "b"] {
+        let lease = parts.store.current_lease(name).await.unwrap().unwrap();
+        assert!(lease.released, "{name}: {lease:?}");
+        let taken = parts.store.clone().with_holder_name("other");
+        taken
+            .acquire_lease(name, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+}

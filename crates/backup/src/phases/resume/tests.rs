@@ -1,0 +1,156 @@
+//! Resume alone: a backup a killed process left New or InProgress, loaded
+//! as a step loads it; and the item sources `iar resume` checks.
+
+use super::super::Step;
+use super::super::errors::{PhaseError, SourcesError};
+use super::super::test_support::Parts;
+use super::recorded_sources;
+use crate::backup::object::{BackupPhase, SOURCES_ANNOTATION, rfc3339};
+use crate::backup::volumes::{VolumeBackup, VolumePhase};
+use bytes::Bytes;
+use iar_core::store::BackupFile;
+use std::time::Duration;
+
+fn volume(name: &str, phase: VolumePhase) -> VolumeBackup {
+    VolumeBackup {
+        backup: "b".into(),
+        pod_namespace: "shop".into(),
+        pod_name: "web".into(),
+        volume: name.into(),
+        pvc: None,
+        phase,
+        bytes_done: 0,
+        bytes_total: 0,
+        created: None,
+        started: None,
+        completed: None,
+        error: None,
+        manifest_key: None,
+    }
+}
+
+/// Found InProgress with no node agents to wait for (the volume backups
+/// died with the process): the backup ends Failed, saying why, at the
+/// clock's time; its unfinished volume backup is failed "interrupted by
+/// restart" and said in the results, the finished one kept.
+#[tokio::test]
+async fn an_interrupted_first_pass_fails_the_backup_and_its_unfinished_volumes() {
+    let parts = Parts::new();
+    parts.put_object("b", BackupPhase::InProgress).await;
+    parts
+        .store
+        .put_json(
+            "b",
+            BackupFile::VolumeBackups,
+            &[
+                volume("data", VolumePhase::InProgress),
+                volume("logs", VolumePhase::Completed),
+            ],
+        )
+        .await
+        .unwrap();
+    parts.clock.advance(Duration::from_secs(600));
+    let mut run = parts.load("b").await;
+
+    let step = parts.resume().step(&mut run).await.unwrap();
+    assert!(matches!(step, Step::Done(_)), "{step:?}");
+    let stored = parts.stored("b").await;
+    assert_eq!(stored.status.phase, BackupPhase::Failed);
+    assert_eq!(
+        stored.status.failure_reason,
+        "found in phase InProgress after a restart: the process running it ended before its items were written"
+    );
+    assert_eq!(
+        stored.status.completion_timestamp,
+        Some(rfc3339(parts.now()))
+    );
+    let volumes: Vec<VolumeBackup> = parts
+        .store
+        .get_json("b", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(volumes[0].phase, VolumePhase::Failed);
+    assert_eq!(volumes[0].error.as_deref(), Some("interrupted by restart"));
+    assert_eq!(
+        volumes[0].completed.map(rfc3339),
+        Some(rfc3339(parts.now()))
+    );
+    assert_eq!(volumes[1].phase, VolumePhase::Completed);
+    let results = parts.results("b").await;
+    let errors: Vec<&String> = results.errors.all().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("interrupted by restart"), "{errors:?}");
+}
+
+/// A results file that cannot be read is set aside (not overwritten) and
+/// the backup goes on with new results, the reason a warning in them.
+#[tokio::test]
+async fn an_unreadable_results_file_is_set_aside_and_the_backup_goes_on() {
+    let parts = Parts::new();
+    parts.put_object("b", BackupPhase::New).await;
+    parts
+        .store
+        .put("b", BackupFile::Results, Bytes::from_static(b"{not json"))
+        .await
+        .unwrap();
+    let mut run = parts.load("b").await;
+    let warnings: Vec<&String> = run.results.warnings.all().collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "{} could not be read (",
+            BackupFile::Results.key("b")
+        )) && warnings[0].contains("continuing with a new one"),
+        "{warnings:?}"
+    );
+    let keys = parts.store.backup_keys("b").await.unwrap();
+    assert!(
+        keys.iter().any(
+            |k| k.contains(&BackupFile::Results.key("b")) && *k != BackupFile::Results.key("b")
+        ),
+        "the old results kept aside: {keys:?}"
+    );
+    parts.resume().step(&mut run).await.unwrap();
+    assert_eq!(parts.stored("b").await.status.phase, BackupPhase::Failed);
+    let results = parts.results("b").await;
+    assert_eq!(results.warnings.all().count(), 1, "the warning is kept");
+}
+
+/// The item sources a backup was started with: each refusal typed and
+/// said; sources all present are returned.
+#[tokio::test]
+async fn recorded_sources_must_be_recorded_and_present() {
+    let parts = Parts::new();
+    let mut object = parts.put_object("b", BackupPhase::Finalizing).await;
+    let refusal = |object: &crate::backup::object::BackupObject| match recorded_sources(object) {
+        Err(PhaseError::Sources { source, .. }) => source,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(refusal(&object), SourcesError::NoAnnotation));
+    let annotate = |object: &mut crate::backup::object::BackupObject, value: &str| {
+        object
+            .metadata
+            .annotations
+            .insert(SOURCES_ANNOTATION.into(), value.into());
+    };
+    annotate(&mut object, "not json");
+    assert!(matches!(refusal(&object), SourcesError::NotPaths(_)));
+    annotate(&mut object, "[]");
+    assert!(matches!(refusal(&object), SourcesError::Empty));
+    let here = tempfile::tempdir().unwrap();
+    let gone = here.path().join("gone.yaml");
+    let listed = serde_json::to_string(&[here.path(), gone.as_path()]).unwrap();
+    annotate(&mut object, &listed);
+    let err = recorded_sources(&object).unwrap_err();
+    assert!(
+        err.to_string().ends_with(&format!(
+            "cannot resume: the item sources it was started with are missing ({}); refusing to run it against an empty cluster",
+            gone.display()
+        )),
+        "{err}"
+    );
+    let listed = serde_json::to_string(&[here.path()]).unwrap();
+    annotate(&mut object, &listed);
+    assert_eq!(recorded_sources(&object).unwrap(), [here.path()]);
+}
