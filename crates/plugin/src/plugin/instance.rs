@@ -4,7 +4,6 @@
 
 use super::error::{ActionError, Call, CallError, Target, Violation};
 use super::exports::{Action, Guest};
-use super::validate::RestoreResult;
 use super::validate::{self, ExecuteResult, Progress};
 use super::{BackupRef, Plugin, RestoreRef};
 use crate::contract::latest;
@@ -18,6 +17,8 @@ use iar_core::select::applies_to::ResourceSelector;
 use std::sync::Arc;
 use wasmtime::component::ResourceTableError;
 use wasmtime::{Store, UpdateDeadline};
+
+mod restore_calls;
 
 /// Bytes of guest stderr kept in an error (the end, where a panic message is).
 const STDERR_TAIL: usize = 2048;
@@ -482,109 +483,6 @@ impl PluginInstance {
             .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))
     }
 
-    /// Asks what the plugin's restore action applies to.
-    pub fn restore_applies_to(&mut self) -> Result<ResourceSelector, CallError> {
-        let target = Target::None;
-        let answer = self.call_in(Call::RestoreAppliesTo, &target, None, None, |g, s| {
-            restore(g).call_applies_to(s)
-        })?;
-        self.selector(Call::RestoreAppliesTo, answer)
-    }
-
-    /// Runs the restore action on one item of a restore: `item` as it will
-    /// be created (the restore's namespace mapping applied), `from_backup`
-    /// as it was backed up. `seen_operation` is asked as for a backup's
-    /// execute, last.
-    pub fn restore_execute(
-        &mut self,
-        item: &Item,
-        from_backup: &Item,
-        restore_ref: &RestoreRef,
-        seen_operation: &dyn Fn(&str) -> bool,
-    ) -> Result<RestoreResult, CallError> {
-        let target = Target::Item(item.id.clone());
-        let input = latest::restore_action::RestoreInput {
-            item: item.json().to_string(),
-            item_from_backup: from_backup.json().to_string(),
-            restore: restore_ref.to_wit(),
-        };
-        let answer = self.call_restore(Call::RestoreExecute, &target, restore_ref, |g, s| {
-            restore(g).call_execute(s, &input)
-        })?;
-        let out = answer.map_err(|e| {
-            let v = Violation::Action(to_action_error(e, &self.plugin));
-            self.error(Call::RestoreExecute, &target, v, String::new())
-        })?;
-        validate::restore_output(out, item, self.plugin.limits(), seen_operation)
-            .map_err(|v| self.error(Call::RestoreExecute, &target, v, String::new()))
-    }
-
-    /// A restore operation's progress.
-    pub fn restore_progress(
-        &mut self,
-        operation_id: &str,
-        item: &ItemRef,
-        restore_ref: &RestoreRef,
-    ) -> Result<Progress, CallError> {
-        let target = Target::Operation {
-            id: operation_id.to_string(),
-            item: item.clone(),
-        };
-        let wit = restore_ref.to_wit();
-        let answer = self.call_restore(Call::RestoreProgress, &target, restore_ref, |g, s| {
-            restore(g).call_progress(s, operation_id, &wit)
-        })?;
-        let p = answer.map_err(|e| {
-            let v = Violation::Action(to_action_error(e, &self.plugin));
-            self.error(Call::RestoreProgress, &target, v, String::new())
-        })?;
-        validate::progress(p, self.plugin.limits())
-            .map_err(|v| self.error(Call::RestoreProgress, &target, v, String::new()))
-    }
-
-    /// Asks the restore action to stop an operation.
-    pub fn restore_cancel(
-        &mut self,
-        operation_id: &str,
-        item: &ItemRef,
-        restore_ref: &RestoreRef,
-    ) -> Result<(), CallError> {
-        let target = Target::Operation {
-            id: operation_id.to_string(),
-            item: item.clone(),
-        };
-        let wit = restore_ref.to_wit();
-        let answer = self.call_restore(Call::RestoreCancel, &target, restore_ref, |g, s| {
-            restore(g).call_cancel(s, operation_id, &wit)
-        })?;
-        answer.map_err(|e| {
-            let v = Violation::Action(to_action_error(e, &self.plugin));
-            self.error(Call::RestoreCancel, &target, v, String::new())
-        })
-    }
-
-    /// Whether the additional items of an earlier restore execute are
-    /// ready. At most the plugin's limit on related items is handed over
-    /// (rule output-size, as when they were returned).
-    pub fn additional_items_ready(
-        &mut self,
-        items: &[ItemRef],
-        restore_ref: &RestoreRef,
-    ) -> Result<bool, CallError> {
-        let target = Target::None;
-        let ids = validate::ready_query(items, self.plugin.limits())
-            .map_err(|v| self.error(Call::AdditionalItemsReady, &target, v, String::new()))?;
-        let wit = restore_ref.to_wit();
-        let answer =
-            self.call_restore(Call::AdditionalItemsReady, &target, restore_ref, |g, s| {
-                restore(g).call_are_additional_items_ready(s, &ids, &wit)
-            })?;
-        answer.map_err(|e| {
-            let v = Violation::Action(to_action_error(e, &self.plugin));
-            self.error(Call::AdditionalItemsReady, &target, v, String::new())
-        })
-    }
-
     /// Creates a wasm instance as a fresh call would, and drops it, calling
     /// nothing: `examples/compare` times it to split what a fresh call adds
     /// into instantiating and tearing down (this) and the guest's first
@@ -672,14 +570,6 @@ impl PluginInstance {
             self.error(Call::Cancel, &target, v, String::new())
         })
     }
-}
-
-/// The restore action of an instance; `call` checked that it is exported.
-fn restore(guest: &Guest) -> &latest::restore_action::Guest {
-    guest
-        .restore
-        .as_ref()
-        .expect("checked by call: restore-item-action exported")
 }
 
 /// The item action of an instance; `call` checked that the plugin exports it.
