@@ -434,8 +434,8 @@ async fn serve(
     };
     let limits = VolumeLimits {
         timeout: options.fs_backup_timeout,
-        seam: None,
         fence: Some(fence),
+        ..VolumeLimits::default()
     };
     let handle = back_up_dir(dir, options.store.clone(), permits, limits, volume);
     let mut progress = handle.watch();

@@ -185,6 +185,11 @@ pub struct VolumeRequest {
 impl VolumeRequest {
     /// Its record as it starts: New, nothing read.
     pub fn record(&self) -> VolumeBackup {
+        self.record_at(SystemTime::now())
+    }
+
+    /// [`VolumeRequest::record`], created at `created`.
+    pub fn record_at(&self, created: SystemTime) -> VolumeBackup {
         VolumeBackup {
             backup: self.backup.clone(),
             pod_namespace: self.pod.namespace.clone(),
@@ -194,7 +199,7 @@ impl VolumeRequest {
             phase: VolumePhase::New,
             bytes_done: 0,
             bytes_total: 0,
-            created: Some(SystemTime::now()),
+            created: Some(created),
             started: None,
             completed: None,
             error: None,

@@ -120,6 +120,7 @@ impl Blocks<'_> {
                         timeout: self.fs_backup_timeout,
                         seam: None,
                         fence: None,
+                        clock: self.clock.clone(),
                     }),
             ) as Arc<dyn VolumeBackupper>),
             None => self.volume_backupper.cloned(),

@@ -11,7 +11,7 @@ use super::{
 use iar_core::store::BackupStore;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// Bounds on one volume backup.
@@ -26,6 +26,8 @@ pub struct VolumeLimits {
     /// backup must still exist and run); an error fails the volume and
     /// nothing more is written for it.
     pub fence: Option<Fence>,
+    /// Stamps the record: created, started, completed.
+    pub clock: Arc<dyn iar_core::clock::Clock>,
 }
 
 /// A check before a volume backup's last write; see [`VolumeLimits::fence`].
@@ -41,6 +43,7 @@ impl Default for VolumeLimits {
             timeout: Duration::from_secs(4 * 3600),
             seam: None,
             fence: None,
+            clock: iar_core::clock::RealClock::shared(),
         }
     }
 }
@@ -219,7 +222,7 @@ pub fn back_up_dir(
     limits: VolumeLimits,
     request: VolumeRequest,
 ) -> VolumeHandle {
-    let (progress, rx) = watch::channel(request.record());
+    let (progress, rx) = watch::channel(request.record_at(limits.clock.system_now()));
     let (cancel, mut cancel_rx) = watch::channel(false);
     tokio::spawn(async move {
         // New until a permit is free: the concurrency bounds the volumes
@@ -233,7 +236,7 @@ pub fn back_up_dir(
             Some(_permit) => {
                 progress.send_modify(|v| {
                     v.phase = VolumePhase::InProgress;
-                    v.started = Some(SystemTime::now());
+                    v.started = Some(limits.clock.system_now());
                 });
                 let work_cancel = cancel_rx.clone();
                 let work = back_up(
@@ -258,7 +261,7 @@ pub fn back_up_dir(
             }
         };
         progress.send_modify(|v| {
-            v.completed = Some(SystemTime::now());
+            v.completed = Some(limits.clock.system_now());
             match result {
                 Ok(key) => {
                     v.phase = VolumePhase::Completed;

@@ -313,7 +313,7 @@ async fn a_volume_that_never_ends_fails_at_its_timeout_and_frees_its_permit() {
     let b = LocalDirBackupper::new(s.data.clone(), s.store.clone(), 1).with_limits(VolumeLimits {
         timeout: Duration::from_millis(300),
         seam: Some(hang),
-        fence: None,
+        ..VolumeLimits::default()
     });
     let stuck = b.start(request("b7", "ns", "stuck")).await;
     let stuck = stuck.finished().await;

@@ -338,3 +338,30 @@ async fn records_round_trip_through_the_store() {
     assert_eq!(json[0]["phase"], "InProgress");
     assert!(json[0]["created"].as_str().unwrap().ends_with('Z'));
 }
+
+/// A volume backup's record is stamped by the clock its limits carry
+/// (the phase machine's): created, started and completed all read it.
+#[tokio::test]
+async fn a_volume_backups_times_come_from_its_clock() {
+    let s = setup();
+    let vol = s.data.join("shop/db-data");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("f"), b"x").unwrap();
+    let clock = std::sync::Arc::new(iar_core::clock::ManualClock::new());
+    clock.advance(std::time::Duration::from_secs(3600));
+    let at = iar_core::clock::Clock::system_now(&*clock);
+    let b = LocalDirBackupper::new(s.data.clone(), s.store.clone(), 1).with_limits(VolumeLimits {
+        clock: clock.clone(),
+        ..VolumeLimits::default()
+    });
+    let done = b
+        .start(request("b1", "shop", "db-0", "data", Some("db-data")))
+        .await
+        .finished()
+        .await;
+    assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
+    assert_eq!(
+        (done.created, done.started, done.completed),
+        (Some(at), Some(at), Some(at))
+    );
+}
