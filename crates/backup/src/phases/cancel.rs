@@ -53,3 +53,81 @@ impl Cancel<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::Parts;
+    use crate::backup::object::{BackupPhase, rfc3339};
+    use iar_core::item::ItemRef;
+    use iar_core::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
+    use iar_plugin::plugin::Plugin;
+    use iar_plugin::{PluginSettings, Runtime, RuntimeConfig};
+    use std::sync::Arc;
+
+    /// A waiting backup canceled: its pending operation is cancelled
+    /// through its plugin and ends Canceled, the backup ends Failed with
+    /// the reason at the clock's time, what it wrote stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_canceled_backup_cancels_its_operations_and_fails_with_the_reason() {
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let plugin = Plugin::from_file(
+            &runtime,
+            iar_tests::artifacts::HOSTILE.as_ref(),
+            PluginSettings::default(),
+        )
+        .unwrap();
+        let name = plugin.name().to_string();
+        let parts = Parts::with(Arc::new(iar_core::NoCluster), vec![plugin]);
+        parts
+            .put_object("b", BackupPhase::WaitingForPluginOperations)
+            .await;
+        let spec = OperationSpec {
+            backup_name: "b".into(),
+            backup_uid: "uid-1".into(),
+            backup_item_action: name,
+            resource_identifier: ItemRef::new("", "configmaps", "shop", "cm"),
+            operation_id: "op-1".into(),
+            post_operation_items: Vec::new(),
+        };
+        parts
+            .operations
+            .insert_loaded("b", vec![Operation::new(spec, parts.now())])
+            .await;
+        let mut run = parts.load("b").await;
+
+        parts
+            .cancel()
+            .run(&mut run, "its Backup resource was deleted")
+            .await
+            .unwrap();
+        let stored = parts.stored("b").await;
+        assert_eq!(stored.status.phase, BackupPhase::Failed);
+        assert_eq!(
+            stored.status.failure_reason,
+            "its Backup resource was deleted"
+        );
+        assert_eq!(
+            stored.status.completion_timestamp,
+            Some(rfc3339(parts.now()))
+        );
+        let ops = OperationsMap::new();
+        ops.load("b", &parts.store).await.unwrap();
+        let op = &ops.get("b").await.unwrap()[0];
+        assert_eq!(op.status.phase, OperationPhase::Canceled);
+        assert_eq!(
+            op.status.error,
+            "its Backup resource was deleted; cancel requested"
+        );
+        let log = parts.journal.lines("b");
+        assert!(log.iter().any(|l| l.ends_with("cancel op-1")), "{log:#?}");
+        assert!(
+            log.iter()
+                .any(|l| l.ends_with("backup canceled: its Backup resource was deleted")),
+            "{log:#?}"
+        );
+    }
+}

@@ -8,11 +8,13 @@
 //! operation's timeout still counted from its original creation.
 //!
 //! As Velero's controllers do, each phase is its own type holding only what
-//! it uses, built for the call from the machine's parts: [`first_pass`]
-//! (`FirstPass`), [`waiting`] (`Waiting`), [`finalize`] (`Finalize`),
-//! [`resume`] (`Resume`: a backup found New or InProgress) and [`gc`]
-//! (`Gc`). [`dispatch`] reads the stored phase and picks one; [`leases`]
-//! is all of the lease handling; [`machine`] is the facade callers hold.
+//! it uses, built for the call from the machine's parts: `FirstPass`
+//! (`first_pass.rs`), `Waiting` (`waiting.rs`), `Finalize` (`finalize.rs`),
+//! `Resume` (`resume.rs`: a backup found New or InProgress) and `Gc`
+//! (`gc.rs`), each with its unit tests beside it. `Dispatcher`
+//! (`dispatch.rs`) reads the stored phase and picks one; `Leases`
+//! (`leases.rs`) is all of the lease handling; [`PhaseMachine`]
+//! (`machine.rs`) is the facade callers hold.
 //! Time is read from one [`Clock`](iar_core::clock::Clock), so the tests
 //! of each phase step a clock instead of sleeping.
 

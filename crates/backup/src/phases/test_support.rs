@@ -4,6 +4,7 @@
 //! clock instead of sleeping.
 
 use super::blocks::Blocks;
+use super::cancel::Cancel;
 use super::created::Created;
 use super::dispatch::Dispatcher;
 use super::finalize::Finalize;
@@ -204,6 +205,16 @@ impl Parts {
             resume: self.resume(),
             waiting: self.waiting(),
             finalize: self.finalize(),
+        }
+    }
+
+    pub(super) fn cancel(&self) -> Cancel<'_> {
+        Cancel {
+            waiting: self.waiting(),
+            blocks: self.blocks(),
+            created: self.created(),
+            journal: &self.journal,
+            recorder: self.recorder(),
         }
     }
 
