@@ -161,13 +161,13 @@ fn apply(file: &Path, wanted: &HashMap<String, Value>, applied: &mut Applied) {
     let Ok(text) = std::fs::read_to_string(file) else {
         return;
     };
-    let Ok(mut object) = serde_yaml::from_str::<Value>(&text) else {
+    let Ok(mut object) = serde_saphyr::from_str::<Value>(&text) else {
         return;
     };
     if object["status"] != *status {
         object["status"] = status.clone();
         let tmp = file.with_extension("status-tmp");
-        if std::fs::write(&tmp, serde_yaml::to_string(&object).expect("a value")).is_err()
+        if std::fs::write(&tmp, serde_saphyr::to_string(&object).expect("a value")).is_err()
             || std::fs::rename(&tmp, file).is_err()
         {
             return;

@@ -270,7 +270,7 @@ fn load_replay(cluster: &StrictCluster, dir: &Path, files: &[PathBuf]) -> anyhow
         let text = std::fs::read_to_string(&p)
             .with_context(|| format!("replay: reading {}", p.display()))?;
         let rec: Recording =
-            serde_yaml::from_str(&text).with_context(|| format!("replay {}", p.display()))?;
+            iar_core::yaml::from_str(&text).with_context(|| format!("replay {}", p.display()))?;
         for g in rec.gets {
             match g.object {
                 Some(obj) => {

@@ -30,15 +30,19 @@ struct Strict {
 #[derive(Default)]
 pub struct StrictCluster(Mutex<Strict>);
 
+/// A fixture that is not a Kubernetes object an item can be made of.
+#[derive(Debug, thiserror::Error)]
+#[error("fixture is not a Kubernetes object: {0}")]
+pub struct NotAnObject(#[source] pub iar_core::item::ItemError);
+
 impl StrictCluster {
     fn lock(&self) -> std::sync::MutexGuard<'_, Strict> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Adds or replaces an object; its identity is read as an item's is.
-    pub fn set(&self, object: Value) -> Result<ItemRef, String> {
-        let item = Item::from_value(object, Catalog::builtin())
-            .map_err(|e| format!("fixture is not a Kubernetes object: {e}"))?;
+    pub fn set(&self, object: Value) -> Result<ItemRef, NotAnObject> {
+        let item = Item::from_value(object, Catalog::builtin()).map_err(NotAnObject)?;
         let id = item.id.clone();
         self.lock()
             .objects

@@ -218,8 +218,8 @@ pub enum Step {
     Finalize(Expect),
 }
 
-/// A step as written: exactly one of its fields is set. (serde_yaml reads
-/// enums from `!tag`s only; a one-key map is what people write.)
+/// A step as written: exactly one of its fields is set. (A YAML reader
+/// takes enums from `!tag`s; a one-key map is what people write.)
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct StepSpec {
@@ -230,9 +230,14 @@ struct StepSpec {
     finalize: Option<Expect>,
 }
 
+/// A step with none, or more than one, of its fields set.
+#[derive(Debug, thiserror::Error)]
+#[error("a step is one of set, remove, poll, cancel, finalize; this one has {0}")]
+pub struct StepFields(usize);
+
 impl TryFrom<StepSpec> for Step {
-    type Error = String;
-    fn try_from(s: StepSpec) -> Result<Step, String> {
+    type Error = StepFields;
+    fn try_from(s: StepSpec) -> Result<Step, StepFields> {
         let mut steps = Vec::new();
         steps.extend(s.set.map(Step::Set));
         steps.extend(s.remove.map(Step::Remove));
@@ -241,9 +246,7 @@ impl TryFrom<StepSpec> for Step {
         steps.extend(s.finalize.map(Step::Finalize));
         match steps.len() {
             1 => Ok(steps.remove(0)),
-            n => Err(format!(
-                "a step is one of set, remove, poll, cancel, finalize; this one has {n}"
-            )),
+            n => Err(StepFields(n)),
         }
     }
 }
@@ -285,14 +288,14 @@ mod bytes_opt {
     use serde::{Deserialize, Deserializer};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
-        let v = Option::<serde_yaml::Value>::deserialize(d)?;
+        let v = Option::<serde_json::Value>::deserialize(d)?;
         match v {
             None => Ok(None),
-            Some(serde_yaml::Value::Number(n)) => n
+            Some(serde_json::Value::Number(n)) => n
                 .as_u64()
                 .map(|n| Some(n as usize))
                 .ok_or_else(|| serde::de::Error::custom("maxMemory: not a byte count")),
-            Some(serde_yaml::Value::String(s)) => iar_plugin::limits::parse_bytes(&s)
+            Some(serde_json::Value::String(s)) => iar_plugin::limits::parse_bytes(&s)
                 .map(Some)
                 .map_err(serde::de::Error::custom),
             Some(_) => Err(serde::de::Error::custom(
@@ -319,13 +322,32 @@ pub struct RecordedGet {
     pub object: Option<Value>,
 }
 
+/// A test file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TestFileError {
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<iar_core::yaml::Error>,
+    },
+}
+
 impl TestFile {
-    pub fn read(path: &Path) -> anyhow::Result<TestFile> {
-        use anyhow::Context;
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let file: TestFile =
-            serde_yaml::from_str(&text).with_context(|| format!("{}", path.display()))?;
-        Ok(file)
+    pub fn read(path: &Path) -> Result<TestFile, TestFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TestFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        iar_core::yaml::from_str(&text).map_err(|e| TestFileError::Parse {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 }

@@ -296,14 +296,37 @@ impl Default for ReadGrants {
     }
 }
 
+/// A read or write grant that cannot be one.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("invalid read grant {entry:?}: {source}")]
+    ReadGlob {
+        entry: String,
+        #[source]
+        source: glob::PatternError,
+    },
+    #[error(
+        "allowWrite entry {entry:?}: a write is granted by the resource's exact name (resource.group), not a glob"
+    )]
+    WriteGlob { entry: String },
+    #[error("allowWrite entry {entry:?} is not a resource name (resource.group)")]
+    WriteNotAResource {
+        entry: String,
+        #[source]
+        source: crate::names::NameError,
+    },
+}
+
 impl ReadGrants {
     /// Exactly these resources (globs; Secrets only by the entry `secrets`).
-    pub fn only<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
+    pub fn only<S: AsRef<str>>(patterns: &[S]) -> Result<Self, GrantError> {
         let allow = patterns
             .iter()
             .map(|p| {
-                glob::Pattern::new(p.as_ref())
-                    .map_err(|e| format!("invalid read grant {:?}: {e}", p.as_ref()))
+                glob::Pattern::new(p.as_ref()).map_err(|source| GrantError::ReadGlob {
+                    entry: p.as_ref().to_string(),
+                    source,
+                })
             })
             .collect::<Result<_, _>>()?;
         Ok(ReadGrants { allow })

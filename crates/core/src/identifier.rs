@@ -57,7 +57,7 @@ pub fn check(id: &ItemRef) -> Result<(), InvalidPart> {
                 .chars()
                 .find(|c| matches!(c, '?' | '#') || c.is_whitespace())
             {
-                Some(c) => Err(format!("contains {c:?}")),
+                Some(c) => Err(names::NameError::Contains(c)),
                 None => Ok(()),
             }
         })
@@ -66,7 +66,7 @@ pub fn check(id: &ItemRef) -> Result<(), InvalidPart> {
 }
 
 /// A refusal of one part: `is empty`, or `is not WHAT: WHY`.
-fn part(field: &'static str, value: &str, what: &str, why: String) -> InvalidPart {
+fn part(field: &'static str, value: &str, what: &str, why: names::NameError) -> InvalidPart {
     // The value is the plugin's: bounded, so a refusal cannot be made huge.
     let mut value = value.to_string();
     if value.len() > 300 {
@@ -77,7 +77,7 @@ fn part(field: &'static str, value: &str, what: &str, why: String) -> InvalidPar
         value.truncate(cut);
         value.push('…');
     }
-    let problem = if why == "empty" {
+    let problem = if why == names::NameError::Empty {
         "is empty".to_string()
     } else {
         format!("is not {what}: {why}")

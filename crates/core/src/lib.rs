@@ -22,6 +22,7 @@ pub mod select;
 pub mod spool;
 pub mod store;
 pub mod tls;
+pub mod yaml;
 
 pub use cluster::{ClusterReader, ManifestCluster, NoCluster, ReadGrants};
 pub use item::{Item, ItemRef, ItemRefFields};

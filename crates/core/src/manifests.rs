@@ -21,12 +21,43 @@ pub enum ManifestError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: document {index}: {reason}")]
+    #[error("{path}: document {index}: {problem}")]
     Parse {
         path: PathBuf,
         index: usize,
-        reason: String,
+        #[source]
+        problem: DocumentError,
     },
+}
+
+/// What is wrong with one document of a manifest file.
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    #[error("{0}")]
+    Yaml(#[source] Box<crate::yaml::Error>),
+    /// A document, or a `List`'s item, that is not an object.
+    #[error("expected an object, found {0}")]
+    NotAnObject(&'static str),
+    /// One item of a `List` document.
+    #[error("items[{index}]: {problem}")]
+    ListItem {
+        index: usize,
+        #[source]
+        problem: Box<DocumentError>,
+    },
+    #[error("{0}")]
+    NotAnItem(#[source] crate::item::ItemError),
+}
+
+impl DocumentError {
+    fn list_item(index: usize, problem: DocumentError) -> Self {
+        DocumentError::ListItem {
+            index,
+            problem: Box::new(problem),
+        }
+    }
 }
 
 pub(crate) fn is_manifest(path: &Path) -> bool {
@@ -61,14 +92,15 @@ pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
 
 /// Parses one file's documents, expanding `*List` objects into their items.
 pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
-    let parse_err = |index, reason: String| ManifestError::Parse {
+    let parse_err = |index, problem| ManifestError::Parse {
         path: path.to_path_buf(),
         index,
-        reason,
+        problem,
     };
     let mut docs = Vec::new();
     if path.extension().and_then(|e| e.to_str()) == Some("json") {
-        let v: Value = serde_json::from_str(text).map_err(|e| parse_err(1, e.to_string()))?;
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| parse_err(1, DocumentError::Json(e)))?;
         docs.push(v);
     } else if let Some(json) = json_stream(text) {
         // JSON in a YAML file, read as JSON first, as kubectl does (its
@@ -78,10 +110,10 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
         // not one JSON stream is read as YAML, as before.
         docs = json;
     } else {
-        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let v = Value::deserialize(doc).map_err(|e| parse_err(i + 1, e.to_string()))?;
-            docs.push(v);
-        }
+        // As kubectl reads YAML (crate::yaml): its empty and null
+        // documents are left out, so an index counts the others.
+        docs = crate::yaml::manifests(text)
+            .map_err(|(i, e)| parse_err(i, DocumentError::Yaml(Box::new(e))))?;
     }
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
@@ -103,9 +135,9 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
                         if !item.is_object() {
                             return Err(parse_err(
                                 i + 1,
-                                format!(
-                                    "items[{j}]: expected an object, found {}",
-                                    json_type(item)
+                                DocumentError::list_item(
+                                    j,
+                                    DocumentError::NotAnObject(json_type(item)),
                                 ),
                             ));
                         }
@@ -117,7 +149,7 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestEr
             other => {
                 return Err(parse_err(
                     i + 1,
-                    format!("expected an object, found {}", json_type(&other)),
+                    DocumentError::NotAnObject(json_type(&other)),
                 ));
             }
         }
@@ -191,26 +223,26 @@ pub fn read_file_with(
         source,
     })?;
     if let Some(raw) = json_list_items(&text) {
-        let parse_err = |reason: String| ManifestError::Parse {
+        let parse_err = |problem| ManifestError::Parse {
             path: path.to_path_buf(),
             index: 1,
-            reason,
+            problem,
         };
         return raw
             .into_iter()
             .enumerate()
             .map(|(j, raw)| {
                 let value: Value = serde_json::from_str(raw.get())
-                    .map_err(|e| parse_err(format!("items[{j}]: {e}")))?;
+                    .map_err(|e| parse_err(DocumentError::list_item(j, DocumentError::Json(e))))?;
                 if !value.is_object() {
-                    return Err(parse_err(format!(
-                        "items[{j}]: expected an object, found {}",
-                        json_type(&value)
+                    return Err(parse_err(DocumentError::list_item(
+                        j,
+                        DocumentError::NotAnObject(json_type(&value)),
                     )));
                 }
                 Item::from_value(value, catalog)
                     .map(|i| keep(i.text_only()))
-                    .map_err(|e| parse_err(e.to_string()))
+                    .map_err(|e| parse_err(DocumentError::NotAnItem(e)))
             })
             .collect();
     }
@@ -225,7 +257,7 @@ pub fn read_file_with(
                 .map_err(|e| ManifestError::Parse {
                     path: path.to_path_buf(),
                     index: i + 1,
-                    reason: e.to_string(),
+                    problem: DocumentError::NotAnItem(e),
                 })
         })
         .collect()
@@ -280,6 +312,9 @@ pub fn read_items(paths: &[PathBuf], catalog: &Catalog) -> Result<Vec<Item>, Man
 }
 
 #[cfg(test)]
+mod kubectl_yaml;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -297,7 +332,7 @@ mod tests {
     fn json_in_a_yaml_file_is_read_as_json() {
         let text = "{\"apiVersion\": \"v1\", \"kind\": \"Pod\",\n \"metadata\": {\"name\"\n: \"a\"}}\n{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"b\"}}";
         assert!(
-            serde_yaml::from_str::<Value>(text).is_err(),
+            crate::yaml::manifests::<Value>(text).is_err(),
             "YAML refuses it"
         );
         let docs = parse_documents(Path::new("x.yaml"), text).unwrap();

@@ -3,38 +3,61 @@
 //! server would never accept (`..`, `/`, NUL, empty, too long) must not turn
 //! into a tar entry that escapes `resources/` when Velero or `tar` extracts it.
 
+/// Which Kubernetes name rule a name breaks; shown as the phrase that
+/// follows "invalid name …: ".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("empty")]
+    Empty,
+    #[error("longer than {max} characters ({len})")]
+    TooLong { max: usize, len: usize },
+    #[error("must start and end with a lower-case letter or digit")]
+    Ends,
+    #[error("contains {0:?}")]
+    Contains(char),
+    /// `.` or `..`.
+    #[error("{0:?} is not a name")]
+    Dots(String),
+}
+
+fn at_most(s: &str, max: usize) -> Result<(), NameError> {
+    if s.len() > max {
+        return Err(NameError::TooLong { max, len: s.len() });
+    }
+    Ok(())
+}
+
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63: RFC 1123 label
 /// (namespaces, resource plurals, a namespace's own name).
-pub fn dns_label(s: &str) -> Result<(), String> {
-    if s.len() > 63 {
-        return Err(format!("longer than 63 characters ({})", s.len()));
-    }
+pub fn dns_label(s: &str) -> Result<(), NameError> {
+    at_most(s, 63)?;
     label_chars(s)
 }
 
-fn label_chars(s: &str) -> Result<(), String> {
+fn label_chars(s: &str) -> Result<(), NameError> {
     let b = s.as_bytes();
     if b.is_empty() {
-        return Err("empty".into());
+        return Err(NameError::Empty);
     }
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     if !alnum(b[0]) || !alnum(b[b.len() - 1]) {
-        return Err("must start and end with a lower-case letter or digit".into());
+        return Err(NameError::Ends);
     }
-    if let Some(c) = b.iter().find(|&&c| !(alnum(c) || c == b'-')) {
-        return Err(format!("contains {:?}", *c as char));
+    if let Some(c) = s
+        .chars()
+        .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+    {
+        return Err(NameError::Contains(c));
     }
     Ok(())
 }
 
 /// Labels joined by dots, at most 253: RFC 1123 subdomain (API groups and
 /// the names of most built-in resources).
-pub fn dns_subdomain(s: &str) -> Result<(), String> {
-    if s.len() > 253 {
-        return Err(format!("longer than 253 characters ({})", s.len()));
-    }
+pub fn dns_subdomain(s: &str) -> Result<(), NameError> {
+    at_most(s, 253)?;
     if s.is_empty() {
-        return Err("empty".into());
+        return Err(NameError::Empty);
     }
     s.split('.').try_for_each(label_chars)
 }
@@ -43,18 +66,16 @@ pub fn dns_subdomain(s: &str) -> Result<(), String> {
 /// (`path.IsValidPathSegmentName` plus the 253 limit): not `.` or `..`, no
 /// `/` or `%`. iar also refuses control characters (NUL among them), which no
 /// resource's stricter rule allows either.
-pub fn path_segment(s: &str) -> Result<(), String> {
+pub fn path_segment(s: &str) -> Result<(), NameError> {
     if s.is_empty() {
-        return Err("empty".into());
+        return Err(NameError::Empty);
     }
-    if s.len() > 253 {
-        return Err(format!("longer than 253 characters ({})", s.len()));
-    }
+    at_most(s, 253)?;
     if s == "." || s == ".." {
-        return Err(format!("{s:?} is not a name"));
+        return Err(NameError::Dots(s.to_string()));
     }
     if let Some(c) = s.chars().find(|&c| c == '/' || c == '%' || c.is_control()) {
-        return Err(format!("contains {c:?}"));
+        return Err(NameError::Contains(c));
     }
     Ok(())
 }
@@ -63,7 +84,7 @@ pub fn path_segment(s: &str) -> Result<(), String> {
 /// core or `group` API: the stricter DNS rules for the built-ins that have
 /// them, the path-segment rule for every other (RBAC names may hold `:`,
 /// custom resources are checked only for that).
-pub fn object_name(group: &str, resource: &str, name: &str) -> Result<(), String> {
+pub fn object_name(group: &str, resource: &str, name: &str) -> Result<(), NameError> {
     match (group, resource) {
         ("", "namespaces" | "services") => dns_label(name),
         (

@@ -105,7 +105,7 @@ fn kubernetes_formats(value: &mut serde_json::Value) {
 
 /// The CRD as YAML, ready for `kubectl apply -f -`.
 pub fn definition_yaml() -> String {
-    serde_yaml::to_string(&definition()).expect("a CRD serializes")
+    iar_core::yaml::to_string(&definition()).expect("a CRD serializes")
 }
 
 /// The node agents' `volumebackups.iar.dev` CRD, formats as [`definition`]'s.
@@ -123,7 +123,7 @@ pub fn definitions_yaml() -> String {
     format!(
         "{}---\n{}",
         definition_yaml(),
-        serde_yaml::to_string(&volume_backup_definition()).expect("a CRD serializes")
+        iar_core::yaml::to_string(&volume_backup_definition()).expect("a CRD serializes")
     )
 }
 

@@ -174,38 +174,69 @@ pub const MAX_TABLES: u32 = 8;
 /// Elements a guest's table may grow to.
 pub const MAX_TABLE_ELEMENTS: usize = 100_000;
 
+/// Why a component's shape cannot be read, or is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ShapeError {
+    #[error("it is a core wasm module, not a component (build for wasm32-wasip2)")]
+    CoreModule,
+    #[error("it is not a WebAssembly component")]
+    NotAComponent,
+    /// `what`: component, import, export, memory, table or instance.
+    #[error("malformed {what}: {source}")]
+    Malformed {
+        what: &'static str,
+        #[source]
+        source: wasmparser::BinaryReaderError,
+    },
+    #[error("it exports contract interfaces at two versions ({0} and {1})")]
+    TwoVersions(String, String),
+    #[error("declares {n} {what}, over the limit of {max}")]
+    TooMany {
+        what: &'static str,
+        n: u32,
+        max: u32,
+    },
+    #[error("declares a table of {n} elements, over the limit of {max}")]
+    TableTooLarge { n: u64, max: u64 },
+}
+
+/// `ShapeError::Malformed` of `what`.
+fn malformed(what: &'static str) -> impl Fn(wasmparser::BinaryReaderError) -> ShapeError {
+    move |source| ShapeError::Malformed { what, source }
+}
+
 impl ComponentShape {
     /// Reads a component's top-level imports and exports. Fails on anything
     /// that is not a component (a core module, garbage).
-    pub fn read(bytes: &[u8]) -> Result<Self, String> {
+    pub fn read(bytes: &[u8]) -> Result<Self, ShapeError> {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(if wasmparser::Parser::is_core_wasm(bytes) {
-                "it is a core wasm module, not a component (build for wasm32-wasip2)".into()
+                ShapeError::CoreModule
             } else {
-                "it is not a WebAssembly component".into()
+                ShapeError::NotAComponent
             });
         }
         let mut shape = ComponentShape::default();
         let mut depth = 0usize;
         for payload in Parser::new(0).parse_all(bytes) {
-            match payload.map_err(|e| format!("malformed component: {e}"))? {
+            match payload.map_err(malformed("component"))? {
                 Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
                 Payload::End(_) if depth > 0 => depth -= 1,
                 Payload::ComponentImportSection(s) if depth == 0 => {
                     for import in s {
-                        let import = import.map_err(|e| format!("malformed import: {e}"))?;
+                        let import = import.map_err(malformed("import"))?;
                         shape.imports.push(import.name.name.to_string());
                     }
                 }
                 Payload::ComponentExportSection(s) if depth == 0 => {
                     for export in s {
-                        let export = export.map_err(|e| format!("malformed export: {e}"))?;
+                        let export = export.map_err(malformed("export"))?;
                         shape.exports.push(export.name.name.to_string());
                     }
                 }
                 Payload::MemorySection(s) => {
                     for memory in s {
-                        let memory = memory.map_err(|e| format!("malformed memory: {e}"))?;
+                        let memory = memory.map_err(malformed("memory"))?;
                         let bytes = memory.initial.saturating_mul(WASM_PAGE);
                         shape.initial_memory = shape.initial_memory.max(bytes);
                         shape.memories = shape.memories.saturating_add(1);
@@ -213,14 +244,14 @@ impl ComponentShape {
                 }
                 Payload::TableSection(s) => {
                     for table in s {
-                        let table = table.map_err(|e| format!("malformed table: {e}"))?;
+                        let table = table.map_err(malformed("table"))?;
                         shape.tables = shape.tables.saturating_add(1);
                         shape.table_elements = shape.table_elements.max(table.ty.initial);
                     }
                 }
                 Payload::InstanceSection(s) => {
                     for instance in s {
-                        let instance = instance.map_err(|e| format!("malformed instance: {e}"))?;
+                        let instance = instance.map_err(malformed("instance"))?;
                         if matches!(instance, wasmparser::Instance::Instantiate { .. }) {
                             shape.core_instances = shape.core_instances.saturating_add(1);
                         }
@@ -236,22 +267,22 @@ impl ComponentShape {
     /// may: more core instances, memories or tables than the bounds above,
     /// or a table larger than a guest may grow one to. Checked before
     /// compiling, so such a component costs no compile and no pool slot.
-    pub fn check_limits(&self) -> Result<(), String> {
+    pub fn check_limits(&self) -> Result<(), ShapeError> {
         for (what, n, max) in [
             ("core instances", self.core_instances, MAX_CORE_INSTANCES),
             ("memories", self.memories, MAX_MEMORIES),
             ("tables", self.tables, MAX_TABLES),
         ] {
             if n > max {
-                return Err(format!("declares {n} {what}, over the limit of {max}"));
+                return Err(ShapeError::TooMany { what, n, max });
             }
         }
         let max_elements = MAX_TABLE_ELEMENTS as u64;
         if self.table_elements > max_elements {
-            return Err(format!(
-                "declares a table of {} elements, over the limit of {max_elements}",
-                self.table_elements
-            ));
+            return Err(ShapeError::TableTooLarge {
+                n: self.table_elements,
+                max: max_elements,
+            });
         }
         Ok(())
     }
@@ -260,19 +291,19 @@ impl ComponentShape {
     /// shared memory. Such a memory is never checked against the memory cap
     /// (wasmtime's `ResourceLimiter` is not consulted for shared memories),
     /// so a plugin that declares one is refused at load.
-    pub fn declares_shared_memory(bytes: &[u8]) -> Result<bool, String> {
+    pub fn declares_shared_memory(bytes: &[u8]) -> Result<bool, ShapeError> {
         for payload in Parser::new(0).parse_all(bytes) {
-            match payload.map_err(|e| format!("malformed component: {e}"))? {
+            match payload.map_err(malformed("component"))? {
                 Payload::MemorySection(s) => {
                     for memory in s {
-                        if memory.map_err(|e| format!("malformed memory: {e}"))?.shared {
+                        if memory.map_err(malformed("memory"))?.shared {
                             return Ok(true);
                         }
                     }
                 }
                 Payload::ImportSection(s) => {
                     for import in s.into_imports() {
-                        let import = import.map_err(|e| format!("malformed import: {e}"))?;
+                        let import = import.map_err(malformed("import"))?;
                         if let wasmparser::TypeRef::Memory(m) = import.ty
                             && m.shared
                         {
@@ -300,7 +331,7 @@ impl ComponentShape {
     /// The contract interfaces exported and the one version they share.
     /// Err names what is wrong: none exported (`Ok(None)` is never
     /// returned with an empty list), or two at different versions.
-    pub fn contract(&self) -> Result<Option<(String, Vec<Interface>)>, String> {
+    pub fn contract(&self) -> Result<Option<(String, Vec<Interface>)>, ShapeError> {
         let mut version: Option<&str> = None;
         let mut found = Vec::new();
         for interface in Interface::ALL {
@@ -310,9 +341,7 @@ impl ComponentShape {
             if let Some(seen) = version
                 && seen != v
             {
-                return Err(format!(
-                    "it exports contract interfaces at two versions ({seen} and {v})"
-                ));
+                return Err(ShapeError::TwoVersions(seen.to_string(), v.to_string()));
             }
             version = Some(v);
             found.push(interface);
@@ -396,7 +425,7 @@ mod tests {
             ),
         ] {
             let shape = ComponentShape::read(&bytes).unwrap();
-            let err = shape.check_limits().unwrap_err();
+            let err = shape.check_limits().unwrap_err().to_string();
             assert!(err.contains(what), "{err}");
         }
         // Loading refuses it with the rule's name, before compiling.

@@ -186,7 +186,8 @@ mod tests {
 
     #[test]
     fn limits_read_from_yaml() {
-        let l: Limits = serde_yaml::from_str("deadline: 250ms\nmemoryBytes: 1048576\n").unwrap();
+        let l: Limits =
+            iar_core::yaml::from_str("deadline: 250ms\nmemoryBytes: 1048576\n").unwrap();
         assert_eq!(l.deadline, Duration::from_millis(250));
         assert_eq!(l.memory_bytes, 1 << 20);
         assert_eq!(l.max_item_bytes, Limits::default().max_item_bytes);
@@ -197,23 +198,24 @@ mod tests {
     /// deadlines.
     #[test]
     fn wall_clock_defaults_to_ten_deadlines() {
-        let l: Limits = serde_yaml::from_str("deadline: 250ms\n").unwrap();
+        let l: Limits = iar_core::yaml::from_str("deadline: 250ms\n").unwrap();
         assert_eq!(l.wall_clock_ceiling(), Duration::from_millis(2500));
-        let l: Limits = serde_yaml::from_str("deadline: 250ms\nwallClock: 1s\n").unwrap();
+        let l: Limits = iar_core::yaml::from_str("deadline: 250ms\nwallClock: 1s\n").unwrap();
         assert_eq!(l.wall_clock_ceiling(), Duration::from_secs(1));
-        assert!(serde_yaml::from_str::<Limits>("wallClock: soon\n").is_err());
+        assert!(iar_core::yaml::from_str::<Limits>("wallClock: soon\n").is_err());
     }
 
     /// A misspelt limit (`memoryByte`) is an error naming it, in a settings
     /// file too, not a cap silently left at its default.
     #[test]
     fn a_misspelt_limit_is_an_error() {
-        let err = serde_yaml::from_str::<Limits>("memoryByte: 1048576\n")
+        let err = iar_core::yaml::from_str::<Limits>("memoryByte: 1048576\n")
             .unwrap_err()
             .to_string();
         assert!(err.contains("memoryByte"), "{err}");
-        let err =
-            crate::plugin::SettingsFile::parse("limits:\n  memoryByte: 1048576\n").unwrap_err();
+        let err = crate::plugin::SettingsFile::parse("limits:\n  memoryByte: 1048576\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown field `memoryByte`"), "{err}");
     }
 
@@ -221,9 +223,9 @@ mod tests {
     /// from the CLI's `--isolation`, and a typo is an error, not a default.
     #[test]
     fn isolation_reads_from_yaml_and_flags() {
-        let l: Limits = serde_yaml::from_str("isolation: item\nmaxHostCalls: 5\n").unwrap();
+        let l: Limits = iar_core::yaml::from_str("isolation: item\nmaxHostCalls: 5\n").unwrap();
         assert_eq!((l.isolation, l.max_host_calls), (Isolation::Item, 5));
-        assert!(serde_yaml::from_str::<Limits>("isolation: none\n").is_err());
+        assert!(iar_core::yaml::from_str::<Limits>("isolation: none\n").is_err());
         assert_eq!("backup".parse(), Ok(Isolation::Backup));
         assert!("Item".parse::<Isolation>().is_err());
     }

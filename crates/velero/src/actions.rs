@@ -183,8 +183,8 @@ impl ActionSet {
             let interfaces = if path.is_file() {
                 let shape = std::fs::read(&path)
                     .map_err(|e| e.to_string())
-                    .and_then(|bytes| ComponentShape::read(&bytes))
-                    .and_then(|shape| shape.contract());
+                    .and_then(|bytes| ComponentShape::read(&bytes).map_err(|e| e.to_string()))
+                    .and_then(|shape| shape.contract().map_err(|e| e.to_string()));
                 match shape {
                     Ok(Some((_, interfaces))) => interfaces,
                     Ok(None) => {

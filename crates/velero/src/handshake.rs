@@ -23,7 +23,7 @@ pub fn launched_by_velero() -> bool {
 /// Refuses a client that speaks none of the app protocol versions iar
 /// does. go-plugin lists the versions it accepts in
 /// `PLUGIN_PROTOCOL_VERSIONS`; without it, version 2 is assumed.
-pub fn check_versions(offered: Option<&str>) -> Result<(), String> {
+pub fn check_versions(offered: Option<&str>) -> Result<(), ProtocolMismatch> {
     let Some(offered) = offered.filter(|s| !s.trim().is_empty()) else {
         return Ok(());
     };
@@ -31,10 +31,19 @@ pub fn check_versions(offered: Option<&str>) -> Result<(), String> {
     if offered.split(',').any(|v| v.trim() == wanted) {
         Ok(())
     } else {
-        Err(format!(
-            "the plugin client accepts protocol versions {offered}; iar speaks Velero's version {wanted} (rule: plugin-protocol-version)"
-        ))
+        Err(ProtocolMismatch {
+            offered: offered.to_string(),
+        })
     }
+}
+
+/// A plugin client that speaks none of the protocol versions iar does.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the plugin client accepts protocol versions {offered}; iar speaks Velero's version {APP_PROTOCOL_VERSION} (rule: plugin-protocol-version)"
+)]
+pub struct ProtocolMismatch {
+    pub offered: String,
 }
 
 /// The line go-plugin reads from the plugin's stdout:
@@ -70,7 +79,7 @@ mod tests {
         assert!(check_versions(None).is_ok());
         assert!(check_versions(Some("2")).is_ok());
         assert!(check_versions(Some("1, 2")).is_ok());
-        let refused = check_versions(Some("1,3")).unwrap_err();
+        let refused = check_versions(Some("1,3")).unwrap_err().to_string();
         assert!(refused.contains("plugin-protocol-version"), "{refused}");
     }
 

@@ -163,8 +163,7 @@ fn socket_dir(parent: Option<&std::ffi::OsStr>) -> std::io::Result<tempfile::Tem
 /// process is told to stop (SIGTERM, SIGINT).
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     use anyhow::Context;
-    handshake::check_versions(std::env::var("PLUGIN_PROTOCOL_VERSIONS").ok().as_deref())
-        .map_err(anyhow::Error::msg)?;
+    handshake::check_versions(std::env::var("PLUGIN_PROTOCOL_VERSIONS").ok().as_deref())?;
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     let configmaps = configmap_plugins(&runtime)
         .await

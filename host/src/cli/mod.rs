@@ -157,13 +157,31 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("iar: {}", one_line(&format!("{e:#}")));
+            eprintln!("iar: {}", error_line(&e));
             ExitCode::from(2)
         }
     }
 }
 
 /// Errors go to stderr on one line.
+/// An error and its causes on one line, each said once. iar's library
+/// errors show their cause in their own message and return it as their
+/// `source()` too (for code that walks the chain), so a cause whose text
+/// is already in the line is not repeated.
+pub(crate) fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    one_line(&line)
+}
+
 pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -191,6 +209,23 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments, newline: bool) {
 
 #[cfg(test)]
 mod tests {
+    /// A cause a message already shows is not said twice; one it does
+    /// not show is added, as `{:#}` would.
+    #[test]
+    fn error_line_says_each_cause_once() {
+        let parse = std::path::Path::new("x.json");
+        let e = iar::manifests::parse_documents(parse, "{nope").unwrap_err();
+        let shown = e.to_string();
+        let e = anyhow::Error::new(e).context("reading the sources");
+        assert_eq!(
+            super::error_line(&e),
+            format!("reading the sources: {shown}")
+        );
+        let io = std::io::Error::other("disk on fire");
+        let e = anyhow::Error::new(io).context("writing");
+        assert_eq!(super::error_line(&e), "writing: disk on fire");
+    }
+
     /// Every iar crate this binary links is in [`super::IAR_CRATES`], so a
     /// new crate's log lines are not silenced at `warn`.
     #[test]

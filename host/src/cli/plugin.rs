@@ -132,6 +132,6 @@ fn configmap(args: ConfigMapArgs) -> anyhow::Result<ExitCode> {
     let spec = configmap::parse(&cm)?;
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     Plugin::from_bytes(&runtime, &spec.name, &component, spec.settings)?;
-    out!("{}", serde_yaml::to_string(&cm)?);
+    out!("{}", iar::yaml::to_string(&cm)?);
     Ok(ExitCode::SUCCESS)
 }

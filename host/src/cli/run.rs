@@ -337,7 +337,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let (Some(path), Some(recorder)) = (&args.record, &recorder) {
         let text = format!(
             "# cluster-get answers recorded by `iar run`; replay them in an iar test case with `replay:`\n{}",
-            serde_yaml::to_string(&recorder.recording())?
+            iar::yaml::to_string(&recorder.recording())?
         );
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }

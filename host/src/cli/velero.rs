@@ -24,10 +24,7 @@ pub fn serve() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
-                "iar (Velero plugin): {}",
-                super::one_line(&format!("{e:#}"))
-            );
+            eprintln!("iar (Velero plugin): {}", super::error_line(&e));
             ExitCode::from(2)
         }
     }

@@ -30,7 +30,7 @@ fn the_manifest_carries_the_component_its_digest_and_settings() {
         "-2",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).expect("a ConfigMap");
+    let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).expect("a ConfigMap");
     assert_eq!(cm.metadata.namespace.as_deref(), Some("iar-system"));
     assert!(cm.metadata.labels.unwrap().contains_key(configmap::LABEL));
     let component = std::fs::read(artifacts::LABELS).unwrap();
@@ -89,7 +89,7 @@ fn what_would_not_fit_or_not_load_is_refused_with_one_line() {
         "/plugins/labels.wasm",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+    let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).unwrap();
     assert!(cm.binary_data.is_none());
     assert_eq!(
         cm.data.unwrap()[configmap::KEY_REFERENCE],
@@ -115,7 +115,7 @@ async fn the_printed_manifest_applied_server_side_loads_ready() {
         namespace,
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+    let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     api.patch(
         "pod-volumes",

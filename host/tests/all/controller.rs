@@ -1255,8 +1255,7 @@ pub(crate) async fn apply_rbac(client: &Client, path: &Path) {
             Err(e) => panic!("create {object:?}: {e}"),
         }
     }
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+    for doc in iar::yaml::manifests::<Value>(&text).unwrap() {
         let ns = doc["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()

@@ -331,8 +331,7 @@ async fn an_agent_writes_only_its_own_nodes_requests() {
     let moved = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(moved.path(), &text).unwrap();
     crate::controller::apply_rbac(&admin, moved.path()).await;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let doc: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+    for doc in iar::yaml::manifests::<serde_json::Value>(&text).unwrap() {
         let created = match doc["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
                 Api::<ValidatingAdmissionPolicy>::all(admin.clone())

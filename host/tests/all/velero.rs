@@ -176,8 +176,8 @@ async fn install_crds_once(tools: &Path, client: &kube::Client) {
     );
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
-    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
-        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    for value in iar::yaml::manifests::<Value>(&stdout).unwrap() {
         let docs = match value.get("items") {
             Some(items) => items.as_array().unwrap().clone(),
             None if value.is_null() => continue,

@@ -496,7 +496,6 @@ pub async fn create_namespace(client: &kube::Client, name: &str) {
 /// more documents; one that exists already is fine) and waits until each
 /// is Established and lists in every version it serves.
 pub(crate) async fn install_crds(client: &kube::Client, path: &Path) -> Result<(), StartError> {
-    use k8s_openapi::serde::Deserialize;
     use kube::api::{Api, DynamicObject, PostParams};
 
     let text = std::fs::read_to_string(path).map_err(StartError::io(format!("read {path:?}")))?;
@@ -509,15 +508,9 @@ pub(crate) async fn install_crds(client: &kube::Client, path: &Path) -> Result<(
         client.clone(),
         &ApiResource::erase::<CustomResourceDefinition>(&()),
     );
-    // All parsed before the first await: the YAML parser is not Send.
-    let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let value =
-            serde_json::Value::deserialize(document).map_err(|e| parse_error(e.to_string()))?;
-        if !value.is_null() {
-            documents.push(value);
-        }
-    }
+    // All parsed before the first await (null documents are left out).
+    let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .map_err(|e| parse_error(e.to_string()))?;
     let mut names = Vec::new();
     for value in documents {
         let crd: DynamicObject =

@@ -654,7 +654,7 @@ async fn the_printed_manifest_applies_and_loads_ready() {
     let Some(h) = start("plugins-manifest").await else {
         return;
     };
-    let yaml = serde_yaml::to_string(
+    let yaml = iar::yaml::to_string(
         &configmap::manifest(ManifestInput {
             name: "pvc-snapshot".into(),
             namespace: h.namespace.clone(),
@@ -666,7 +666,7 @@ async fn the_printed_manifest_applies_and_loads_ready() {
         .unwrap(),
     )
     .unwrap();
-    let cm: ConfigMap = serde_yaml::from_str(&yaml).expect("the YAML is a ConfigMap");
+    let cm: ConfigMap = iar::yaml::from_str(&yaml).expect("the YAML is a ConfigMap");
     h.apply(&cm).await;
     let set = h
         .wait_set("pvc-snapshot loads", |s| s.get("pvc-snapshot").is_some())

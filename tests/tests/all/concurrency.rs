@@ -76,9 +76,9 @@ fn write_snapshot(overlay: &Path, b: usize, i: usize, ready: bool) {
     let dir = overlay.join("volumesnapshots.snapshot.storage.k8s.io/shop");
     let file = format!("{}-{}.yaml", pvc_name(b, i), backup_name(b));
     let mut doc: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join(&file)).unwrap()).unwrap();
+        iar::yaml::from_str(&std::fs::read_to_string(dir.join(&file)).unwrap()).unwrap();
     doc["status"] = status;
-    write_atomic(&dir, &file, &serde_yaml::to_string(&doc).unwrap());
+    write_atomic(&dir, &file, &iar::yaml::to_string(&doc).unwrap());
 }
 
 fn rank(phase: OperationPhase) -> u8 {

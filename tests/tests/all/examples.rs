@@ -135,7 +135,7 @@ fn pvc_snapshot_creates_its_snapshot_and_reports_progress_from_it() {
     let file = overlay
         .path()
         .join("volumesnapshots.snapshot.storage.k8s.io/shop/data-web-0-nightly.yaml");
-    let created: Value = serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let created: Value = iar::yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(
         created["spec"]["source"]["persistentVolumeClaimName"],
         "data-web-0"

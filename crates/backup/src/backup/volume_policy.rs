@@ -107,7 +107,7 @@ struct RawAction {
     // Velero's action has free-form parameters; none of iar's actions use them.
     #[serde(default)]
     #[allow(dead_code)]
-    parameters: Option<serde_yaml::Value>,
+    parameters: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Default, Deserialize)]
@@ -235,7 +235,7 @@ impl ResourcePolicies {
     /// From the YAML Velero keeps in the policy ConfigMap.
     pub fn parse(yaml: &str) -> Result<Self, PolicyError> {
         let raw: RawPolicies =
-            serde_yaml::from_str(yaml).map_err(|e| perr("document", e.to_string()))?;
+            iar_core::yaml::from_str(yaml).map_err(|e| perr("document", e.to_string()))?;
         if raw.version != "v1" {
             return Err(perr(
                 "version",

@@ -46,7 +46,7 @@ pub fn create(dir: &Path, id: &ItemRef, object: &Value) -> Result<bool, ClusterE
     let path = path_of(dir, id);
     let parent = path.parent().expect("path_of has parents");
     std::fs::create_dir_all(parent).map_err(io(parent))?;
-    let text = serde_yaml::to_string(object).map_err(|e| ClusterError::Api {
+    let text = crate::yaml::to_string(object).map_err(|e| ClusterError::Api {
         what: format!("writing {id} to the overlay"),
         source: Box::new(e),
     })?;

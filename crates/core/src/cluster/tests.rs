@@ -89,6 +89,7 @@ fn secrets_need_an_explicit_grant() {
     assert!(
         ReadGrants::only(&["[oops"])
             .unwrap_err()
+            .to_string()
             .contains("invalid read grant")
     );
 }
@@ -404,7 +405,7 @@ fn an_overlay_create_finds_what_exists_and_writes_what_does_not() {
     let cluster = ManifestCluster::new(vec![sources.path().to_path_buf()])
         .with_overlay(overlay.path().join("objects"));
     let id = |name: &str| ItemRef::new("", "configmaps", "shop", name);
-    let object = |name: &str| -> Value { serde_yaml::from_str(&doc(name, "plugin")).unwrap() };
+    let object = |name: &str| -> Value { crate::yaml::from_str(&doc(name, "plugin")).unwrap() };
     let create = |name: &str| {
         cluster
             .create_within(&id(name), object(name), std::time::Duration::from_secs(1))

@@ -93,23 +93,26 @@ pub struct WriteGrants {
 impl WriteGrants {
     /// Exactly these resources; an entry with a glob character, or that is
     /// not `resource` or `resource.group`, is refused.
-    pub fn only<S: AsRef<str>>(entries: &[S]) -> Result<Self, String> {
+    pub fn only<S: AsRef<str>>(entries: &[S]) -> Result<Self, super::GrantError> {
+        use super::GrantError;
         let mut allow = Vec::new();
         for entry in entries {
             let entry = entry.as_ref();
             if entry.contains(['*', '?', '[', ']']) {
-                return Err(format!(
-                    "allowWrite entry {entry:?}: a write is granted by the resource's exact name (resource.group), not a glob"
-                ));
+                return Err(GrantError::WriteGlob {
+                    entry: entry.to_string(),
+                });
             }
             let (resource, group) = entry.split_once('.').unwrap_or((entry, ""));
-            let valid = crate::names::dns_label(resource).is_ok()
-                && (group.is_empty() || crate::names::dns_subdomain(group).is_ok());
-            if !valid {
-                return Err(format!(
-                    "allowWrite entry {entry:?} is not a resource name (resource.group)"
-                ));
-            }
+            crate::names::dns_label(resource)
+                .and_then(|()| match group {
+                    "" => Ok(()),
+                    group => crate::names::dns_subdomain(group),
+                })
+                .map_err(|source| GrantError::WriteNotAResource {
+                    entry: entry.to_string(),
+                    source,
+                })?;
             allow.push(entry.to_string());
         }
         Ok(WriteGrants { allow })

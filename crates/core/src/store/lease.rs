@@ -134,10 +134,10 @@ pub fn check_lease_key(backup: &str) -> Result<(), StoreError> {
     if file.len() > MAX_FILE_NAME {
         return Err(StoreError::Name {
             name: backup.to_string(),
-            reason: format!(
+            reason: super::NameProblem::TooLong(format!(
                 "its lease file name ({backup:.20}…-lease-<generation>.json) would be {} bytes, {FILE_NAME_LIMIT}; a backup name may have at most {MAX_LEASED_NAME} bytes (rule: name-length)",
                 file.len()
-            ),
+            )),
         });
     }
     Ok(())
@@ -185,7 +185,7 @@ impl BackupStore {
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| self.corrupt(k, format!("bad lease JSON: {e}")))
+            .map_err(|e| self.corrupt(k, super::Corruption::LeaseJson(e)))
     }
 
     /// Checks, once per store, that a conditional create is honoured: a
@@ -215,12 +215,13 @@ impl BackupStore {
                         PutOptions::from(PutMode::Create),
                     )
                 };
+                use super::ConditionalProbe;
                 let verdict = match create().await {
-                    Err(e) => Err(format!("a conditional create failed: {e}")),
+                    Err(e) => Err(ConditionalProbe::CreateFailed(Arc::new(e))),
                     Ok(_) => match create().await {
                         Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
-                        Ok(_) => Err("it accepted a conditional create (If-None-Match: *) of an object that exists, so it does not support conditional writes".to_string()),
-                        Err(e) => Err(format!("a second conditional create failed with an error that is not 'already exists': {e}")),
+                        Ok(_) => Err(ConditionalProbe::Ignored),
+                        Err(e) => Err(ConditionalProbe::SecondFailed(Arc::new(e))),
                     },
                 };
                 let _ = self.store.delete(&probe).await;

@@ -28,7 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("backup store {url}: {reason}")]
-    Url { url: String, reason: String },
+    Url {
+        url: String,
+        #[source]
+        reason: UrlProblem,
+    },
     #[error("backup store {url}: {key}: {source}")]
     Io {
         url: String,
@@ -39,18 +43,93 @@ pub enum StoreError {
     Corrupt {
         url: String,
         key: String,
-        reason: String,
+        #[source]
+        reason: Corruption,
     },
     #[error("backup store {url}: {key} already exists")]
     Exists { url: String, key: String },
     #[error("invalid backup name {name:?}: {reason}")]
-    Name { name: String, reason: String },
+    Name {
+        name: String,
+        #[source]
+        reason: NameProblem,
+    },
     #[error("backup {backup:?}: not written: {reason} (rule: lease-fence)")]
     Fenced { backup: String, reason: String },
     #[error(
         "backup store {url}: {reason}; a lease there would not be exclusive, so iar refuses to take one (rule: store-conditional-writes)"
     )]
-    NoConditionalWrites { url: String, reason: String },
+    NoConditionalWrites {
+        url: String,
+        #[source]
+        reason: ConditionalProbe,
+    },
+}
+
+/// Why a store location cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlProblem {
+    #[error("not a URL: {0}")]
+    NotAUrl(#[source] url::ParseError),
+    #[error("no bucket; use {scheme}://BUCKET[/PREFIX]")]
+    NoBucket { scheme: String },
+    #[error("{UNSUPPORTED}")]
+    Unsupported,
+    #[error("not a local file path")]
+    NotALocalPath,
+    #[error("cannot create directory: {0}")]
+    CreateDir(#[source] std::io::Error),
+    /// The object_store client refused the location.
+    #[error("{0}")]
+    Client(#[source] object_store::Error),
+}
+
+/// Why a store file cannot be read (or written) as what it should be.
+#[derive(Debug, thiserror::Error)]
+pub enum Corruption {
+    #[error("cannot encode: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("not gzip: {0}")]
+    NotGzip(#[source] std::io::Error),
+    #[error("not gzip'd text: {0}")]
+    NotGzipText(#[source] std::io::Error),
+    #[error("bad JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("bad lease JSON: {0}")]
+    LeaseJson(#[source] serde_json::Error),
+}
+
+/// Why a backup name or a key cannot name files in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum NameProblem {
+    #[error("empty")]
+    Empty,
+    /// Over a length limit; the phrase says which and what to do.
+    #[error("{0}")]
+    TooLong(String),
+    /// Not one path segment.
+    #[error("{0}")]
+    Segment(#[source] object_store::path::InvalidPart),
+    /// A free-form key outside `backups/<backup name>/`.
+    #[error("{0} (rule: keys stay under {BACKUPS}/<backup name>/)")]
+    Key(&'static str),
+    /// A key segment that is not one.
+    #[error("{0} (rule: keys stay under {BACKUPS}/<backup name>/)")]
+    KeySegment(#[source] object_store::path::InvalidPart),
+}
+
+/// What the store did with the conditional-create probe, when it is not
+/// what a lease needs. Kept once per store (so shared, not copied).
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ConditionalProbe {
+    #[error("a conditional create failed: {0}")]
+    CreateFailed(#[source] Arc<object_store::Error>),
+    #[error(
+        "it accepted a conditional create (If-None-Match: *) of an object that exists, so it does not support conditional writes"
+    )]
+    Ignored,
+    #[error("a second conditional create failed with an error that is not 'already exists': {0}")]
+    SecondFailed(#[source] Arc<object_store::Error>),
 }
 
 /// The files of one backup.
@@ -128,7 +207,7 @@ pub struct BackupStore {
     fences: Arc<fence::Fences>,
     /// Whether the store was seen to honour a conditional create (checked
     /// once, before the first lease).
-    conditional: Arc<tokio::sync::OnceCell<Result<(), String>>>,
+    conditional: Arc<tokio::sync::OnceCell<Result<(), ConditionalProbe>>>,
     /// Who this process is in the leases it takes ([`lease::holder_id`],
     /// with the replica's name in front when it has one).
     holder: Arc<str>,
@@ -148,17 +227,19 @@ impl BackupStore {
     /// come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`); building a
     /// client does not connect.
     pub fn open(location: &str) -> Result<Self, StoreError> {
-        let url_err = |reason: String| StoreError::Url {
+        let url_err = |reason| StoreError::Url {
             url: location.to_string(),
             reason,
         };
         if !location.contains("://") {
             return Self::open_dir(std::path::Path::new(location), location);
         }
-        let url = url::Url::parse(location).map_err(|e| url_err(format!("not a URL: {e}")))?;
+        let url = url::Url::parse(location).map_err(|e| url_err(UrlProblem::NotAUrl(e)))?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|_| match url.scheme() {
-            s @ ("s3" | "gs" | "az") => url_err(format!("no bucket; use {s}://BUCKET[/PREFIX]")),
-            _ => url_err(UNSUPPORTED.into()),
+            s @ ("s3" | "gs" | "az") => url_err(UrlProblem::NoBucket {
+                scheme: s.to_string(),
+            }),
+            _ => url_err(UrlProblem::Unsupported),
         })?;
         // The cloud builders make their HTTPS client here.
         crate::tls::install_crypto();
@@ -166,7 +247,7 @@ impl BackupStore {
             ObjectStoreScheme::Local => {
                 let dir = url
                     .to_file_path()
-                    .map_err(|()| url_err("not a local file path".into()))?;
+                    .map_err(|()| url_err(UrlProblem::NotALocalPath))?;
                 return Self::open_dir(&dir, location);
             }
             ObjectStoreScheme::AmazonS3 => object_store::aws::AmazonS3Builder::from_env()
@@ -186,10 +267,10 @@ impl BackupStore {
                     .map(|s| Arc::new(s) as _)
             }
             _ => {
-                return Err(url_err(UNSUPPORTED.into()));
+                return Err(url_err(UrlProblem::Unsupported));
             }
         };
-        let store = built.map_err(|e| url_err(e.to_string()))?;
+        let store = built.map_err(|e| url_err(UrlProblem::Client(e)))?;
         // The builders take the bucket from the URL; the path is ours to apply.
         let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
             store
@@ -200,17 +281,16 @@ impl BackupStore {
     }
 
     fn open_dir(dir: &std::path::Path, location: &str) -> Result<Self, StoreError> {
-        let url_err = |reason: String| StoreError::Url {
+        let url_err = |reason| StoreError::Url {
             url: location.to_string(),
             reason,
         };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| url_err(format!("cannot create directory: {e}")))?;
+        std::fs::create_dir_all(dir).map_err(|e| url_err(UrlProblem::CreateDir(e)))?;
         // fsync so that a machine crash, not only a process crash, leaves
         // either the old or the new file. Directories a deletion empties
         // go too: an empty `backups/<name>/` would still be listed.
         let fs = LocalFileSystem::new_with_prefix(dir)
-            .map_err(|e| url_err(e.to_string()))?
+            .map_err(|e| url_err(UrlProblem::Client(e)))?
             .with_fsync(true)
             .with_automatic_cleanup(true);
         let shown = std::fs::canonicalize(dir)
@@ -254,20 +334,20 @@ impl BackupStore {
     }
 
     fn path(&self, backup: &str, file: BackupFile) -> Result<(Path, String), StoreError> {
-        let bad = |reason: String| StoreError::Name {
+        let bad = |reason| StoreError::Name {
             name: backup.to_string(),
             reason,
         };
         if backup.is_empty() {
-            return Err(bad("empty".into()));
+            return Err(bad(NameProblem::Empty));
         }
         if backup.len() > MAX_BACKUP_NAME {
-            return Err(bad(format!(
+            return Err(bad(NameProblem::TooLong(format!(
                 "{} bytes long, over the {MAX_BACKUP_NAME} Kubernetes allows an object name (rule: name-length)",
                 backup.len()
-            )));
+            ))));
         }
-        PathPart::parse(backup).map_err(|e| bad(e.to_string()))?;
+        PathPart::parse(backup).map_err(|e| bad(NameProblem::Segment(e)))?;
         let key = file.key(backup);
         Ok((Path::from(key.as_str()), key))
     }
@@ -303,11 +383,11 @@ impl BackupStore {
         if aside.len() > MAX_FILE_NAME {
             return Err(StoreError::Name {
                 name: backup.to_string(),
-                reason: format!(
+                reason: NameProblem::TooLong(format!(
                     "a file of it set aside ({backup:.20}…{SET_ASIDE}<seconds>) would have a name of {} bytes, {FILE_NAME_LIMIT}; a backup name may have at most {} bytes (rule: name-length)",
                     aside.len(),
                     MAX_FILE_NAME - (aside.len() - backup.len()),
-                ),
+                )),
             });
         }
         Ok(())
@@ -317,23 +397,23 @@ impl BackupStore {
     /// with no empty, `.` or `..` segment, so that a volume backupper can
     /// write only inside the backup it works for.
     fn checked_key(&self, key: &str) -> Result<Path, StoreError> {
-        let bad = |reason: &str| StoreError::Name {
+        let bad = |reason| StoreError::Name {
             name: key.to_string(),
-            reason: format!("{reason} (rule: keys stay under {BACKUPS}/<backup name>/)"),
+            reason,
         };
         let mut parts = key.split('/');
         if parts.next() != Some(BACKUPS) {
-            return Err(bad("not under backups/"));
+            return Err(bad(NameProblem::Key("not under backups/")));
         }
         let rest: Vec<&str> = parts.collect();
         if rest.len() < 2 {
-            return Err(bad("no backup name and file"));
+            return Err(bad(NameProblem::Key("no backup name and file")));
         }
         for part in &rest {
             if part.is_empty() || *part == "." || *part == ".." {
-                return Err(bad("empty, . or .. segment"));
+                return Err(bad(NameProblem::Key("empty, . or .. segment")));
             }
-            PathPart::parse(part).map_err(|e| bad(&e.to_string()))?;
+            PathPart::parse(part).map_err(|e| bad(NameProblem::KeySegment(e)))?;
         }
         Ok(Path::from(key))
     }
@@ -402,11 +482,11 @@ impl BackupStore {
         }
     }
 
-    fn corrupt(&self, key: String, reason: impl std::fmt::Display) -> StoreError {
+    fn corrupt(&self, key: String, reason: Corruption) -> StoreError {
         StoreError::Corrupt {
             url: self.url.clone(),
             key,
-            reason: reason.to_string(),
+            reason,
         }
     }
 
@@ -453,7 +533,7 @@ impl BackupStore {
         } else {
             serde_json::to_vec_pretty(value)
         }
-        .map_err(|e| self.corrupt(file.key(backup), format!("cannot encode: {e}")))?;
+        .map_err(|e| self.corrupt(file.key(backup), Corruption::Encode(e)))?;
         let bytes = if file.gzipped() { gzip(&json) } else { json };
         self.put(backup, file, bytes.into()).await
     }
@@ -469,13 +549,13 @@ impl BackupStore {
         };
         let key = || file.key(backup);
         let json = if file.gzipped() {
-            gunzip(&bytes).map_err(|e| self.corrupt(key(), format!("not gzip: {e}")))?
+            gunzip(&bytes).map_err(|e| self.corrupt(key(), Corruption::NotGzip(e)))?
         } else {
             bytes.to_vec()
         };
         serde_json::from_slice(&json)
             .map(Some)
-            .map_err(|e| self.corrupt(key(), format!("bad JSON: {e}")))
+            .map_err(|e| self.corrupt(key(), Corruption::Json(e)))
     }
 
     /// Like [`BackupStore::put_json`], but only if the object does not exist
@@ -490,7 +570,7 @@ impl BackupStore {
     ) -> Result<(), StoreError> {
         let (path, key) = self.path(backup, file)?;
         let json = serde_json::to_vec_pretty(value)
-            .map_err(|e| self.corrupt(key.clone(), format!("cannot encode: {e}")))?;
+            .map_err(|e| self.corrupt(key.clone(), Corruption::Encode(e)))?;
         let bytes = if file.gzipped() { gzip(&json) } else { json };
         match self
             .store
@@ -545,12 +625,7 @@ impl BackupStore {
         };
         let text = gunzip(&gz)
             .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
-            .map_err(|e| {
-                self.corrupt(
-                    BackupFile::Logs.key(backup),
-                    format!("not gzip'd text: {e}"),
-                )
-            })?;
+            .map_err(|e| self.corrupt(BackupFile::Logs.key(backup), Corruption::NotGzipText(e)))?;
         Ok(Some(text.lines().map(String::from).collect()))
     }
 

@@ -46,7 +46,7 @@ const SPLIT_DATA: std::ops::Range<usize> = 16..32;
 /// first, so no item becomes a path with `..`, `/`, NUL, or an absolute path;
 /// the error names the item and the rule.
 pub fn item_path(id: &ItemRef) -> Result<String, String> {
-    let bad = |part: &str, value: &str, why: String| {
+    let bad = |part: &str, value: &str, why: names::NameError| {
         format!("item {id}: invalid {part} {value:?}: {why} (rule kubernetes-name)")
     };
     if !id.group.is_empty() {

@@ -37,7 +37,7 @@ pub const MAX_REFERENCED_BYTES: u64 = 64 << 20;
 
 /// A ConfigMap that does not describe a loadable plugin. Each names the
 /// ConfigMap and ends with the rule.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigMapError {
     #[error(
         "ConfigMap {configmap:?}: data.sha256 is missing; a plugin's component needs its sha256 (rule: digest-required)"
@@ -76,7 +76,8 @@ pub enum ConfigMapError {
     SourceUnavailable {
         configmap: String,
         reference: String,
-        reason: String,
+        #[source]
+        reason: super::load::Unavailable,
     },
     #[error(
         "ConfigMap {configmap:?}: data.enabled {value:?} is not \"true\" or \"false\" (rule: plugin-settings)"
@@ -86,8 +87,12 @@ pub enum ConfigMapError {
         "ConfigMap {configmap:?}: data.order {value:?} is not an integer (rule: plugin-settings)"
     )]
     BadOrder { configmap: String, value: String },
-    #[error("ConfigMap {configmap:?}: data.settings.yaml: {reason} (rule: plugin-settings)")]
-    Settings { configmap: String, reason: String },
+    #[error("ConfigMap {configmap:?}: data.settings.yaml: {source} (rule: plugin-settings)")]
+    Settings {
+        configmap: String,
+        #[source]
+        source: iar_plugin::plugin::SettingsError,
+    },
     #[error(
         "ConfigMap {configmap:?}: data.name {value:?} is not a plugin name (1 to 253 of a-z, 0-9, '.', '-', '_', '/') (rule: plugin-name)"
     )]
@@ -252,9 +257,9 @@ pub fn parse(cm: &ConfigMap) -> Result<PluginSpec, ConfigMapError> {
                 value: value.clone(),
             })?,
     };
-    let settings_error = |reason: String| ConfigMapError::Settings {
+    let settings_error = |source| ConfigMapError::Settings {
         configmap: configmap.clone(),
-        reason,
+        source,
     };
     let settings = SettingsFile::parse(data.get(KEY_SETTINGS).map_or("", String::as_str))
         .and_then(|doc| doc.into_settings([]))

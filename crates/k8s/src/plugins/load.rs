@@ -94,7 +94,7 @@ pub fn read_path(
         reference: path.display().to_string(),
         reason,
     };
-    let unavailable = |reason: String| ConfigMapError::SourceUnavailable {
+    let unavailable = |reason| ConfigMapError::SourceUnavailable {
         configmap: configmap.to_string(),
         reference: path.display().to_string(),
         reason,
@@ -122,10 +122,10 @@ pub fn read_path(
     }
     let canonical_dir = dir
         .canonicalize()
-        .map_err(|e| unavailable(format!("the reference directory: {e}")))?;
+        .map_err(|e| unavailable(Unavailable::Dir(e)))?;
     let canonical = path
         .canonicalize()
-        .map_err(|e| unavailable(e.to_string()))?;
+        .map_err(|e| unavailable(Unavailable::Io(e)))?;
     if !canonical.starts_with(&canonical_dir) {
         return Err(refused(format!(
             "resolves to a file outside the reference directory {}",
@@ -156,7 +156,7 @@ pub fn read_path(
         };
         Err(refused(format!("is {what}, not a regular file")))
     };
-    regular(&std::fs::metadata(&canonical).map_err(|e| unavailable(e.to_string()))?)?;
+    regular(&std::fs::metadata(&canonical).map_err(|e| unavailable(Unavailable::Io(e)))?)?;
     let file = {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
@@ -165,18 +165,20 @@ pub fn read_path(
             // for a writer, and the check below refuses it.
             .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
             .open(&canonical)
-            .map_err(|e| unavailable(e.to_string()))?
+            .map_err(|e| unavailable(Unavailable::Io(e)))?
     };
-    regular(&file.metadata().map_err(|e| unavailable(e.to_string()))?)?;
+    regular(
+        &file
+            .metadata()
+            .map_err(|e| unavailable(Unavailable::Io(e)))?,
+    )?;
     let mut bytes = Vec::new();
     // One byte over the cap tells "too large" from "exactly the cap".
     file.take(MAX_REFERENCED_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| unavailable(e.to_string()))?;
+        .map_err(|e| unavailable(Unavailable::Io(e)))?;
     if bytes.len() as u64 > MAX_REFERENCED_BYTES {
-        return Err(unavailable(format!(
-            "larger than {MAX_REFERENCED_BYTES} bytes"
-        )));
+        return Err(unavailable(Unavailable::TooLarge));
     }
     Ok(bytes)
 }
@@ -192,7 +194,7 @@ pub fn load(
         return Err(ConfigMapError::SourceUnavailable {
             configmap: spec.configmap.clone(),
             reference: spec.source.describe(),
-            reason: "not read".into(),
+            reason: Unavailable::NotRead,
         }
         .into());
     };
@@ -207,20 +209,45 @@ pub fn load(
 /// The client https references are fetched with: https only, the
 /// platform's roots plus `extra_roots_pem`, and a timeout so a stalled
 /// server cannot hold the watcher.
-pub(crate) fn https_client(extra_roots_pem: Option<&[u8]>) -> Result<reqwest::Client, String> {
+pub(crate) fn https_client(
+    extra_roots_pem: Option<&[u8]>,
+) -> Result<reqwest::Client, HttpsClientError> {
     iar_core::tls::install_crypto();
     let mut builder = reqwest::Client::builder()
         .https_only(true)
         .connect_timeout(std::time::Duration::from_secs(10))
         .timeout(std::time::Duration::from_secs(120));
     if let Some(pem) = extra_roots_pem {
-        let certs = reqwest::Certificate::from_pem_bundle(pem)
-            .map_err(|e| format!("extra root certificates: {e}"))?;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(pem).map_err(HttpsClientError::ExtraRoots)?;
         builder = builder.tls_certs_merge(certs);
     }
-    builder
-        .build()
-        .map_err(|e| format!("the https client: {e}"))
+    builder.build().map_err(HttpsClientError::Build)
+}
+
+/// Why the client for https references could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpsClientError {
+    #[error("extra root certificates: {0}")]
+    ExtraRoots(#[source] reqwest::Error),
+    #[error("the https client: {0}")]
+    Build(#[source] reqwest::Error),
+}
+
+/// Why a referenced component could not be read (a path or an https URL).
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error("the reference directory: {0}")]
+    Dir(#[source] std::io::Error),
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    #[error("{0:#}")]
+    Http(#[source] reqwest::Error),
+    #[error("larger than {MAX_REFERENCED_BYTES} bytes")]
+    TooLarge,
+    /// Loaded before its bytes were fetched.
+    #[error("not read")]
+    NotRead,
 }
 
 /// Downloads a component named by an https reference, at most
@@ -230,7 +257,7 @@ pub(crate) async fn fetch(
     configmap: &str,
     url: &str,
 ) -> Result<Vec<u8>, ConfigMapError> {
-    let unavailable = |reason: String| ConfigMapError::SourceUnavailable {
+    let unavailable = |reason| ConfigMapError::SourceUnavailable {
         configmap: configmap.to_string(),
         reference: url.to_string(),
         reason,
@@ -240,8 +267,8 @@ pub(crate) async fn fetch(
         .send()
         .await
         .and_then(|r| r.error_for_status())
-        .map_err(|e| unavailable(format!("{e:#}")))?;
-    let too_large = || unavailable(format!("larger than {MAX_REFERENCED_BYTES} bytes"));
+        .map_err(|e| unavailable(Unavailable::Http(e)))?;
+    let too_large = || unavailable(Unavailable::TooLarge);
     if response
         .content_length()
         .is_some_and(|n| n > MAX_REFERENCED_BYTES)
@@ -252,7 +279,7 @@ pub(crate) async fn fetch(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| unavailable(format!("{e:#}")))?
+        .map_err(|e| unavailable(Unavailable::Http(e)))?
     {
         bytes.extend_from_slice(&chunk);
         if bytes.len() as u64 > MAX_REFERENCED_BYTES {

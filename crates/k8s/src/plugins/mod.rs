@@ -19,7 +19,7 @@ pub mod status;
 mod watcher;
 mod watches;
 
-pub use load::{LoadFailure, NEVER_READ, read_path};
+pub use load::{HttpsClientError, LoadFailure, NEVER_READ, Unavailable, read_path};
 pub use policy::GrantPolicy;
 pub use registry::{PluginRegistry, PluginSet, WatchFailure};
 pub use status::Status;

@@ -202,41 +202,68 @@ impl MaxLimits {
 /// Why a policy file cannot be used; iar does not start with one.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("grant policy {path}: {reason}")]
-    Read { path: PathBuf, reason: String },
-    #[error("grant policy {path}: {reason} (rule: grant-policy)")]
-    Invalid { path: PathBuf, reason: String },
+    #[error("grant policy {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("grant policy {path}: {source} (rule: grant-policy)")]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: PolicyProblem,
+    },
+}
+
+/// What is wrong with a policy document.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyProblem {
+    #[error("{0}")]
+    Yaml(#[source] Box<iar_core::yaml::Error>),
+    /// `list` is `readable` or `writable`.
+    #[error("{list} entry {entry:?} is not a glob: {source}")]
+    Glob {
+        list: &'static str,
+        entry: String,
+        #[source]
+        source: glob::PatternError,
+    },
 }
 
 impl GrantPolicy {
     /// Parses a policy document (YAML or JSON) and checks its globs; empty
     /// text is the defaults.
-    pub fn parse(text: &str) -> Result<GrantPolicy, String> {
+    pub fn parse(text: &str) -> Result<GrantPolicy, PolicyProblem> {
         let policy: GrantPolicy = if text.trim().is_empty() {
             GrantPolicy::default()
         } else {
-            serde_yaml::from_str(text).map_err(|e| e.to_string())?
+            iar_core::yaml::from_str(text).map_err(|e| PolicyProblem::Yaml(Box::new(e)))?
         };
-        for entry in &policy.readable {
-            glob::Pattern::new(entry)
-                .map_err(|e| format!("readable entry {entry:?} is not a glob: {e}"))?;
-        }
-        for entry in &policy.writable {
-            glob::Pattern::new(entry)
-                .map_err(|e| format!("writable entry {entry:?} is not a glob: {e}"))?;
+        for (list, entries) in [
+            ("readable", &policy.readable),
+            ("writable", &policy.writable),
+        ] {
+            for entry in entries {
+                glob::Pattern::new(entry).map_err(|source| PolicyProblem::Glob {
+                    list,
+                    entry: entry.clone(),
+                    source,
+                })?;
+            }
         }
         Ok(policy)
     }
 
     /// Reads the policy file an operator mounted.
     pub fn read(path: &Path) -> Result<GrantPolicy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Read {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
             path: path.into(),
-            reason: e.to_string(),
+            source,
         })?;
-        GrantPolicy::parse(&text).map_err(|reason| PolicyError::Invalid {
+        GrantPolicy::parse(&text).map_err(|source| PolicyError::Invalid {
             path: path.into(),
-            reason,
+            source,
         })
     }
 
@@ -594,8 +621,9 @@ mod tests {
     #[test]
     fn the_deployed_policy_is_the_defaults() {
         let text = include_str!("../../../../deploy/grant-policy.yaml");
-        let doc = serde_yaml::Deserializer::from_str(text)
-            .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        let doc = iar_core::yaml::manifests::<serde_json::Value>(text)
+            .unwrap()
+            .into_iter()
             .find(|d| d["kind"] == "ConfigMap")
             .expect("the policy ConfigMap");
         let policy = GrantPolicy::parse(doc["data"]["policy.yaml"].as_str().unwrap()).unwrap();
@@ -604,13 +632,14 @@ mod tests {
 
     #[test]
     fn a_misspelt_policy_is_an_error_naming_it() {
-        let err = GrantPolicy::parse("maxLimits: {deadlines: 5s}").unwrap_err();
-        assert!(err.contains("deadlines"), "{err}");
-        let err = GrantPolicy::parse("readabel: [pods]").unwrap_err();
-        assert!(err.contains("readabel"), "{err}");
-        let err = GrantPolicy::parse("readable: ['[']").unwrap_err();
-        assert!(err.contains("not a glob"), "{err}");
-        let err = GrantPolicy::parse("isolation: [none]").unwrap_err();
-        assert!(err.contains("none"), "{err}");
+        let err = |text| GrantPolicy::parse(text).unwrap_err().to_string();
+        let e = err("maxLimits: {deadlines: 5s}");
+        assert!(e.contains("deadlines"), "{e}");
+        let e = err("readabel: [pods]");
+        assert!(e.contains("readabel"), "{e}");
+        let e = err("readable: ['[']");
+        assert!(e.contains("not a glob"), "{e}");
+        let e = err("isolation: [none]");
+        assert!(e.contains("none"), "{e}");
     }
 }

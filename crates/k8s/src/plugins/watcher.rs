@@ -37,7 +37,11 @@ pub enum WatchError {
     #[error("the watch of plugin ConfigMaps in namespace {namespace:?} ended")]
     Ended { namespace: String },
     #[error("plugin ConfigMaps in namespace {namespace:?}: {reason}")]
-    Https { namespace: String, reason: String },
+    Https {
+        namespace: String,
+        #[source]
+        reason: super::load::HttpsClientError,
+    },
 }
 
 /// Options of [`watch_with`].

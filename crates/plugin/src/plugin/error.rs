@@ -241,7 +241,11 @@ pub enum LoadError {
         source: std::io::Error,
     },
     #[error("plugin {plugin:?}: {reason} (rule: valid-component)")]
-    Invalid { plugin: String, reason: String },
+    Invalid {
+        plugin: String,
+        #[source]
+        reason: InvalidComponent,
+    },
     #[error(
         "plugin {plugin:?}: does not export {expected} (rule: plugin-world); it exports [{found}]"
     )]
@@ -263,13 +267,27 @@ pub enum LoadError {
     )]
     SharedMemory { plugin: String },
     #[error("plugin {plugin:?}: {reason} (rule: component-limits)")]
-    ComponentLimits { plugin: String, reason: String },
+    ComponentLimits {
+        plugin: String,
+        #[source]
+        reason: crate::contract::ShapeError,
+    },
     #[error("plugin {plugin:?}: cannot be linked: {reason} (rule: imports-available)")]
     Link { plugin: String, reason: String },
     #[error("plugin {plugin:?}: compiling failed: {reason}")]
     Compile { plugin: String, reason: String },
     #[error(transparent)]
     AppliesTo(Box<CallError>),
+}
+
+/// Why a file is not a valid component.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidComponent {
+    #[error("{0}")]
+    Shape(#[source] crate::contract::ShapeError),
+    /// wasmparser's validation, before anything is compiled.
+    #[error("invalid component: {0}")]
+    Validation(#[source] wasmparser::BinaryReaderError),
 }
 
 impl From<CallError> for LoadError {

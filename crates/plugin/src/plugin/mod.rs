@@ -10,10 +10,10 @@ pub mod validate;
 
 pub use crate::contract::Interface;
 pub use crate::sandbox::{GuestLog, plugin_of_line};
-pub use error::{ActionError, Call, CallError, LoadError, Target, Violation};
+pub use error::{ActionError, Call, CallError, InvalidComponent, LoadError, Target, Violation};
 pub use instance::{PluginInstance, StdioCounts, lift_budget};
 pub use relations::{FnRelation, PluginRelation, Relation};
-pub use settings::{PluginSettings, SettingsFile};
+pub use settings::{PluginSettings, SettingsError, SettingsFile};
 pub use validate::{ExecuteResult, Phase, Progress, RestoreResult};
 
 use crate::contract::{self, ComponentShape, v1};
@@ -75,7 +75,7 @@ impl RestoreRef {
     pub fn as_restored(
         &self,
         from_backup: &iar_core::item::Item,
-    ) -> Result<iar_core::item::Item, String> {
+    ) -> Result<iar_core::item::Item, iar_core::item::ItemError> {
         let mut value = from_backup.value().clone();
         if let Some(meta) = value
             .get_mut("metadata")
@@ -105,7 +105,7 @@ impl RestoreRef {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("status");
         }
-        iar_core::item::Item::from_value(value, Catalog::builtin()).map_err(|e| e.to_string())
+        iar_core::item::Item::from_value(value, Catalog::builtin())
     }
 
     pub(crate) fn to_wit(&self) -> contract::latest::restore_action::Restore {
@@ -186,12 +186,14 @@ impl Plugin {
         settings: PluginSettings,
     ) -> Result<Plugin, LoadError> {
         let plugin = name.to_string();
-        let invalid = |reason: String| LoadError::Invalid {
+        let invalid = |reason| LoadError::Invalid {
             plugin: plugin.clone(),
             reason,
         };
-        let shape = ComponentShape::read(bytes).map_err(&invalid)?;
-        if ComponentShape::declares_shared_memory(bytes).map_err(&invalid)? {
+        let shape = ComponentShape::read(bytes).map_err(|e| invalid(InvalidComponent::Shape(e)))?;
+        if ComponentShape::declares_shared_memory(bytes)
+            .map_err(|e| invalid(InvalidComponent::Shape(e)))?
+        {
             return Err(LoadError::SharedMemory {
                 plugin: plugin.clone(),
             });
@@ -207,7 +209,7 @@ impl Plugin {
         // spent on garbage.
         wasmparser::Validator::new_with_features(crate::runtime::validator_features())
             .validate_all(bytes)
-            .map_err(|e| invalid(format!("invalid component: {e}")))?;
+            .map_err(|e| invalid(InvalidComponent::Validation(e)))?;
         let digest = hex::encode(Sha256::digest(bytes));
         let component = runtime
             .compile(bytes, &digest)
@@ -427,9 +429,9 @@ fn check_version(
         .map(|v| format!("{}@{v}", contract::PACKAGE))
         .collect::<Vec<_>>()
         .join(", ");
-    let invalid = |reason: String| LoadError::Invalid {
+    let invalid = |e| LoadError::Invalid {
         plugin: plugin.to_string(),
-        reason,
+        reason: InvalidComponent::Shape(e),
     };
     match shape.contract().map_err(invalid)? {
         Some((v, interfaces)) if contract::SUPPORTED.contains(&v.as_str()) => {

@@ -8,7 +8,7 @@ use iar_core::cluster::ReadGrants;
 use iar_core::cluster::writes::WriteGrants;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How the operator configured one plugin.
 #[derive(Clone, Debug, Default)]
@@ -35,31 +35,59 @@ pub struct SettingsFile {
     pub allow_write: Vec<String>,
 }
 
+/// Settings that cannot be read or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("reading plugin settings {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A settings file's YAML, or what it says, does not read.
+    #[error("{}{source}", path.as_ref().map(|p| format!("plugin settings {}: ", p.display())).unwrap_or_default())]
+    Parse {
+        /// The file, when the settings are one.
+        path: Option<PathBuf>,
+        #[source]
+        source: Box<iar_core::yaml::Error>,
+    },
+    #[error(transparent)]
+    Grant(#[from] iar_core::cluster::GrantError),
+}
+
 impl SettingsFile {
     /// Reads a settings file; a missing file is the defaults.
-    pub fn read_or_default(path: &Path) -> anyhow::Result<SettingsFile> {
-        use anyhow::Context;
+    pub fn read_or_default(path: &Path) -> Result<SettingsFile, SettingsError> {
         if !path.exists() {
             return Ok(SettingsFile::default());
         }
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading plugin settings {}", path.display()))?;
-        serde_yaml::from_str(&text).with_context(|| format!("plugin settings {}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        iar_core::yaml::from_str(&text).map_err(|e| SettingsError::Parse {
+            path: Some(path.to_path_buf()),
+            source: Box::new(e),
+        })
     }
 
     /// Parses a YAML (or JSON) document; empty text is the defaults.
-    pub fn parse(text: &str) -> Result<SettingsFile, String> {
+    pub fn parse(text: &str) -> Result<SettingsFile, SettingsError> {
         if text.trim().is_empty() {
             return Ok(SettingsFile::default());
         }
-        serde_yaml::from_str(text).map_err(|e| e.to_string())
+        iar_core::yaml::from_str(text).map_err(|e| SettingsError::Parse {
+            path: None,
+            source: Box::new(e),
+        })
     }
 
     /// The settings a plugin is loaded with; `extra` config wins over the file's.
     pub fn into_settings(
         self,
         extra: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<PluginSettings, String> {
+    ) -> Result<PluginSettings, SettingsError> {
         let grants = match &self.allow_read {
             Some(list) => ReadGrants::only(list)?,
             None => ReadGrants::default(),
