@@ -4,7 +4,7 @@
 //! directory, go-plugin's handshake and gRPC, the BackupItemAction v2 calls,
 //! restartable processes. Each wasm plugin is the action `iar.dev/NAME`.
 
-use crate::support::{cache_dir, iar, repo, server, text};
+use crate::support::{cache_dir, iar, server, text};
 use iar_tests::artifacts;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -632,7 +632,7 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
             settings_file.to_str().unwrap(),
         ]);
         assert!(out.status.success(), "{}", text(&out));
-        let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).unwrap();
+        let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
         configmaps
             .create(&PostParams::default(), &cm)
             .await
