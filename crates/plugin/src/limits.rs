@@ -63,15 +63,18 @@ pub enum Isolation {
     Backup,
 }
 
+/// An isolation that is neither `item` nor `backup`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown isolation {0:?} (use \"item\" or \"backup\")")]
+pub struct UnknownIsolation(pub String);
+
 impl std::str::FromStr for Isolation {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownIsolation;
+    fn from_str(s: &str) -> Result<Self, UnknownIsolation> {
         match s {
             "item" => Ok(Isolation::Item),
             "backup" => Ok(Isolation::Backup),
-            other => Err(format!(
-                "unknown isolation {other:?} (use \"item\" or \"backup\")"
-            )),
+            other => Err(UnknownIsolation(other.to_string())),
         }
     }
 }
@@ -144,27 +147,34 @@ pub mod humantime_serde_compat {
     }
 }
 
+/// A byte size that is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ByteSizeError {
+    #[error("{0:?} is not a byte size")]
+    NotASize(String),
+    #[error("unknown size unit {0:?} (use B, KiB, MiB, GiB)")]
+    Unit(String),
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
+
 /// Parses a byte size: "64MiB", "512KiB", "1GiB", "1000".
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
+pub fn parse_bytes(s: &str) -> Result<usize, ByteSizeError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: usize = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a byte size"))?;
+        .map_err(|_| ByteSizeError::NotASize(s.to_string()))?;
     let mult = match unit.trim() {
         "" | "B" => 1,
         "K" | "KiB" | "Ki" => 1 << 10,
         "M" | "MiB" | "Mi" => 1 << 20,
         "G" | "GiB" | "Gi" => 1 << 30,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} (use B, KiB, MiB, GiB)"
-            ));
-        }
+        other => return Err(ByteSizeError::Unit(other.to_string())),
     };
     n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
+        .ok_or_else(|| ByteSizeError::TooLarge(s.to_string()))
 }
 
 #[cfg(test)]
@@ -179,6 +189,7 @@ mod tests {
         assert!(
             parse_bytes("12 parsecs")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown size unit")
         );
         assert!(parse_bytes("MiB").is_err());

@@ -9,12 +9,10 @@ use super::parse_documents;
 use serde_json::{Value, json};
 use std::path::Path;
 
-/// `v: <scalar>` as iar reads it in a manifest, or its error.
-fn read(scalar: &str) -> Result<Value, String> {
+/// `v: <scalar>` as iar reads it in a manifest, or its error's message.
+fn read(scalar: &str) -> Result<Value, super::ManifestError> {
     let text = format!("kind: ConfigMap\nv: {scalar}\n");
-    parse_documents(Path::new("x.yaml"), &text)
-        .map(|mut docs| docs.remove(0)["v"].take())
-        .map_err(|e| e.to_string())
+    parse_documents(Path::new("x.yaml"), &text).map(|mut docs| docs.remove(0)["v"].take())
 }
 
 /// Where iar reads as kubectl does: YAML 1.1 booleans, octal, the integer
@@ -43,7 +41,7 @@ fn scalars_read_as_kubectl_reads_them() {
         ("\"0755\"", json!("0755")),
     ];
     for (scalar, kubectl) in cases {
-        assert_eq!(read(scalar).as_ref(), Ok(&kubectl), "v: {scalar}");
+        assert_eq!(read(scalar).unwrap(), kubectl, "v: {scalar}");
     }
 }
 
@@ -81,8 +79,8 @@ fn where_iar_differs_from_kubectl() {
     // Spellings outside YAML 1.1's lists: kubectl takes `yEs` as text and
     // `0X1F` as 31, iar the other way round. Neither is written by hand
     // in a manifest (a linter flags both).
-    assert_eq!(read("yEs"), Ok(json!(true)), "kubectl: \"yEs\"");
-    assert_eq!(read("0X1F"), Ok(json!("0X1F")), "kubectl: 31");
+    assert_eq!(read("yEs").unwrap(), json!(true), "kubectl: \"yEs\"");
+    assert_eq!(read("0X1F").unwrap(), json!("0X1F"), "kubectl: 31");
 }
 
 /// `.inf` and `.nan` have no JSON: kubectl refuses them ("json:
@@ -91,7 +89,7 @@ fn where_iar_differs_from_kubectl() {
 #[test]
 fn non_finite_floats_are_refused() {
     for scalar in [".inf", "-.inf", ".nan"] {
-        let err = read(scalar).unwrap_err();
+        let err = read(scalar).unwrap_err().to_string();
         assert!(
             err.starts_with("x.yaml: document 1: ") && err.contains("at line 2, column 4"),
             "v: {scalar}: {err}"

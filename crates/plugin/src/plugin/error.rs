@@ -273,11 +273,52 @@ pub enum LoadError {
         reason: crate::contract::ShapeError,
     },
     #[error("plugin {plugin:?}: cannot be linked: {reason} (rule: imports-available)")]
-    Link { plugin: String, reason: String },
+    Link {
+        plugin: String,
+        #[source]
+        reason: EngineError,
+    },
     #[error("plugin {plugin:?}: compiling failed: {reason}")]
-    Compile { plugin: String, reason: String },
+    Compile {
+        plugin: String,
+        #[source]
+        reason: EngineError,
+    },
     #[error(transparent)]
     AppliesTo(Box<CallError>),
+}
+
+/// An error of wasmtime's (compiling, linking), kept as the source and
+/// shown with its causes as `{:#}` shows them.
+#[derive(Debug)]
+pub struct EngineError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl EngineError {
+    pub(crate) fn from_anyhow(e: anyhow::Error) -> Self {
+        EngineError(e.into())
+    }
+
+    pub(crate) fn from_wasmtime(e: wasmtime::Error) -> Self {
+        EngineError(e.into_boxed_dyn_error())
+    }
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            write!(f, ": {e}")?;
+            cause = e.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
 }
 
 /// Why a file is not a valid component.
@@ -293,5 +334,24 @@ pub enum InvalidComponent {
 impl From<CallError> for LoadError {
     fn from(e: CallError) -> Self {
         LoadError::AppliesTo(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineError;
+    use std::error::Error;
+
+    /// An engine error reads as `{:#}` read it when it was a string, and
+    /// keeps the error as its source.
+    #[test]
+    fn an_engine_error_shows_its_causes_and_keeps_them() {
+        let e = anyhow::anyhow!("unknown import `iar:plugin/host`").context("linking");
+        let shown = format!("{e:#}");
+        let e = EngineError::from_anyhow(e);
+        assert_eq!(e.to_string(), shown);
+        assert_eq!(e.source().unwrap().to_string(), "linking");
+        let w = EngineError::from_wasmtime(wasmtime::Error::msg("no such export"));
+        assert_eq!(w.to_string(), "no such export");
     }
 }

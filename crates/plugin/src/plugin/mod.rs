@@ -10,7 +10,9 @@ pub mod validate;
 
 pub use crate::contract::Interface;
 pub use crate::sandbox::{GuestLog, plugin_of_line};
-pub use error::{ActionError, Call, CallError, InvalidComponent, LoadError, Target, Violation};
+pub use error::{
+    ActionError, Call, CallError, EngineError, InvalidComponent, LoadError, Target, Violation,
+};
 pub use instance::{PluginInstance, StdioCounts, lift_budget};
 pub use relations::{FnRelation, PluginRelation, Relation};
 pub use settings::{PluginSettings, SettingsError, SettingsFile};
@@ -215,18 +217,18 @@ impl Plugin {
             .compile(bytes, &digest)
             .map_err(|e| LoadError::Compile {
                 plugin: plugin.clone(),
-                reason: format!("{e:#}"),
+                reason: EngineError::from_anyhow(e),
             })?;
         let pre = runtime
             .linker()
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Link {
                 plugin: plugin.clone(),
-                reason: format!("{e:#}"),
+                reason: EngineError::from_wasmtime(e),
             })?;
         let exports = Exports::new(pre, &version, &interfaces).map_err(|e| LoadError::Link {
             plugin: plugin.clone(),
-            reason: format!("{e:#}"),
+            reason: EngineError::from_wasmtime(e),
         })?;
         let config = Arc::new(settings.config.clone());
         let grants = Arc::new(settings.grants.clone());

@@ -38,14 +38,19 @@ const STALE_TEMP: Duration = Duration::from_secs(3600);
 
 /// The bound `value` (of [`ENV_CACHE_MAX_BYTES`]) sets: unset is
 /// [`DEFAULT_CACHE_MAX_BYTES`].
-pub fn cache_max_bytes_from(value: Option<&str>) -> Result<u64, String> {
+pub fn cache_max_bytes_from(value: Option<&str>) -> Result<u64, CacheBoundError> {
     match value {
         None => Ok(DEFAULT_CACHE_MAX_BYTES),
         Some(v) => crate::limits::parse_bytes(v)
             .map(|n| n as u64)
-            .map_err(|e| format!("{ENV_CACHE_MAX_BYTES}: {e}")),
+            .map_err(CacheBoundError),
     }
 }
+
+/// A cache bound ([`ENV_CACHE_MAX_BYTES`]) that is not a byte size.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{ENV_CACHE_MAX_BYTES}: {0}")]
+pub struct CacheBoundError(#[source] pub crate::limits::ByteSizeError);
 
 /// Feeds what a `Hash` writes into a sha256, as wasmtime's own cache
 /// (`wasmtime-cache`) keys its entries: a fixed algorithm, where

@@ -310,7 +310,7 @@ fn the_bound_reads_as_a_size() {
     assert_eq!(cache_max_bytes_from(None), Ok(1 << 30));
     assert_eq!(cache_max_bytes_from(Some("512MiB")), Ok(512 << 20));
     assert_eq!(cache_max_bytes_from(Some("0")), Ok(0));
-    let err = cache_max_bytes_from(Some("lots")).unwrap_err();
+    let err = cache_max_bytes_from(Some("lots")).unwrap_err().to_string();
     assert!(err.starts_with("IAR_CACHE_MAX_BYTES: "), "{err}");
 }
 
