@@ -632,7 +632,7 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
             settings_file.to_str().unwrap(),
         ]);
         assert!(out.status.success(), "{}", text(&out));
-        let cm: ConfigMap = serde_yaml::from_slice(&out.stdout).unwrap();
+        let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).unwrap();
         configmaps
             .create(&PostParams::default(), &cm)
             .await
