@@ -33,6 +33,10 @@
 //! snapshot, as Velero's CSI action labels it; on restore (contract 1.3.0)
 //! such a claim is restored from that snapshot: `spec.dataSource` names it,
 //! the old volume's binding is dropped, and the snapshot is restored first.
+//! The name is the one Velero's own VolumeSnapshot restore action gives the
+//! restored snapshot (the hex sha256 of `<restore uid>/<snapshot>`, so two
+//! restores of one backup do not collide), as Velero's CSI PVC restore
+//! action names it.
 //!
 //! Config: `snapshot-group` (default `snapshot.storage.k8s.io`),
 //! `snapshot-class` (the class for every driver, unless a claim names one).
@@ -119,6 +123,18 @@ const BINDING_ANNOTATIONS: [&str; 5] = [
 ];
 
 /// The claim annotation naming its VolumeSnapshotClass (Velero's).
+/// Makes Velero restore a claim's additional items even where the
+/// restore's resource filters exclude them (Velero's CSI PVC action sets it).
+const MUST_INCLUDE_ANNOTATION: &str = "restore.velero.io/must-include-additional-items";
+
+/// The name Velero's VolumeSnapshot restore action gives a snapshot it
+/// restores: the hex sha256 of `<restore uid>/<name in the backup>`.
+fn restored_snapshot_name(restore_uid: &str, snapshot: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{restore_uid}/{snapshot}"));
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 const CLASS_ANNOTATION: &str = "velero.io/csi-volume-snapshot-class";
 /// The label that makes a class Velero's choice for its driver.
 const CLASS_LABEL: &str = "velero.io/csi-volumesnapshot-class";
@@ -452,7 +468,8 @@ impl RestoreItemAction for PvcSnapshot {
             return Ok(RestoreOutput::unchanged());
         };
         let group = group();
-        let source = json!({"apiGroup": group, "kind": "VolumeSnapshot", "name": snapshot});
+        let restored = restored_snapshot_name(&input.restore.uid, &snapshot);
+        let source = json!({"apiGroup": group, "kind": "VolumeSnapshot", "name": restored});
         let backed_up_in = input.item_from_backup.namespace().to_string();
         let mut item = input.item;
         let claim = item.json_mut();
@@ -466,8 +483,14 @@ impl RestoreItemAction for PvcSnapshot {
                 annotations.remove(a);
             }
         }
+        // The snapshot is restored even where the restore's filters leave
+        // snapshots out (Velero reads and removes this annotation).
+        if !claim["metadata"]["annotations"].is_object() {
+            claim["metadata"]["annotations"] = json!({});
+        }
+        claim["metadata"]["annotations"][MUST_INCLUDE_ANNOTATION] = Value::from("true");
         info!(
-            "{}/{} is restored from VolumeSnapshot {snapshot}",
+            "{}/{} is restored from VolumeSnapshot {snapshot} (restored as {restored})",
             item.namespace(),
             item.name()
         );

@@ -1,6 +1,6 @@
 //! A real Kubernetes API server for tests: etcd (from the `etcd-bin-vendored`
 //! crate) and kube-apiserver (built from `k8s.io/kubernetes` by
-//! `tools/kube-apiserver/build.sh`, or named by `IAR_KUBE_APISERVER`) on
+//! `tools/kubernetes/build.sh`, or named by `IAR_KUBE_APISERVER`) on
 //! free loopback ports, with RBAC on and two users ([`User`]).
 //!
 //! ```no_run
