@@ -190,6 +190,78 @@ pub async fn cut_snapshot(client: &Client, ns: &str, name: &str) -> String {
     content
 }
 
+/// Plays the CSI provisioner for claim `ns/name`, whose data source is a
+/// ready VolumeSnapshot: the volume it would provision from that snapshot
+/// (a PersistentVolume of [`DRIVER`] whose handle names the snapshot's),
+/// bound to the claim as the PV controller binds them. Returns the
+/// volume's name.
+pub async fn provision_from_snapshot(client: &Client, ns: &str, name: &str) -> String {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
+    let claim = claims.get(name).await.unwrap();
+    let source = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.data_source.clone())
+        .unwrap_or_else(|| panic!("{ns}/{name} has no data source"));
+    let snapshot = snapshot_api(client, ns).get(&source.name).await.unwrap();
+    assert_eq!(
+        snapshot.data["status"]["readyToUse"], true,
+        "a provisioner waits for a ready snapshot: {:?}",
+        snapshot.data
+    );
+    let content = content_api(client)
+        .get(
+            snapshot.data["status"]["boundVolumeSnapshotContentName"]
+                .as_str()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let handle = content.data["status"]["snapshotHandle"].as_str().unwrap();
+    let pv_name = format!("pvc-{}", claim.metadata.uid.as_deref().unwrap());
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": DRIVER, "volumeHandle": format!("vol-from-{handle}")},
+            "claimRef": {"namespace": ns, "name": name, "uid": claim.metadata.uid},
+            "persistentVolumeReclaimPolicy": "Delete",
+        }
+    }))
+    .unwrap();
+    let volumes = Api::<PersistentVolume>::all(client.clone());
+    volumes
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap_or_else(|e| panic!("create pv {pv_name}: {e}"));
+    volumes
+        .patch_status(
+            &pv_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .unwrap();
+    claims
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"volumeName": pv_name}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("bind {ns}/{name} to {pv_name}: {e}"));
+    claims
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}})),
+        )
+        .await
+        .unwrap();
+    pv_name
+}
+
 /// pvc-snapshot with the write grant it needs.
 pub fn pvc_snapshot(runtime: &iar::Runtime) -> Plugin {
     let settings = PluginSettings {

@@ -27,7 +27,8 @@ pub(crate) const BUCKET: &str = "velero";
 /// metrics on :8080 (no flag moves it), so a second one would exit.
 pub(crate) static ONE_VELERO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The directory `tools/velero/build.sh` built the three binaries into, or
+/// The directory `tools/velero/build.sh` built Velero's server and CLI, its
+/// AWS plugin, versitygw and Velero's plugin client into, or
 /// `None` (said loudly; a failure under CI) without Go.
 pub(crate) fn tools() -> Option<PathBuf> {
     if Command::new("go").arg("version").output().is_err() {
@@ -365,7 +366,13 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     )
     .unwrap();
     crate::csi::grant_in_dir(&snapshot_plugins, "pvc-snapshot");
-    let overlay = work.path().join("overlay");
+    // This backup is written to the bucket's directory as a local store,
+    // which versitygw serves: the manifest mode's own layout, overlay
+    // included (under plugins/iar/), is what Velero's location validation
+    // below reads; an entry at the top it does not know would make it
+    // refuse the whole location.
+    let bucket_dir = work.path().join("s3").join(BUCKET);
+    let overlay = bucket_dir.join("plugins/iar/cluster-overlay");
     let contents = overlay.join("volumesnapshotcontents.snapshot.storage.k8s.io/_cluster");
     std::fs::create_dir_all(&contents).unwrap();
     std::fs::write(
@@ -379,23 +386,18 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         json!({"boundVolumeSnapshotContentName": "snapcontent-data-web-0-demo",
             "creationTime": "2026-11-30T01:00:04Z", "readyToUse": true, "restoreSize": "1Gi"}),
     );
-    let out = iar_on_s3(
-        &endpoint,
-        &[
-            "backup",
-            "--items",
-            repo().join("examples/cluster").to_str().unwrap(),
-            "--plugins",
-            snapshot_plugins.to_str().unwrap(),
-            "--store",
-            &format!("s3://{BUCKET}"),
-            "--overlay",
-            overlay.to_str().unwrap(),
-            "--sync-period",
-            "1s",
-            "demo",
-        ],
-    );
+    let out = iar(&[
+        "backup",
+        "--items",
+        repo().join("examples/cluster").to_str().unwrap(),
+        "--plugins",
+        snapshot_plugins.to_str().unwrap(),
+        "--store",
+        bucket_dir.to_str().unwrap(),
+        "--sync-period",
+        "1s",
+        "demo",
+    ]);
     assert!(out.status.success(), "iar backup demo: {}", text(&out));
     drop(snapshot_controller);
 
@@ -412,6 +414,7 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         "the snapshot-controller runs"
     );
     velero_plugins(&tools, work.path());
+    let since = std::time::SystemTime::now() - Duration::from_secs(1);
     let velero = velero_server(
         &tools,
         server,
@@ -420,6 +423,9 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         "EnableAPIGroupVersions,EnableCSI",
     );
     let log = work.path().join("velero-server.log");
+    // Velero's own validation of the store's layout (its persistence
+    // code's IsValid) accepts the bucket iar wrote, overlay and all.
+    wait_location_available(&client, "velero", since, &log).await;
 
     // Backup sync runs on a one-minute timer, whatever its flag says.
     let backups: Api<DynamicObject> = Api::namespaced_with(
@@ -936,6 +942,15 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         image.join("config-block.wasm"),
     )
     .unwrap();
+    // A restore action with an asynchronous operation (`op-<item>`, done at
+    // its first progress call): Velero's restore operations controller
+    // tracks it.
+    std::fs::copy(
+        iar_tests::artifacts::RESTORE_HOSTILE,
+        image.join("restore-op.wasm"),
+    )
+    .unwrap();
+    std::fs::write(image.join("restore-op.yaml"), "config: {mode: operation}\n").unwrap();
     let install = || {
         let out = iar(&[
             "plugin",
@@ -950,7 +965,7 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     };
     assert_eq!(
         install(),
-        "iar.dev/config-block\niar.dev/labels\niar.dev/pvc-snapshot\n"
+        "iar.dev/config-block\niar.dev/labels\niar.dev/pvc-snapshot\niar.dev/restore-op\n"
     );
     {
         use std::os::unix::fs::PermissionsExt;
@@ -1052,6 +1067,55 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "via-velero",
         "labels' restore action, run by Velero's restore"
     );
+    // restore-op's operation, tracked by Velero's restore operations
+    // controller through iar's Progress to Completed before the restore
+    // ended, and shown by Velero's own CLI.
+    assert_eq!(status["restoreItemOperationsAttempted"], 1, "{status}");
+    assert_eq!(status["restoreItemOperationsCompleted"], 1, "{status}");
+    assert_eq!(status.get("restoreItemOperationsFailed"), None, "{status}");
+    let out = Command::new(tools.join("velero"))
+        .args(["restore", "describe", "via-velero-1", "--details"])
+        .args([
+            "--colorized=false",
+            "--namespace",
+            velero_ns,
+            "--kubeconfig",
+        ])
+        .arg(server.kubeconfig())
+        .env("HOME", work.path())
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "velero restore describe: {described}");
+    // Velero's describer aligns columns with tabs and spaces.
+    let lines: Vec<String> = described
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    for line in [
+        "Restore Item Operations:",
+        &format!("Operation for configmaps {app}-restored/app-config:"),
+        "Restore Item Action Plugin: iar.dev/restore-op",
+        "Operation ID: op-app-config",
+        "Phase: Completed",
+        "Progress: 1 of 1 complete ()",
+        "Progress description: restored",
+    ] {
+        assert!(
+            lines.iter().any(|l| l == line),
+            "{line:?} not in:\n{described}"
+        );
+    }
+    drop(velero);
+
+    // Velero runs its CSI restore actions only with EnableCSI (its log says
+    // "Skip action velero.io/csi-volumesnapshot-restorer ... because the
+    // CSI feature is not enabled" otherwise), so the claim's restore from
+    // its snapshot is asked of a server started with it.
+    let since = std::time::SystemTime::now() - Duration::from_secs(1);
+    let velero = velero_server(&tools, server, work.path(), velero_ns, "EnableCSI");
+    wait_location_available(&client, velero_ns, since, &log).await;
+    restores_a_claim_from_its_snapshot(&client, velero_ns, app, work.path(), &log).await;
     drop(velero);
 
     // A hostile plugin, added later: Velero lists plugins when it starts,
@@ -1122,5 +1186,121 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     assert!(
         velero.0.try_wait().unwrap().is_none(),
         "the Velero server is still running"
+    );
+}
+
+/// Velero restores the claim pvc-snapshot snapshotted in backup
+/// `via-velero`, and only the claim (its resource filter names nothing
+/// else): pvc-snapshot's restore action, run by Velero, points the claim's
+/// data source at the snapshot under the name Velero's own VolumeSnapshot
+/// restore action gives it, and names the snapshot as an item Velero must
+/// restore first whatever its filters say. Velero's CSI actions (on with
+/// `EnableCSI`) restore the snapshot statically bound to a content holding
+/// the backed-up snapshot handle; the real snapshot-controller binds the two; the test
+/// plays the CSI driver's sidecar and provisioner, and the claim is bound
+/// to a volume provisioned from that snapshot.
+async fn restores_a_claim_from_its_snapshot(
+    client: &kube::Client,
+    velero_ns: &str,
+    app: &str,
+    work: &Path,
+    log: &Path,
+) {
+    let target = format!("{app}-csi");
+    let (status, results) = velero_restore(
+        client,
+        velero_ns,
+        "via-velero-csi",
+        json!({"backupName": "via-velero",
+            "namespaceMapping": {app: &target},
+            "includedResources": ["persistentvolumeclaims"]}),
+        &work.join("s3"),
+        log,
+    )
+    .await;
+    assert_eq!(status["phase"], "Completed", "{status}\n{results}");
+    let restore = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        velero_ns,
+        &resource("velero.io", "v1", "Restore", "restores"),
+    )
+    .get("via-velero-csi")
+    .await
+    .unwrap();
+    let uid = restore.metadata.uid.unwrap();
+    // Velero's name for the restored snapshot: hex sha256 of
+    // "<restore uid>/<name in the backup>".
+    let restored_name = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("{uid}/data-via-velero"));
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let claims = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        client.clone(),
+        &target,
+    );
+    let claim = claims.get("data").await.unwrap();
+    let spec = claim.spec.as_ref().unwrap();
+    let source = spec
+        .data_source
+        .as_ref()
+        .expect("the claim has a data source");
+    assert_eq!(
+        (
+            source.kind.as_str(),
+            source.name.as_str(),
+            source.api_group.as_deref()
+        ),
+        (
+            "VolumeSnapshot",
+            restored_name.as_str(),
+            Some("snapshot.storage.k8s.io")
+        ),
+        "{claim:?}"
+    );
+    assert_eq!(spec.volume_name, None, "the old volume's binding is gone");
+    // The snapshot, restored first although the filter named only claims,
+    // and its content with the backed-up snapshot handle.
+    let snapshot = crate::csi::snapshot_api(client, &target)
+        .get(&restored_name)
+        .await
+        .unwrap_or_else(|e| {
+            let restore_log = gunzip(
+                &work
+                    .join("s3")
+                    .join(BUCKET)
+                    .join("restores/via-velero-csi/restore-via-velero-csi-logs.gz"),
+            );
+            panic!("the restored snapshot {restored_name}: {e}\n{results}\n{restore_log}")
+        });
+    let content_name = snapshot.data["spec"]["source"]["volumeSnapshotContentName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("restored as a static snapshot: {:?}", snapshot.data))
+        .to_string();
+    let content = crate::csi::content_api(client)
+        .get(&content_name)
+        .await
+        .unwrap();
+    assert_eq!(
+        content.data["spec"]["source"]["snapshotHandle"], "snap-data-via-velero",
+        "{:?}",
+        content.data
+    );
+    // The real snapshot-controller binds them; the sidecar's part is
+    // played (the driver confirms the handle), then the provisioner's.
+    crate::csi::cut_snapshot(client, &target, &restored_name).await;
+    let volume = crate::csi::provision_from_snapshot(client, &target, "data").await;
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(
+        claim.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Bound"),
+        "{claim:?}"
+    );
+    assert_eq!(
+        claim.spec.unwrap().volume_name.as_deref(),
+        Some(volume.as_str())
     );
 }

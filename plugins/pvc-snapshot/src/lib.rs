@@ -36,7 +36,8 @@
 //! The name is the one Velero's own VolumeSnapshot restore action gives the
 //! restored snapshot (the hex sha256 of `<restore uid>/<snapshot>`, so two
 //! restores of one backup do not collide), as Velero's CSI PVC restore
-//! action names it.
+//! action names it; so inside Velero it needs `--features=EnableCSI`, as
+//! Velero's own CSI restore does.
 //!
 //! Config: `snapshot-group` (default `snapshot.storage.k8s.io`),
 //! `snapshot-class` (the class for every driver, unless a claim names one).
