@@ -136,6 +136,8 @@ impl PhaseMachine {
         Arc::get_mut(&mut self.journal)
             .expect("the clock is set before the machine runs")
             .clock = clock.clone();
+        // Leases and fences too: a stepped clock expires a lease.
+        self.store = self.store.clone().with_clock(clock.clone());
         self.clock = clock;
         self
     }

@@ -77,7 +77,7 @@ impl BackupStore {
             )));
         }
         let expires = *fence.expires.lock().unwrap_or_else(|p| p.into_inner());
-        if expires <= SystemTime::now() {
+        if expires <= self.clock.system_now() {
             return Err(refuse(format!(
                 "its lease (generation {}) expired at {} unrenewed",
                 fence.generation,

@@ -247,7 +247,7 @@ impl BackupStore {
         // A contender that loses the create race reads the winner's lease
         // next time round, so a few rounds always settle it.
         for _ in 0..8 {
-            let now = SystemTime::now();
+            let now = self.clock.system_now();
             let generation = match self.current_lease(backup).await? {
                 Some(current) if !current.free(now) => {
                     return Err(LeaseError::Held {
@@ -330,7 +330,7 @@ impl Lease {
             backup: self.backup.clone(),
             reason,
         };
-        let now = SystemTime::now();
+        let now = self.store.clock.system_now();
         if self.record.expires_at() <= now {
             return Err(lost(format!(
                 "it expired at {} before it could be renewed",
@@ -381,7 +381,7 @@ impl Lease {
         }
         let mut done = self.record.clone();
         done.released = true;
-        done.expires = rfc3339(SystemTime::now());
+        done.expires = rfc3339(self.store.clock.system_now());
         Ok(self.write(&done).await?)
     }
 }

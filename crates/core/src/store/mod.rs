@@ -211,6 +211,9 @@ pub struct BackupStore {
     /// Who this process is in the leases it takes ([`lease::holder_id`],
     /// with the replica's name in front when it has one).
     holder: Arc<str>,
+    /// What leases and fences read the time from (a test's `ManualClock`
+    /// steps a lease past its expiry).
+    clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -309,7 +312,15 @@ impl BackupStore {
             fences: Arc::default(),
             conditional: Arc::default(),
             holder: lease::holder_id().into(),
+            clock: crate::clock::RealClock::shared(),
         }
+    }
+
+    /// Reads lease and fence times from `clock` (the phase machine's, so a
+    /// test steps both together).
+    pub fn with_clock(mut self, clock: Arc<dyn crate::clock::Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Names this process `name` in the leases it takes (a controller

@@ -1,6 +1,7 @@
-//! The lease kept between steps, renewed and abandoned. The store's
-//! lease reads the real clock (`iar_core::store::lease`), so these tests
-//! wait for a renewal or an expiry (never a fixed sleep).
+//! The lease kept between steps, renewed and abandoned. A lease's expiry
+//! reads the phase machine's clock (passed to the store), so the takeover
+//! test steps a `ManualClock`; the renewal test waits for the keeper's
+//! real-time renewal (never a fixed sleep).
 
 use super::super::{PhaseError, PhaseMachine, Settings, Step};
 
@@ -85,27 +86,29 @@ async fn a_driven_backup_keeps_its_lease_between_steps_until_it_ends() {
 
 /// A controller that stops (its kept leases abandoned) renews nothing
 /// more: the lease expires and another replica takes the backup over,
-/// as after a SIGKILL.
+/// as after a SIGKILL. Both replicas read one stepped clock: refused
+/// while the lease runs, taken over once the clock passes its expiry.
 #[tokio::test]
 async fn an_abandoned_lease_expires_and_is_taken_over() {
     let (_dir, store) = store();
-    let lease = Duration::from_millis(400);
-    let ours = machine(&store.clone().with_holder_name("a"), lease);
-    let theirs = machine(&store.clone().with_holder_name("b"), lease);
+    let clock = Arc::new(iar_core::clock::ManualClock::new());
+    // Long enough that no renewal could come from the keeper's real-time
+    // timer during the test: only the stepped clock moves the lease.
+    let lease = Duration::from_secs(3600);
+    let ours = machine(&store.clone().with_holder_name("a"), lease).with_clock(clock.clone());
+    let theirs = machine(&store.clone().with_holder_name("b"), lease).with_clock(clock.clone());
     let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
     ours.drive("b2", requeue()).await.unwrap();
     ours.abandon_kept_leases();
-    // Nothing renews it any more, so it expires (a keeper still
-    // renewing would keep it from ever doing so: the wait fails).
-    iar_tests::wait_for("the lease to expire", Duration::from_secs(30), || async {
-        let now = store.current_lease("b2").await.unwrap().unwrap();
-        if expires(&now) < SystemTime::now() {
-            Ok(())
-        } else {
-            Err(format!("{now:?}"))
-        }
-    })
-    .await;
+    clock.advance(lease - Duration::from_secs(1));
+    assert!(
+        matches!(
+            theirs.drive("b2", requeue()).await,
+            Err(PhaseError::Lease(LeaseError::Held { .. }))
+        ),
+        "refused a second before the abandoned lease expires"
+    );
+    clock.advance(Duration::from_secs(2));
     theirs.drive("b2", requeue()).await.unwrap();
     let now = store.current_lease("b2").await.unwrap().unwrap();
     assert!(
@@ -117,6 +120,7 @@ async fn an_abandoned_lease_expires_and_is_taken_over() {
         ours.drive("b2", requeue()).await,
         Err(PhaseError::Lease(LeaseError::Held { .. }))
     ));
+    theirs.abandon_kept_leases();
 }
 
 /// The lease handling alone: a step that requeues keeps its lease, one
