@@ -15,6 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -52,11 +53,17 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
-/// A child process killed when the test ends, whatever happens.
+/// A child process killed when the test ends, whatever happens, with
+/// its process group when it leads one (Velero's server and the plugin
+/// processes it starts: killing the server alone left them running).
 pub(crate) struct Running(pub(crate) std::process::Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
+        // A child that leads no group of its own has none of this id:
+        // the call then fails harmlessly and kill() below ends it.
+        // SAFETY: kill(2) on a process group id; no memory is involved.
+        unsafe { libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL) };
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -275,6 +282,9 @@ pub(crate) fn velero_server(
         .env("IAR_CACHE_DIR", cache_dir())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
+        // Its own process group, which its plugin processes join: Drop
+        // ends them all.
+        .process_group(0)
         .spawn()
         .expect("starting velero server");
     Running(child)
