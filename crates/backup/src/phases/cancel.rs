@@ -100,7 +100,7 @@ mod tests {
         let mut run = parts.load("b").await;
 
         parts
-            .cancel()
+            .canceller()
             .run(&mut run, "its Backup resource was deleted")
             .await
             .unwrap();

@@ -108,15 +108,6 @@ impl BackupLog {
 }
 
 impl Journal {
-    /// A journal whose lines are stamped by `clock`.
-    #[cfg(test)]
-    pub(super) fn with_clock(clock: Arc<dyn Clock>) -> Journal {
-        Journal {
-            clock,
-            ..Journal::default()
-        }
-    }
-
     pub(super) fn line(&self, backup: &str, message: impl Into<String>) {
         let message = message.into();
         tracing::info!(backup, "{message}");

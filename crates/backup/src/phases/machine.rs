@@ -44,7 +44,7 @@ pub struct PhaseMachine {
     clock: Arc<dyn Clock>,
     /// Shared with the item pass, which records plugin lines as they come
     /// (not held per item until the pass ends).
-    journal: Arc<Journal>,
+    pub(super) journal: Arc<Journal>,
     /// Where plugins come from, and the set each running backup started
     /// with.
     plugins: PluginSets,
@@ -61,7 +61,7 @@ pub struct PhaseMachine {
     volume_backupper: Option<Arc<dyn VolumeBackupper>>,
     turns: PassTurns,
     /// Leases kept between the steps of the backups this process drives.
-    kept: Kept,
+    pub(super) kept: Kept,
 }
 
 impl PhaseMachine {
@@ -144,7 +144,7 @@ impl PhaseMachine {
 
     // The phases and their parts, each built for one call.
 
-    fn recorder(&self) -> Recorder<'_> {
+    pub(super) fn recorder(&self) -> Recorder<'_> {
         Recorder {
             store: &self.store,
             journal: &self.journal,
@@ -153,7 +153,7 @@ impl PhaseMachine {
         }
     }
 
-    fn loader(&self) -> Loader<'_> {
+    pub(super) fn loader(&self) -> Loader<'_> {
         Loader {
             store: &self.store,
             journal: &self.journal,
@@ -161,7 +161,7 @@ impl PhaseMachine {
         }
     }
 
-    fn leases(&self) -> Leases<'_> {
+    pub(super) fn leases(&self) -> Leases<'_> {
         Leases {
             store: &self.store,
             duration: self.settings.lease_duration,
@@ -169,7 +169,7 @@ impl PhaseMachine {
         }
     }
 
-    fn blocks(&self) -> Blocks<'_> {
+    pub(super) fn blocks(&self) -> Blocks<'_> {
         Blocks::new(
             &self.settings,
             &self.store,
@@ -183,7 +183,7 @@ impl PhaseMachine {
         )
     }
 
-    fn passes(&self) -> PassRunner<'_> {
+    pub(super) fn passes(&self) -> PassRunner<'_> {
         PassRunner {
             plugins: &self.plugins,
             cluster: &self.cluster,
@@ -193,7 +193,7 @@ impl PhaseMachine {
         }
     }
 
-    fn created(&self) -> Created<'_> {
+    pub(super) fn created(&self) -> Created<'_> {
         Created {
             store: &self.store,
             cluster: &self.cluster,
@@ -201,7 +201,7 @@ impl PhaseMachine {
         }
     }
 
-    fn first_pass(&self) -> FirstPass<'_> {
+    pub(super) fn first_pass(&self) -> FirstPass<'_> {
         FirstPass {
             store: &self.store,
             operations: &self.operations,
@@ -221,7 +221,7 @@ impl PhaseMachine {
         }
     }
 
-    fn waiting(&self) -> Waiting<'_> {
+    pub(super) fn waiting(&self) -> Waiting<'_> {
         Waiting {
             store: &self.store,
             operations: &self.operations,
@@ -237,7 +237,7 @@ impl PhaseMachine {
         }
     }
 
-    fn finalize(&self) -> Finalize<'_> {
+    pub(super) fn finalize(&self) -> Finalize<'_> {
         Finalize {
             store: &self.store,
             operations: &self.operations,
@@ -248,14 +248,14 @@ impl PhaseMachine {
         }
     }
 
-    fn interrupted(&self) -> Resume<'_> {
+    pub(super) fn interrupted(&self) -> Resume<'_> {
         Resume {
             blocks: self.blocks(),
             recorder: self.recorder(),
         }
     }
 
-    fn dispatcher(&self) -> Dispatcher<'_> {
+    pub(super) fn dispatcher(&self) -> Dispatcher<'_> {
         Dispatcher {
             loader: self.loader(),
             recorder: self.recorder(),
@@ -265,7 +265,17 @@ impl PhaseMachine {
         }
     }
 
-    fn gc(&self) -> Gc<'_> {
+    pub(super) fn canceller(&self) -> Cancel<'_> {
+        Cancel {
+            waiting: self.waiting(),
+            blocks: self.blocks(),
+            created: self.created(),
+            journal: &self.journal,
+            recorder: self.recorder(),
+        }
+    }
+
+    pub(super) fn gc(&self) -> Gc<'_> {
         Gc {
             store: &self.store,
             leases: self.leases(),
@@ -440,14 +450,7 @@ impl PhaseMachine {
             return Ok(object);
         }
         let mut run = self.loader().run(name, object).await?;
-        let cancel = Cancel {
-            waiting: self.waiting(),
-            blocks: self.blocks(),
-            created: self.created(),
-            journal: &self.journal,
-            recorder: self.recorder(),
-        };
-        let result = match cancel.run(&mut run, reason).await {
+        let result = match self.canceller().run(&mut run, reason).await {
             Ok(()) => Ok(run.object),
             Err(e) => Err(self.recorder().fail(&mut run, e).await),
         };
