@@ -60,8 +60,6 @@ mod tests {
     use crate::backup::object::{BackupPhase, rfc3339};
     use iar_core::item::ItemRef;
     use iar_core::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
-    use iar_plugin::plugin::Plugin;
-    use iar_plugin::{PluginSettings, Runtime, RuntimeConfig};
     use std::sync::Arc;
 
     /// A waiting backup canceled: its pending operation is cancelled
@@ -69,17 +67,7 @@ mod tests {
     /// the reason at the clock's time, what it wrote stays.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_canceled_backup_cancels_its_operations_and_fails_with_the_reason() {
-        let runtime = Runtime::new(RuntimeConfig {
-            cache_dir: None,
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
-        let plugin = Plugin::from_file(
-            &runtime,
-            iar_tests::artifacts::HOSTILE.as_ref(),
-            PluginSettings::default(),
-        )
-        .unwrap();
+        let plugin = super::super::test_support::hostile();
         let name = plugin.name().to_string();
         let parts = Parts::with(Arc::new(iar_core::NoCluster), vec![plugin]);
         parts

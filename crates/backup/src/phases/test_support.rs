@@ -11,6 +11,7 @@ use iar_core::clock::{Clock, ManualClock};
 use iar_core::cluster::ClusterReader;
 use iar_core::store::{BackupFile, BackupStore};
 use iar_plugin::plugin::Plugin;
+use iar_plugin::{PluginSettings, Runtime, RuntimeConfig};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -120,4 +121,21 @@ pub(super) fn request(name: &str, sources: Vec<std::path::PathBuf>) -> BackupReq
         sources,
         annotations: Default::default(),
     }
+}
+
+/// The hostile test guest, on a runtime without a compile cache: its
+/// operations stay in progress (it never says they completed) and a cancel
+/// is logged.
+pub(super) fn hostile() -> Plugin {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: None,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    Plugin::from_file(
+        &runtime,
+        iar_tests::artifacts::HOSTILE.as_ref(),
+        PluginSettings::default(),
+    )
+    .unwrap()
 }

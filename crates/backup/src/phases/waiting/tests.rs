@@ -3,12 +3,10 @@
 //! reached by advancing the clock, not by waiting).
 
 use super::super::Step;
-use super::super::test_support::Parts;
+use super::super::test_support::{Parts, hostile};
 use crate::backup::object::{BackupPhase, rfc3339};
 use iar_core::item::ItemRef;
 use iar_core::operations::{Operation, OperationPhase, OperationSpec, OperationsMap};
-use iar_plugin::plugin::Plugin;
-use iar_plugin::{PluginSettings, Runtime, RuntimeConfig};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -30,17 +28,6 @@ async fn stored_operations(parts: &Parts) -> Vec<Operation> {
     let fresh = OperationsMap::new();
     fresh.load("b", &parts.store).await.unwrap();
     fresh.get("b").await.unwrap()
-}
-
-/// The hostile test guest: its operations stay in progress (it never
-/// says they completed) and a cancel is logged.
-fn hostile(runtime: &Runtime) -> Plugin {
-    Plugin::from_file(
-        runtime,
-        iar_tests::artifacts::HOSTILE.as_ref(),
-        PluginSettings::default(),
-    )
-    .unwrap()
 }
 
 /// An operation whose plugin is not in the backup's pinned set fails at
@@ -112,12 +99,7 @@ async fn no_pending_operation_moves_the_backup_to_finalizing() {
 /// with the timeout, and the backup goes on to finalizing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_times_out_when_the_clock_passes_its_timeout() {
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: None,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let plugin = hostile(&runtime);
+    let plugin = hostile();
     let name = plugin.name().to_string();
     let parts = Parts::with(Arc::new(iar_core::NoCluster), vec![plugin]);
     let timeout = parts.settings.operation_timeout;
