@@ -14,6 +14,7 @@ macro_rules! outln {
 
 mod backup;
 mod bench;
+mod componentize;
 mod conformance;
 mod controller;
 mod delete;
@@ -72,6 +73,9 @@ enum Command {
     Conformance(conformance::ConformanceArgs),
     /// Create a new plugin crate (action, test file, README).
     New(new::NewArgs),
+    /// Turn a core wasm module (a Go plugin built with GOOS=wasip1
+    /// -buildmode=c-shared) into a plugin component.
+    Componentize(componentize::ComponentizeArgs),
     /// Measure a plugin's execute latency on one item, warm and fresh.
     Bench(bench::BenchArgs),
     /// Reconcile backups.iar.dev resources in a cluster (leader-elected),
@@ -148,6 +152,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),
+        Command::Componentize(args) => componentize::componentize(args),
         Command::Bench(args) => bench::bench(args),
         Command::Controller(args) => controller::controller(args),
         Command::NodeAgent(args) => controller::node_agent(args),

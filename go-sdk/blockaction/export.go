@@ -1,0 +1,72 @@
+// Package blockaction exports a velero.ItemBlockAction as the contract's
+// item-block-action interface (iar:plugin/item-block-action@1.3.0):
+// importing it makes the plugin an item block action.
+package blockaction
+
+import (
+	"errors"
+
+	"iar.dev/sdk/internal/cabi"
+	"iar.dev/sdk/internal/wire"
+	"iar.dev/sdk/velero"
+)
+
+var action velero.ItemBlockAction
+
+// Register makes a the plugin's item block action (from init()).
+func Register(a velero.ItemBlockAction) { action = a }
+
+func registered() error {
+	if action == nil {
+		return errors.New("no item block action registered: call blockaction.Register in init()")
+	}
+	return nil
+}
+
+//go:wasmexport iar:plugin/item-block-action@1.3.0#applies-to
+func appliesTo() uint32 {
+	ret := cabi.NewArea(48)
+	sel, err := func() (s velero.ResourceSelector, err error) {
+		defer wire.Guard(&err)
+		if err = registered(); err != nil {
+			return
+		}
+		return action.AppliesTo()
+	}()
+	if err != nil {
+		wire.SetError(ret, 4, err)
+	} else {
+		wire.SetSelector(ret, 4, sel)
+	}
+	return uint32(ret)
+}
+
+//go:wasmexport cabi_post_iar:plugin/item-block-action@1.3.0#applies-to
+func postAppliesTo(uint32) { cabi.Release() }
+
+// get-related-items(item, backup): result<list<resource-identifier>,
+// action-error>, payload at 4.
+//
+//go:wasmexport iar:plugin/item-block-action@1.3.0#get-related-items
+func getRelatedItems(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
+	item, _, itemErr := wire.Item(ip, in)
+	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
+	cabi.Release()
+	ret := cabi.NewArea(16)
+	ids, err := func() (ids []velero.ResourceIdentifier, err error) {
+		defer wire.Guard(&err)
+		if err = errors.Join(registered(), itemErr, backupErr); err != nil {
+			return
+		}
+		return action.GetRelatedItems(item, backup)
+	}()
+	if err != nil {
+		wire.SetError(ret, 4, err)
+	} else {
+		wire.SetIDs(ret, 4, ids)
+	}
+	return uint32(ret)
+}
+
+//go:wasmexport cabi_post_iar:plugin/item-block-action@1.3.0#get-related-items
+func postGetRelatedItems(uint32) { cabi.Release() }

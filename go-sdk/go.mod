@@ -1,0 +1,3 @@
+module iar.dev/sdk
+
+go 1.24

@@ -1,0 +1,141 @@
+// Package cabi is the WebAssembly component model's canonical ABI, by hand,
+// for the few types iar's contract uses: strings, lists, options, results,
+// records of those. The host copies arguments into memory it gets from
+// cabi_realloc and reads results from memory the guest points it at; both
+// are Go allocations kept reachable here ("pinned") until the host is done
+// with them, because Go's collector would otherwise free memory only the
+// host refers to. Go's collector does not move objects, so reachability is
+// all a pin needs.
+package cabi
+
+import "unsafe"
+
+// pins holds every allocation the host may still read or write.
+var pins = map[uintptr][]uint64{}
+
+// Alloc returns size bytes, 8-aligned (the strictest alignment the
+// contract's types need), zeroed and pinned until Release.
+func Alloc(size uint32) unsafe.Pointer {
+	words := make([]uint64, (size+7)/8+1)
+	p := unsafe.Pointer(unsafe.SliceData(words))
+	pins[uintptr(p)] = words
+	return p
+}
+
+// Release unpins everything: called once the host has copied what it
+// needed (after a call's results are lifted, after post-return).
+func Release() {
+	clear(pins)
+}
+
+//go:wasmexport cabi_realloc
+func cabiRealloc(old unsafe.Pointer, oldSize, align, newSize uint32) unsafe.Pointer {
+	p := Alloc(newSize)
+	if old != nil && oldSize > 0 {
+		copy(unsafe.Slice((*byte)(p), min(oldSize, newSize)), unsafe.Slice((*byte)(old), oldSize))
+		delete(pins, uintptr(old))
+	}
+	return p
+}
+
+// String copies a string the host placed at ptr.
+func String(ptr, n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return string(unsafe.Slice((*byte)(Ptr(ptr)), n))
+}
+
+// Ptr turns an address in linear memory into a pointer.
+func Ptr(addr uint32) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(nil), addr)
+}
+
+// Addr is the linear-memory address of p.
+func Addr(p unsafe.Pointer) uint32 {
+	return uint32(uintptr(p))
+}
+
+// LowerString copies s into pinned memory and returns its address and
+// length (the host reads it after the call returns, so Go's own string
+// memory, which may be collected, is not handed out).
+func LowerString(s string) (uint32, uint32) {
+	if len(s) == 0 {
+		return 0, 0
+	}
+	p := Alloc(uint32(len(s)))
+	copy(unsafe.Slice((*byte)(p), len(s)), s)
+	return Addr(p), uint32(len(s))
+}
+
+// Borrow points the host at s for the length of an import call (the
+// host copies it before returning, and s stays alive until then).
+func Borrow(s string) (uint32, uint32) {
+	return Addr(unsafe.Pointer(unsafe.StringData(s))), uint32(len(s))
+}
+
+// Area is a record in linear memory being written or read at offsets.
+type Area uint32
+
+// NewArea is a pinned, zeroed record of size bytes.
+func NewArea(size uint32) Area { return Area(Addr(Alloc(size))) }
+
+func (a Area) at(off uint32) unsafe.Pointer { return Ptr(uint32(a) + off) }
+
+func (a Area) U8(off uint32) uint8         { return *(*uint8)(a.at(off)) }
+func (a Area) U32(off uint32) uint32       { return *(*uint32)(a.at(off)) }
+func (a Area) I64(off uint32) int64        { return *(*int64)(a.at(off)) }
+func (a Area) SetU8(off uint32, v uint8)   { *(*uint8)(a.at(off)) = v }
+func (a Area) SetU32(off uint32, v uint32) { *(*uint32)(a.at(off)) = v }
+func (a Area) SetI64(off uint32, v int64)  { *(*int64)(a.at(off)) = v }
+func (a Area) SetU64(off uint32, v uint64) { *(*uint64)(a.at(off)) = v }
+func (a Area) SetBool(off uint32, v bool) {
+	if v {
+		a.SetU8(off, 1)
+	} else {
+		a.SetU8(off, 0)
+	}
+}
+
+// Str reads the string (pointer, length) at off.
+func (a Area) Str(off uint32) string { return String(a.U32(off), a.U32(off+4)) }
+
+// SetStr writes s, copied into pinned memory, as (pointer, length) at off.
+func (a Area) SetStr(off uint32, s string) {
+	p, n := LowerString(s)
+	a.SetU32(off, p)
+	a.SetU32(off+4, n)
+}
+
+// SetOptStr writes option<string> at off (discriminant, then the string
+// at off+4).
+func (a Area) SetOptStr(off uint32, s *string) {
+	if s == nil {
+		a.SetU8(off, 0)
+		return
+	}
+	a.SetU8(off, 1)
+	a.SetStr(off+4, *s)
+}
+
+// The WASI adapter's own allocations (its state, once per instance) come
+// from this arena, never from Go's heap: the adapter first allocates while
+// Go's runtime is still initialising (a clock read in _initialize), when
+// Go code that allocates cannot run, and the adapter must not take pages
+// with memory.grow either, since Go assumes it owns all memory past its
+// data.
+var adapterArena [adapterArenaSize]byte
+
+const adapterArenaSize = 128 << 10
+
+var adapterUsed uint32
+
+//go:wasmexport cabi_realloc_adapter
+func cabiReallocAdapter(old unsafe.Pointer, oldSize, align, newSize uint32) unsafe.Pointer {
+	start := (adapterUsed + align - 1) &^ (align - 1)
+	if old != nil || start+newSize > adapterArenaSize {
+		return nil
+	}
+	adapterUsed = start + newSize
+	return unsafe.Pointer(&adapterArena[start])
+}

@@ -1,0 +1,181 @@
+// Package wire lifts the contract's records from the canonical ABI into
+// the velero package's types and lowers results back, for the export
+// packages (backupaction, blockaction, restoreaction).
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"iar.dev/sdk/internal/cabi"
+	"iar.dev/sdk/unstructured"
+	"iar.dev/sdk/velero"
+)
+
+// Backup lifts types.backup from its flattened form.
+func Backup(np, nn, sp, sn, up, un, jp, jn, phase uint32) (*velero.Backup, error) {
+	b := &velero.Backup{
+		Name:      cabi.String(np, nn),
+		Namespace: cabi.String(sp, sn),
+		UID:       cabi.String(up, un),
+		SpecJSON:  cabi.String(jp, jn),
+		Phase:     velero.Phase(phase),
+	}
+	if err := spec(b.SpecJSON, &b.Spec); err != nil {
+		return nil, fmt.Errorf("backup %s: spec: %w", b.Name, err)
+	}
+	return b, nil
+}
+
+// Restore lifts restore-item-action.restore.
+func Restore(np, nn, sp, sn, up, un, jp, jn uint32) (*velero.Restore, error) {
+	r := &velero.Restore{
+		Name:      cabi.String(np, nn),
+		Namespace: cabi.String(sp, sn),
+		UID:       cabi.String(up, un),
+		SpecJSON:  cabi.String(jp, jn),
+	}
+	if err := spec(r.SpecJSON, &r.Spec); err != nil {
+		return nil, fmt.Errorf("restore %s: spec: %w", r.Name, err)
+	}
+	return r, nil
+}
+
+func spec(text string, into any) error {
+	if text == "" {
+		return nil
+	}
+	return json.Unmarshal([]byte(text), into)
+}
+
+// SetSelector writes a resource-selector record at off (44 bytes).
+func SetSelector(a cabi.Area, off uint32, s velero.ResourceSelector) {
+	for i, l := range [][]string{s.IncludedNamespaces, s.ExcludedNamespaces, s.IncludedResources, s.ExcludedResources} {
+		setStrings(a, off+uint32(i)*8, l)
+	}
+	a.SetStr(off+32, s.LabelSelector)
+}
+
+func setStrings(a cabi.Area, off uint32, l []string) {
+	if len(l) == 0 {
+		return
+	}
+	items := cabi.NewArea(uint32(len(l)) * 8)
+	for i, s := range l {
+		items.SetStr(uint32(i)*8, s)
+	}
+	a.SetU32(off, uint32(items))
+	a.SetU32(off+4, uint32(len(l)))
+}
+
+// SetIDs writes list<resource-identifier> at off.
+func SetIDs(a cabi.Area, off uint32, ids []velero.ResourceIdentifier) {
+	if len(ids) == 0 {
+		return
+	}
+	items := cabi.NewArea(uint32(len(ids)) * 32)
+	for i, id := range ids {
+		at := uint32(i) * 32
+		items.SetStr(at, id.Group)
+		items.SetStr(at+8, id.Resource)
+		items.SetStr(at+16, id.Namespace)
+		items.SetStr(at+24, id.Name)
+	}
+	a.SetU32(off, uint32(items))
+	a.SetU32(off+4, uint32(len(ids)))
+}
+
+// IDs lifts list<resource-identifier>.
+func IDs(ptr, n uint32) []velero.ResourceIdentifier {
+	items := cabi.Area(ptr)
+	out := make([]velero.ResourceIdentifier, n)
+	for i := range out {
+		at := uint32(i) * 32
+		out[i] = velero.ResourceIdentifier{
+			GroupResource: velero.GroupResource{Group: items.Str(at), Resource: items.Str(at + 8)},
+			Namespace:     items.Str(at + 16),
+			Name:          items.Str(at + 24),
+		}
+	}
+	return out
+}
+
+// SetError writes result's err case: the discriminant at 0 and the
+// action-error variant at off.
+func SetError(a cabi.Area, off uint32, err error) {
+	a.SetU8(0, 1)
+	var tag uint8
+	switch {
+	case velero.IsUnknownOperation(err):
+		tag = 2
+	case velero.IsRetryable(err):
+		tag = 1
+	}
+	a.SetU8(off, tag)
+	a.SetStr(off+4, err.Error())
+}
+
+// Item lifts an item's JSON.
+func Item(ptr, n uint32) (*unstructured.Unstructured, string, error) {
+	text := cabi.String(ptr, n)
+	u, err := unstructured.FromJSON(text)
+	return u, text, err
+}
+
+// Changed is the JSON of out when it differs from the input (whose
+// canonical JSON is before), nil when the item is unchanged (the contract's
+// none: the host keeps its own copy).
+func Changed(out *unstructured.Unstructured, before []byte) (*string, error) {
+	if out == nil {
+		return nil, nil
+	}
+	b, err := unstructured.Marshal(out.Object)
+	if err != nil {
+		return nil, fmt.Errorf("the returned item: %w", err)
+	}
+	if string(b) == string(before) {
+		return nil, nil
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// Canonical is the JSON an unchanged item marshals to, to compare with.
+func Canonical(u *unstructured.Unstructured) []byte {
+	b, _ := unstructured.Marshal(u.Object)
+	return b
+}
+
+// Guard turns a Go panic in the plugin into the call's error (a trap
+// would only say "unreachable"), with the panic's value and stack.
+func Guard(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+	}
+}
+
+// SetProgress writes an operation-progress record at off (96 bytes).
+func SetProgress(a cabi.Area, off uint32, p velero.OperationProgress) {
+	a.SetBool(off, p.Completed)
+	if p.Err != "" {
+		a.SetOptStr(off+4, &p.Err)
+	}
+	a.SetI64(off+16, p.NCompleted)
+	a.SetI64(off+24, p.NTotal)
+	a.SetStr(off+32, p.OperationUnits)
+	a.SetStr(off+40, p.Description)
+	setTime(a, off+48, p.Started)
+	setTime(a, off+72, p.Updated)
+}
+
+// setTime writes option<timestamp>: none for the zero time.
+func setTime(a cabi.Area, off uint32, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	a.SetU8(off, 1)
+	a.SetI64(off+8, t.Unix())
+	a.SetU32(off+16, uint32(t.Nanosecond()))
+}
