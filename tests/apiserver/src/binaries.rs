@@ -59,6 +59,18 @@ pub(crate) fn kubelet() -> Result<Option<PathBuf>, StartError> {
     from_env_or_build(ENV_KUBELET, &["kubelet"])
 }
 
+/// Any program `tools/kubernetes/build.sh` builds, by its name there
+/// (kube-apiserver and the kubelet as [`kube_apiserver`] and [`kubelet`]
+/// find them). `None` without Go.
+pub(crate) fn kubernetes_tool(tool: &str) -> Result<Option<PathBuf>, StartError> {
+    match tool {
+        "kube-apiserver" => kube_apiserver(),
+        "kubelet" => kubelet(),
+        _ if find_in_path("go").is_none() => Ok(None),
+        _ => built_by(&build_script(), &[tool]).map(Some),
+    }
+}
+
 /// The executable `$var` names, else what the build script prints when
 /// run with `args`; `None` without the variable and without Go.
 fn from_env_or_build(var: &str, args: &[&str]) -> Result<Option<PathBuf>, StartError> {

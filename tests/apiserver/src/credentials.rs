@@ -95,7 +95,7 @@ fn random_hex() -> Result<String, StartError> {
 /// to start without one; nothing in the tests checks its tokens, so the CLI
 /// (present wherever git and curl are) spares compiling a crypto crate.
 pub(crate) fn service_account_key(dir: &Path) -> Result<(PathBuf, PathBuf), StartError> {
-    let private = dir.join("sa.key");
+    let private = service_account_key_path(dir);
     let public = dir.join("sa.pub");
     run_openssl(&[
         "genpkey",
@@ -115,6 +115,11 @@ pub(crate) fn service_account_key(dir: &Path) -> Result<(PathBuf, PathBuf), Star
         path_str(&public)?,
     ])?;
     Ok((private, public))
+}
+
+/// Where [`service_account_key`] writes the private key.
+pub(crate) fn service_account_key_path(dir: &Path) -> PathBuf {
+    dir.join("sa.key")
 }
 
 fn run_openssl(args: &[&str]) -> Result<(), StartError> {

@@ -22,6 +22,7 @@
 //! a kubelet, in namespaces of their own; root only).
 
 mod binaries;
+pub mod cluster;
 mod credentials;
 mod error;
 pub mod kwok;
@@ -31,7 +32,7 @@ mod process;
 pub mod snapshot_controller;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -53,6 +54,32 @@ const ETCD_READY: Duration = Duration::from_secs(60);
 const APISERVER_READY: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(100);
 const CRDS_SERVED: Duration = Duration::from_secs(60);
+
+/// Where kube-apiserver listens and what it admits.
+pub(crate) struct Listen {
+    /// Its one address (`--bind-address` and `--advertise-address`).
+    address: Ipv4Addr,
+    /// Its port; `None`: a free one.
+    port: Option<u16>,
+    /// `--service-cluster-ip-range`: the `kubernetes` Service's ClusterIP
+    /// is its first address.
+    service_cidr: &'static str,
+    /// Whether the ServiceAccount admission plugin runs (it mounts each
+    /// pod's token; it refuses pods whose service account does not exist,
+    /// so only with a controller-manager creating `default` accounts).
+    service_accounts: bool,
+}
+
+impl Listen {
+    /// Loopback, a free port, no ServiceAccount admission: the tests'
+    /// servers where no pod talks back.
+    const LOOPBACK: Listen = Listen {
+        address: Ipv4Addr::LOCALHOST,
+        port: None,
+        service_cidr: "10.0.0.0/24",
+        service_accounts: false,
+    };
+}
 
 /// A running etcd + kube-apiserver pair and the files that describe it.
 pub struct ApiServer {
@@ -86,17 +113,25 @@ impl ApiServer {
     /// Starts a server running `kube_apiserver`. Blocks for the whole
     /// startup (seconds); async callers use [`ApiServer::start`].
     pub fn start_with(kube_apiserver: &Path) -> Result<ApiServer, StartError> {
+        ApiServer::start_listening(kube_apiserver, &Listen::LOOPBACK)
+    }
+
+    pub(crate) fn start_listening(
+        kube_apiserver: &Path,
+        listen: &Listen,
+    ) -> Result<ApiServer, StartError> {
         let begun = Instant::now();
         let mut attempt = 1;
         loop {
-            match ApiServer::launch(kube_apiserver, begun) {
+            match ApiServer::launch(kube_apiserver, begun, listen) {
                 Err(e) if e.is_port_race() && attempt < 3 => attempt += 1,
                 result => return result,
             }
         }
     }
 
-    /// The API server's URL, `https://127.0.0.1:PORT`.
+    /// The API server's URL, `https://ADDRESS:PORT` (loopback unless it
+    /// serves a [`cluster`]).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -115,6 +150,17 @@ impl ApiServer {
     /// How long startup took, from spawning etcd to `/readyz` answering ok.
     pub fn startup_time(&self) -> Duration {
         self.startup
+    }
+
+    /// The certificate the API server serves (self-signed, made by it):
+    /// what its clients, pods included, trust.
+    pub fn serving_ca(&self) -> PathBuf {
+        self.dir().join("certs/apiserver.crt")
+    }
+
+    /// The key it signs service-account tokens with.
+    pub(crate) fn service_account_key(&self) -> PathBuf {
+        credentials::service_account_key_path(self.dir())
     }
 
     /// The CA kubelets trust for client certificates: the API server's
@@ -152,16 +198,23 @@ impl ApiServer {
         let _ = std::fs::remove_dir_all(self.dir.path());
     }
 
-    fn launch(kube_apiserver: &Path, begun: Instant) -> Result<ApiServer, StartError> {
+    fn launch(
+        kube_apiserver: &Path,
+        begun: Instant,
+        listen: &Listen,
+    ) -> Result<ApiServer, StartError> {
         let dir = tempfile::Builder::new()
             .prefix("iar-apiserver-")
             .tempdir()
             .map_err(StartError::io("create the server directory"))?;
         let tokens = Tokens::generate()?;
         let kubelet_pki = KubeletPki::generate(dir.path())?;
-        let port = free_port()?;
+        let port = match listen.port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         let mut server = ApiServer {
-            url: format!("https://127.0.0.1:{port}"),
+            url: format!("https://{}:{port}", listen.address),
             kubeconfig: dir.path().join("kubeconfig"),
             tokens,
             kubelet_pki,
@@ -170,7 +223,7 @@ impl ApiServer {
             dir,
         };
         let etcd_url = server.start_etcd()?;
-        server.start_kube_apiserver(kube_apiserver, port, &etcd_url)?;
+        server.start_kube_apiserver(kube_apiserver, port, &etcd_url, listen)?;
         server.startup = begun.elapsed();
         Ok(server)
     }
@@ -217,6 +270,7 @@ impl ApiServer {
         binary: &Path,
         port: u16,
         etcd_url: &str,
+        listen: &Listen,
     ) -> Result<(), StartError> {
         let dir = self.dir();
         let (signing_key, public_key) = credentials::service_account_key(dir)?;
@@ -226,16 +280,13 @@ impl ApiServer {
         let mut command = Command::new(binary);
         command
             .arg(format!("--etcd-servers={etcd_url}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--bind-address={}", listen.address))
+            .arg(format!("--advertise-address={}", listen.address))
             .arg(format!("--secure-port={port}"))
             // It generates a self-signed CA and serving certificate here.
             .arg(format!("--cert-dir={}", cert_dir.display()))
             .arg(format!("--token-auth-file={}", token_file.display()))
             .arg("--authorization-mode=RBAC")
-            // No controller-manager runs to create default service accounts,
-            // so this plugin would reject every pod.
-            .arg("--disable-admission-plugins=ServiceAccount")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg(format!(
                 "--service-account-key-file={}",
@@ -245,9 +296,10 @@ impl ApiServer {
                 "--service-account-signing-key-file={}",
                 signing_key.display()
             ))
-            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg(format!("--service-cluster-ip-range={}", listen.service_cidr))
             // A loopback address is not a valid endpoint for the `kubernetes`
-            // Service; without this the server logs an error every 10 s.
+            // Service (and no kube-proxy would route one): without this the
+            // server logs an error every 10 s.
             .arg("--endpoint-reconciler-type=none")
             // Exec and logs dial a node's first address of these types.
             // The real node ([`node`]) is named `localhost` (a kubelet
@@ -265,6 +317,11 @@ impl ApiServer {
                 "--kubelet-client-key={}",
                 self.kubelet_pki.client_key.display()
             ));
+        if !listen.service_accounts {
+            // No controller-manager runs to create default service
+            // accounts, so this plugin would reject every pod.
+            command.arg("--disable-admission-plugins=ServiceAccount");
+        }
         let apiserver =
             ServerProcess::spawn("kube-apiserver", command, dir.join("kube-apiserver.log"))?;
         // Stopped first: it goes before etcd.

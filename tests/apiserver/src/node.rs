@@ -69,6 +69,7 @@ use crate::{ApiServer, User, lock, loud, skip_or_fail};
 
 mod host;
 mod layout;
+pub(crate) use host::MachineLock;
 use host::*;
 use layout::{Layout, Settings};
 
@@ -85,11 +86,20 @@ pub const BUSYBOX_IMAGE: &str = "iar.test/busybox:1";
 /// The sandbox image, kubelet's own pause.
 pub const PAUSE_IMAGE: &str = "iar.test/pause:3.10";
 
+/// The kubelet's root inside the node's namespace, as on any node (a
+/// DaemonSet's hostPath names it): a bind mount of
+/// [`Node::kubelet_root`], shared within the namespace so that a pod's
+/// `HostToContainer` mount of it sees the kubelet's later mounts.
+pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
+
 /// The CNI bridge on the host.
 pub const BRIDGE: &str = "iarbr0";
 
 /// Pod addresses (host-local IPAM); nothing routes to them.
 const SUBNET: &str = "10.244.213.0/24";
+
+/// The first pod address when the bridge has one (the gateway, `.1`).
+const RANGE_START: &str = "10.244.213.10";
 
 /// The sysctls the kubelet writes at startup (its `setupKernelTunables`):
 /// copies are mounted over them inside the node's namespace.
@@ -132,6 +142,9 @@ pub struct Node {
     /// Whether `k8s.io` cgroups existed before: if not, shutdown removes
     /// the parents too.
     k8s_cgroups_existed: bool,
+    /// The kubelet's iptables chains that existed before it started
+    /// (another kubelet's): shutdown removes only the others.
+    kube_chains_before: Vec<KubeChain>,
     /// From the start to the node's Ready condition.
     startup: Duration,
     /// From spawning the kubelet to the node's Ready condition.
@@ -150,6 +163,20 @@ struct Running {
     init: libc::pid_t,
 }
 
+/// What a node runs beyond the tests' two images, and how its pods reach
+/// the host.
+#[derive(Default)]
+pub(crate) struct Options {
+    /// docker-archive tars imported into the node's containerd beside
+    /// pause and busybox.
+    pub(crate) images: Vec<PathBuf>,
+    /// Routes for the pods: to the bridge's address
+    /// ([`crate::cluster::GATEWAY`], which the caller has put on it) and,
+    /// through it, to these networks (the Service network). Without any,
+    /// pods reach nothing beyond the node.
+    pub(crate) routes: Vec<&'static str>,
+}
+
 impl Node {
     /// Starts a node registered with `server` (as its admin) and waits
     /// until it is Ready. [`StartError::Unavailable`] when this machine
@@ -160,15 +187,19 @@ impl Node {
             return Err(StartError::Unavailable(missing));
         }
         let begun = Instant::now();
-        // The machine's lock first: what a crashed node left is removed
-        // under it, and this node's directory made after that.
-        let lock = tokio::task::spawn_blocking(|| {
-            let lock = MachineLock::acquire()?;
-            remove_stale();
-            Ok::<_, StartError>(lock)
-        })
-        .await
-        .expect("the lock thread does not panic")?;
+        let lock = MachineLock::take().await?;
+        Node::start_locked(server, lock, Options::default(), begun).await
+    }
+
+    /// [`Node::start`] with the machine's lock already held (and what a
+    /// crashed node left removed): a [`crate::cluster`] takes it before
+    /// it makes the bridge its API server listens on.
+    pub(crate) async fn start_locked(
+        server: &ApiServer,
+        lock: MachineLock,
+        options: Options,
+        begun: Instant,
+    ) -> Result<Node, StartError> {
         let temp = tempfile::Builder::new()
             .prefix(DIR_PREFIX)
             .tempdir()
@@ -191,9 +222,11 @@ impl Node {
             kubeconfig: server.kubeconfig().to_path_buf(),
             client_ca: server.kubelet_client_ca().to_path_buf(),
             serving,
+            routes: options.routes,
         };
+        let images = options.images;
         let (mut node, spawned) =
-            tokio::task::spawn_blocking(move || Node::launch(lock, temp, settings))
+            tokio::task::spawn_blocking(move || Node::launch(lock, temp, settings, &images))
                 .await
                 .expect("the startup thread does not panic")?;
         let client = server.client(User::Admin).await?;
@@ -208,8 +241,11 @@ impl Node {
         NAME
     }
 
-    /// The kubelet's `--root-dir`: pod volumes are at
-    /// `pods/<uid>/volumes/<plugin>/<name>` in it, as on any node.
+    /// The kubelet's root as the host sees it ([`KUBELET_ROOT`] in the
+    /// node's namespace): pod volumes are at
+    /// `pods/<uid>/volumes/<plugin>/<name>` in it, as on any node. What
+    /// the kubelet mounts there (a local volume, a projected token) is
+    /// seen only inside the node's namespace.
     pub fn kubelet_root(&self) -> &Path {
         &self.kubelet_root
     }
@@ -350,6 +386,7 @@ impl Node {
         running.namespace.kill();
         remove_cgroups(&containers, self.k8s_cgroups_existed);
         remove_bridge(&veths);
+        remove_kube_chains(&self.kube_chains_before);
         let mounted = fs::read_to_string("/proc/self/mountinfo")
             .unwrap_or_default()
             .lines()
@@ -368,6 +405,7 @@ impl Node {
         lock: MachineLock,
         temp: tempfile::TempDir,
         settings: Settings,
+        extra_images: &[PathBuf],
     ) -> Result<(Node, Instant), StartError> {
         let kubelet = binaries::kubelet()?.ok_or_else(|| {
             StartError::Unavailable(format!(
@@ -379,11 +417,13 @@ impl Node {
         let images = pause.parent().expect("the pause binary is in a directory");
         let dir = temp.path().to_path_buf();
         let layout = Layout::new(&dir);
-        layout.create()?;
+        layout.create(&settings)?;
 
         let k8s_cgroups_existed = cgroup_hierarchies()
             .iter()
             .any(|h| h.join("k8s.io").exists());
+        let kube_chains_before = kube_chains();
+        write(&dir.join(CHAINS_BEFORE), &format_chains(&kube_chains_before))?;
         let mut command = Command::new("unshare");
         command
             .args(["--mount", "--propagation", "private"])
@@ -411,6 +451,7 @@ impl Node {
                 init,
             })),
             k8s_cgroups_existed,
+            kube_chains_before,
             startup: Duration::ZERO,
             ready: Duration::ZERO,
             _lock: lock,
@@ -425,13 +466,14 @@ impl Node {
         let containerd = ServerProcess::spawn("containerd", command, dir.join("containerd.log"))?;
         node.set(|r| r.containerd = Some(containerd));
         node.wait_containerd()?;
-        for image in ["pause.tar", "busybox.tar"] {
+        let tars = ["pause.tar", "busybox.tar"].map(|image| images.join(image));
+        for tar in tars.iter().chain(extra_images) {
             run(nsenter(init, false)
                 .arg("ctr")
                 .arg("--address")
                 .arg(&node.socket)
                 .args(["-n", "k8s.io", "images", "import"])
-                .arg(images.join(image)))?;
+                .arg(tar))?;
         }
         fs::copy(&settings.kubeconfig, &layout.kubeconfig)
             .map_err(StartError::io("copy the kubeconfig"))?;
@@ -441,7 +483,7 @@ impl Node {
             .arg(&kubelet)
             .arg(format!("--config={}", layout.kubelet_config.display()))
             .arg(format!("--kubeconfig={}", layout.kubeconfig.display()))
-            .arg(format!("--root-dir={}", layout.kubelet_root.display()))
+            .arg(format!("--root-dir={KUBELET_ROOT}"))
             .arg(format!("--hostname-override={NAME}"))
             .arg("--v=2");
         let spawned = Instant::now();
@@ -466,8 +508,12 @@ impl Node {
              mount -n -t tmpfs -o mode=0755 iar-node-var-lib /var/lib\n",
         );
         script.push_str(&format!(
-            "mount -n --bind {} /var/log\n",
-            quoted(&layout.var_log)
+            "mount -n --bind {} /var/log\n\
+             mkdir {KUBELET_ROOT}\n\
+             mount -n --bind {} {KUBELET_ROOT}\n\
+             mount -n --make-rshared {KUBELET_ROOT}\n",
+            quoted(&layout.var_log),
+            quoted(&layout.kubelet_root),
         ));
         for sysctl in SYSCTLS {
             let path = Path::new("/proc/sys").join(sysctl);
@@ -570,8 +616,13 @@ impl Drop for Node {
     }
 }
 
+/// Deletes the bridge and whatever veths are still on it, now.
+pub(crate) fn remove_bridge_now() {
+    remove_bridge(&bridge_ports());
+}
+
 /// Why this machine cannot run the node, if it cannot.
-fn unavailable() -> Option<String> {
+pub(crate) fn unavailable() -> Option<String> {
     if !cfg!(target_os = "linux") {
         return Some(String::from("it needs Linux"));
     }
@@ -590,6 +641,7 @@ fn unavailable() -> Option<String> {
         "gcc",
         "tar",
         "sha256sum",
+        "iptables",
     ] {
         if find_in_path(tool).is_none() {
             return Some(format!("`{tool}` is not on PATH"));

@@ -7,7 +7,7 @@ use super::*;
 /// are the machine's. A file lock in the cache directory (the kernel
 /// releases it if the holder dies), and one node per process (a second
 /// flock of the same file in this process would wait for ever).
-pub(super) struct MachineLock {
+pub(crate) struct MachineLock {
     pub(super) _file: File,
 }
 
@@ -15,6 +15,18 @@ pub(super) static NODE_IN_PROCESS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
 impl MachineLock {
+    /// The lock, once what a node that died without its shutdown left is
+    /// removed (under the lock, so no node is running).
+    pub(crate) async fn take() -> Result<MachineLock, StartError> {
+        tokio::task::spawn_blocking(|| {
+            let lock = MachineLock::acquire()?;
+            remove_stale();
+            Ok(lock)
+        })
+        .await
+        .expect("the lock thread does not panic")
+    }
+
     pub(super) fn acquire() -> Result<MachineLock, StartError> {
         use std::sync::atomic::Ordering;
         if NODE_IN_PROCESS.swap(true, Ordering::SeqCst) {
@@ -85,6 +97,11 @@ pub(super) fn remove_stale() {
             })
             .unwrap_or_default();
         remove_cgroups(&containers, false);
+        // The chains its kubelet made: not those another kubelet of the
+        // machine had made before it started (it wrote them down).
+        if let Ok(before) = fs::read_to_string(dir.join(CHAINS_BEFORE)) {
+            remove_kube_chains(&parse_chains(&before));
+        }
         let _ = fs::remove_dir_all(&dir);
         loud(&format!(
             "iar-apiserver: removed {dir:?} and the cgroups of its {} containers, left by a node \
@@ -241,5 +258,107 @@ pub(super) fn remove_bridge(veths: &[String]) {
         if net.join(name).exists() {
             let _ = Command::new("ip").args(["link", "delete", name]).output();
         }
+    }
+}
+
+/// An iptables chain a kubelet makes: (program, table, chain).
+pub(super) type KubeChain = (&'static str, &'static str, String);
+
+/// The programs and tables a kubelet writes its chains into: it runs in
+/// the host's network namespace (the node shares it), and at startup it
+/// makes `KUBE-IPTABLES-HINT`, `KUBE-KUBELET-CANARY` and `KUBE-FIREWALL`
+/// (with jumps from INPUT and OUTPUT) there.
+const IPTABLES: [(&str, &[&str]); 2] = [
+    ("iptables", &["filter", "nat", "mangle"]),
+    ("ip6tables", &["filter", "nat", "mangle"]),
+];
+
+/// The file in a node's directory listing [`kube_chains`] as they were
+/// before its kubelet started, one `program table chain` per line.
+pub(super) const CHAINS_BEFORE: &str = "iptables-before";
+
+pub(super) fn format_chains(chains: &[KubeChain]) -> String {
+    chains
+        .iter()
+        .map(|(p, t, c)| format!("{p} {t} {c}\n"))
+        .collect()
+}
+
+fn parse_chains(text: &str) -> Vec<KubeChain> {
+    let known = |word: &str, among: &[&'static str]| among.iter().copied().find(|w| *w == word);
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ');
+            let program = known(words.next()?, &["iptables", "ip6tables"])?;
+            let table = known(words.next()?, &["filter", "nat", "mangle"])?;
+            Some((program, table, words.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// Every `KUBE-*` chain now on the host.
+pub(super) fn kube_chains() -> Vec<KubeChain> {
+    let mut out = Vec::new();
+    for (program, tables) in IPTABLES {
+        for table in tables {
+            for line in iptables_rules(program, table) {
+                if let Some(chain) = line.strip_prefix("-N ")
+                    && chain.starts_with("KUBE-")
+                {
+                    out.push((program, *table, chain.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The rules of `table` as `iptables -S` lists them; none if it cannot.
+fn iptables_rules(program: &str, table: &str) -> Vec<String> {
+    Command::new(program)
+        .args(["-w", "5", "-t", table, "-S"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes the kubelet's chains that are not in `before`: first every
+/// rule that jumps to one, then their rules, then the chains.
+pub(super) fn remove_kube_chains(before: &[KubeChain]) {
+    let made: Vec<KubeChain> = kube_chains()
+        .into_iter()
+        .filter(|c| !before.contains(c))
+        .collect();
+    for (program, table, chain) in &made {
+        let jump = format!("-j {chain}");
+        for rule in iptables_rules(program, table) {
+            let Some(rest) = rule.strip_prefix("-A ") else {
+                continue;
+            };
+            if rule.ends_with(&jump) || rule.contains(&format!("{jump} ")) {
+                // `-S` prints a rule as `-A CHAIN spec`, which `-D` takes
+                // back; the words have no quoting iptables added.
+                let mut args = vec!["-w", "5", "-t", table, "-D"];
+                args.extend(rest.split(' '));
+                let _ = Command::new(program).args(&args).output();
+            }
+        }
+    }
+    for (program, table, chain) in &made {
+        let _ = Command::new(program)
+            .args(["-w", "5", "-t", table, "-F", chain])
+            .output();
+    }
+    for (program, table, chain) in &made {
+        let _ = Command::new(program)
+            .args(["-w", "5", "-t", table, "-X", chain])
+            .output();
     }
 }

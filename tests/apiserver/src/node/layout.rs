@@ -9,6 +9,8 @@ pub(super) struct Settings {
     pub(super) client_ca: PathBuf,
     /// The kubelet's serving certificate and key.
     pub(super) serving: (PathBuf, PathBuf),
+    /// Networks the pods reach through the bridge's address.
+    pub(super) routes: Vec<&'static str>,
 }
 
 /// The files and directories under the node's directory.
@@ -42,7 +44,7 @@ impl Layout {
     }
 
     /// The directories and containerd's and CNI's configuration.
-    pub(super) fn create(&self) -> Result<(), StartError> {
+    pub(super) fn create(&self, settings: &Settings) -> Result<(), StartError> {
         for d in [
             &self.cni_conf,
             &self.cni_ipam,
@@ -97,21 +99,37 @@ disabled_plugins = [
             cni = toml_str(&self.cni_conf),
         );
         write(&self.containerd_config, &toml)?;
+        let mut ipam = json!({
+            "type": "host-local",
+            "ranges": [[{"subnet": SUBNET}]],
+            "dataDir": self.cni_ipam,
+        });
+        if !settings.routes.is_empty() {
+            // The bridge's address is the caller's (crate::cluster), and so
+            // are its routes: pods reach it, and through it these networks.
+            ipam["ranges"] = json!([[{
+                "subnet": SUBNET,
+                "gateway": crate::cluster::GATEWAY.to_string(),
+                "rangeStart": RANGE_START,
+            }]]);
+            ipam["routes"] = settings
+                .routes
+                .iter()
+                .map(|dst| json!({"dst": dst, "gw": crate::cluster::GATEWAY.to_string()}))
+                .collect();
+        }
         let cni = json!({
             "cniVersion": "0.4.0",
             "name": "iar-node",
             "plugins": [{
                 "type": "bridge",
                 "bridge": BRIDGE,
-                // No address on the bridge, no route, no masquerading, and
-                // so no ip_forward either: the host's network is unchanged.
+                // The plugin never puts an address on the bridge, adds a
+                // route or masquerades, and so never turns ip_forward on:
+                // the host's network is unchanged.
                 "isGateway": false,
                 "ipMasq": false,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": SUBNET}]],
-                    "dataDir": self.cni_ipam,
-                },
+                "ipam": ipam,
             }],
         });
         write(
