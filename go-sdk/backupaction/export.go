@@ -31,6 +31,8 @@ func registered() error {
 //
 //go:wasmexport iar:plugin/item-action@1.3.0#applies-to
 func appliesTo() uint32 {
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(48)
 	sel, err := func() (s velero.ResourceSelector, err error) {
 		defer wire.Guard(&err)
@@ -59,6 +61,8 @@ func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	item, _, itemErr := wire.Item(ip, in)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(44)
 	err := func() (err error) {
 		defer wire.Guard(&err)
@@ -100,6 +104,8 @@ func progress(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	id := cabi.String(op, on)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(104)
 	p, err := func() (p velero.OperationProgress, err error) {
 		defer wire.Guard(&err)
@@ -126,6 +132,8 @@ func cancel(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	id := cabi.String(op, on)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(16)
 	err := func() (err error) {
 		defer wire.Guard(&err)

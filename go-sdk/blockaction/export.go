@@ -25,6 +25,8 @@ func registered() error {
 
 //go:wasmexport iar:plugin/item-block-action@1.3.0#applies-to
 func appliesTo() uint32 {
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(48)
 	sel, err := func() (s velero.ResourceSelector, err error) {
 		defer wire.Guard(&err)
@@ -52,6 +54,8 @@ func getRelatedItems(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint3
 	item, _, itemErr := wire.Item(ip, in)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(16)
 	ids, err := func() (ids []velero.ResourceIdentifier, err error) {
 		defer wire.Guard(&err)

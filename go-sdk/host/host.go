@@ -45,7 +45,7 @@ func Log(level Level, message string) {
 func Config(key string) (string, bool) {
 	ret := cabi.NewArea(12)
 	p, n := cabi.Borrow(key)
-	hostConfig(p, n, uint32(ret))
+	cabi.NoGC(func() { hostConfig(p, n, uint32(ret)) })
 	keep(key)
 	defer cabi.Release()
 	if ret.U8(0) == 0 {
@@ -67,7 +67,7 @@ func ConfigOr(key, def string) string {
 func ClusterGet(id velero.ResourceIdentifier) (*unstructured.Unstructured, error) {
 	ret := cabi.NewArea(16)
 	a := idArgs(id)
-	hostClusterGet(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], uint32(ret))
+	cabi.NoGC(func() { hostClusterGet(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], uint32(ret)) })
 	keep(id)
 	defer cabi.Release()
 	if ret.U8(0) != 0 {

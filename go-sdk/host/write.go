@@ -33,7 +33,7 @@ func Create(id velero.ResourceIdentifier, object any) (*unstructured.Unstructure
 	ret := cabi.NewArea(12)
 	a := idArgs(id)
 	op, on := cabi.Borrow(text)
-	hostCreate(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], op, on, uint32(ret))
+	cabi.NoGC(func() { hostCreate(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], op, on, uint32(ret)) })
 	keep(id)
 	keep(text)
 	defer cabi.Release()
@@ -48,7 +48,7 @@ func Create(id velero.ResourceIdentifier, object any) (*unstructured.Unstructure
 func Delete(id velero.ResourceIdentifier) (bool, error) {
 	ret := cabi.NewArea(12)
 	a := idArgs(id)
-	hostDelete(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], uint32(ret))
+	cabi.NoGC(func() { hostDelete(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], uint32(ret)) })
 	keep(id)
 	defer cabi.Release()
 	if ret.U8(0) != 0 {
@@ -66,7 +66,7 @@ func List(group, resource, namespace, labelSelector string) ([]*unstructured.Uns
 	rp, rn := cabi.Borrow(resource)
 	np, nn := cabi.Borrow(namespace)
 	sp, sn := cabi.Borrow(labelSelector)
-	hostList(gp, gn, rp, rn, np, nn, sp, sn, uint32(ret))
+	cabi.NoGC(func() { hostList(gp, gn, rp, rn, np, nn, sp, sn, uint32(ret)) })
 	keep(group)
 	keep(resource)
 	keep(namespace)

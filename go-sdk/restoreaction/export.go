@@ -26,6 +26,8 @@ func registered() error {
 
 //go:wasmexport iar:plugin/restore-item-action@1.3.0#applies-to
 func appliesTo() uint32 {
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(48)
 	sel, err := func() (s velero.ResourceSelector, err error) {
 		defer wire.Guard(&err)
@@ -55,6 +57,8 @@ func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	fromBackup, _, fromErr := wire.Item(bp, bn)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(64)
 	err := func() (err error) {
 		defer wire.Guard(&err)
@@ -103,6 +107,8 @@ func progress(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	id := cabi.String(op, on)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(104)
 	p, err := func() (p velero.OperationProgress, err error) {
 		defer wire.Guard(&err)
@@ -127,6 +133,8 @@ func cancel(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	id := cabi.String(op, on)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(16)
 	err := func() (err error) {
 		defer wire.Guard(&err)
@@ -152,6 +160,8 @@ func areAdditionalItemsReady(lp, ln, np, nn, sp, sn, up, un, jp, jn uint32) uint
 	ids := wire.IDs(lp, ln)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
+	cabi.Enter()
+	defer cabi.Leave()
 	ret := cabi.NewArea(16)
 	ready, err := func() (ready bool, err error) {
 		defer wire.Guard(&err)

@@ -8,7 +8,10 @@
 // all a pin needs.
 package cabi
 
-import "unsafe"
+import (
+	"runtime/debug"
+	"unsafe"
+)
 
 // pins holds every allocation the host may still read or write.
 var pins = map[uintptr][]uint64{}
@@ -138,4 +141,28 @@ func cabiReallocAdapter(old unsafe.Pointer, oldSize, align, newSize uint32) unsa
 	}
 	adapterUsed = start + newSize
 	return unsafe.Pointer(&adapterArena[start])
+}
+
+// The host calls cabi_realloc while it lowers an import's results or an
+// export's arguments, and there the component model forbids calling out
+// of the instance. A collection started by an allocation reads the clock
+// (a WASI import), so one starting inside cabi_realloc traps ("cannot
+// leave component instance"). So the collector is off except while a
+// plugin's own code runs: Enter turns it on at an export's start, Leave
+// off at its end, and NoGC keeps it off across an import call.
+
+func init() { debug.SetGCPercent(-1) }
+
+// Enter turns the collector on for an export call; Leave turns it off.
+func Enter() { debug.SetGCPercent(100) }
+
+// Leave turns the collector off once an export's results are written
+// (and waits for a collection under way to end).
+func Leave() { debug.SetGCPercent(-1) }
+
+// NoGC runs an import call with the collector off, then restores it.
+func NoGC(call func()) {
+	prev := debug.SetGCPercent(-1)
+	call()
+	debug.SetGCPercent(prev)
 }
