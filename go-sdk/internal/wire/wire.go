@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"iar.dev/sdk/internal/cabi"
@@ -149,11 +150,32 @@ func Canonical(u *unstructured.Unstructured) []byte {
 }
 
 // Guard turns a Go panic in the plugin into the call's error (a trap
-// would only say "unreachable"), with the panic's value and stack.
+// would only say "unreachable"): the panic's value and where it happened,
+// the first frame below the panic.
 func Guard(err *error) {
 	if r := recover(); r != nil {
-		*err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		*err = fmt.Errorf("panic: %v%s", r, panicSite(string(debug.Stack())))
 	}
+}
+
+// panicSite is " at FUNCTION (FILE:LINE)" of the frame that panicked, read
+// from a stack that Guard's recover printed: the frame after "panic(".
+func panicSite(stack string) string {
+	lines := strings.Split(stack, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic(") && i+3 < len(lines) {
+			fn := lines[i+2]
+			if j := strings.LastIndex(fn, "("); j > 0 {
+				fn = fn[:j]
+			}
+			file := strings.TrimSpace(lines[i+3])
+			if j := strings.LastIndex(file, " +"); j > 0 {
+				file = file[:j]
+			}
+			return fmt.Sprintf(" at %s (%s)", fn, file)
+		}
+	}
+	return ""
 }
 
 // SetProgress writes an operation-progress record at off (96 bytes).

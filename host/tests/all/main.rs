@@ -11,6 +11,7 @@ mod cli_plugin;
 mod conformance;
 mod controller;
 mod csi;
+mod go_sdk;
 mod iar_bench;
 mod iar_new;
 mod iar_test;

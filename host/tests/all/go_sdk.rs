@@ -1,0 +1,336 @@
+//! The Go SDK (`go-sdk/`): its ports of `labels` and `pvc-snapshot` pass
+//! the Rust plugins' own `iar test` files unchanged and `iar conformance`,
+//! the Go labels plugin's `iar run` output is byte-identical to the Rust
+//! one's, and hostile Go guests (a goroutine that never yields, runtime
+//! panics, a heap growing to the cap) are stopped and reported by rule.
+//!
+//! `go-sdk/build.sh` builds them with the machine's Go (>= 1.24; the SDK
+//! has no module dependencies, so nothing is fetched) into
+//! `target/go-sdk`, then `iar componentize`s them with this test's `iar`.
+
+use crate::support::{backup, iar, load, never_seen, plugin_settings, pod, repo, runtime};
+use iar::{NoCluster, Phase, Plugin};
+use iar_tests::artifacts;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is target/tmp")
+        .to_path_buf()
+}
+
+/// The components build.sh printed, built once per test binary.
+fn built() -> &'static [PathBuf] {
+    static BUILT: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let script = repo().join("go-sdk/build.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg(target_dir().join("go-sdk"))
+            .env("IAR", env!("CARGO_BIN_EXE_iar"))
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "go-sdk/build.sh failed ({}): its messages are above; it needs Go >= 1.24 on PATH",
+            out.status
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(PathBuf::from)
+            .collect()
+    })
+}
+
+/// The component named `name` (`labels-go`, `go-spin`, ...).
+fn go(name: &str) -> &'static str {
+    let file = format!("{name}.wasm");
+    built()
+        .iter()
+        .find(|p| p.file_name().is_some_and(|f| *f == *file))
+        .unwrap_or_else(|| panic!("build.sh built no {file}: {:?}", built()))
+        .to_str()
+        .unwrap()
+}
+
+fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn last_stderr_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn the_rust_plugins_test_files_pass_for_the_go_ports() {
+    for (plugin, file) in [
+        ("labels", "labels"),
+        ("labels", "labels-restore"),
+        ("pvc-snapshot", "pvc-snapshot"),
+        ("pvc-snapshot", "pvc-snapshot-restore"),
+    ] {
+        let path = repo().join(format!("plugins/{plugin}/tests/{file}.iar-test.yaml"));
+        let out = iar(&[
+            "test",
+            path.to_str().unwrap(),
+            "--plugin",
+            go(&format!("{plugin}-go")),
+        ]);
+        assert_ok(&out, &format!("iar test {file} (Go)"));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(" 0 failed"),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn the_go_ports_pass_conformance() {
+    for name in ["labels-go", "pvc-snapshot-go"] {
+        let out = iar(&["conformance", go(name)]);
+        assert_ok(&out, &format!("iar conformance {name}"));
+    }
+}
+
+/// What `iar inspect` shows: contract 1.3.0, the two interfaces the port
+/// registers (the world derived from the module), and imports iar's
+/// linker provides; pvc-snapshot imports the write and list interfaces it
+/// calls, labels does not.
+#[test]
+fn inspect_shows_the_derived_world() {
+    let inspect = |name: &str| {
+        let out = iar(&["inspect", go(name)]);
+        assert_ok(&out, name);
+        crate::support::stdout_json(&out)
+    };
+    let rust = crate::support::stdout_json(&iar(&["inspect", artifacts::LABELS]));
+    let labels = inspect("labels-go");
+    assert_eq!(labels["contract"], "iar:plugin@1.3.0");
+    assert_eq!(
+        labels["interfaces"],
+        serde_json::json!(["item-action", "restore-item-action"])
+    );
+    assert_eq!(labels["appliesTo"], rust["appliesTo"]);
+    let imports = |v: &Value| -> Vec<String> {
+        v["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_str().unwrap().to_string())
+            .collect()
+    };
+    for i in imports(&labels) {
+        assert!(
+            i.starts_with("iar:plugin/") || i.starts_with("wasi:"),
+            "{i}"
+        );
+        assert!(!i.starts_with("iar:plugin/cluster-"), "{i}");
+    }
+    let pvc = imports(&inspect("pvc-snapshot-go"));
+    for want in [
+        "iar:plugin/cluster-write@1.3.0",
+        "iar:plugin/cluster-list@1.3.0",
+    ] {
+        assert!(pvc.iter().any(|i| i == want), "{want}: {pvc:?}");
+    }
+}
+
+/// `iar run` prints the same bytes and exits the same for the Go and the
+/// Rust labels plugin, backup and restore, changed, unchanged and failing.
+/// Each is copied to a file named `labels.wasm`: the plugin's name is in
+/// the output.
+#[test]
+fn run_output_is_byte_identical_to_rust() {
+    let dir = target_dir().join("go-sdk/as-labels");
+    let copy = |lang: &str, from: &str| {
+        let to = dir.join(lang).join("labels.wasm");
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let tmp = to.with_extension(format!("{}", std::process::id()));
+        std::fs::copy(from, &tmp).unwrap();
+        std::fs::rename(&tmp, &to).unwrap();
+        to
+    };
+    let rust = copy("rust", artifacts::LABELS);
+    let go = copy("go", go("labels-go"));
+    let restore = dir.join("restore.yaml");
+    std::fs::write(
+        &restore,
+        "apiVersion: velero.io/v1\nkind: Restore\nmetadata: {name: again, namespace: velero}\nspec:\n  backupName: nightly\n  namespaceMapping: {shop: shop-copy}\n",
+    )
+    .unwrap();
+    let restore_args = ["--restore", "--restore-object", restore.to_str().unwrap()];
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        (
+            "examples/items/pod.yaml",
+            &["labels=team=payments, tier=gold", "annotations=by=iar"],
+            &[],
+        ),
+        ("examples/items/pod.yaml", &[], &[]),
+        (
+            "examples/items/pvc.yaml",
+            &["labels=owner=Zoë,note = a=b "],
+            &[],
+        ),
+        (
+            "examples/items/pod.yaml",
+            &["resources=pvc", "labels=a=b"],
+            &[],
+        ),
+        (
+            "examples/items/pod.yaml",
+            &["labels=team=payments,oops"],
+            &[],
+        ),
+        ("examples/items/pod.yaml", &[], &restore_args),
+        (
+            "examples/items/pod.yaml",
+            &["restored-from=-"],
+            &restore_args,
+        ),
+    ];
+    for (item, config, extra) in cases {
+        let run = |plugin: &Path| {
+            let mut args = vec!["run", "--plugin", plugin.to_str().unwrap(), "--item", item];
+            args.extend(extra.iter());
+            for c in *config {
+                args.extend(["--config", c]);
+            }
+            iar(&args)
+        };
+        let (r, g) = (run(&rust), run(&go));
+        assert_eq!(
+            (g.status.code(), String::from_utf8_lossy(&g.stdout)),
+            (r.status.code(), String::from_utf8_lossy(&r.stdout)),
+            "{item} {config:?} {extra:?}: Go (left) and Rust (right) differ; Go stderr: {}",
+            String::from_utf8_lossy(&g.stderr)
+        );
+    }
+}
+
+/// A goroutine that never yields holds Go's one thread: the call runs
+/// into its CPU deadline, reported with the rule, and the host goes on
+/// serving (another Go plugin on the same runtime, and the same plugin's
+/// next instance).
+#[test]
+fn a_goroutine_that_never_yields_is_stopped_at_the_deadline() {
+    let out = iar(&[
+        "run",
+        "--plugin",
+        go("go-spin"),
+        "--item",
+        "examples/items/pod.yaml",
+        "--deadline",
+        "200ms",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        last_stderr_line(&out),
+        "iar: plugin \"go-spin\": execute of pods shop/web-0: ran past its CPU deadline of 200ms and was stopped (rule: cpu-deadline)"
+    );
+
+    let runtime = runtime();
+    let mut settings = plugin_settings(&[]);
+    settings.limits.deadline = Duration::from_millis(200);
+    let spin = Plugin::from_file(&runtime, Path::new(go("go-spin")), settings).unwrap();
+    let labels = load(&runtime, go("labels-go"), &[("labels", "a=b")]);
+    for _ in 0..2 {
+        let err = spin
+            .instance(Arc::new(NoCluster))
+            .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(rule: cpu-deadline)"), "{err}");
+        let out = labels
+            .instance(Arc::new(NoCluster))
+            .execute(&pod("web-0"), &backup(Phase::Backup), &never_seen)
+            .unwrap();
+        assert_eq!(out.item.unwrap().value()["metadata"]["labels"]["a"], "b");
+    }
+}
+
+/// A runtime panic in the plugin's own goroutine is recovered by the SDK
+/// into the item's error, with where it happened; one in a goroutine of
+/// its own ends the instance (Go exits), a trap with Go's message.
+#[test]
+fn a_go_panic_fails_the_item_naming_plugin_item_and_place() {
+    let out = iar(&[
+        "run",
+        "--plugin",
+        go("go-panic"),
+        "--item",
+        "examples/items/pod.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        last_stderr_line(&out),
+        "iar: plugin \"go-panic\": execute of pods shop/web-0: returned an error: failed: panic: runtime error: invalid memory address or nil pointer dereference at main.panicker.Execute (iar.dev/sdk/internal/testguests/panic/main.go:28)"
+    );
+    let out = iar(&[
+        "run",
+        "--plugin",
+        go("go-panic"),
+        "--item",
+        "examples/items/pod.yaml",
+        "--config",
+        "goroutine=true",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = last_stderr_line(&out);
+    assert!(
+        line.starts_with("iar: plugin \"go-panic\": execute of pods shop/web-0: trapped:")
+            && line.contains("panic: a goroutine panicked on purpose")
+            && line.ends_with("(rule: no-trap)"),
+        "{line}"
+    );
+}
+
+/// Go's heap against the default 64 MiB cap: 58 MiB held live fits,
+/// growing without end stops at the cap with its rule.
+#[test]
+fn a_go_heap_runs_into_the_memory_cap() {
+    let run = |config: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--plugin",
+            go("go-heap"),
+            "--item",
+            "examples/items/pod.yaml",
+        ];
+        for c in config {
+            args.extend(["--config", c]);
+        }
+        iar(&args)
+    };
+    let out = run(&["mib=58"]);
+    assert_ok(&out, "58 MiB");
+    let report = crate::support::stdout_json(&out);
+    assert_eq!(
+        report["finalItem"]["metadata"]["annotations"]["heap.iar.test/mib"],
+        "58"
+    );
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = last_stderr_line(&out);
+    assert!(
+        line.starts_with(
+            "iar: plugin \"go-heap\": execute of pods shop/web-0: tried to grow its memory to "
+        ) && line.ends_with("over its cap of 67108864 (rule: memory-cap)"),
+        "{line}"
+    );
+}
