@@ -13,6 +13,7 @@ pub mod report;
 mod restore_case;
 pub mod runner;
 pub mod scaffold;
+pub mod scaffold_go;
 mod steps;
 pub mod stubs;
 pub mod testfile;

@@ -208,7 +208,7 @@ impl RestoreItemAction for Plugin {
 iar_sdk::export_plugin!(item_action = Plugin, restore_action = Plugin);
 "#;
 
-const TEST_YAML: &str = r#"# Run with `iar test` in this directory, after
+pub(crate) const TEST_YAML: &str = r#"# Run with `iar test` in this directory, after
 # `cargo build --target wasm32-wasip2 --release`.
 plugin: target/wasm32-wasip2/release/{wasm}.wasm
 cases:

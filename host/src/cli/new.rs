@@ -1,7 +1,8 @@
 //! `iar new`: scaffolds a plugin crate.
 
 use iar::authoring::scaffold::{self, Sdk};
-use std::path::PathBuf;
+use iar::authoring::scaffold_go;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -13,12 +14,25 @@ pub struct NewArgs {
     path: Option<PathBuf>,
     /// The iar-sdk dependency: a local path to its crate, or a version
     /// requirement of the published crate; default: this checkout's SDK.
+    /// With --lang go: the directory of the Go SDK (go-sdk).
     #[arg(long)]
     sdk: Option<String>,
+    /// The plugin's language.
+    #[arg(long, value_enum, default_value = "rust")]
+    lang: Lang,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Lang {
+    Rust,
+    Go,
 }
 
 pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     let dir = args.path.unwrap_or_else(|| PathBuf::from(&args.name));
+    if let Lang::Go = args.lang {
+        return new_go(&args.name, &dir, args.sdk);
+    }
     let sdk = match args.sdk {
         Some(s) if PathBuf::from(&s).join("Cargo.toml").exists() => {
             Sdk::Path(PathBuf::from(&s).canonicalize()?)
@@ -37,5 +51,19 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
         "\nnext: cd {} && cargo build --target wasm32-wasip2 --release && iar test",
         dir.display()
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn new_go(name: &str, dir: &Path, sdk: Option<String>) -> anyhow::Result<ExitCode> {
+    let sdk = match sdk {
+        Some(s) => PathBuf::from(s).canonicalize()?,
+        None => scaffold_go::local_sdk().ok_or_else(|| {
+            anyhow::anyhow!("this iar was built without a go-sdk beside it: pass --sdk DIR")
+        })?,
+    };
+    for f in scaffold_go::write(name, dir, &sdk)? {
+        outln!("created {}", f.display());
+    }
+    outln!("\nnext: cd {} && ./build.sh && iar test", dir.display());
     Ok(ExitCode::SUCCESS)
 }

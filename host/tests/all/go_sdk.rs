@@ -334,3 +334,41 @@ fn a_go_heap_runs_into_the_memory_cap() {
         "{line}"
     );
 }
+
+/// `iar new --lang go` makes a module outside this checkout that builds
+/// with the Go toolchain alone (GOPROXY=off: nothing fetched) and whose
+/// test file passes, restore case included.
+#[test]
+fn a_new_go_plugin_builds_outside_the_checkout_and_its_tests_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("team-label");
+    let out = iar(&[
+        "new",
+        "--lang",
+        "go",
+        "team-label",
+        "--path",
+        dir.to_str().unwrap(),
+    ]);
+    assert_ok(&out, "iar new --lang go");
+    let go_mod = std::fs::read_to_string(dir.join("go.mod")).unwrap();
+    let sdk = repo().join("go-sdk").canonicalize().unwrap();
+    assert!(
+        go_mod.contains(&format!("replace iar.dev/sdk => {}", sdk.display())),
+        "{go_mod}"
+    );
+    let build = Command::new(dir.join("build.sh"))
+        .env("IAR", env!("CARGO_BIN_EXE_iar"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .unwrap();
+    assert_ok(&build, "build.sh of the new plugin");
+    let out = iar(&["test", dir.to_str().unwrap()]);
+    assert_ok(&out, "iar test in the new plugin");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("5 cases: 5 passed, 0 failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
