@@ -69,12 +69,11 @@ func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 		if err = errors.Join(registered(), itemErr, backupErr); err != nil {
 			return
 		}
-		before := wire.Canonical(item)
 		out, additional, operationID, postItems, err := action.Execute(item, backup)
 		if err != nil {
 			return err
 		}
-		changed, err := wire.Changed(out, before)
+		changed, err := wire.Changed(out)
 		if err != nil {
 			return err
 		}

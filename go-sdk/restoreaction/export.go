@@ -65,7 +65,6 @@ func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 		if err = errors.Join(registered(), itemErr, fromErr, restoreErr); err != nil {
 			return
 		}
-		before := wire.Canonical(item)
 		out, err := action.Execute(&velero.RestoreItemActionExecuteInput{
 			Item: item, ItemFromBackup: fromBackup, Restore: restore,
 		})
@@ -75,7 +74,7 @@ func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 		if out == nil {
 			return nil
 		}
-		changed, err := wire.Changed(out.UpdatedItem, before)
+		changed, err := wire.Changed(out.UpdatedItem)
 		if err != nil {
 			return err
 		}

@@ -98,6 +98,9 @@ type RestoreSpec struct {
 
 // BackupItemActionV2 is Velero's interface of the same name (without
 // Name(): iar names a plugin after its file or its registration).
+// Execute returns the item to store; nil stores the input unchanged and
+// saves encoding it again (any item returned is sent to the host as it
+// is, changed or not).
 type BackupItemActionV2 interface {
 	AppliesTo() (ResourceSelector, error)
 	Execute(item *unstructured.Unstructured, backup *Backup) (*unstructured.Unstructured, []ResourceIdentifier, string, []ResourceIdentifier, error)

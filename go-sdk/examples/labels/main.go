@@ -76,15 +76,16 @@ func (p *labels) Execute(item *unstructured.Unstructured, _ *velero.Backup) (*un
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
+	if len(ls)+len(as) == 0 {
+		return nil, nil, "", nil, nil
+	}
 	for _, l := range ls {
 		item.SetLabel(l.key, l.value)
 	}
 	for _, a := range as {
 		item.SetAnnotation(a.key, a.value)
 	}
-	if len(ls)+len(as) > 0 {
-		p.log.Debugf("labelled %s %s", item.GetKind(), item.GetName())
-	}
+	p.log.Debugf("labelled %s %s", item.GetKind(), item.GetName())
 	return item, nil, "", nil, nil
 }
 
@@ -101,7 +102,7 @@ func (r restorer) Execute(in *velero.RestoreItemActionExecuteInput) (*velero.Res
 	key := host.ConfigOr("restored-from", restoredFrom)
 	backup := in.Restore.Spec.BackupName
 	if key == "-" || backup == "" {
-		return velero.NewRestoreItemActionExecuteOutput(in.Item), nil
+		return velero.NewRestoreItemActionExecuteOutput(nil), nil
 	}
 	in.Item.SetAnnotation(key, backup)
 	r.log.Debugf("%s %s restored from %s", in.Item.GetKind(), in.Item.GetName(), backup)

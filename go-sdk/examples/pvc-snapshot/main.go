@@ -251,18 +251,18 @@ func snapshotClass(driver, named string) (string, error) {
 
 func (p *pvcSnapshot) Execute(item *unstructured.Unstructured, backup *velero.Backup) (*unstructured.Unstructured, []velero.ResourceIdentifier, string, []velero.ResourceIdentifier, error) {
 	if item.GetKind() == "VolumeSnapshot" {
-		return item, snapshotParts(item), "", nil, nil
+		return nil, snapshotParts(item), "", nil, nil
 	}
 	phase, _ := unstructured.NestedString(item.Object, "status", "phase")
 	if backup.Phase == velero.PhaseFinalize || phase != "Bound" {
-		return item, nil, "", nil, nil
+		return nil, nil, "", nil, nil
 	}
 	namespace, name := item.GetNamespace(), item.GetName()
 	if pod, volume, ok, err := fsBacked(namespace, name, backup); err != nil {
 		return nil, nil, "", nil, err
 	} else if ok {
 		p.log.Infof("%s/%s is backed up as files from pod %s's volume %s: not snapshotted", namespace, name, pod, volume)
-		return item, nil, "", nil, nil
+		return nil, nil, "", nil, nil
 	}
 	driver, err := csiDriver(item, namespace, name)
 	if err != nil {
@@ -270,7 +270,7 @@ func (p *pvcSnapshot) Execute(item *unstructured.Unstructured, backup *velero.Ba
 	}
 	if driver == "" {
 		p.log.Infof("%s/%s is not a CSI volume: not snapshotted", namespace, name)
-		return item, nil, "", nil, nil
+		return nil, nil, "", nil, nil
 	}
 	class, err := snapshotClass(driver, item.GetAnnotations()[classAnnotation])
 	if err != nil {
@@ -398,7 +398,7 @@ func restoredSnapshotName(restoreUID, snapshot string) string {
 func (r restorer) Execute(in *velero.RestoreItemActionExecuteInput) (*velero.RestoreItemActionExecuteOutput, error) {
 	snapshot, ok := in.ItemFromBackup.GetLabels()[snapshotLabel]
 	if !ok {
-		return velero.NewRestoreItemActionExecuteOutput(in.Item), nil
+		return velero.NewRestoreItemActionExecuteOutput(nil), nil
 	}
 	g := group()
 	restored := restoredSnapshotName(in.Restore.UID, snapshot)

@@ -372,3 +372,60 @@ fn a_new_go_plugin_builds_outside_the_checkout_and_its_tests_pass() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Figures for docs/other-languages.md: size, first compile, load from the
+/// compile cache, first call and reused execute of the Go labels plugin
+/// beside the Rust one, in one run. Only prints:
+/// `cargo test -p iar --test all -- --ignored --nocapture go_sdk::measure`.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture"]
+fn measure() {
+    use std::time::Instant;
+    const CALLS: usize = 1_000;
+    let config = [("labels", "team=payments, tier=gold")];
+    let item = pod("web-0");
+    let cache = tempfile::tempdir().unwrap();
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+    let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
+    println!(
+        "| plugin | size (bytes) | first load (compile) | cached load | first call | execute median | p99 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (lang, path) in [("rust", artifacts::LABELS), ("go", go("labels-go"))] {
+        let load_timed = || {
+            let runtime = crate::support::runtime_with_cache(cache.path());
+            let started = Instant::now();
+            let plugin =
+                Plugin::from_file(&runtime, Path::new(path), plugin_settings(&config)).unwrap();
+            (plugin, started.elapsed())
+        };
+        let (_, first) = load_timed();
+        let (plugin, cached) = load_timed();
+        let mut instance = plugin.instance(Arc::new(NoCluster));
+        let started = Instant::now();
+        let out = instance
+            .execute(&item, &backup(Phase::Backup), &never_seen)
+            .unwrap();
+        let first_call = started.elapsed();
+        assert!(out.item.is_some(), "{lang}: labelled");
+        let mut times: Vec<Duration> = (0..CALLS)
+            .map(|_| {
+                let started = Instant::now();
+                instance
+                    .execute(&item, &backup(Phase::Backup), &never_seen)
+                    .unwrap();
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        println!(
+            "| {lang} | {} | {} | {} | {} | {} | {} |",
+            std::fs::metadata(path).unwrap().len(),
+            ms(first),
+            ms(cached),
+            ms(first_call),
+            us(times[CALLS / 2]),
+            us(times[CALLS * 99 / 100]),
+        );
+    }
+}
