@@ -266,8 +266,9 @@ pub struct State {
 }
 
 impl State {
-    /// A guest's world: no preopened directories, no environment, no
-    /// arguments, no network (WASI's socket address check denies all by
+    /// A guest's world: no preopened directories, no environment, one
+    /// argument (a fixed program name, `iar-plugin`: Go libraries such as
+    /// klog read `os.Args[0]` in their init and panic without it), no network (WASI's socket address check denies all by
     /// default), stdin closed, stdout/stderr captured and bounded.
     pub fn new(
         limits: &Limits,
@@ -279,6 +280,7 @@ impl State {
         let stdout = GuestOutput::new(limits.max_stdio_bytes);
         let stderr = GuestOutput::new(limits.max_stdio_bytes);
         let wasi = WasiCtx::builder()
+            .arg("iar-plugin")
             .stdout(stdout.clone())
             .stderr(stderr.clone())
             .allow_blocking_current_thread(true)
