@@ -1,4 +1,5 @@
-//! The Go SDK (`go-sdk/`): its ports of `labels` and `pvc-snapshot` pass
+//! The Go SDK (`go-sdk/`): its ports of `labels`, `pvc-snapshot` and
+//! `config-block` (an item block action) pass
 //! the Rust plugins' own `iar test` files unchanged and `iar conformance`,
 //! the Go labels plugin's `iar run` output is byte-identical to the Rust
 //! one's, and hostile Go guests (a goroutine that never yields, runtime
@@ -84,6 +85,7 @@ fn the_rust_plugins_test_files_pass_for_the_go_ports() {
         ("labels", "labels-restore"),
         ("pvc-snapshot", "pvc-snapshot"),
         ("pvc-snapshot", "pvc-snapshot-restore"),
+        ("config-block", "config-block"),
     ] {
         let path = repo().join(format!("plugins/{plugin}/tests/{file}.iar-test.yaml"));
         let out = iar(&[
@@ -102,7 +104,7 @@ fn the_rust_plugins_test_files_pass_for_the_go_ports() {
 
 #[test]
 fn the_go_ports_pass_conformance() {
-    for name in ["labels-go", "pvc-snapshot-go"] {
+    for name in ["labels-go", "pvc-snapshot-go", "config-block-go"] {
         let out = iar(&["conformance", go(name)]);
         assert_ok(&out, &format!("iar conformance {name}"));
     }
@@ -142,6 +144,10 @@ fn inspect_shows_the_derived_world() {
         );
         assert!(!i.starts_with("iar:plugin/cluster-"), "{i}");
     }
+    assert_eq!(
+        inspect("config-block-go")["interfaces"],
+        serde_json::json!(["item-block-action"])
+    );
     let pvc = imports(&inspect("pvc-snapshot-go"));
     for want in [
         "iar:plugin/cluster-write@1.3.0",
