@@ -21,6 +21,7 @@ import (
 	"iar.dev/sdk/backupaction"
 	"iar.dev/sdk/host"
 	"iar.dev/sdk/log"
+	"iar.dev/sdk/names"
 	"iar.dev/sdk/restoreaction"
 	"iar.dev/sdk/unstructured"
 	"iar.dev/sdk/velero"
@@ -94,7 +95,7 @@ func snapshotName(pvc, backup string) string {
 	if len(name) <= 253 {
 		return name
 	}
-	return host.ObjectName(pvc, pvc, backup)
+	return names.ObjectName(pvc, pvc, backup)
 }
 
 // podVolumes is what one pod says about file-system backup.

@@ -435,3 +435,16 @@ fn measure() {
         );
     }
 }
+
+/// The SDK's pure packages' own Go tests (`go test`, on the machine's own
+/// platform: the packages that import the host only build for wasm).
+#[test]
+fn the_sdks_go_tests_pass() {
+    let out = Command::new("go")
+        .args(["test", "./names", "./unstructured", "./velero"])
+        .current_dir(repo().join("go-sdk"))
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("running go test");
+    assert_ok(&out, "go test in go-sdk");
+}

@@ -1,4 +1,5 @@
-package host
+// Package names names the objects a plugin creates.
+package names
 
 import (
 	"fmt"
