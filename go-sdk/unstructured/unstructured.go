@@ -5,10 +5,7 @@
 package unstructured
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"strings"
 )
 
 // Unstructured is one Kubernetes object.
@@ -18,10 +15,8 @@ type Unstructured struct {
 
 // FromJSON parses an object.
 func FromJSON(text string) (*Unstructured, error) {
-	d := json.NewDecoder(strings.NewReader(text))
-	d.UseNumber()
-	var obj map[string]any
-	if err := d.Decode(&obj); err != nil {
+	obj, err := decodeObject(text)
+	if err != nil {
 		return nil, fmt.Errorf("the item is not a JSON object: %w", err)
 	}
 	return &Unstructured{Object: obj}, nil
@@ -33,13 +28,7 @@ func (u *Unstructured) MarshalJSON() ([]byte, error) { return Marshal(u.Object) 
 
 // Marshal is json.Marshal without HTML escaping and the trailing newline.
 func Marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	e := json.NewEncoder(&b)
-	e.SetEscapeHTML(false)
-	if err := e.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return encode(make([]byte, 0, 1024), v)
 }
 
 // UnstructuredContent is apimachinery's runtime.Unstructured accessor.
