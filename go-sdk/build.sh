@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Go SDK's example plugins (examples/*) and the test suite's
 # hostile Go guests (internal/testguests/*) into OUT_DIR as components and
-# prints the path of each, one per line.
+# prints the path of each, one per line (their core modules beside them,
+# NAME.core.wasm).
 #
 #   go-sdk/build.sh OUT_DIR        (IAR=path/to/iar, default: iar on PATH)
 #
@@ -50,6 +51,7 @@ for pkg in examples/labels examples/pvc-snapshot examples/config-block internal/
             go build "${GOFLAGS_BUILD[@]}" -o "$core.tmp" "./$pkg")
         mv "$core.tmp" "$core"
     fi
+    cp "$core" "$out/$name.core.wasm"
     "$iar" componentize "$core" -o "$out/$name.wasm.tmp" >&2
     mv "$out/$name.wasm.tmp" "$out/$name.wasm"
     echo "$out/$name.wasm"

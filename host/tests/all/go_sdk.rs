@@ -448,3 +448,46 @@ fn the_sdks_go_tests_pass() {
         .expect("running go test");
     assert_ok(&out, "go test in go-sdk");
 }
+
+/// `iar componentize --world` builds against a named world of the
+/// contract; one the module does not export refuses, naming what is
+/// missing; a component or a module without contract exports is refused.
+#[test]
+fn componentize_with_a_named_world_and_bad_input() {
+    let core = go("labels-go").replace("labels-go.wasm", "labels-go.core.wasm");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("labels.wasm");
+    let componentize = |input: &str, world: &str| {
+        iar(&[
+            "componentize",
+            input,
+            "-o",
+            out.to_str().unwrap(),
+            "--world",
+            world,
+        ])
+    };
+    assert_ok(
+        &componentize(&core, "backup-restore-plugin"),
+        "backup-restore-plugin",
+    );
+    let shown = crate::support::stdout_json(&iar(&["inspect", out.to_str().unwrap()]));
+    assert_eq!(
+        shown["interfaces"],
+        serde_json::json!(["item-action", "restore-item-action"])
+    );
+    let refused = componentize(&core, "block-plugin");
+    assert_eq!(refused.status.code(), Some(2));
+    let line = last_stderr_line(&refused);
+    assert!(
+        line.contains("componentizing") && line.contains("item-block-action@1.3.0"),
+        "{line}"
+    );
+    let component = componentize(go("labels-go"), "plugin");
+    assert!(
+        last_stderr_line(&component)
+            .contains("not a core WebAssembly module (it is already a component)"),
+        "{}",
+        last_stderr_line(&component)
+    );
+}
