@@ -3,7 +3,9 @@
 //! the Rust plugins' own `iar test` files unchanged and `iar conformance`,
 //! the Go labels plugin's `iar run` output is byte-identical to the Rust
 //! one's, and hostile Go guests (a goroutine that never yields, runtime
-//! panics, a heap growing to the cap) are stopped and reported by rule.
+//! panics, a heap growing to the cap) are stopped and reported by rule;
+//! the Go labels plugin loads from a ConfigMap by reference on a real API
+//! server.
 //!
 //! `go-sdk/build.sh` builds them with the machine's Go (>= 1.24; the SDK
 //! has no module dependencies, so nothing is fetched) into
@@ -490,4 +492,130 @@ fn componentize_with_a_named_world_and_bad_input() {
         "{}",
         last_stderr_line(&component)
     );
+}
+
+/// A Go plugin is registered from a ConfigMap against a real API server
+/// (`iar-apiserver`) by reference: at ~3.8 MB it does not fit a
+/// ConfigMap's 1 MiB, so `iar plugin configmap` refuses it inline and
+/// names `--reference`; with `--reference` (a file under the watcher's
+/// reference directory, as `--plugin-reference-dir` sets it) the printed
+/// manifest, applied server-side, loads Ready, and the loaded Go labels
+/// plugin changes a pod exactly as the Rust one loaded inline beside it
+/// with the same settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_plugin_loads_from_a_configmap_by_reference() {
+    use iar::k8s::plugins::configmap;
+    use iar::k8s::plugins::{PluginRegistry, WatchOptions, watch_with};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let component = go("labels-go");
+    let size = std::fs::metadata(component).unwrap().len() as usize;
+    assert!(size > configmap::CONFIGMAP_LIMIT, "{size} bytes");
+    let Some(server) = crate::support::server().await else {
+        return;
+    };
+    let client = crate::support::client(server, iar_apiserver::User::Admin).await;
+    let namespace = "go-plugin-reference";
+    iar_apiserver::create_namespace(&client, namespace).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("settings.yaml");
+    std::fs::write(&settings, "config: {labels: team=payments}\n").unwrap();
+    let reference = dir.path().join("plugins/labels-go.wasm");
+    std::fs::create_dir_all(reference.parent().unwrap()).unwrap();
+    std::fs::copy(component, &reference).unwrap();
+    let manifest = |plugin: &str, name: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plugin",
+            "configmap",
+            plugin,
+            "--name",
+            name,
+            "--namespace",
+            namespace,
+            "--settings",
+            settings.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        iar(&args)
+    };
+
+    let inline = manifest(component, "labels-go", &[]);
+    assert_eq!(inline.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&inline.stderr);
+    assert!(
+        stderr.contains("--reference") && stderr.contains("configmap-size"),
+        "{stderr}"
+    );
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let apply = |out: Output| {
+        assert_ok(&out, "iar plugin configmap");
+        let cm: ConfigMap = iar::yaml::from_slice(&out.stdout).unwrap();
+        let api = api.clone();
+        async move {
+            let name = cm.metadata.name.clone().unwrap();
+            api.patch(&name, &PatchParams::apply("kubectl"), &Patch::Apply(&cm))
+                .await
+                .expect("server-side apply");
+            cm
+        }
+    };
+    let by_reference = apply(manifest(
+        component,
+        "labels-go",
+        &["--reference", reference.to_str().unwrap()],
+    ))
+    .await;
+    assert!(by_reference.binary_data.is_none());
+    apply(manifest(artifacts::LABELS, "labels", &[])).await;
+
+    let registry = PluginRegistry::new();
+    let options = WatchOptions {
+        reference_dir: Some(dir.path().join("plugins")),
+        ..WatchOptions::default()
+    };
+    let task = tokio::spawn(watch_with(
+        client,
+        namespace.into(),
+        runtime(),
+        registry.clone(),
+        options,
+    ));
+    let mut rx = registry.subscribe();
+    let loaded = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let set = registry.current();
+            if set.get("labels-go").is_some() && set.get("labels").is_some() {
+                return set;
+            }
+            rx.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("labels-go and labels did not both load");
+    for name in ["labels-go", "labels"] {
+        iar_tests::wait_for("a Ready status", Duration::from_secs(60), || async {
+            let annotations = api.get(name).await.unwrap().metadata.annotations;
+            match annotations.and_then(|a| a.get("iar.dev/status").cloned()) {
+                Some(status) if status == "Ready" => Ok(()),
+                status => Err(format!("{name}: status {status:?}")),
+            }
+        })
+        .await;
+    }
+    task.abort();
+
+    let run = |name: &str| {
+        let plugin = loaded.get(name).expect("loaded");
+        let out = plugin
+            .instance(Arc::new(NoCluster))
+            .execute(&pod("web"), &backup(Phase::Backup), &never_seen)
+            .expect("runs");
+        out.item.expect("changes the pod").into_value()
+    };
+    let (go_pod, rust_pod) = (run("labels-go"), run("labels"));
+    assert_eq!(go_pod["metadata"]["labels"]["team"], "payments");
+    assert_eq!(go_pod, rust_pod, "Go (left) and Rust (right) differ");
 }
