@@ -53,7 +53,7 @@ fn built() -> &'static [PathBuf] {
 }
 
 /// The component named `name` (`labels-go`, `go-spin`, ...).
-fn go(name: &str) -> &'static str {
+pub(crate) fn go(name: &str) -> &'static str {
     let file = format!("{name}.wasm");
     built()
         .iter()

@@ -941,6 +941,14 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "config: {labels: via=iar-in-velero}\n",
     )
     .unwrap();
+    // The Go SDK's port of labels (go-sdk/examples/labels), served beside
+    // the Rust one with a label of its own: every item must show both.
+    std::fs::copy(crate::go_sdk::go("labels-go"), image.join("labels-go.wasm")).unwrap();
+    std::fs::write(
+        image.join("labels-go.yaml"),
+        "config: {labels: via-go=iar-in-velero}\n",
+    )
+    .unwrap();
     std::fs::copy(
         iar_tests::artifacts::PVC_SNAPSHOT,
         image.join("pvc-snapshot.wasm"),
@@ -975,7 +983,7 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     };
     assert_eq!(
         install(),
-        "iar.dev/config-block\niar.dev/labels\niar.dev/pvc-snapshot\niar.dev/restore-op\n"
+        "iar.dev/config-block\niar.dev/labels-go\niar.dev/labels\niar.dev/pvc-snapshot\niar.dev/restore-op\n"
     );
     {
         use std::os::unix::fs::PermissionsExt;
@@ -1023,6 +1031,32 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     );
     assert_eq!(config["metadata"]["labels"]["via"], "iar-in-velero");
     assert_eq!(config["data"]["mode"], "strict");
+    // The Go labels plugin ran inside Velero exactly where the Rust one
+    // did: every item in the tarball carries both labels or neither.
+    let mut labelled = Vec::new();
+    for (path, text) in &entries {
+        if !(path.starts_with("resources/") && path.ends_with(".json")) {
+            continue;
+        }
+        let item: Value = serde_json::from_str(text).unwrap();
+        let labels = &item["metadata"]["labels"];
+        assert_eq!(
+            labels.get("via-go"),
+            labels.get("via"),
+            "{path}: the Go (left) and Rust (right) labels differ"
+        );
+        if labels.get("via").is_some() {
+            labelled.push(path.as_str());
+        }
+    }
+    for kind in ["configmaps", "pods", "persistentvolumeclaims"] {
+        assert!(
+            labelled
+                .iter()
+                .any(|p| p.starts_with(&format!("resources/{kind}/"))),
+            "no {kind} labelled by both: {labelled:?}"
+        );
+    }
     // The post-operation item, backed up in Velero's finalize pass.
     let snapshot_path = format!(
         "resources/volumesnapshots.snapshot.storage.k8s.io/namespaces/{app}/data-via-velero.json"
@@ -1069,6 +1103,10 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         .unwrap();
     assert_eq!(
         restored.metadata.labels.as_ref().unwrap()["via"],
+        "iar-in-velero"
+    );
+    assert_eq!(
+        restored.metadata.labels.as_ref().unwrap()["via-go"],
         "iar-in-velero"
     );
     assert_eq!(restored.data.unwrap()["mode"], "strict");

@@ -682,3 +682,69 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
     let status = serde_json::to_string(&greedy.metadata.annotations).unwrap();
     assert!(status.contains("GrantRefused"), "{status}");
 }
+
+/// The Go SDK's ports (`go-sdk/examples`, built by go-sdk/build.sh) served
+/// by `iar` beside the Rust plugins they port, with the same settings:
+/// Velero's client lists each under the same kinds and gets the same
+/// answer from each for every call — a backup execute, a restore execute,
+/// an ItemBlockAction's applies-to and related items.
+#[test]
+fn go_plugins_are_served_like_the_rust_ones() {
+    let Some(client) = client() else { return };
+    let go = crate::go_sdk::go;
+    let labels = "config: {labels: team=payments}\n";
+    let dir = plugin_dir(&[
+        ("labels", artifacts::LABELS, labels),
+        ("labels-go", go("labels-go"), labels),
+        ("config-block", artifacts::CONFIG_BLOCK, "{}\n"),
+        ("config-block-go", go("config-block-go"), "{}\n"),
+    ]);
+    let mut pod = pod_item("web");
+    pod["spec"]["volumes"] = json!([{"name": "settings", "configMap": {"name": "web-settings"}}]);
+    let steps = |labels: &str, block: &str| {
+        vec![
+            json!({"op": "appliesTo", "action": labels}),
+            execute(labels, pod.clone(), "InProgress"),
+            restore_execute(labels, config_map_item("settings", json!({}))),
+            json!({"op": "blockAppliesTo", "action": block}),
+            json!({"op": "relatedItems", "action": block, "item": pod.clone(),
+                   "backup": velero_backup("InProgress")}),
+        ]
+    };
+    let rust_steps = steps("iar.dev/labels", "iar.dev/config-block");
+    let go_steps = steps("iar.dev/labels-go", "iar.dev/config-block-go");
+    let mut all = vec![json!({"op": "listKinds"})];
+    all.extend(rust_steps.iter().cloned());
+    all.extend(go_steps.iter().cloned());
+    let results = drive(&client, dir.path(), &all);
+    assert_eq!(
+        results[0]["kinds"],
+        json!({
+            "BackupItemActionV2": ["iar.dev/labels", "iar.dev/labels-go"],
+            "ItemBlockAction": ["iar.dev/config-block", "iar.dev/config-block-go"],
+            "RestoreItemActionV2": ["iar.dev/labels", "iar.dev/labels-go"],
+        }),
+        "{}",
+        results[0]
+    );
+    let (rust, go) = results[1..].split_at(rust_steps.len());
+    for (step, (r, g)) in rust_steps.iter().zip(rust.iter().zip(go)) {
+        assert_eq!(g, r, "Go (left) and Rust (right) differ at {step}");
+    }
+    // What both did, through Velero's client.
+    assert_eq!(
+        go[1]["item"]["metadata"]["labels"]["team"], "payments",
+        "{}",
+        go[1]
+    );
+    assert_eq!(
+        go[2]["item"]["metadata"]["annotations"]["iar.dev/restored-from"], "nightly",
+        "{}",
+        go[2]
+    );
+    assert!(
+        go[4].to_string().contains("web-settings"),
+        "the Pod's ConfigMap is related: {}",
+        go[4]
+    );
+}
