@@ -34,11 +34,17 @@ pub struct Options {
     pub leader_lease: Duration,
     pub settings: Settings,
     pub store: BackupStore,
-    /// When it resolves (SIGTERM, in `iar controller`), the replica stops
-    /// reconciling and gives back the leases of the backups it drives, so
-    /// another replica takes them at once. None: it runs until the watch
-    /// ends.
+    /// When it resolves (SIGTERM, in `iar controller`), the replica starts
+    /// no new step, lets the steps running now finish for at most
+    /// [`Options::drain`], and gives back the leases of the backups it
+    /// drives, so another replica takes them at once. None: it runs until
+    /// the watch ends.
     pub shutdown: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// How long a stopping replica lets running steps finish: a backup's
+    /// first pass cut short cannot be resumed (its items are not
+    /// written), so it ends Failed as in Velero; one that finishes goes on
+    /// in another replica. Less than the pod's termination grace period.
+    pub drain: Duration,
     /// How long a node agent may say nothing about a volume backup request
     /// (not take it, or stop reporting) before it fails; more than the
     /// agents' heartbeat ([`super::node_agent::HEARTBEAT`]).
@@ -115,7 +121,25 @@ pub async fn run(
     });
     let writer_api = api.clone();
     tokio::spawn(async move {
+        // The phase each backup was last seen in: `kubectl logs` shows a
+        // line per phase change, not one per progress update.
+        let mut phases = std::collections::HashMap::new();
         while let Some((name, status)) = rx.recv().await {
+            if phases.get(&name) != Some(&status.phase) {
+                tracing::info!(
+                    backup = %name,
+                    items = status.progress.items_backed_up,
+                    errors = status.errors,
+                    warnings = status.warnings,
+                    "phase {}",
+                    status.phase
+                );
+                if status.phase.is_terminal() {
+                    phases.remove(&name);
+                } else {
+                    phases.insert(name.clone(), status.phase);
+                }
+            }
             if let Err(e) = patch_status(&writer_api, &name, &status).await {
                 // The reconcile that ends the backup writes it again.
                 tracing::warn!(backup = %name, "writing status {}: {e}", status.phase);
@@ -218,8 +242,14 @@ pub async fn run(
     // taken over by their first reconcile. Reconciles at once are bounded
     // too (kube-runtime's default is unbounded); the heavy part of each,
     // a backup's first pass, takes a turn of `Settings::concurrent_passes`.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let reconciling = Controller::new(api, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(16))
+        // Once told, it takes no new reconcile and ends when the running
+        // ones have.
+        .graceful_shutdown_on(async move {
+            let _ = stopped.await;
+        })
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -246,15 +276,23 @@ pub async fn run(
             None => std::future::pending().await,
         }
     };
+    tokio::pin!(reconciling);
     tokio::select! {
-        () = reconciling => {}
+        () = &mut reconciling => {}
         never = sweeping => match never {},
         () = shutdown => {
-            tracing::info!("stopping: no more reconciles; giving back the leases of the backups this replica drives");
+            let drain = options.drain;
+            tracing::info!(
+                "stopping: no new steps; the running ones may finish for {drain:?}, then the leases of the backups this replica drives are given back"
+            );
+            let _ = stop.send(());
+            if tokio::time::timeout(drain, &mut reconciling).await.is_err() {
+                tracing::warn!("steps still running after {drain:?}: abandoned (a backup's first pass among them ends Failed)");
+            }
         }
     }
-    // A step that was running is dropped (its lease abandoned: it
-    // expires); the backups between steps are free at once.
+    // A step still running is dropped (its lease abandoned: it expires);
+    // the backups between steps are free at once.
     context.controller.give_back_kept_leases().await;
     Ok(())
 }

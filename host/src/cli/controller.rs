@@ -61,6 +61,11 @@ pub struct ControllerArgs {
     /// How long leadership lasts unrenewed (renewed every third of it).
     #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "15s")]
     leader_lease: Duration,
+    /// On SIGTERM, how long the backup steps running may finish before
+    /// the replica exits (a first pass cut short ends its backup Failed);
+    /// keep it under the pod's terminationGracePeriodSeconds (30s).
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "25s")]
+    drain: Duration,
     /// How long a backup's lease in the store lasts unrenewed.
     #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "15s")]
     lease_duration: Duration,
@@ -181,6 +186,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         // Kubernetes stops a pod with SIGTERM (and a terminal with ^C):
         // the replica gives its backups back before it exits.
         shutdown: Some(Box::pin(terminated())),
+        drain: args.drain,
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

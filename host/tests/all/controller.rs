@@ -165,6 +165,7 @@ pub(crate) async fn start_controller(
         // Above the agents' 5 s heartbeat, short enough for a test.
         volume_agent_silence: Duration::from_secs(10),
         shutdown: None,
+        drain: Duration::ZERO,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     // The operator lets plugin ConfigMaps create VolumeSnapshots

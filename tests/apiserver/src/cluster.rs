@@ -45,6 +45,9 @@ pub const SERVICE_CIDR: &str = "10.254.213.0/24";
 /// The `kubernetes` Service's ClusterIP, where kube-apiserver listens.
 pub const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 254, 213, 1);
 
+/// The bridge's hardware address (locally administered).
+const BRIDGE_MAC: &str = "02:1a:72:f4:d5:01";
+
 /// The `kubernetes` Service's port, which kube-apiserver fixes at 443.
 const SERVICE_PORT: u16 = 443;
 
@@ -251,7 +254,12 @@ impl Bridge {
                 })
             }
         };
-        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        // A fixed address: a bridge without one takes its lowest port's,
+        // which changes as pods come and go, and pods that cached the old
+        // one for GATEWAY cannot connect until they ask again.
+        ip(&[
+            "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge",
+        ])?;
         ip(&["addr", "add", &format!("{GATEWAY}/24"), "dev", BRIDGE])?;
         ip(&["addr", "add", &format!("{SERVICE_IP}/32"), "dev", BRIDGE])?;
         ip(&["link", "set", BRIDGE, "up"])?;

@@ -296,7 +296,10 @@ impl ApiServer {
                 "--service-account-signing-key-file={}",
                 signing_key.display()
             ))
-            .arg(format!("--service-cluster-ip-range={}", listen.service_cidr))
+            .arg(format!(
+                "--service-cluster-ip-range={}",
+                listen.service_cidr
+            ))
             // A loopback address is not a valid endpoint for the `kubernetes`
             // Service (and no kube-proxy would route one): without this the
             // server logs an error every 10 s.

@@ -423,7 +423,10 @@ impl Node {
             .iter()
             .any(|h| h.join("k8s.io").exists());
         let kube_chains_before = kube_chains();
-        write(&dir.join(CHAINS_BEFORE), &format_chains(&kube_chains_before))?;
+        write(
+            &dir.join(CHAINS_BEFORE),
+            &format_chains(&kube_chains_before),
+        )?;
         let mut command = Command::new("unshare");
         command
             .args(["--mount", "--propagation", "private"])
