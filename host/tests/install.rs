@@ -300,6 +300,7 @@ async fn iar_installed_from_deploy_backs_up_a_workload_on_a_real_node() {
     let Some(tools) = built("tools/velero/build.sh") else {
         return;
     };
+    let firewall_before = firewall();
     let cluster = match Cluster::start(&[&images[0]]).await {
         Ok(cluster) => cluster,
         Err(StartError::Unavailable(why)) => {
@@ -309,9 +310,48 @@ async fn iar_installed_from_deploy_backs_up_a_workload_on_a_real_node() {
         Err(e) => panic!("the cluster did not start: {e}"),
     };
     let begun = Instant::now();
-    tokio::task::spawn_blocking(move || install_and_back_up(&cluster, &tools[0], begun))
-        .await
-        .unwrap();
+    let cluster = tokio::task::spawn_blocking(move || {
+        install_and_back_up(&cluster, &tools[0], begun);
+        cluster
+    })
+    .await
+    .unwrap();
+    // Nothing of the cluster stays on the host: its bridge (and the two
+    // addresses on it), the kubelet's firewall chains, its processes.
+    let pids = cluster.pids();
+    drop(cluster);
+    assert!(
+        !Path::new("/sys/class/net")
+            .join(iar_apiserver::node::BRIDGE)
+            .exists()
+    );
+    assert_eq!(
+        firewall(),
+        firewall_before,
+        "the cluster left firewall rules"
+    );
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "{pid} survived"
+        );
+    }
+}
+
+/// The host's firewall rules, every table of both families.
+fn firewall() -> String {
+    let mut out = String::new();
+    for program in ["iptables", "ip6tables"] {
+        for table in ["filter", "nat", "mangle"] {
+            let rules = Command::new(program)
+                .args(["-w", "5", "-t", table, "-S"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            out.push_str(&format!("{program} -t {table}:\n{rules}"));
+        }
+    }
+    out
 }
 
 fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
@@ -418,16 +458,38 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     ]);
     let replicas: Vec<String> = replicas.split_whitespace().map(str::to_string).collect();
     // Their logs to their end: `kubectl logs` of a deleted pod is gone.
-    let followed: Vec<Child> = replicas
+    // Each follower has printed a line (it is attached) before the pods
+    // are deleted: an idle replica stops at once on its SIGTERM.
+    let followed: Vec<std::thread::JoinHandle<String>> = replicas
         .iter()
         .map(|pod| {
-            cluster
+            let mut child = cluster
                 .kubectl()
                 .args(["-n", NS, "logs", "-f", pod])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
-                .unwrap()
+                .unwrap();
+            let (attached, is_attached) = std::sync::mpsc::channel();
+            let stdout = child.stdout.take().unwrap();
+            let follower = std::thread::spawn(move || {
+                use std::io::BufRead;
+                let mut log = String::new();
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let _ = attached.send(());
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+                let _ = child.wait();
+                log
+            });
+            is_attached
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("kubectl logs -f {pod} printed nothing"));
+            follower
         })
         .collect();
     kubectl.run(&[
@@ -445,12 +507,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     assert_eq!(phase, "Completed", "{backup:#}\n{}", cluster.logs());
     // Each deleted replica stopped on its SIGTERM; the one driving the
     // backup let its step finish first (the drain) and logged its phases.
-    let stopped: Vec<String> = followed
-        .into_iter()
-        .map(|child| {
-            String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
-        })
-        .collect();
+    let stopped: Vec<String> = followed.into_iter().map(|f| f.join().unwrap()).collect();
     for log in &stopped {
         assert!(log.contains("stopping: no new steps"), "{log}");
     }
@@ -460,24 +517,26 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
             .any(|l| l.contains("backup=nightly") && l.contains("phase InProgress"))),
         "no deleted replica drove the backup: {stopped:#?}"
     );
-    // The replacement pods, from the Deployment's ReplicaSet, are not the
-    // deleted ones.
-    let now = kubectl.run(&[
-        "-n",
-        NS,
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=iar",
-        "-o",
-        "name",
-    ]);
-    for old in &replicas {
-        assert!(
-            !now.split_whitespace().any(|n| n == old),
-            "{old} still runs: {now}"
-        );
-    }
+    // The deleted pods go (their containers have ended); the Deployment's
+    // ReplicaSet has replaced them.
+    wait("the deleted pods gone", Duration::from_secs(60), || {
+        let now = kubectl.run(&[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=iar",
+            "-o",
+            "name",
+        ]);
+        let now: Vec<&str> = now.split_whitespace().collect();
+        match replicas.iter().find(|old| now.contains(&old.as_str())) {
+            Some(old) => Err(format!("{old} is still there: {now:?}")),
+            None if now.len() == 2 => Ok(()),
+            None => Err(format!("replicas {now:?}")),
+        }
+    });
 
     // Both volumes went through the node agent.
     let requests = kubectl.json(&[

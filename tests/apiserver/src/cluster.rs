@@ -134,6 +134,15 @@ impl Cluster {
         command
     }
 
+    /// The process ids of its programs still running (etcd,
+    /// kube-apiserver, kube-controller-manager, kube-scheduler; each leads
+    /// its group).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.server.pids();
+        pids.extend(lock(&self.control_plane).iter().map(ServerProcess::pid));
+        pids
+    }
+
     /// The last lines of every control-plane program's log.
     pub fn logs(&self) -> String {
         let mut out = String::new();
