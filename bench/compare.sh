@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One table: execute of the bench Pod (examples/bench/pod.json) by native
-# Rust in process, iar on a reused and on a fresh instance, and a Velero
+# Rust in process, iar on a reused and on a fresh instance (the Rust labels
+# plugin, and the Go SDK's port of it: the Go row), and a Velero
 # BackupItemAction v2 plugin driven through Velero's own plugin client; and
 # start-up of each; then the 10,000-item backup ratio (examples/backup_ratio).
 # Builds the Velero anchor (bench/velero, Go; its
@@ -20,7 +21,16 @@ echo "== building the Velero anchor (bench/velero)" >&2
   && go build -o "$out/velero-anchor" ./driver)
 
 echo "== building iar (release)" >&2
-cargo build --release -q -p iar --example compare --example backup_ratio --manifest-path "$root/Cargo.toml"
+cargo build --release -q -p iar --bin iar --example compare --example backup_ratio --manifest-path "$root/Cargo.toml"
+
+# The Go row: the Go SDK's labels (go-sdk/examples/labels), built by
+# go-sdk/build.sh with the iar just built (GO_ROW=0 skips it).
+go_args=()
+if [ "${GO_ROW:-1}" != 0 ]; then
+  echo "== building the Go SDK's labels (go-sdk/build.sh)" >&2
+  IAR="$root/target/release/iar" bash "$root/go-sdk/build.sh" "$root/target/go-sdk" >/dev/null
+  go_args=(--go "$root/target/go-sdk/labels-go.wasm")
+fi
 
 echo "== Velero plugin: ${VELERO_CALLS:-4000} calls, ${STARTS:-20} start-ups" >&2
 ANCHOR_PLUGIN_DIR="$out/plugins" ANCHOR_ITEM="$root/examples/bench/pod.json" \
@@ -30,7 +40,7 @@ ANCHOR_PLUGIN_DIR="$out/plugins" ANCHOR_ITEM="$root/examples/bench/pod.json" \
 echo "== iar: ${ROUNDS:-20} rounds × ${CALLS:-200} calls" >&2
 echo "date: $(date -u +%FT%TZ); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$root/target/release/examples/compare" --velero "$out/anchor.json" \
-  --rounds "${ROUNDS:-20}" --calls "${CALLS:-200}" --starts "${STARTS:-20}"
+  --rounds "${ROUNDS:-20}" --calls "${CALLS:-200}" --starts "${STARTS:-20}" "${go_args[@]}"
 
 # The backup ratio: 10,000 items through the plugins ÷ none, at equal
 # workers, interleaved (BACKUP_ROUNDS=0 skips it). The backups' files go to

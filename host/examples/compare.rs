@@ -9,8 +9,12 @@
 //! fresh, native, …) so that machine load hits all of them alike; the ratios
 //! are medians of per-round ratios.
 //!
+//! With `--go labels-go.wasm` (the Go SDK's port, built by go-sdk/build.sh)
+//! the Go plugin's reused and fresh calls join the same rounds, with its
+//! start-up, size and ratios to the Rust plugin and to Velero's.
+//!
 //! `cargo run --release -p iar --example compare -- [--velero anchor.json]
-//! [--rounds N] [--calls N] [--plugin labels.wasm]
+//! [--rounds N] [--calls N] [--plugin labels.wasm] [--go labels-go.wasm]
 //! [--profile native|work|reused|fresh|on-demand|instantiate]`; with `--velero`, the Velero anchor's figures
 //! (`bench/velero`, JSON) are printed in the same table.
 
@@ -76,6 +80,10 @@ struct Args {
     /// Another build of the labels plugin (`--plugin path.wasm`): the same
     /// rows for it, e.g. one built without WASI imports.
     plugin: Option<String>,
+    /// The Go SDK's labels plugin (`--go labels-go.wasm`, built by
+    /// go-sdk/build.sh): its reused and fresh calls in the same rounds, its
+    /// start-up, and its ratios to the Rust plugin and to Velero's.
+    go: Option<String>,
 }
 
 fn args() -> Args {
@@ -86,6 +94,7 @@ fn args() -> Args {
         starts: 20,
         profile: None,
         plugin: None,
+        go: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -97,6 +106,7 @@ fn args() -> Args {
             "--starts" => a.starts = value().parse().expect("--starts N"),
             "--profile" => a.profile = Some(value()),
             "--plugin" => a.plugin = Some(value()),
+            "--go" => a.go = Some(value()),
             "--bench" => {} // cargo passes it to examples run as benches
             other => panic!("unknown argument {other}"),
         }
@@ -162,6 +172,29 @@ fn main() {
     .unwrap();
     let on_demand = Plugin::from_file(&on_demand_runtime, path, bench_settings()).unwrap();
 
+    // The Go labels plugin, on a runtime of its own (same cache) so that
+    // each runtime's compile count checks its own start-up rows.
+    let mut go = args.go.as_ref().map(|go_path| {
+        let go_path = std::path::PathBuf::from(go_path);
+        let go_runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let t = Instant::now();
+        let go_plugin = Plugin::from_file(&go_runtime, &go_path, bench_settings()).unwrap();
+        let compile = t.elapsed();
+        assert_eq!(go_runtime.compiles(), 1);
+        let mut go_reused = go_plugin.instance(Arc::new(NoCluster));
+        let out = go_reused.execute(&item, &backup, &never).unwrap();
+        assert_eq!(
+            out.item.as_ref().map(|i| i.value()),
+            Some(&native_label(item.value())),
+            "the Go plugin's answer is the Rust plugin's"
+        );
+        (go_path, go_runtime, go_plugin, go_reused, compile)
+    });
+
     if let Some(which) = &args.profile {
         let calls = args.calls;
         let (times, _) = match which.as_str() {
@@ -206,6 +239,14 @@ fn main() {
     let (mut reused_ratio, mut fresh_ratio) = (Vec::new(), Vec::new());
     // Instantiate and drop only, and its share of what a fresh call adds.
     let (mut i_all, mut i_total, mut i_share) = (Vec::new(), Duration::ZERO, Vec::new());
+    // The Go plugin's reused and fresh calls, and its reused ÷ Rust's.
+    let (mut gr_all, mut gr_total, mut gf_all, mut gf_total, mut go_ratio) = (
+        Vec::new(),
+        Duration::ZERO,
+        Vec::new(),
+        Duration::ZERO,
+        Vec::new(),
+    );
     for _ in 0..args.rounds {
         let (n, nt) = time(args.calls, || {
             black_box(native_label(black_box(item.value())));
@@ -227,6 +268,24 @@ fn main() {
         let (i, it) = time(args.calls, || {
             assert!(plugin.instance(Arc::new(NoCluster)).instantiate_and_drop());
         });
+        if let Some((_, _, go_plugin, go_reused, _)) = go.as_mut() {
+            let (gr, grt) = time(args.calls, || {
+                black_box(
+                    go_reused
+                        .execute(black_box(&item), &backup, &never)
+                        .unwrap(),
+                );
+            });
+            let (gf, gft) = time(args.calls, || {
+                let mut fresh = go_plugin.instance(Arc::new(NoCluster));
+                black_box(fresh.execute(black_box(&item), &backup, &never).unwrap());
+            });
+            go_ratio.push(median(gr.clone()) / median(r.clone()));
+            gr_all.extend(gr);
+            gr_total += grt;
+            gf_all.extend(gf);
+            gf_total += gft;
+        }
         work_ratio.push(median(r.clone()) / median(w.clone()));
         w_all.extend(w);
         w_total += wt;
@@ -272,6 +331,36 @@ fn main() {
     );
     let start_row = row(starts, starts_total);
     let load_row = row(load_only, starts_total);
+
+    // The Go plugin's rows: calls, and start-up as the Rust plugin's.
+    let go_rows = go.as_ref().map(|(go_path, go_runtime, _, _, compile)| {
+        let mut load_only = Vec::new();
+        let (starts, starts_total) = time(args.starts, || {
+            let t = Instant::now();
+            let p = Plugin::from_file(go_runtime, go_path, bench_settings()).unwrap();
+            load_only.push(t.elapsed().as_secs_f64() * 1e6);
+            black_box(
+                p.instance(Arc::new(NoCluster))
+                    .execute(&item, &backup, &never),
+            )
+            .unwrap();
+        });
+        assert_eq!(
+            go_runtime.compiles(),
+            1,
+            "the Go start-up rows must load from the cache"
+        );
+        let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+        (
+            row(gr_all.clone(), gr_total),
+            row(gf_all.clone(), gf_total),
+            row(load_only, starts_total),
+            row(starts, starts_total),
+            *compile,
+            size(go_path),
+            size(path),
+        )
+    });
 
     // Memory: resident set growth for 100 plugins loaded from the cache
     // (each load keeps its own copy of the compiled code), then for 100 live
@@ -333,6 +422,10 @@ fn main() {
     line("iar, fresh instance", fresh_row);
     line("iar, fresh instance, on demand", on_demand_row);
     line("  instantiate + drop, no call", instantiate_row);
+    if let Some((reused, fresh, ..)) = go_rows {
+        line("iar, Go SDK labels, reused", reused);
+        line("iar, Go SDK labels, fresh", fresh);
+    }
     if let Some(v) = vrow("execute") {
         line("Velero plugin (go-plugin gRPC)", v);
     }
@@ -350,8 +443,19 @@ fn main() {
     };
     sline("iar, load cached component", load_row);
     sline("iar, load cached + first execute", start_row);
+    if let Some((_, _, load, start, ..)) = go_rows {
+        sline("iar Go, load cached component", load);
+        sline("iar Go, load cached + first execute", start);
+    }
     if let Some(v) = vrow("startup") {
         sline("Velero, start plugin + 1st execute", v);
+    }
+    if let Some((.., compile, go_size, rust_size)) = go_rows {
+        println!(
+            "component size: Rust labels {rust_size} bytes, Go labels {go_size} bytes ({:.1}x); Go compile (first load, no cache) {:.2} s",
+            go_size as f64 / rust_size as f64,
+            compile.as_secs_f64()
+        );
     }
     let mib = |b: i64| b as f64 / (1 << 20) as f64;
     println!(
@@ -390,5 +494,17 @@ fn main() {
             "  Velero start ÷ iar  {:.1}x  (start-up + first execute)",
             v.median / start_row.median
         );
+    }
+    if let Some((go_reused, ..)) = go_rows {
+        println!(
+            "  Go reused ÷ Rust reused  {:.2}x  (goal ≤ 3x; medians of per-round ratios)",
+            median(go_ratio)
+        );
+        if let Some(v) = vrow("execute") {
+            println!(
+                "  Velero ÷ Go reused  {:.1}x  (goal ≥ 10x)",
+                v.median / go_reused.median
+            );
+        }
     }
 }
