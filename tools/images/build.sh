@@ -144,11 +144,15 @@ EOF
   export CONTAINERS_CONF="$cache/containers.conf"
   # A storage of its own, removed at the end: the tars are the product.
   store="$(mktemp -d "$cache/.storage.XXXXXX")"
+  # podman refuses a runroot path over 50 characters (a cache under a long
+  # $HOME or XDG_CACHE_HOME has one): its runtime state goes to a short
+  # directory of its own.
+  runroot="$(mktemp -d /tmp/iar-podman.XXXXXX)"
   pm() {
-    podman --root "$store/root" --runroot "$store/run" --tmpdir "$store/tmp" \
+    podman --root "$store/root" --runroot "$runroot" --tmpdir "$store/tmp" \
       --storage-driver vfs "$@"
   }
-  trap 'pm rm -a -f >/dev/null 2>&1 || true; rm -rf "$store"' EXIT
+  trap 'pm rm -a -f >/dev/null 2>&1 || true; rm -rf "$store" "$runroot"' EXIT
 
   started=$SECONDS
   build() { # IMAGE DOCKERFILE
