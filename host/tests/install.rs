@@ -18,9 +18,8 @@ use iar_apiserver::{StartError, skip_or_fail};
 use iar_tests::artifacts;
 use serde_json::{Value, json};
 use std::io::Write;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const NS: &str = "iar-system";
@@ -59,53 +58,17 @@ fn built(script: &str) -> Option<Vec<PathBuf>> {
     )
 }
 
-/// A child process killed when the test ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// versitygw serving `root` (bucket [`BUCKET`] in it) on the bridge's
 /// address, where the pods reach it; returns its endpoint.
-fn s3_store(versitygw: &Path, root: &Path) -> (Running, String) {
+fn s3_store(versitygw: &Path, root: &Path) -> (iar_tests::s3::Gateway, String) {
     std::fs::create_dir_all(root.join(BUCKET)).unwrap();
-    let port = {
-        let probe = std::net::TcpListener::bind((GATEWAY, 0)).unwrap();
-        probe.local_addr().unwrap().port()
-    };
-    let child = Command::new(versitygw)
-        .args(["--port", &format!("{GATEWAY}:{port}"), "posix"])
-        .arg(root)
-        .env("ROOT_ACCESS_KEY", ACCESS_KEY)
-        .env("ROOT_SECRET_KEY", SECRET_KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting versitygw");
-    let running = Running(child);
-    wait("versitygw listening", Duration::from_secs(30), || {
-        TcpStream::connect((GATEWAY, port))
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
-    (running, format!("http://{GATEWAY}:{port}"))
+    iar_tests::s3::versitygw(versitygw, root, GATEWAY.into(), ACCESS_KEY, SECRET_KEY)
 }
 
 /// Polls `f` until it gives `Ok`, panicking with its last error after
-/// `within`.
-fn wait<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(e) if Instant::now() > deadline => panic!("waited {within:?} for {what}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
+/// `within`; every quarter second, as most checks here run kubectl.
+fn wait<T>(what: &str, within: Duration, f: impl FnMut() -> Result<T, String>) -> T {
+    iar_tests::blocking::wait_for_every(what, within, Duration::from_millis(250), f)
 }
 
 /// What one command printed, for assertions and failure messages.
@@ -257,6 +220,24 @@ fn workload(local_dir: &Path) -> Vec<Value> {
     ]
 }
 
+/// The controller's pods, as `pod/NAME`.
+fn controller_pods(kubectl: &Kubectl) -> Vec<String> {
+    kubectl
+        .run(&[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=iar",
+            "-o",
+            "name",
+        ])
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Waits for Backup `name` to end; returns its phase.
 fn wait_backup(kubectl: &Kubectl, name: &str) -> String {
     wait(
@@ -300,7 +281,7 @@ async fn iar_installed_from_deploy_backs_up_a_workload_on_a_real_node() {
     let Some(tools) = built("tools/velero/build.sh") else {
         return;
     };
-    let firewall_before = firewall();
+    let firewall_before = iar_apiserver::node::firewall_rules();
     let cluster = match Cluster::start(&[&images[0]]).await {
         Ok(cluster) => cluster,
         Err(StartError::Unavailable(why)) => {
@@ -326,7 +307,7 @@ async fn iar_installed_from_deploy_backs_up_a_workload_on_a_real_node() {
             .exists()
     );
     assert_eq!(
-        firewall(),
+        iar_apiserver::node::firewall_rules(),
         firewall_before,
         "the cluster left firewall rules"
     );
@@ -336,22 +317,6 @@ async fn iar_installed_from_deploy_backs_up_a_workload_on_a_real_node() {
             "{pid} survived"
         );
     }
-}
-
-/// The host's firewall rules, every table of both families.
-fn firewall() -> String {
-    let mut out = String::new();
-    for program in ["iptables", "ip6tables"] {
-        for table in ["filter", "nat", "mangle"] {
-            let rules = Command::new(program)
-                .args(["-w", "5", "-t", table, "-S"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            out.push_str(&format!("{program} -t {table}:\n{rules}"));
-        }
-    }
-    out
 }
 
 fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
@@ -446,17 +411,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
             false => Err(String::from("not yet")),
         },
     );
-    let replicas = kubectl.run(&[
-        "-n",
-        NS,
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=iar",
-        "-o",
-        "name",
-    ]);
-    let replicas: Vec<String> = replicas.split_whitespace().map(str::to_string).collect();
+    let replicas = controller_pods(&kubectl);
     // Their logs to their end: `kubectl logs` of a deleted pod is gone.
     // Each follower has printed a line (it is attached) before the pods
     // are deleted: an idle replica stops at once on its SIGTERM.
@@ -520,18 +475,8 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     // The deleted pods go (their containers have ended); the Deployment's
     // ReplicaSet has replaced them.
     wait("the deleted pods gone", Duration::from_secs(60), || {
-        let now = kubectl.run(&[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=iar",
-            "-o",
-            "name",
-        ]);
-        let now: Vec<&str> = now.split_whitespace().collect();
-        match replicas.iter().find(|old| now.contains(&old.as_str())) {
+        let now = controller_pods(&kubectl);
+        match replicas.iter().find(|old| now.contains(old)) {
             Some(old) => Err(format!("{old} is still there: {now:?}")),
             None if now.len() == 2 => Ok(()),
             None => Err(format!("replicas {now:?}")),

@@ -86,6 +86,61 @@ where
     .await
 }
 
+/// versitygw, the S3 server the tests keep stores in (built by
+/// `tools/velero/build.sh`).
+pub mod s3 {
+    use std::net::{IpAddr, TcpListener, TcpStream};
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    /// A running versitygw, killed when dropped.
+    pub struct Gateway(Child);
+
+    impl Drop for Gateway {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// `binary` serving `root` (each directory in it a bucket) on `ip` at
+    /// a free port, with one root user; returns once it listens, with its
+    /// endpoint (`http://IP:PORT`).
+    pub fn versitygw(
+        binary: &Path,
+        root: &Path,
+        ip: IpAddr,
+        access_key: &str,
+        secret_key: &str,
+    ) -> (Gateway, String) {
+        let port = TcpListener::bind((ip, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(binary)
+            .args(["--port", &format!("{ip}:{port}"), "posix"])
+            .arg(root)
+            .env("ROOT_ACCESS_KEY", access_key)
+            .env("ROOT_SECRET_KEY", secret_key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting versitygw");
+        let gateway = Gateway(child);
+        super::blocking::wait_for(
+            &format!("versitygw listening on {ip}:{port}"),
+            Duration::from_secs(30),
+            || {
+                TcpStream::connect((ip, port))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        );
+        (gateway, format!("http://{ip}:{port}"))
+    }
+}
+
 /// [`wait_for`] and [`wait_until`] for synchronous tests, polling a
 /// closure on the test's own thread (a child process, a file, a socket):
 /// same polling, same failure message.
@@ -99,6 +154,17 @@ pub mod blocking {
     pub fn wait_for<T>(
         what: &str,
         within: Duration,
+        check: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        wait_for_every(what, within, POLL, check)
+    }
+
+    /// [`wait_for`], polling every `period`: for a check that costs a
+    /// process or a request (a `kubectl get`), not a file or a socket.
+    pub fn wait_for_every<T>(
+        what: &str,
+        within: Duration,
+        period: Duration,
         mut check: impl FnMut() -> Result<T, String>,
     ) -> T {
         let deadline = Instant::now() + within;
@@ -108,7 +174,7 @@ pub mod blocking {
                 Err(last) if Instant::now() > deadline => {
                     panic!("{what}: gave up after {within:?}; last: {last}")
                 }
-                Err(_) => std::thread::sleep(POLL),
+                Err(_) => std::thread::sleep(period),
             }
         }
     }

@@ -69,34 +69,17 @@ impl Drop for Running {
     }
 }
 
-fn wait_listening(port: u16, what: &str) {
-    iar_tests::blocking::wait_for(
-        &format!("{what} listening on {port}"),
-        Duration::from_secs(30),
-        || {
-            std::net::TcpStream::connect(("127.0.0.1", port))
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    );
-}
-
 /// versitygw over a fresh directory with one bucket: its posix backend
 /// keeps each bucket as a directory and each object as a file under it.
-pub(crate) fn s3_server(tools: &Path, root: &Path) -> (Running, String) {
+pub(crate) fn s3_server(tools: &Path, root: &Path) -> (iar_tests::s3::Gateway, String) {
     std::fs::create_dir_all(root.join(BUCKET)).unwrap();
-    let port = free_port();
-    let child = Command::new(tools.join("versitygw"))
-        .args(["--port", &format!("127.0.0.1:{port}"), "posix"])
-        .arg(root)
-        .env("ROOT_ACCESS_KEY", ACCESS_KEY)
-        .env("ROOT_SECRET_KEY", SECRET_KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting versitygw");
-    wait_listening(port, "versitygw");
-    (Running(child), format!("http://127.0.0.1:{port}"))
+    iar_tests::s3::versitygw(
+        &tools.join("versitygw"),
+        root,
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        ACCESS_KEY,
+        SECRET_KEY,
+    )
 }
 
 /// `iar` with the S3 server's endpoint and keys in its environment, as

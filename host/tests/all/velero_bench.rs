@@ -107,7 +107,7 @@ struct Bench {
     client: kube::Client,
     work: tempfile::TempDir,
     endpoint: String,
-    _s3: Running,
+    _s3: iar_tests::s3::Gateway,
     velero_ns: &'static str,
     app: &'static str,
     objects: usize,

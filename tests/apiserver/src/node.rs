@@ -70,6 +70,7 @@ use crate::{ApiServer, User, lock, loud, skip_or_fail};
 mod host;
 mod layout;
 pub(crate) use host::MachineLock;
+pub use host::firewall_rules;
 use host::*;
 use layout::{Layout, Settings};
 

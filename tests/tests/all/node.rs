@@ -37,29 +37,13 @@ fn in_cgroup(id: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The host's firewall rules, every table of both families.
-fn firewall() -> String {
-    let mut out = String::new();
-    for program in ["iptables", "ip6tables"] {
-        for table in ["filter", "nat", "mangle"] {
-            let rules = std::process::Command::new(program)
-                .args(["-w", "5", "-t", table, "-S"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            out.push_str(&format!("{program} -t {table}:\n{rules}"));
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_node_leaves_nothing_on_the_host() {
     let Some(server) = server().await else {
         return;
     };
     let host = sysctls();
-    let rules = firewall();
+    let rules = iar_apiserver::node::firewall_rules();
     let node = match Node::start(server).await {
         Ok(node) => node,
         Err(StartError::Unavailable(what)) => {
@@ -114,5 +98,9 @@ async fn a_dropped_node_leaves_nothing_on_the_host() {
     assert!(!dir.exists(), "{dir:?} survived");
     assert_eq!(sysctls(), host);
     // The kubelet makes chains of its own (KUBE-FIREWALL, the canaries).
-    assert_eq!(firewall(), rules, "the node left firewall rules");
+    assert_eq!(
+        iar_apiserver::node::firewall_rules(),
+        rules,
+        "the node left firewall rules"
+    );
 }

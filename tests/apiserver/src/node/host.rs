@@ -313,6 +313,23 @@ pub(super) fn kube_chains() -> Vec<KubeChain> {
     out
 }
 
+/// The host's firewall: every rule of each table a kubelet writes to, of
+/// both families, as `iptables -S` lists them. For tests that check a node
+/// (or a cluster) left it as it found it.
+pub fn firewall_rules() -> String {
+    let mut out = String::new();
+    for (program, tables) in IPTABLES {
+        for table in tables {
+            out.push_str(&format!("{program} -t {table}:\n"));
+            for rule in iptables_rules(program, table) {
+                out.push_str(&rule);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// The rules of `table` as `iptables -S` lists them; none if it cannot.
 fn iptables_rules(program: &str, table: &str) -> Vec<String> {
     Command::new(program)
