@@ -58,7 +58,7 @@ func postAppliesTo(uint32) { cabi.Release() }
 //
 //go:wasmexport iar:plugin/item-action@1.3.0#execute
 func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
-	item, _, itemErr := wire.Item(ip, in)
+	item, _, itemErr := wire.Item(ip, in, action)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
 	cabi.Enter()

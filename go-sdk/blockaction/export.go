@@ -51,7 +51,7 @@ func postAppliesTo(uint32) { cabi.Release() }
 //
 //go:wasmexport iar:plugin/item-block-action@1.3.0#get-related-items
 func getRelatedItems(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
-	item, _, itemErr := wire.Item(ip, in)
+	item, _, itemErr := wire.Item(ip, in, action)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
 	cabi.Enter()

@@ -42,12 +42,35 @@ func Log(level Level, message string) {
 }
 
 // Config is the plugin's setting key, and whether it is set.
+//
+// Asked of the host once per key and instance, then kept (as the Rust
+// SDK does): the host gives an instance a fixed configuration (a changed
+// one reloads the plugin), and an action that reads its settings on every
+// item would otherwise cross the boundary for each of them every time.
 func Config(key string) (string, bool) {
+	for _, s := range settings {
+		if s.key == key {
+			return s.value, s.ok
+		}
+	}
+	value, ok := askConfig(key)
+	settings = append(settings, setting{key, value, ok})
+	return value, ok
+}
+
+// settings are the settings asked for so far: a few, in a list.
+var settings []setting
+
+type setting struct {
+	key, value string
+	ok         bool
+}
+
+func askConfig(key string) (string, bool) {
 	ret := cabi.NewArea(12)
 	p, n := cabi.Borrow(key)
 	cabi.NoGC(func() { hostConfig(p, n, uint32(ret)) })
 	keep(key)
-	defer cabi.Release()
 	if ret.U8(0) == 0 {
 		return "", false
 	}
@@ -69,7 +92,6 @@ func ClusterGet(id velero.ResourceIdentifier) (*unstructured.Unstructured, error
 	a := idArgs(id)
 	cabi.NoGC(func() { hostClusterGet(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], uint32(ret)) })
 	keep(id)
-	defer cabi.Release()
 	if ret.U8(0) != 0 {
 		return nil, errors.New(ret.Str(4))
 	}
@@ -97,7 +119,8 @@ func keep(v any) { runtime.KeepAlive(v) }
 // Marshal is the JSON an object is sent to the host as.
 func Marshal(v any) (string, error) {
 	if u, ok := v.(*unstructured.Unstructured); ok {
-		v = u.Object
+		b, err := u.MarshalJSON()
+		return string(b), err
 	}
 	b, err := unstructured.Marshal(v)
 	return string(b), err

@@ -36,7 +36,6 @@ func Create(id velero.ResourceIdentifier, object any) (*unstructured.Unstructure
 	cabi.NoGC(func() { hostCreate(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], op, on, uint32(ret)) })
 	keep(id)
 	keep(text)
-	defer cabi.Release()
 	if ret.U8(0) != 0 {
 		return nil, errors.New(ret.Str(4))
 	}
@@ -50,7 +49,6 @@ func Delete(id velero.ResourceIdentifier) (bool, error) {
 	a := idArgs(id)
 	cabi.NoGC(func() { hostDelete(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], uint32(ret)) })
 	keep(id)
-	defer cabi.Release()
 	if ret.U8(0) != 0 {
 		return false, errors.New(ret.Str(4))
 	}
@@ -71,7 +69,6 @@ func List(group, resource, namespace, labelSelector string) ([]*unstructured.Uns
 	keep(resource)
 	keep(namespace)
 	keep(labelSelector)
-	defer cabi.Release()
 	if ret.U8(0) != 0 {
 		return nil, errors.New(ret.Str(4))
 	}

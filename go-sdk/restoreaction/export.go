@@ -53,8 +53,8 @@ func postAppliesTo(uint32) { cabi.Release() }
 //
 //go:wasmexport iar:plugin/restore-item-action@1.3.0#execute
 func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
-	item, _, itemErr := wire.Item(ip, in)
-	fromBackup, _, fromErr := wire.Item(bp, bn)
+	item, _, itemErr := wire.Item(ip, in, action)
+	fromBackup, _, fromErr := wire.Item(bp, bn, action)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
 	cabi.Enter()

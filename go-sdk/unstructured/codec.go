@@ -6,12 +6,27 @@ package unstructured
 // call's time. Values decode as encoding/json with UseNumber decodes them
 // (numbers as json.Number); anything the encoder does not know (a struct a
 // plugin put into an object) is encoded by encoding/json.
+//
+// Two things keep a call cheap on wasm, where every allocation and every
+// byte written costs several times what it does natively:
+//
+//   - The decoder allocates little: an object's members are gathered on a
+//     stack and its map made at its final size, an array's elements
+//     likewise, and strings, numbers and arrays are boxed into `any` from
+//     slabs rather than one allocation each (box.go).
+//   - The decoder records where each container came from in the text (a
+//     source), and MarshalJSON writes a subtree that is still the one
+//     decoded, with the same members holding the same values, as the bytes
+//     it came as. A labels call re-encodes only metadata and copies the
+//     rest (splice.go).
 
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -19,6 +34,35 @@ import (
 type decoder struct {
 	s   string
 	pos int
+	// src records the containers' places in s (nil: not recorded).
+	src *source
+	// members and elems are the stacks the containers being read gather
+	// their contents on.
+	members []member
+	elems   []elem
+	slabs   slabs
+	// invalid is set when a string held invalid UTF-8 (decoded as
+	// U+FFFD): its bytes must not be written back as they came.
+	invalid bool
+}
+
+// stacks keeps decoders, for their stacks' memory.
+var stacks = sync.Pool{New: func() any { return new(decoder) }}
+
+func (d *decoder) release() {
+	*d = decoder{members: d.members[:0], elems: d.elems[:0]}
+	stacks.Put(d)
+}
+
+// member is an object member being read.
+type member struct {
+	name string
+	entry
+}
+
+// elem is an array element being read.
+type elem struct {
+	entry
 }
 
 func (d *decoder) errorf(format string, args ...any) error {
@@ -38,96 +82,197 @@ func (d *decoder) space() {
 
 // decodeObject parses text holding exactly one JSON object.
 func decodeObject(text string) (map[string]any, error) {
-	d := &decoder{s: text}
+	m, _, err := decodeWithSource(text, false)
+	return m, err
+}
+
+// decodeWithSource parses text holding exactly one JSON object and, if
+// record, where its containers sit in text (nil when they cannot be
+// written back as they came).
+func decodeWithSource(text string, record bool) (map[string]any, *source, error) {
+	d := stacks.Get().(*decoder)
+	defer d.release()
+	d.s = text
+	if record {
+		d.src = newSource(text)
+	}
 	d.space()
 	if d.pos >= len(d.s) || d.s[d.pos] != '{' {
-		return nil, d.errorf("not an object")
+		return nil, nil, d.errorf("not an object")
 	}
 	v, err := d.value(0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d.space()
 	if d.pos != len(d.s) {
-		return nil, d.errorf("text after the object")
+		return nil, nil, d.errorf("text after the object")
 	}
-	return v.(map[string]any), nil
+	m := v.(map[string]any)
+	if d.src == nil || d.invalid {
+		return m, nil, nil
+	}
+	d.src.root = mapID(m)
+	return m, d.src, nil
+}
+
+// newSource is a source for text (nil for one too long for its offsets).
+func newSource(text string) *source {
+	if len(text) >= math.MaxInt32 {
+		return nil
+	}
+	// Sized for Kubernetes objects' usual density, so the slices seldom
+	// grow.
+	return &source{
+		text:  text,
+		nodes: make([]node, 0, len(text)/48+4),
+		ents:  make([]entry, 0, len(text)/12+8),
+	}
 }
 
 // maxDepth bounds nesting, as encoding/json does (10000).
 const maxDepth = 10000
 
+// value reads one value.
 func (d *decoder) value(depth int) (any, error) {
+	v, _, err := d.valueEntry(depth)
+	return v, err
+}
+
+// valueEntry reads one value and returns it with its node (-1 for a
+// scalar or without a source).
+func (d *decoder) valueEntry(depth int) (any, int32, error) {
 	if depth > maxDepth {
-		return nil, d.errorf("nested too deeply")
+		return nil, -1, d.errorf("nested too deeply")
 	}
 	d.space()
 	if d.pos >= len(d.s) {
-		return nil, d.errorf("unexpected end")
+		return nil, -1, d.errorf("unexpected end")
 	}
 	switch c := d.s[d.pos]; {
 	case c == '{':
-		d.pos++
-		m := map[string]any{}
-		d.space()
-		if d.pos < len(d.s) && d.s[d.pos] == '}' {
-			d.pos++
-			return m, nil
-		}
-		for {
-			d.space()
-			if d.pos >= len(d.s) || d.s[d.pos] != '"' {
-				return nil, d.errorf("expected a key")
-			}
-			k, err := d.str()
-			if err != nil {
-				return nil, err
-			}
-			d.space()
-			if d.pos >= len(d.s) || d.s[d.pos] != ':' {
-				return nil, d.errorf("expected ':'")
-			}
-			d.pos++
-			v, err := d.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			m[k] = v
-			if done, err := d.next('}'); err != nil || done {
-				return m, err
-			}
-		}
+		return d.object(depth)
 	case c == '[':
-		d.pos++
-		l := []any{}
-		d.space()
-		if d.pos < len(d.s) && d.s[d.pos] == ']' {
-			d.pos++
-			return l, nil
-		}
-		for {
-			v, err := d.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, v)
-			if done, err := d.next(']'); err != nil || done {
-				return l, err
-			}
-		}
+		return d.array(depth)
 	case c == '"':
-		return d.str()
+		s, err := d.str()
+		if err != nil {
+			return nil, -1, err
+		}
+		return d.slabs.str(s), -1, nil
 	case c == 't':
-		return true, d.literal("true")
+		return true, -1, d.literal("true")
 	case c == 'f':
-		return false, d.literal("false")
+		return false, -1, d.literal("false")
 	case c == 'n':
-		return nil, d.literal("null")
+		return nil, -1, d.literal("null")
 	case c == '-' || (c >= '0' && c <= '9'):
-		return d.number()
+		n, err := d.number()
+		if err != nil {
+			return nil, -1, err
+		}
+		return d.slabs.num(n), -1, nil
 	default:
-		return nil, d.errorf("unexpected %q", c)
+		return nil, -1, d.errorf("unexpected %q", c)
 	}
+}
+
+// object reads an object at '{'.
+func (d *decoder) object(depth int) (any, int32, error) {
+	start := d.pos
+	d.pos++
+	node := d.src.open(start)
+	base := len(d.members)
+	d.space()
+	if d.pos < len(d.s) && d.s[d.pos] == '}' {
+		d.pos++
+		d.src.close(node, d.pos, nil)
+		return map[string]any{}, node, nil
+	}
+	for {
+		d.space()
+		if d.pos >= len(d.s) || d.s[d.pos] != '"' {
+			return nil, -1, d.errorf("expected a key")
+		}
+		keyAt := d.pos + 1
+		k, err := d.str()
+		if err != nil {
+			return nil, -1, err
+		}
+		d.space()
+		if d.pos >= len(d.s) || d.s[d.pos] != ':' {
+			return nil, -1, d.errorf("expected ':'")
+		}
+		d.pos++
+		d.space()
+		vStart := d.pos
+		v, child, err := d.valueEntry(depth + 1)
+		if err != nil {
+			return nil, -1, err
+		}
+		// A key is known again by where its bytes are: one that was
+		// unescaped is a slice of the text at keyAt.
+		key := int32(-1)
+		if d.src != nil && len(k) > 0 && d.src.offset(k) == keyAt {
+			key = int32(keyAt)
+		}
+		d.members = append(d.members, member{k, entry{key: key, child: child, start: int32(vStart), end: int32(d.pos), val: v}})
+		done, err := d.next('}')
+		if err != nil {
+			return nil, -1, err
+		}
+		if done {
+			break
+		}
+	}
+	ms := d.members[base:]
+	m := make(map[string]any, len(ms))
+	for i := range ms {
+		m[ms[i].name] = ms[i].val
+	}
+	d.src.closeMembers(node, d.pos, ms)
+	clear(ms)
+	d.members = d.members[:base]
+	return m, node, nil
+}
+
+// array reads an array at '['.
+func (d *decoder) array(depth int) (any, int32, error) {
+	start := d.pos
+	d.pos++
+	node := d.src.open(start)
+	d.space()
+	if d.pos < len(d.s) && d.s[d.pos] == ']' {
+		d.pos++
+		d.src.close(node, d.pos, nil)
+		return d.slabs.list([]any{}), node, nil
+	}
+	base := len(d.elems)
+	for {
+		d.space()
+		vStart := d.pos
+		v, child, err := d.valueEntry(depth + 1)
+		if err != nil {
+			return nil, -1, err
+		}
+		d.elems = append(d.elems, elem{entry{key: -1, child: child, start: int32(vStart), end: int32(d.pos), val: v}})
+		done, err := d.next(']')
+		if err != nil {
+			return nil, -1, err
+		}
+		if done {
+			break
+		}
+	}
+	es := d.elems[base:]
+	l := make([]any, len(es))
+	for i := range es {
+		l[i] = es[i].val
+	}
+	d.src.closeElems(node, d.pos, es)
+	clear(es)
+	d.elems = d.elems[:base]
+	return d.slabs.list(l), node, nil
 }
 
 // next reads ',' (false) or the closing byte (true).
@@ -211,13 +356,16 @@ func validNumber(n string) bool {
 func (d *decoder) str() (string, error) {
 	d.pos++ // the opening quote
 	start := d.pos
-	// The common case: no escapes, no control characters.
+	// The common case: no escapes, no control characters, and (checked
+	// only if a byte is not ASCII) valid UTF-8: a slice of the text.
+	var high byte
 	for d.pos < len(d.s) {
 		c := d.s[d.pos]
 		if c == '"' {
 			s := d.s[start:d.pos]
 			d.pos++
-			if !utf8.ValidString(s) {
+			if high >= utf8.RuneSelf && !utf8.ValidString(s) {
+				d.invalid = true
 				return string([]rune(s)), nil // invalid bytes as U+FFFD
 			}
 			return s, nil
@@ -225,6 +373,7 @@ func (d *decoder) str() (string, error) {
 		if c == '\\' || c < 0x20 {
 			break
 		}
+		high |= c
 		d.pos++
 	}
 	buf := []byte(d.s[start:d.pos])
@@ -234,6 +383,7 @@ func (d *decoder) str() (string, error) {
 		case c == '"':
 			d.pos++
 			if !utf8.Valid(buf) {
+				d.invalid = true
 				return string([]rune(string(buf))), nil
 			}
 			return string(buf), nil
@@ -300,73 +450,152 @@ func (d *decoder) hex4() (rune, bool) {
 	return rune(v), true
 }
 
+// encoder appends JSON to b: keys sorted, no HTML escaping. keys is a
+// stack the objects being written sort their keys on.
+type encoder struct {
+	b    []byte
+	keys []string
+	// src, when set, holds the bytes unchanged containers are written as.
+	src *source
+	// changed is set when a value under a source's container was written
+	// other than as it came.
+	changed bool
+}
+
 // encode appends v's JSON: keys sorted, no HTML escaping.
 func encode(b []byte, v any) ([]byte, error) {
+	e := encoder{b: b}
+	err := e.value(v)
+	return e.b, err
+}
+
+func (e *encoder) value(v any) error {
 	switch v := v.(type) {
 	case nil:
-		return append(b, "null"...), nil
+		e.b = append(e.b, "null"...)
 	case bool:
-		return strconv.AppendBool(b, v), nil
+		e.b = strconv.AppendBool(e.b, v)
 	case string:
-		return encodeString(b, v), nil
+		e.b = encodeString(e.b, v)
 	case json.Number:
 		if v == "" {
-			return append(b, '0'), nil
+			e.b = append(e.b, '0')
+		} else {
+			e.b = append(e.b, v...)
 		}
-		return append(b, v...), nil
 	case int:
-		return strconv.AppendInt(b, int64(v), 10), nil
+		e.b = strconv.AppendInt(e.b, int64(v), 10)
 	case int64:
-		return strconv.AppendInt(b, v, 10), nil
+		e.b = strconv.AppendInt(e.b, v, 10)
 	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = encodeString(b, k)
-			b = append(b, ':')
-			var err error
-			if b, err = encode(b, v[k]); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, '}'), nil
+		return e.object(v, -1)
 	case []any:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, x := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var err error
-			if b, err = encode(b, x); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, ']'), nil
+		return e.array(v, -1)
 	case map[string]string:
 		m := make(map[string]any, len(v))
 		for k, x := range v {
 			m[k] = x
 		}
-		return encode(b, m)
+		return e.object(m, -1)
 	default:
 		// Anything else (floats, structs, typed slices) as encoding/json
 		// writes it.
 		j, err := json.Marshal(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return append(b, j...), nil
+		e.b = append(e.b, j...)
 	}
+	return nil
+}
+
+// object writes m; node is where m was decoded from (-1: nowhere), so a
+// member still holding its decoded value is written as it came.
+func (e *encoder) object(m map[string]any, node int32) error {
+	base := len(e.keys)
+	for k := range m {
+		e.keys = append(e.keys, k)
+	}
+	keys := e.keys[base:]
+	slices.Sort(keys)
+	e.b = append(e.b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.b = encodeString(e.b, k)
+		e.b = append(e.b, ':')
+		v := m[k]
+		if node >= 0 {
+			if en := e.src.member(node, k); en != nil && same(v, en.val) {
+				if err := e.entry(v, en); err != nil {
+					return err
+				}
+				continue
+			}
+			e.changed = true
+		}
+		if err := e.value(v); err != nil {
+			return err
+		}
+	}
+	clear(keys)
+	e.keys = e.keys[:base]
+	e.b = append(e.b, '}')
+	return nil
+}
+
+// array writes l; node as for object.
+func (e *encoder) array(l []any, node int32) error {
+	if l == nil {
+		e.b = append(e.b, "null"...)
+		return nil
+	}
+	var ents []entry
+	if node >= 0 {
+		ents = e.src.entries(node)
+		if len(ents) != len(l) {
+			ents = nil
+		}
+	}
+	e.b = append(e.b, '[')
+	for i, x := range l {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		if ents != nil && same(x, ents[i].val) {
+			if err := e.entry(x, &ents[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		if node >= 0 {
+			e.changed = true
+		}
+		if err := e.value(x); err != nil {
+			return err
+		}
+	}
+	e.b = append(e.b, ']')
+	return nil
+}
+
+// entry writes v, which is en's decoded value: as its bytes if nothing
+// under it changed, else its container again with what is unchanged
+// under it as it came.
+func (e *encoder) entry(v any, en *entry) error {
+	if en.child < 0 || e.src.unchanged(v, en.child) {
+		e.b = append(e.b, e.src.text[en.start:en.end]...)
+		return nil
+	}
+	e.changed = true
+	switch v := v.(type) {
+	case map[string]any:
+		return e.object(v, en.child)
+	case []any:
+		return e.array(v, en.child)
+	}
+	return e.value(v)
 }
 
 const hexDigits = "0123456789abcdef"

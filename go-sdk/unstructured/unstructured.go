@@ -10,36 +10,80 @@ import (
 
 // Unstructured is one Kubernetes object.
 type Unstructured struct {
+	// Object is the object decoded. For an item FromJSONLazy read (the
+	// items of an action that declares velero.ItemsThroughMethods) it is
+	// nil until UnstructuredContent() or DeepCopy() decodes it: such code
+	// reads the item through the methods.
 	Object map[string]any
+	// src is the text Object was decoded from, for MarshalJSON to copy
+	// what is unchanged (nil: Object was not decoded by FromJSON).
+	src *source
+	// lazy, while set, is the item FromJSONLazy read, whose Object is
+	// not decoded yet.
+	lazy *lazyObject
 }
 
 // FromJSON parses an object.
 func FromJSON(text string) (*Unstructured, error) {
-	obj, err := decodeObject(text)
+	obj, src, err := decodeWithSource(text, true)
 	if err != nil {
 		return nil, fmt.Errorf("the item is not a JSON object: %w", err)
 	}
-	return &Unstructured{Object: obj}, nil
+	return &Unstructured{Object: obj, src: src}, nil
 }
 
 // MarshalJSON writes the object as the host reads it (no HTML escaping,
-// so "<" stays "<").
-func (u *Unstructured) MarshalJSON() ([]byte, error) { return Marshal(u.Object) }
+// so "<" stays "<"). What is still as FromJSON decoded it is written as
+// the bytes it came as (the same value; its key order and spacing may
+// differ from Marshal's), the rest as Marshal writes it.
+func (u *Unstructured) MarshalJSON() ([]byte, error) {
+	if l := u.lazyItem(); l != nil {
+		return l.marshal(make([]byte, 0, len(l.text)+256))
+	}
+	if u.src != nil && u.Object != nil && mapID(u.Object) == u.src.root {
+		return u.src.encode(make([]byte, 0, len(u.src.text)+256), u.Object)
+	}
+	return Marshal(u.Object)
+}
 
 // Marshal is json.Marshal without HTML escaping and the trailing newline.
 func Marshal(v any) ([]byte, error) {
 	return encode(make([]byte, 0, 1024), v)
 }
 
-// UnstructuredContent is apimachinery's runtime.Unstructured accessor.
-func (u *Unstructured) UnstructuredContent() map[string]any { return u.Object }
+// UnstructuredContent is apimachinery's runtime.Unstructured accessor:
+// Object (decoded now if FromJSONLazy read the item).
+func (u *Unstructured) UnstructuredContent() map[string]any {
+	u.decode()
+	return u.Object
+}
 
 // SetUnstructuredContent replaces the object.
-func (u *Unstructured) SetUnstructuredContent(obj map[string]any) { u.Object = obj }
+func (u *Unstructured) SetUnstructuredContent(obj map[string]any) {
+	u.Object, u.src, u.lazy = obj, nil, nil
+}
 
 // DeepCopy copies the object.
 func (u *Unstructured) DeepCopy() *Unstructured {
+	u.decode()
 	return &Unstructured{Object: deepCopy(u.Object).(map[string]any)}
+}
+
+// lazyItem is the item FromJSONLazy read while its Object is undecoded
+// (nil once a plugin set Object itself).
+func (u *Unstructured) lazyItem() *lazyObject {
+	if u.lazy != nil && u.Object != nil {
+		u.lazy, u.src = nil, nil
+	}
+	return u.lazy
+}
+
+// decode decodes Object if FromJSONLazy left it undecoded.
+func (u *Unstructured) decode() {
+	if u.lazyItem() != nil {
+		u.Object, u.src = u.lazy.object()
+		u.lazy = nil
+	}
 }
 
 func deepCopy(v any) any {
@@ -61,21 +105,21 @@ func deepCopy(v any) any {
 	}
 }
 
-func (u *Unstructured) GetAPIVersion() string { return str(u.Object, "apiVersion") }
-func (u *Unstructured) GetKind() string       { return str(u.Object, "kind") }
-func (u *Unstructured) GetName() string       { return str(u.metadata(), "name") }
-func (u *Unstructured) GetNamespace() string  { return str(u.metadata(), "namespace") }
-func (u *Unstructured) GetUID() string        { return str(u.metadata(), "uid") }
+func (u *Unstructured) GetAPIVersion() string { return str(u.top(), "apiVersion") }
+func (u *Unstructured) GetKind() string       { return str(u.top(), "kind") }
+func (u *Unstructured) GetName() string       { return str(u.metadata(false), "name") }
+func (u *Unstructured) GetNamespace() string  { return str(u.metadata(false), "namespace") }
+func (u *Unstructured) GetUID() string        { return str(u.metadata(false), "uid") }
 
-func (u *Unstructured) SetName(v string)      { u.ensureMetadata()["name"] = v }
-func (u *Unstructured) SetNamespace(v string) { u.ensureMetadata()["namespace"] = v }
+func (u *Unstructured) SetName(v string)      { u.metadata(true).set("name", v) }
+func (u *Unstructured) SetNamespace(v string) { u.metadata(true).set("namespace", v) }
 
 // GetLabels returns the labels that are strings (a copy).
-func (u *Unstructured) GetLabels() map[string]string { return strMap(u.metadata(), "labels") }
+func (u *Unstructured) GetLabels() map[string]string { return strMap(u.metadata(false), "labels") }
 
 // GetAnnotations returns the annotations that are strings (a copy).
 func (u *Unstructured) GetAnnotations() map[string]string {
-	return strMap(u.metadata(), "annotations")
+	return strMap(u.metadata(false), "annotations")
 }
 
 // SetLabels replaces the labels.
@@ -92,52 +136,98 @@ func (u *Unstructured) SetLabel(k, v string) { u.setEntry("labels", k, v) }
 func (u *Unstructured) SetAnnotation(k, v string) { u.setEntry("annotations", k, v) }
 
 func (u *Unstructured) setEntry(field, k, v string) {
-	meta := u.ensureMetadata()
-	m, ok := meta[field].(map[string]any)
+	meta := u.metadata(true)
+	if l, ok := meta.(*lazyObject); ok {
+		// Skimmed, not decoded: a label added is a member added.
+		if s := l.sub(field); s != nil {
+			s.set(k, v)
+			return
+		}
+	}
+	m, ok := meta.get(field).(map[string]any)
 	if !ok {
 		m = map[string]any{}
-		meta[field] = m
+		meta.set(field, m)
 	}
 	m[k] = v
 }
 
 func (u *Unstructured) setStrMap(field string, m map[string]string) {
-	meta := u.ensureMetadata()
+	meta := u.metadata(true)
 	if m == nil {
-		delete(meta, field)
+		meta.del(field)
 		return
 	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		out[k] = v
 	}
-	meta[field] = out
+	meta.set(field, out)
 }
 
-func (u *Unstructured) metadata() map[string]any {
-	m, _ := u.Object["metadata"].(map[string]any)
-	return m
+// fields is an object the methods read and change: a map, or a lazily
+// read object's members.
+type fields interface {
+	get(k string) any
+	set(k string, v any)
+	del(k string)
 }
 
-func (u *Unstructured) ensureMetadata() map[string]any {
+type mapFields map[string]any
+
+func (m mapFields) get(k string) any    { return m[k] }
+func (m mapFields) set(k string, v any) { m[k] = v }
+func (m mapFields) del(k string)        { delete(m, k) }
+
+// top is the object's top level.
+func (u *Unstructured) top() fields {
+	if l := u.lazyItem(); l != nil {
+		return l
+	}
+	return mapFields(u.Object)
+}
+
+// metadata is the object's metadata (nil fields if it has none, or none
+// that is an object, unless ensure: then one replaces it).
+func (u *Unstructured) metadata(ensure bool) fields {
+	if l := u.lazyItem(); l != nil {
+		if s := l.sub("metadata"); s != nil {
+			return s
+		}
+		if m, ok := l.get("metadata").(map[string]any); ok {
+			return mapFields(m)
+		}
+		if !ensure {
+			return mapFields(nil)
+		}
+		m := map[string]any{}
+		l.set("metadata", m)
+		return mapFields(m)
+	}
+	m, ok := u.Object["metadata"].(map[string]any)
+	if ok || !ensure {
+		return mapFields(m)
+	}
 	if u.Object == nil {
 		u.Object = map[string]any{}
 	}
-	m, ok := u.Object["metadata"].(map[string]any)
-	if !ok {
-		m = map[string]any{}
-		u.Object["metadata"] = m
-	}
-	return m
+	m = map[string]any{}
+	u.Object["metadata"] = m
+	return mapFields(m)
 }
 
-func str(m map[string]any, k string) string {
-	s, _ := m[k].(string)
+func str(f fields, k string) string {
+	s, _ := f.get(k).(string)
 	return s
 }
 
-func strMap(m map[string]any, k string) map[string]string {
-	src, ok := m[k].(map[string]any)
+func strMap(f fields, k string) map[string]string {
+	if l, ok := f.(*lazyObject); ok {
+		if s := l.sub(k); s != nil {
+			return s.strings()
+		}
+	}
+	src, ok := f.get(k).(map[string]any)
 	if !ok {
 		return nil
 	}

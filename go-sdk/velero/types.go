@@ -108,6 +108,23 @@ type BackupItemActionV2 interface {
 	Cancel(operationID string, backup *Backup) error
 }
 
+// ItemsThroughMethods is an optional interface of the actions here (not
+// Velero's): an action that has it promises to read and change the items
+// it is given (and RestoreItemActionExecuteInput's ItemFromBackup) only
+// through *unstructured.Unstructured's methods — GetName, GetLabels,
+// SetLabel, SetAnnotation, ..., and UnstructuredContent() for the rest —
+// never through the Object field directly, which stays nil until
+// UnstructuredContent() or DeepCopy() is called. The SDK then reads an
+// item only as far as those methods need (unstructured.FromJSONLazy): a
+// plugin that only labels items never decodes their spec and status, and
+// its item goes back as the text it came as with only metadata written
+// anew. Velero's own plugins already read items so, through
+// runtime.Unstructured and meta.Accessor.
+type ItemsThroughMethods interface {
+	// ItemsThroughMethods marks the action; it is never called.
+	ItemsThroughMethods()
+}
+
 // ItemBlockAction is Velero's: the items that must be backed up in one
 // block with an item.
 type ItemBlockAction interface {

@@ -36,6 +36,10 @@ func init() {
 
 func main() {}
 
+// ItemsThroughMethods: labels reads and changes items only through their
+// methods, so the SDK decodes only their metadata.
+func (*labels) ItemsThroughMethods() {}
+
 type pair struct{ key, value string }
 
 // pairs reads a key=value list from the config.

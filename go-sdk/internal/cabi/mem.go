@@ -26,9 +26,14 @@ func Alloc(size uint32) unsafe.Pointer {
 }
 
 // Release unpins everything: called once the host has copied what it
-// needed (after a call's results are lifted, after post-return).
+// needed (after an export's arguments are lifted, after post-return).
+// Not after an import call: an export's result area, pinned before the
+// plugin's code runs, must stay pinned across the imports that code
+// makes (what an import's results pinned is released with the export's).
 func Release() {
 	clear(pins)
+	clear(lowered)
+	lowered = lowered[:0]
 }
 
 //go:wasmexport cabi_realloc
@@ -49,6 +54,19 @@ func String(ptr, n uint32) string {
 	return string(unsafe.Slice((*byte)(Ptr(ptr)), n))
 }
 
+// Lifted is the string the host placed at ptr for an export's argument,
+// not copied: the host wrote it into memory it got from cabi_realloc, a
+// Go allocation nothing else writes to once the call started, and the
+// string's pointer keeps that allocation alive after Release unpins it.
+// (An item is a string of its size, and on wasm each copy of it is an
+// allocation of that size.)
+func Lifted(ptr, n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(Ptr(ptr)), n)
+}
+
 // Ptr turns an address in linear memory into a pointer.
 func Ptr(addr uint32) unsafe.Pointer {
 	return unsafe.Add(unsafe.Pointer(nil), addr)
@@ -59,17 +77,21 @@ func Addr(p unsafe.Pointer) uint32 {
 	return uint32(uintptr(p))
 }
 
-// LowerString copies s into pinned memory and returns its address and
-// length (the host reads it after the call returns, so Go's own string
-// memory, which may be collected, is not handed out).
+// LowerString pins s and returns its address and length: the host reads
+// it after the call returns, so s is kept reachable (lowered) until
+// Release. Not a copy: a returned item is a string of its size, and on
+// wasm each copy is an allocation of that size. (Go strings are
+// immutable and the collector does not move objects.)
 func LowerString(s string) (uint32, uint32) {
 	if len(s) == 0 {
 		return 0, 0
 	}
-	p := Alloc(uint32(len(s)))
-	copy(unsafe.Slice((*byte)(p), len(s)), s)
-	return Addr(p), uint32(len(s))
+	lowered = append(lowered, s)
+	return Addr(unsafe.Pointer(unsafe.StringData(s))), uint32(len(s))
 }
+
+// lowered holds the strings lowered since the last Release.
+var lowered []string
 
 // Borrow points the host at s for the length of an import call (the
 // host copies it before returning, and s stays alive until then).
@@ -103,7 +125,7 @@ func (a Area) SetBool(off uint32, v bool) {
 // Str reads the string (pointer, length) at off.
 func (a Area) Str(off uint32) string { return String(a.U32(off), a.U32(off+4)) }
 
-// SetStr writes s, copied into pinned memory, as (pointer, length) at off.
+// SetStr writes s, pinned (LowerString), as (pointer, length) at off.
 func (a Area) SetStr(off uint32, s string) {
 	p, n := LowerString(s)
 	a.SetU32(off, p)
