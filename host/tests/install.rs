@@ -43,8 +43,11 @@ fn built(script: &str) -> Option<Vec<PathBuf>> {
         ));
         return None;
     }
+    // The images in the test suite's profile (tools/images/build.sh), as
+    // tests/apiserver's build script prefetches them.
     let out = Command::new("bash")
         .arg(repo().join(script))
+        .env("IAR_IMAGE_PROFILE", "image-test")
         .stderr(Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));
@@ -349,6 +352,18 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         &format!("--from-literal=AWS_ENDPOINT={endpoint}"),
         "--from-literal=AWS_ALLOW_HTTP=true",
     ]);
+    // The volume repositories' password, from a file as the README does.
+    let password = work.path().join("repo-password");
+    std::fs::write(&password, "install test: a repository password\n").unwrap();
+    kubectl.run(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "iar-repository",
+        &format!("--from-file=password={}", password.display()),
+    ]);
     kubectl.run(&["apply", "-f", "deploy/deployment.yaml"]);
     kubectl.run(&["apply", "-f", "deploy/node-agent.yaml"]);
     // Available means both replicas passed their readiness probe.
@@ -493,6 +508,11 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         "iar.dev/backup=nightly",
     ]);
     let items = requests["items"].as_array().unwrap();
+    // Into the namespace's restic repository (deploy's `iar-repository`).
+    for r in items {
+        let id = r["status"]["snapshotId"].as_str().unwrap_or_default();
+        assert!(id.starts_with("restic/shop/snapshots/"), "{r:#}");
+    }
     let mut volumes: Vec<(String, String)> = items
         .iter()
         .map(|r| {
@@ -528,6 +548,8 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
             &format!("s3://{BUCKET}"),
             "--to",
             restored.to_str().unwrap(),
+            "--repository-password-file",
+            password.to_str().unwrap(),
         ],
     );
     assert!(

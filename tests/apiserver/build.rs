@@ -2,8 +2,9 @@
 //! that on a fresh machine they overlap the Rust compile instead of
 //! following it: `tools/kubernetes/build.sh` (kube-apiserver, the kubelet,
 //! kube-controller-manager, kube-scheduler, kubectl, kwok, the
-//! snapshot-controller) and `tools/velero/build.sh` (Velero's server and
-//! plugin client, its AWS plugin, versitygw), with Go; and, as root (the
+//! snapshot-controller), `tools/velero/build.sh` (Velero's server and
+//! plugin client, its AWS plugin, versitygw) and `tools/restic/build.sh`
+//! (restic's CLI), with Go; and, as root (the
 //! install test that uses them needs a real node, so root),
 //! `tools/images/build.sh` (iar's images: a static iar built by a cargo of
 //! its own, in a target directory of its own).
@@ -27,9 +28,10 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-const SCRIPTS: [(&str, &str); 2] = [
+const SCRIPTS: [(&str, &str); 3] = [
     ("kubernetes", "tools/kubernetes/build.sh"),
     ("velero", "tools/velero/build.sh"),
+    ("restic", "tools/restic/build.sh"),
 ];
 
 /// Builds iar's images (a cargo build of its own).
@@ -101,6 +103,9 @@ fn main() {
         for var in CARGO_ONLY_ENV {
             command.env_remove(var);
         }
+        // The install test's images (host/tests/install.rs asks for the
+        // same profile).
+        command.env("IAR_IMAGE_PROFILE", "image-test");
         // Not waited for: the child outlives this script. Its output goes
         // to the log, never to a pipe cargo reads (cargo would wait for it).
         let _ = command

@@ -11,6 +11,12 @@
 #                 .../iar/images/KEY/iar-velero-plugin.tar
 #               (the static binary is .../iar/images/KEY/context/iar)
 #
+# IAR_IMAGE_PROFILE names the cargo profile of the static iar: `release`
+# (the default: what a user ships) or `image-test` (the test suite's: the
+# same sources and Dockerfiles, opt-level 1, a fraction of the release
+# build's time on a fresh machine; docs/decisions.md, "The test images'
+# profile").
+#
 # KEY is a hash of the inputs' contents, not of the commit: every file under
 # host/ crates/ guest-sdk/ plugins/ wit/ deploy/ tools/images/, the workspace's
 # Cargo.toml, Cargo.lock and .cargo/config.toml as they are in the working
@@ -26,6 +32,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 log() { echo "images build: $*" >&2; }
 target=x86_64-unknown-linux-musl
+profile="${IAR_IMAGE_PROFILE:-release}"
+case "$profile" in
+  release | image-test) ;;
+  *) log "IAR_IMAGE_PROFILE=$profile: expected release or image-test"; exit 1 ;;
+esac
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/iar/images"
 mkdir -p "$cache"
@@ -69,6 +80,7 @@ key="$(
   fi
   rustc -vV
   sha256sum <"$ca_bundle"
+  echo "profile $profile"
 )"
 key="$(sha256sum <<<"$key" | cut -c1-16)"
 out="$cache/$key"
@@ -97,13 +109,15 @@ if [[ ! -f "$out/iar.tar" || ! -f "$out/iar-velero-plugin.tar" ]]; then
   [[ ${#missing[@]} -eq 0 ]] || apt_install "${missing[@]}"
 
   started=$SECONDS
-  log "building iar for $target and the example plugins in $CARGO_TARGET_DIR (about 15 minutes the first time on 2 cores)"
+  log "building iar ($profile) for $target and the example plugins in $CARGO_TARGET_DIR (about 15 minutes the first time on 2 cores for release)"
   # nice: other builds share this machine's cores.
-  (cd "$root" && nice -n 10 cargo build -q --release --locked -p iar --target "$target" >&2)
-  (cd "$root" && nice -n 10 cargo plugins -q --locked >&2)
+  (cd "$root" && nice -n 10 cargo build -q --profile "$profile" --locked -p iar --target "$target" >&2)
+  # The two plugins the images carry.
+  (cd "$root" && nice -n 10 cargo build -q --locked --target wasm32-wasip2 --profile guest \
+    -p iar-plugin-labels -p iar-plugin-pvc-snapshot >&2)
   log "built in $((SECONDS - started)) s"
 
-  bin="$CARGO_TARGET_DIR/$target/release/iar"
+  bin="$CARGO_TARGET_DIR/$target/$profile/iar"
   guest="$CARGO_TARGET_DIR/wasm32-wasip2/guest"
   # A static binary has no program interpreter; anything else would not
   # start in a `FROM scratch` image.

@@ -48,6 +48,8 @@ pub struct AgentOptions {
     pub per_namespace: Option<usize>,
     /// The longest one volume backup may take (`--fs-backup-timeout`).
     pub fs_backup_timeout: Duration,
+    /// The namespace repositories' password (`--repository-password-file`).
+    pub repository: Option<iar_repository::Password>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -435,6 +437,7 @@ async fn serve(
     let limits = VolumeLimits {
         timeout: options.fs_backup_timeout,
         fence: Some(fence),
+        repository: options.repository.clone(),
         ..VolumeLimits::default()
     };
     let handle = back_up_dir(dir, options.store.clone(), permits, limits, volume);

@@ -15,9 +15,54 @@ use std::time::SystemTime;
 /// Sweeps every `gc_period`, the first at once, for as long as it runs
 /// (the leader runs it beside the reconciler).
 pub async fn sweep_forever(ctx: &Context) -> std::convert::Infallible {
+    let settings = &ctx.controller.settings;
+    // The first maintenance one period after this replica leads: a
+    // replica that just took over does not prune at once.
+    let mut maintain_at = tokio::time::Instant::now() + settings.repository_maintenance_period;
     loop {
         sweep(ctx, SystemTime::now()).await;
-        tokio::time::sleep(ctx.controller.settings.gc_period).await;
+        if tokio::time::Instant::now() >= maintain_at {
+            maintain_at = match maintain(ctx).await {
+                true => tokio::time::Instant::now() + settings.repository_maintenance_period,
+                // Put off: tried again at the next sweep.
+                false => tokio::time::Instant::now(),
+            };
+        }
+        tokio::time::sleep(
+            settings
+                .gc_period
+                .min(settings.repository_maintenance_period),
+        )
+        .await;
+    }
+}
+
+/// One maintenance of the volume repositories; false if put off.
+async fn maintain(ctx: &Context) -> bool {
+    use iar_backup::phases::maintenance::Maintenance;
+    match ctx.controller.maintain_repositories().await {
+        Ok(Maintenance::Done(done)) => {
+            for m in done {
+                match m.outcome {
+                    Ok(p) => {
+                        tracing::info!(namespace = %m.namespace, packs_removed = p.packs_removed, bytes_unused = p.bytes_unused, "volume repository pruned")
+                    }
+                    Err(e) => {
+                        tracing::error!(namespace = %m.namespace, "volume repository maintenance: {e}")
+                    }
+                }
+            }
+            true
+        }
+        Ok(Maintenance::Deferred { running }) => {
+            tracing::info!(backup = %running, "volume repository maintenance put off: a backup is running");
+            false
+        }
+        Ok(Maintenance::NoPassword) => true,
+        Err(e) => {
+            tracing::error!("{e}");
+            true
+        }
     }
 }
 

@@ -57,6 +57,29 @@ pub struct StoreArg {
     pub(super) overlay: Option<PathBuf>,
 }
 
+/// The volume repositories' password.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RepositoryArg {
+    /// The password of the volume repositories, in a file (a Kubernetes
+    /// Secret's key, mounted). With it, pod volume data goes into restic's
+    /// repository format, one repository per namespace under
+    /// `restic/<namespace>/` of the store: deduplicated across backups and
+    /// encrypted. Without it, into the per-backup chunk format
+    /// (deprecated).
+    #[arg(long, env = "IAR_REPOSITORY_PASSWORD_FILE", value_name = "FILE")]
+    pub(super) repository_password_file: Option<PathBuf>,
+}
+
+impl RepositoryArg {
+    pub(super) fn password(&self) -> anyhow::Result<Option<iar::repository::Password>> {
+        self.repository_password_file
+            .as_deref()
+            .map(iar::repository::Password::from_file)
+            .transpose()
+            .map_err(anyhow::Error::from)
+    }
+}
+
 impl StoreArg {
     /// The manifest cluster's overlay directory.
     pub(super) fn overlay(&self) -> PathBuf {
@@ -113,6 +136,8 @@ pub struct RunnerArgs {
     /// file-system backup are read from here into the store.
     #[arg(long, value_name = "DIR")]
     volume_data: Option<PathBuf>,
+    #[command(flatten)]
+    repository: RepositoryArg,
     /// How many volume backups run at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     volume_concurrency: u16,
@@ -173,6 +198,9 @@ pub struct GcArgs {
     lease_duration: Duration,
     #[command(flatten)]
     store: StoreArg,
+    /// For the volume snapshots the deleted backups hold.
+    #[command(flatten)]
+    repository: RepositoryArg,
 }
 
 #[derive(clap::Args)]
@@ -274,6 +302,7 @@ fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<PhaseM
         workers: args.workers.map_or(defaults.workers, usize::from),
         volume_data: args.volume_data.clone(),
         volume_concurrency: args.volume_concurrency.into(),
+        repository_password: args.repository.password()?,
         fs_backup_timeout: args.fs_backup_timeout,
         exec_hooks_locally: args.exec_hooks_locally,
         max_hook_timeout: args.max_hook_timeout,
@@ -546,10 +575,12 @@ fn expires(object: &BackupObject) -> &str {
 pub(super) fn store_only(
     store_arg: &StoreArg,
     lease_duration: Duration,
+    repository: &RepositoryArg,
 ) -> anyhow::Result<PhaseMachine> {
     let store = BackupStore::open(&store_arg.store)?;
     let settings = Settings {
         lease_duration,
+        repository_password: repository.password()?,
         ..Settings::default()
     };
     Ok(PhaseMachine::new(
@@ -565,7 +596,7 @@ pub(super) fn store_only(
 /// Exits 1 if any failed.
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     use iar::phases::gc::Outcome;
-    let c = store_only(&args.store, args.lease_duration)?;
+    let c = store_only(&args.store, args.lease_duration, &args.repository)?;
     let swept =
         tokio_runtime()?.block_on(c.collect_garbage(std::time::SystemTime::now(), args.dry_run))?;
     let (mut deleted, mut failed, mut kept) = (0, 0, 0);

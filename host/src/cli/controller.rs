@@ -86,6 +86,14 @@ pub struct ControllerArgs {
     /// their Backup resources.
     #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "1h")]
     gc_period: Duration,
+    /// How often the leader prunes the volume repositories (Velero's full
+    /// repository maintenance: weekly). Put off while a backup runs.
+    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "168h")]
+    repository_maintenance_period: Duration,
+    /// For the volume snapshots of the backups the leader deletes, and
+    /// for the repositories' maintenance.
+    #[command(flatten)]
+    repository: super::backup::RepositoryArg,
     /// How long the node agent of a pod's node may say nothing about a
     /// volume backup (not take it, or stop reporting) before it fails.
     /// At least 10s: agents report every 5s while they work.
@@ -162,6 +170,8 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         workers: args.workers.map_or(defaults.workers, usize::from),
         default_backup_ttl: args.default_backup_ttl,
         gc_period: args.gc_period,
+        repository_maintenance_period: args.repository_maintenance_period,
+        repository_password: args.repository.password()?,
         concurrent_passes: usize::from(args.concurrent_backups),
         max_hook_timeout: args.max_hook_timeout,
         ..defaults
@@ -346,6 +356,8 @@ pub struct NodeAgentArgs {
     /// fs-backup-timeout) and its permit is free.
     #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
     fs_backup_timeout: Duration,
+    #[command(flatten)]
+    repository: super::backup::RepositoryArg,
 }
 
 /// `iar node-agent`: backs up the pod volumes of one node.
@@ -364,6 +376,7 @@ pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
         concurrency: usize::from(args.concurrency),
         per_namespace: args.concurrency_per_namespace.map(usize::from),
         fs_backup_timeout: args.fs_backup_timeout,
+        repository: args.repository.password()?,
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

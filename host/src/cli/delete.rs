@@ -1,7 +1,7 @@
 //! `iar logs` and `iar delete`: Velero's `backup logs` and `backup delete`
 //! for a store iar (or Velero) wrote.
 
-use super::backup::{StoreArg, store_only, tokio_runtime};
+use super::backup::{RepositoryArg, StoreArg, store_only, tokio_runtime};
 use iar::phases::gc::{Kept, Outcome};
 use iar::store::BackupStore;
 use std::process::ExitCode;
@@ -27,6 +27,9 @@ pub struct DeleteArgs {
     lease_duration: Duration,
     #[command(flatten)]
     store: StoreArg,
+    /// For the volume snapshots the backup holds.
+    #[command(flatten)]
+    repository: RepositoryArg,
 }
 
 /// Prints a backup's log from the store, one line per line written.
@@ -46,7 +49,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
 /// uses. A backup still running is refused (exit 1); so is one that does
 /// not exist.
 pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
-    let machine = store_only(&args.store, args.lease_duration)?;
+    let machine = store_only(&args.store, args.lease_duration, &args.repository)?;
     let name = &args.name;
     let outcome = tokio_runtime()?.block_on(machine.delete_backup(name, args.dry_run))?;
     match outcome {

@@ -3,7 +3,7 @@
 //! from its own PodVolumeBackups, so this is how iar's volume data comes
 //! back.
 
-use super::backup::{StoreArg, tokio_runtime};
+use super::backup::{RepositoryArg, StoreArg, tokio_runtime};
 use anyhow::{Context, bail};
 use iar::backup::volumes::{EntryKind, RestoreOptions, VolumeBackup, VolumePhase, restore_volume};
 use iar::store::{BackupFile, BackupStore};
@@ -40,6 +40,8 @@ struct RestoreArgs {
     preserve_owner: bool,
     #[command(flatten)]
     store: StoreArg,
+    #[command(flatten)]
+    repository: RepositoryArg,
 }
 
 pub fn volume(args: VolumeArgs) -> anyhow::Result<ExitCode> {
@@ -110,6 +112,7 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             &args.to,
             &RestoreOptions {
                 preserve_owner: args.preserve_owner,
+                repository_password: args.repository.password()?,
             },
         ))
         .map_err(anyhow::Error::msg)

@@ -27,3 +27,4 @@ mod support;
 mod velero;
 mod velero_bench;
 mod velero_plugin;
+mod volume_repository;

@@ -443,14 +443,19 @@ pub struct Manifest {
 mod files;
 pub mod handles;
 mod permits;
+mod repository_backup;
+mod repository_source;
 mod restore;
 mod walk;
 pub use files::{Fence, LocalDirBackupper, VolumeLimits, back_up_dir};
 pub use handles::VolumeRoot;
 pub use permits::VolumePermits;
+pub use repository_backup::{parse_snapshot_key, skipped_key, snapshot_key};
 pub use restore::{RestoreOptions, plan_restore, restore_volume};
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod repository_tests;
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,7 @@ pub(super) struct Blocks<'a> {
     pub(super) exec_hooks_locally: bool,
     pub(super) volume_data: Option<&'a PathBuf>,
     pub(super) volume_concurrency: usize,
+    pub(super) repository_password: Option<&'a iar_repository::Password>,
     pub(super) fs_backup_timeout: Duration,
     pub(super) max_hook_timeout: Duration,
     /// How often volume progress is persisted while blocks wait.
@@ -73,6 +74,7 @@ impl<'a> Blocks<'a> {
             exec_hooks_locally: settings.exec_hooks_locally,
             volume_data: settings.volume_data.as_ref(),
             volume_concurrency: settings.volume_concurrency,
+            repository_password: settings.repository_password.as_ref(),
             fs_backup_timeout: settings.fs_backup_timeout,
             max_hook_timeout: settings.max_hook_timeout,
             sync_period: settings.sync_period,
@@ -121,6 +123,7 @@ impl Blocks<'_> {
                         seam: None,
                         fence: None,
                         clock: self.clock.clone(),
+                        repository: self.repository_password.cloned(),
                     }),
             ) as Arc<dyn VolumeBackupper>),
             None => self.volume_backupper.cloned(),

@@ -52,6 +52,12 @@ pub enum PhaseError {
         #[source]
         source: SourcesError,
     },
+    /// Its volume snapshots could not be forgotten (a deletion then
+    /// stops, to be tried again, rather than leave them in the repository).
+    #[error("backup {name:?}: forgetting its volume snapshots: {why}")]
+    VolumeData { name: String, why: String },
+    #[error("volume repository maintenance: {0}")]
+    Maintenance(String),
     #[error(
         "backup {0:?} is being deleted (phase Deleting); the next garbage collection (`iar gc`, or the controller's sweep) finishes it"
     )]

@@ -112,6 +112,9 @@ pub(super) struct Gc<'a> {
     pub(super) status_sink: Option<&'a StatusSink>,
     /// "Now" for a deletion asked for ([`Gc::delete_backup`]).
     pub(super) clock: &'a dyn Clock,
+    /// For the volume snapshots a backup holds in its namespaces'
+    /// repositories.
+    pub(super) repository_password: Option<&'a iar_repository::Password>,
 }
 
 impl Gc<'_> {
@@ -218,6 +221,9 @@ impl Gc<'_> {
         {
             return Ok(Outcome::Kept(kept));
         }
+        // Refused before anything changes when its volume snapshots could
+        // not be forgotten.
+        self.snapshot_namespaces(name).await?;
         if found.status.phase != BackupPhase::Deleting {
             let mut deleting = found.clone();
             deleting.status.phase = BackupPhase::Deleting;
@@ -234,6 +240,9 @@ impl Gc<'_> {
         // Against the store's name for it and its uid: the labels the
         // host stamped when its plugins created them.
         self.created.delete(name, &found.metadata.uid).await?;
+        // Its volume snapshots next, while its records still name them; a
+        // forgotten snapshot's data goes at the repository's next prune.
+        self.forget_volume_snapshots(name).await?;
         let keys = self.store.backup_keys(name).await?;
         for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
             self.store.delete_key(key).await?;
@@ -242,6 +251,75 @@ impl Gc<'_> {
             .delete_key(&BackupFile::Metadata.key(name))
             .await?;
         Ok(Outcome::Deleted(Box::new(found)))
+    }
+
+    /// The namespaces whose repositories hold backup `name`'s volume
+    /// snapshots, with the password to open them; `None` if there are
+    /// none. Without a password, refused by rule: a deletion checks this
+    /// before it changes anything, so the backup is kept whole.
+    async fn snapshot_namespaces(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Vec<String>, iar_repository::Password)>, PhaseError> {
+        use crate::backup::volumes::{get_volume_backups, parse_snapshot_key};
+        let failed = |why: String| PhaseError::VolumeData {
+            name: name.to_string(),
+            why,
+        };
+        let records = get_volume_backups(self.store, name)
+            .await
+            .map_err(failed)?
+            .unwrap_or_default();
+        let mut namespaces: Vec<String> = records
+            .iter()
+            .filter_map(|r| r.manifest_key.as_deref().and_then(parse_snapshot_key))
+            .map(|(ns, _)| ns.to_string())
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        if namespaces.is_empty() {
+            return Ok(None);
+        }
+        let password = self.repository_password.cloned().ok_or_else(|| {
+            failed(format!(
+                "they are in the repositories of {} and no repository password was given (rule: repository-password)",
+                namespaces.join(", ")
+            ))
+        })?;
+        Ok(Some((namespaces, password)))
+    }
+
+    /// Forgets, in each namespace's repository, the snapshots backup
+    /// `name`'s volume records name. Idempotent: a deletion that stopped
+    /// after this step finds nothing more to forget.
+    async fn forget_volume_snapshots(&self, name: &str) -> Result<(), PhaseError> {
+        let failed = |why: String| PhaseError::VolumeData {
+            name: name.to_string(),
+            why,
+        };
+        let Some((namespaces, password)) = self.snapshot_namespaces(name).await? else {
+            return Ok(());
+        };
+        let (store, backup, runtime) = (
+            self.store.clone(),
+            name.to_string(),
+            tokio::runtime::Handle::current(),
+        );
+        tokio::task::spawn_blocking(move || {
+            for ns in namespaces {
+                let opened = iar_repository::VolumeRepository::open(&store, &ns, &password, &runtime);
+                let repo = match opened {
+                    Err(iar_repository::RepositoryError::Missing { .. }) => continue,
+                    r => r.map_err(|e| e.to_string())?,
+                };
+                let forgotten = repo.forget(&backup).map_err(|e| e.to_string())?;
+                tracing::info!(backup = %backup, repository = %repo.location(), forgotten, "forgot the backup's volume snapshots");
+            }
+            Ok::<_, String>(())
+        })
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(failed)
     }
 
     /// A backup directory with no object: if it holds only a lease that

@@ -282,6 +282,7 @@ impl PhaseMachine {
             created: self.created(),
             status_sink: self.status_sink.as_ref(),
             clock: &*self.clock,
+            repository_password: self.settings.repository_password.as_ref(),
         }
     }
 

@@ -39,6 +39,7 @@ mod journal;
 mod leases;
 mod load;
 mod machine;
+pub mod maintenance;
 mod plugin_set;
 mod poller;
 mod record;

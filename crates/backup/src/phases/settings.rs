@@ -22,6 +22,13 @@ pub struct Settings {
     pub volume_data: Option<std::path::PathBuf>,
     /// How many volume backups run at once.
     pub volume_concurrency: usize,
+    /// `--repository-password-file`: volume data goes into its
+    /// namespace's restic repository (see `iar-repository`); without it,
+    /// into the per-backup chunk format.
+    pub repository_password: Option<iar_repository::Password>,
+    /// `--repository-maintenance-period`: how often the leader prunes the
+    /// volume repositories (Velero's full maintenance: weekly).
+    pub repository_maintenance_period: Duration,
     /// `--fs-backup-timeout`: the longest one volume backup may take.
     pub fs_backup_timeout: Duration,
     /// `--exec-hooks-locally`: run backup hooks as local processes;
@@ -54,6 +61,8 @@ impl Default for Settings {
             lease_duration: Duration::from_secs(15),
             volume_data: None,
             volume_concurrency: 4,
+            repository_password: None,
+            repository_maintenance_period: Duration::from_secs(7 * 24 * 3600),
             fs_backup_timeout: Duration::from_secs(4 * 3600),
             exec_hooks_locally: false,
             max_hook_timeout: crate::backup::hooks::DEFAULT_MAX_TIMEOUT,

@@ -316,6 +316,13 @@ impl BackupStore {
         }
     }
 
+    /// The object store beneath, for a reader of a format of its own (the
+    /// volume repository, `iar-repository`) that keeps to its own prefix
+    /// outside `backups/`.
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
     /// Reads lease and fence times from `clock` (the phase machine's, so a
     /// test steps both together).
     pub fn with_clock(mut self, clock: Arc<dyn crate::clock::Clock>) -> Self {

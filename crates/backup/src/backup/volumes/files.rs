@@ -28,6 +28,11 @@ pub struct VolumeLimits {
     pub fence: Option<Fence>,
     /// Stamps the record: created, started, completed.
     pub clock: Arc<dyn iar_core::clock::Clock>,
+    /// The namespace repositories' password: with it, volume data goes
+    /// into restic's format under `restic/<namespace>/`
+    /// ([`super::repository_backup`]); without it, into the per-backup
+    /// chunk format.
+    pub repository: Option<iar_repository::Password>,
 }
 
 /// A check before a volume backup's last write; see [`VolumeLimits::fence`].
@@ -44,6 +49,7 @@ impl Default for VolumeLimits {
             seam: None,
             fence: None,
             clock: iar_core::clock::RealClock::shared(),
+            repository: None,
         }
     }
 }
@@ -80,7 +86,7 @@ impl LocalDirBackupper {
     }
 }
 
-enum Stop {
+pub(super) enum Stop {
     Canceled,
     Failed(String),
 }
@@ -90,11 +96,11 @@ async fn back_up(
     root: Result<VolumeRoot, String>,
     store: BackupStore,
     request: VolumeRequest,
-    seam: Option<Seam>,
-    fence: Option<Fence>,
+    limits: &VolumeLimits,
     progress: &watch::Sender<VolumeBackup>,
     cancel: &watch::Receiver<bool>,
 ) -> Result<String, Stop> {
+    let (seam, fence) = (limits.seam.clone(), limits.fence.clone());
     let canceled = || *cancel.borrow();
     let root = root.map_err(Stop::Failed)?;
     let shown = root.path().display().to_string();
@@ -108,6 +114,18 @@ async fn back_up(
     .map_err(|e| Stop::Failed(format!("listing {shown}: {e}")))?
     .map_err(Stop::Failed)?;
     progress.send_modify(|v| v.bytes_total = total);
+    if let Some(password) = &limits.repository {
+        return super::repository_backup::back_up(
+            fd,
+            store,
+            request,
+            password.clone(),
+            seam,
+            fence,
+            progress,
+        )
+        .await;
+    }
     // Two chunks in flight: the walk reads ahead of the uploads by at
     // most that, and stops at its next send once this side is gone.
     let (tx, mut rx) = mpsc::channel(2);
@@ -239,15 +257,7 @@ pub fn back_up_dir(
                     v.started = Some(limits.clock.system_now());
                 });
                 let work_cancel = cancel_rx.clone();
-                let work = back_up(
-                    root,
-                    store,
-                    request,
-                    limits.seam.clone(),
-                    limits.fence.clone(),
-                    &progress,
-                    &work_cancel,
-                );
+                let work = back_up(root, store, request, &limits, &progress, &work_cancel);
                 tokio::select! {
                     r = work => r,
                     // Dropping the work drops the walk's receiver: the

@@ -552,6 +552,7 @@ async fn setuid_bits_need_their_owner() {
             &[],
             &RestoreOptions {
                 preserve_owner: true,
+                ..RestoreOptions::default()
             },
         )
         .await;

@@ -29,6 +29,9 @@ pub struct RestoreOptions {
     /// `tar --same-owner`), and with them setuid, setgid and sticky bits;
     /// without it those bits are dropped.
     pub preserve_owner: bool,
+    /// The namespace repositories' password, for a volume backed up into
+    /// one (its key is a `restic/<namespace>/snapshots/<id>`).
+    pub repository_password: Option<iar_repository::Password>,
 }
 
 /// One checked entry: where it goes and how.
@@ -64,6 +67,13 @@ fn is_sha(s: &str) -> bool {
 
 /// Checks a whole manifest before anything is written.
 pub fn plan_restore(manifest: &Manifest, options: &RestoreOptions) -> Result<Vec<Step>, String> {
+    plan(manifest, options, true)
+}
+
+/// [`plan_restore`]; `chunked`: the files' content is the chunk format's
+/// (digests and chunk lists to check), else a repository's (each blob
+/// checked by the repository as it is read).
+fn plan(manifest: &Manifest, options: &RestoreOptions, chunked: bool) -> Result<Vec<Step>, String> {
     let mut kinds: HashMap<Vec<u8>, EntryKind> = HashMap::with_capacity(manifest.entries.len());
     let mut steps = Vec::with_capacity(manifest.entries.len());
     for (index, e) in manifest.entries.iter().enumerate() {
@@ -117,7 +127,9 @@ pub fn plan_restore(manifest: &Manifest, options: &RestoreOptions) -> Result<Vec
             }
         }
         let mut extents = Vec::new();
-        if e.kind == EntryKind::File {
+        if e.kind == EntryKind::File && !chunked {
+            extents = vec![(0, e.size)];
+        } else if e.kind == EntryKind::File {
             if !is_sha(&e.digest) || !e.chunks.iter().all(|c| is_sha(c)) {
                 return Err(refuse(
                     e,
@@ -203,8 +215,14 @@ pub fn plan_restore(manifest: &Manifest, options: &RestoreOptions) -> Result<Vec
 /// What the writer thread is asked to do.
 enum Op {
     Begin(Step),
-    Data { offset: u64, bytes: Vec<u8> },
-    End { digest: String },
+    Data {
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+    /// The file's sha256 to check, when the source has one.
+    End {
+        digest: Option<String>,
+    },
 }
 
 /// Writes a volume back from its manifest into `dest` (which must exist),
@@ -216,17 +234,16 @@ pub async fn restore_volume(
     dest: &Path,
     options: &RestoreOptions,
 ) -> Result<Manifest, String> {
+    if let Some((namespace, id)) = super::parse_snapshot_key(manifest_key) {
+        return restore_snapshot(store, namespace, id, dest, options)
+            .await
+            .map_err(|e| format!("{manifest_key}: {e}"));
+    }
     let manifest: Manifest = get_json_gz(store, manifest_key)
         .await?
         .ok_or_else(|| format!("{manifest_key}: missing"))?;
     let steps = plan_restore(&manifest, options).map_err(|e| format!("{manifest_key}: {e}"))?;
-    let root = rustix::fs::openat(
-        CWD,
-        dest,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{}: {e}", dest.display()))?;
+    let root = open_target(dest)?;
     let (tx, rx) = mpsc::channel::<Op>(2);
     let writer = tokio::task::spawn_blocking(move || Writer::new(root).run(rx));
     let fed = feed(store, backup, &manifest, steps, &tx).await;
@@ -292,13 +309,122 @@ async fn feed(
             }
         }
         tx.send(Op::End {
-            digest: e.digest.clone(),
+            digest: Some(e.digest.clone()),
         })
         .await
         .map_err(|_| gone())?;
     }
     Ok(())
 }
+
+fn open_target(dest: &Path) -> Result<OwnedFd, String> {
+    rustix::fs::openat(
+        CWD,
+        dest,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{}: {e}", dest.display()))
+}
+
+/// A snapshot's entry as a manifest entry, for [`plan`]'s checks: a
+/// repository is a store whoever can write the store can craft too.
+fn entry_of(path: &Path, node: &iar_repository::Node) -> ManifestEntry {
+    use iar_repository::NodeType;
+    let (path, path_hex) = super::named(path.as_os_str().as_bytes());
+    let kind = match &node.node_type {
+        NodeType::Dir => EntryKind::Dir,
+        NodeType::Symlink { .. } => EntryKind::Symlink,
+        _ => EntryKind::File,
+    };
+    let (target, target_hex) = match kind {
+        EntryKind::Symlink => {
+            let (t, hex) = super::named(node.node_type.to_link().as_os_str().as_bytes());
+            (Some(t), hex)
+        }
+        _ => (None, None),
+    };
+    ManifestEntry {
+        path,
+        path_hex,
+        kind,
+        mode: iar_repository::mode::permissions_from_go(node.meta.mode.unwrap_or(0o600)),
+        size: if kind == EntryKind::File {
+            node.meta.size
+        } else {
+            0
+        },
+        uid: node.meta.uid,
+        gid: node.meta.gid,
+        target,
+        target_hex,
+        ..ManifestEntry::default()
+    }
+}
+
+/// Writes snapshot `id` of `namespace`'s repository into `dest`, with the
+/// same checks and handle-based writes as a chunk-format restore.
+async fn restore_snapshot(
+    store: &BackupStore,
+    namespace: &str,
+    id: &str,
+    dest: &Path,
+    options: &RestoreOptions,
+) -> Result<Manifest, String> {
+    let password = options.repository_password.clone().ok_or(
+        "the volume is in a repository and no repository password was given (rule: repository-password)",
+    )?;
+    let root = open_target(dest)?;
+    let (store, namespace, id, options) = (
+        store.clone(),
+        namespace.to_string(),
+        id.to_string(),
+        options.clone(),
+    );
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let repo = iar_repository::VolumeRepository::open(&store, &namespace, &password, &runtime)
+            .map_err(|e| e.to_string())?;
+        let reader = repo.reader(&id).map_err(|e| e.to_string())?;
+        let listed = reader.entries().map_err(|e| e.to_string())?;
+        let manifest = Manifest {
+            backup: String::new(),
+            pod_namespace: namespace.clone(),
+            pod_name: String::new(),
+            volume: String::new(),
+            pvc: None,
+            entries: listed.iter().map(|(p, n)| entry_of(p, n)).collect(),
+            skipped: Vec::new(),
+        };
+        let steps = plan(&manifest, &options, false)?;
+        let mut writer = Writer::new(root);
+        let mut file = None;
+        for step in steps {
+            let node = &listed[step.index].1;
+            let is_file = step.kind == EntryKind::File;
+            writer.apply(Op::Begin(step), &mut file)?;
+            if is_file {
+                reader.read_file(node, |offset, bytes| {
+                    writer.apply(
+                        Op::Data {
+                            offset,
+                            bytes: bytes.to_vec(),
+                        },
+                        &mut file,
+                    )
+                })?;
+                writer.apply(Op::End { digest: None }, &mut file)?;
+            }
+        }
+        writer.finish()?;
+        Ok(manifest)
+    })
+    .await
+    .map_err(|e| format!("the restore stopped: {e}"))?
+}
+
+/// A file being written: its step, its handle, its running digest.
+type OpenFile = (Step, std::fs::File, Sha256);
 
 /// Owns every handle of the restore; runs on one blocking thread.
 struct Writer {
@@ -353,30 +479,42 @@ impl Writer {
     }
 
     fn run(mut self, mut rx: mpsc::Receiver<Op>) -> Result<(), String> {
-        let mut file: Option<(Step, std::fs::File, Sha256)> = None;
+        let mut file = None;
         while let Some(op) = rx.blocking_recv() {
-            match op {
-                Op::Begin(step) => match step.kind {
-                    EntryKind::Dir => self.mkdir(step)?,
-                    EntryKind::Symlink => self.symlink(&step)?,
-                    EntryKind::File => {
-                        let f = self.create(&step)?;
-                        file = Some((step, f, Sha256::new()));
-                    }
-                },
-                Op::Data { offset, bytes } => {
-                    let (step, f, hash) = file.as_mut().ok_or("data outside a file")?;
-                    hash.update(&bytes);
+            self.apply(op, &mut file)?;
+        }
+        self.finish()
+    }
+
+    fn apply(&mut self, op: Op, file: &mut Option<OpenFile>) -> Result<(), String> {
+        match op {
+            Op::Begin(step) => match step.kind {
+                EntryKind::Dir => self.mkdir(step)?,
+                EntryKind::Symlink => self.symlink(&step)?,
+                EntryKind::File => {
+                    let f = self.create(&step)?;
+                    *file = Some((step, f, Sha256::new()));
+                }
+            },
+            Op::Data { offset, bytes } => {
+                let (step, f, hash) = file.as_mut().ok_or("data outside a file")?;
+                hash.update(&bytes);
+                // All zeros: left a hole (the length is set at the end).
+                if bytes.iter().any(|b| *b != 0) {
                     f.write_all_at(&bytes, offset)
                         .map_err(|e| format!("{}: {e}", show(&step.components)))?;
                 }
-                Op::End { digest } => {
-                    let (step, f, hash) = file.take().ok_or("end outside a file")?;
-                    self.finish_file(step, f, hash, &digest)?;
-                }
+            }
+            Op::End { digest } => {
+                let (step, f, hash) = file.take().ok_or("end outside a file")?;
+                self.finish_file(step, f, hash, digest.as_deref())?;
             }
         }
-        // Directory modes last, deepest first.
+        Ok(())
+    }
+
+    /// Directory modes last, deepest first.
+    fn finish(mut self) -> Result<(), String> {
         for step in std::mem::take(&mut self.dirs).into_iter().rev() {
             let (name, parents) = step.components.split_last().expect("checked: not empty");
             let parent = self.parent(parents)?;
@@ -433,10 +571,10 @@ impl Writer {
         step: Step,
         f: std::fs::File,
         hash: Sha256,
-        digest: &str,
+        digest: Option<&str>,
     ) -> Result<(), String> {
         let shown = show(&step.components);
-        if hex::encode(hash.finalize()) != digest {
+        if digest.is_some_and(|d| hex::encode(hash.finalize()) != d) {
             let (name, parents) = step.components.split_last().expect("checked: not empty");
             let parent = self.parent(parents)?;
             let _ = rustix::fs::unlinkat(parent, OsStr::from_bytes(name), AtFlags::empty());

@@ -152,7 +152,7 @@ fn skipped(path: &[u8], reason: String) -> Event {
     })
 }
 
-fn kind_name(t: FileType) -> &'static str {
+pub(super) fn kind_name(t: FileType) -> &'static str {
     match t {
         FileType::Fifo => "a FIFO",
         FileType::Socket => "a socket",

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Pod volume backups into a restic repository, iar against restic's own CLI
+# on the same data and the same machine, interleaved (kopia, which Velero
+# uses, is refused by the Go module proxy here; restic writes the same
+# format iar does, so it is the like-for-like baseline):
+#
+#   small: FILES (default 5000) files of 4 KiB of noise in 50 directories
+#   large: one file of LARGE_MIB (default 512) MiB of noise
+#
+# For each: the first backup (wall time, bytes the repository grew by), a
+# second after 1 % of the small files changed (or 1 % of the large file
+# rewritten in place), and a restore of the second. iar runs as a user
+# does: `iar backup --volume-data --repository-password-file` (the volume
+# is a pod's emptyDir in a manifest) and `iar volume restore`; restic as
+# `restic backup` and `restic restore`. Everything lives on a tmpfs
+# (/dev/shm), so the figures are the tools', not the disk's.
+#
+#   bash bench/repository.sh            # builds iar (release) and restic
+#   IAR=path/to/iar RESTIC=path/to/restic bash bench/repository.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+files="${FILES:-5000}"
+large_mib="${LARGE_MIB:-512}"
+if [ -z "${IAR:-}" ]; then
+  echo "== building iar (release)" >&2
+  cargo build --release -q -p iar --bin iar --manifest-path "$root/Cargo.toml"
+  IAR="${CARGO_TARGET_DIR:-$root/target}/release/iar"
+fi
+RESTIC="${RESTIC:-$(bash "$root/tools/restic/build.sh")}"
+base="$(mktemp -d -p "${BENCH_TMPDIR:-/dev/shm}")"
+trap 'rm -rf "$base"' EXIT
+echo "bench password" > "$base/password"
+export RESTIC_PASSWORD_FILE="$base/password"
+
+noise() { head -c "$1" /dev/urandom; }
+now() { date +%s.%N; }
+bytes() { du -sb "$1" | cut -f1; }
+
+make_data() { # KIND DIR
+  mkdir -p "$2"
+  if [ "$1" = small ]; then
+    for d in $(seq 0 49); do
+      mkdir -p "$2/d$d"
+      for f in $(seq 0 $((files / 50 - 1))); do noise 4096 > "$2/d$d/f$f"; done
+    done
+  else
+    noise $((large_mib << 20)) > "$2/big"
+  fi
+}
+
+change_one_percent() { # KIND DIR
+  if [ "$1" = small ]; then
+    local n=$((files / 100)) i=0
+    for d in $(seq 0 49); do
+      for f in $(seq 0 $((n / 50 > 0 ? n / 50 - 1 : 0))); do
+        [ $i -lt $n ] && noise 4096 > "$2/d$d/f$f" && i=$((i + 1))
+      done
+    done
+  else
+    noise $((large_mib << 20 / 100)) |
+      dd of="$2/big" bs=1M seek=$((large_mib / 2)) conv=notrunc status=none
+  fi
+}
+
+# iar reads `--volume-data DIR/<ns>/.pods/<pod>/<volume>`.
+pod_yaml() {
+  cat <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: writer
+  namespace: bench
+  annotations:
+    backup.velero.io/backup-volumes: scratch
+spec:
+  containers: [{name: app, image: app:1}]
+  volumes: [{name: scratch, emptyDir: {}}]
+YAML
+}
+
+run_iar() { # KIND -> "first_s first_bytes second_s second_bytes restore_s"
+  local w="$base/iar-$1"
+  local vol="$w/data/bench/.pods/writer/scratch"
+  mkdir -p "$w/items" "$w/plugins"
+  pod_yaml > "$w/items/pod.yaml"
+  make_data "$1" "$vol"
+  local t0 t1 t2 t3 t4 b1 b2
+  local common=(--items "$w/items" --plugins "$w/plugins" --store "$w/store"
+    --volume-data "$w/data" --repository-password-file "$base/password")
+  t0=$(now); "$IAR" backup first "${common[@]}" >/dev/null 2>&1; t1=$(now)
+  b1=$(bytes "$w/store/restic")
+  change_one_percent "$1" "$vol"
+  t2=$(now); "$IAR" backup second "${common[@]}" >/dev/null 2>&1; t3=$(now)
+  b2=$(($(bytes "$w/store/restic") - b1))
+  "$IAR" volume restore second bench/writer/scratch --to "$w/restored" --store "$w/store" \
+    --repository-password-file "$base/password" >/dev/null
+  t4=$(now)
+  diff -r "$vol" "$w/restored" >/dev/null || { echo "iar: the restore differs" >&2; exit 1; }
+  echo "$(echo "$t1 - $t0" | bc) $b1 $(echo "$t3 - $t2" | bc) $b2 $(echo "$t4 - $t3" | bc)"
+  rm -rf "$w"
+}
+
+run_restic() { # KIND
+  local w="$base/restic-$1"
+  local vol="$w/data/volume"
+  make_data "$1" "$vol"
+  "$RESTIC" --repo "$w/repo" init >/dev/null
+  local t0 t1 t2 t3 t4 b1 b2
+  t0=$(now); (cd "$w/data" && "$RESTIC" --repo "$w/repo" backup --host iar volume >/dev/null); t1=$(now)
+  b1=$(bytes "$w/repo")
+  change_one_percent "$1" "$vol"
+  t2=$(now); (cd "$w/data" && "$RESTIC" --repo "$w/repo" backup --host iar volume >/dev/null); t3=$(now)
+  b2=$(($(bytes "$w/repo") - b1))
+  "$RESTIC" --repo "$w/repo" restore latest --target "$w/restored" >/dev/null
+  t4=$(now)
+  diff -r "$vol" "$w/restored/volume" >/dev/null || { echo "restic: the restore differs" >&2; exit 1; }
+  echo "$(echo "$t1 - $t0" | bc) $b1 $(echo "$t3 - $t2" | bc) $b2 $(echo "$t4 - $t3" | bc)"
+  rm -rf "$w"
+}
+
+echo "date: $(date -u +%FT%TZ); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "small: $files files of 4 KiB; large: one file of $large_mib MiB; $("$RESTIC" version | cut -d' ' -f1-2)"
+printf '%-6s %-7s %9s %12s %9s %12s %12s %9s\n' data tool first_s first_bytes second_s second_bytes second_share restore_s
+for kind in small large; do
+  [ "$kind" = small ] && size=$((files * 4096)) || size=$((large_mib << 20))
+  for tool in iar restic; do
+    read -r f fb s sb r < <("run_$tool" "$kind")
+    printf '%-6s %-7s %9.2f %12d %9.2f %12d %11.2f%% %9.2f\n' "$kind" "$tool" "$f" "$fb" "$s" "$sb" \
+      "$(echo "scale=4; 100 * $sb / $size" | bc)" "$r"
+    eval "${tool}_${kind}=$f"
+  done
+done
+# shellcheck disable=SC2154
+echo "first backup, iar / restic: small $(echo "scale=2; $iar_small / $restic_small" | bc)x" \
+  "($(echo "scale=0; $files / $iar_small" | bc) files/s against $(echo "scale=0; $files / $restic_small" | bc)), large $(echo "scale=2; $iar_large / $restic_large" | bc)x"

@@ -1,0 +1,341 @@
+//! A volume as rustic_core's [`ReadSource`]: the same handle-based walk as
+//! [`walk`](super::walk) (every name opened beneath its parent's handle
+//! with `O_NOFOLLOW`, a directory re-checked by device and inode when its
+//! turn comes, a file opened only when the repository needs its content
+//! and refused unless `fstat` says it is the regular file listed), with
+//! rustic's own `LocalSource` never used: it walks by path.
+//!
+//! Entries come depth first in name order, each directory before its
+//! contents, as rustic's tree builder expects, under
+//! [`iar_repository::SNAPSHOT_ROOT`].
+
+use super::SkippedEntry;
+use super::handles::{READ, file_type, names, open_dir, read_link, stat_nofollow};
+use super::walk::{Seam, estimate};
+use iar_repository::jiff::Timestamp;
+use iar_repository::{
+    ErrorKind, Metadata, Node, NodeType, ReadSource, ReadSourceEntry, ReadSourceOpen, RusticError,
+};
+use rustix::fs::{FileType, Mode, Stat};
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the walk shares with whoever runs it.
+#[derive(Clone, Default)]
+pub struct Shared {
+    /// Entries listed and not read, with the rule.
+    pub skipped: Arc<Mutex<Vec<SkippedEntry>>>,
+    /// Bytes of file content read so far.
+    pub bytes_read: Arc<AtomicU64>,
+    /// Set to stop: the walk lists nothing more and readers end.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Shared {
+    fn skip(&self, path: &[u8], reason: String) {
+        let (path, path_hex) = super::named(path);
+        self.skipped.lock().unwrap().push(SkippedEntry {
+            path,
+            path_hex,
+            reason,
+        });
+    }
+}
+
+pub struct HandleSource {
+    root: OwnedFd,
+    seam: Option<Seam>,
+    shared: Shared,
+}
+
+impl HandleSource {
+    pub fn new(root: OwnedFd, seam: Option<Seam>, shared: Shared) -> Self {
+        HandleSource { root, seam, shared }
+    }
+}
+
+fn timestamp(secs: i64, nanos: i64) -> Option<Timestamp> {
+    Timestamp::new(secs, nanos as i32).ok()
+}
+
+fn metadata(st: &Stat) -> Metadata {
+    Metadata {
+        mode: Some(iar_repository::mode::to_go(st.st_mode)),
+        mtime: timestamp(st.st_mtime, st.st_mtime_nsec as i64),
+        atime: None,
+        ctime: timestamp(st.st_ctime, st.st_ctime_nsec as i64),
+        uid: Some(st.st_uid),
+        gid: Some(st.st_gid),
+        inode: st.st_ino,
+        device_id: st.st_dev,
+        size: if file_type(st) == FileType::RegularFile {
+            st.st_size as u64
+        } else {
+            0
+        },
+        links: st.st_nlink,
+        ..Metadata::default()
+    }
+}
+
+fn rel_path(rel: &[u8]) -> PathBuf {
+    let mut p = PathBuf::from(iar_repository::SNAPSHOT_ROOT);
+    if !rel.is_empty() {
+        p.push(OsStr::from_bytes(rel));
+    }
+    p
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir.is_empty() {
+        return name.to_vec();
+    }
+    [dir, b"/", name].concat()
+}
+
+/// A file to open when the repository asks for its content.
+pub struct HandleOpen {
+    dir: Arc<OwnedFd>,
+    name: OsString,
+    path: Vec<u8>,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    seam: Option<Seam>,
+    shared: Shared,
+}
+
+fn refused(path: &[u8], why: &str) -> Box<RusticError> {
+    RusticError::new(ErrorKind::InputOutput, "{path}: {why}")
+        .attach_context("path", String::from_utf8_lossy(path).into_owned())
+        .attach_context("why", why.to_string())
+}
+
+impl ReadSourceOpen for HandleOpen {
+    type Reader = Counted;
+
+    fn open(self) -> Result<Counted, Box<RusticError>> {
+        if let Some(seam) = &self.seam {
+            seam(&self.path);
+        }
+        let fd = match rustix::fs::openat(&*self.dir, &self.name, READ, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::LOOP) => {
+                let why = "replaced by a symlink after it was listed: not followed, not read (rule: volume-changed)";
+                self.shared.skip(&self.path, why.into());
+                return Err(refused(&self.path, why));
+            }
+            Err(e) => {
+                let why = format!("opening: {e}");
+                self.shared.skip(&self.path, format!("{why}; not read"));
+                return Err(refused(&self.path, &why));
+            }
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| refused(&self.path, &e.to_string()))?;
+        if file_type(&st) != FileType::RegularFile || st.st_ino != self.ino || st.st_dev != self.dev
+        {
+            let why = format!(
+                "changed between listing and opening (now inode {}); not read (rule: volume-changed)",
+                st.st_ino
+            );
+            self.shared.skip(&self.path, why.clone());
+            return Err(refused(&self.path, &why));
+        }
+        // What was listed is what is stored: a file that grew since is
+        // read up to its listed size.
+        Ok(Counted {
+            inner: std::fs::File::from(fd).take(self.size),
+            path: self.path,
+            shared: self.shared,
+        })
+    }
+}
+
+/// A file's content, counted as it is read, ending early when stopped.
+pub struct Counted {
+    inner: std::io::Take<std::fs::File>,
+    path: Vec<u8>,
+    shared: Shared,
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("the volume backup stopped"));
+        }
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.shared
+                    .bytes_read
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                Ok(n)
+            }
+            // rustic leaves a file it cannot read out of the snapshot: the
+            // record says which and why.
+            Err(e) => {
+                self.shared
+                    .skip(&self.path, format!("reading failed: {e}; not stored"));
+                Err(e)
+            }
+        }
+    }
+}
+
+struct Frame {
+    dir: Arc<OwnedFd>,
+    path: Vec<u8>,
+    names: VecDeque<OsString>,
+}
+
+/// The walk, one entry at a time.
+pub struct Entries {
+    root: Option<OwnedFd>,
+    frames: Vec<Frame>,
+    seam: Option<Seam>,
+    shared: Shared,
+}
+
+type Item = Result<ReadSourceEntry<HandleOpen>, Box<RusticError>>;
+
+impl Entries {
+    fn failed(path: &[u8], e: impl std::fmt::Display) -> Item {
+        Err(refused(path, &e.to_string()))
+    }
+
+    fn open_frame(&mut self, dir: OwnedFd, path: Vec<u8>) -> Result<(), Box<RusticError>> {
+        let names = names(&dir).map_err(|e| refused(&path, &format!("listing: {e}")))?;
+        self.frames.push(Frame {
+            dir: Arc::new(dir),
+            path,
+            names: names.into(),
+        });
+        Ok(())
+    }
+}
+
+impl Iterator for Entries {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Some(root) = self.root.take() {
+            let st = match rustix::fs::fstat(&root) {
+                Ok(st) => st,
+                Err(e) => return Some(Self::failed(b".", e)),
+            };
+            if let Err(e) = self.open_frame(root, Vec::new()) {
+                return Some(Err(e));
+            }
+            let node = Node::new_node(OsStr::new("volume"), NodeType::Dir, metadata(&st));
+            return Some(Ok(ReadSourceEntry {
+                path: rel_path(b""),
+                node,
+                open: None,
+            }));
+        }
+        loop {
+            let frame = self.frames.last_mut()?;
+            let Some(name) = frame.names.pop_front() else {
+                self.frames.pop();
+                continue;
+            };
+            let dir = frame.dir.clone();
+            let path = join(&frame.path, name.as_bytes());
+            let st = match stat_nofollow(&dir, &name) {
+                Ok(st) => st,
+                // Deleted since the listing: nothing to back up.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Some(Self::failed(&path, e)),
+            };
+            let meta = metadata(&st);
+            let entry = |node_type, open| {
+                Some(Ok(ReadSourceEntry {
+                    path: rel_path(&path),
+                    node: Node::new_node(&name, node_type, meta.clone()),
+                    open,
+                }))
+            };
+            match file_type(&st) {
+                FileType::Directory => {
+                    let Ok(child) = open_dir(&dir, &name) else {
+                        self.shared.skip(&path, "changed between listing and reading: no longer the directory listed; its contents are not read (rule: volume-changed)".into());
+                        continue;
+                    };
+                    match rustix::fs::fstat(&child) {
+                        Ok(now) if now.st_ino == st.st_ino && now.st_dev == st.st_dev => {}
+                        _ => {
+                            self.shared.skip(&path, "changed between listing and reading: no longer the directory listed; its contents are not read (rule: volume-changed)".into());
+                            continue;
+                        }
+                    }
+                    if let Err(e) = self.open_frame(child, path.clone()) {
+                        return Some(Err(e));
+                    }
+                    return entry(NodeType::Dir, None);
+                }
+                FileType::Symlink => match read_link(&dir, &name) {
+                    Ok(target) => {
+                        let target = PathBuf::from(OsString::from_vec(target.into_vec()));
+                        return entry(NodeType::from_link(&target), None);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        self.shared.skip(&path, format!("changed between listing and reading ({e}); not read (rule: volume-changed)"));
+                        continue;
+                    }
+                },
+                FileType::RegularFile => {
+                    let open = HandleOpen {
+                        dir,
+                        name: name.clone(),
+                        path: path.clone(),
+                        dev: st.st_dev,
+                        ino: st.st_ino,
+                        size: st.st_size as u64,
+                        seam: self.seam.clone(),
+                        shared: self.shared.clone(),
+                    };
+                    return entry(NodeType::File, Some(open));
+                }
+                other => {
+                    self.shared.skip(
+                        &path,
+                        format!(
+                            "{} is not read (only regular files, directories and symlinks are; rule: not-a-regular-file)",
+                            super::walk::kind_name(other)
+                        ),
+                    );
+                    continue;
+                }
+            }
+        }
+    }
+}
+
+impl ReadSource for HandleSource {
+    type Open = HandleOpen;
+    type Iter = Entries;
+
+    fn size(&self) -> Result<Option<u64>, Box<RusticError>> {
+        estimate(&self.root)
+            .map(Some)
+            .map_err(|e| refused(b".", &e.to_string()))
+    }
+
+    fn entries(&self) -> Entries {
+        Entries {
+            root: self.root.try_clone().ok(),
+            frames: Vec::new(),
+            seam: self.seam.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
