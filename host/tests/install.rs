@@ -510,7 +510,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     let items = requests["items"].as_array().unwrap();
     // Into the namespace's restic repository (deploy's `iar-repository`).
     for r in items {
-        let id = r["status"]["snapshotId"].as_str().unwrap_or_default();
+        let id = r["status"]["snapshotID"].as_str().unwrap_or_default();
         assert!(id.starts_with("restic/shop/snapshots/"), "{r:#}");
     }
     let mut volumes: Vec<(String, String)> = items

@@ -96,6 +96,7 @@ const IAR_CRATES: &[&str] = &[
     "iar_core",
     "iar_plugin",
     "iar_backup",
+    "iar_repository",
     "iar_authoring",
     "iar_k8s",
     "iar_velero",
