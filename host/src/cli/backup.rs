@@ -495,17 +495,28 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     }
     if !volumes.is_empty() {
         outln!(
-            "\n{:<48} {:<11} {:>21}  ERROR",
+            "\n{:<48} {:<11} {:>21}  {:<20} ERROR",
             "VOLUME BACKUP",
             "PHASE",
-            "BYTES"
+            "BYTES",
+            "SNAPSHOT"
         );
         for v in &volumes {
+            // A repository snapshot as restic names it (`restic -r
+            // .../restic/NS snapshots`): the repository and the short id.
+            let snapshot = match v.manifest_key.as_deref() {
+                Some(key) => match iar::backup::volumes::parse_snapshot_key(key) {
+                    Some((ns, id)) => format!("restic/{ns} {}", &id[..8]),
+                    None => "chunks".to_string(),
+                },
+                None => "-".to_string(),
+            };
             outln!(
-                "{:<48} {:<11} {:>21}  {}",
+                "{:<48} {:<11} {:>21}  {:<20} {}",
                 format!("{}/{}/{}", v.pod_namespace, v.pod_name, v.volume),
                 format!("{:?}", v.phase),
                 format!("{}/{}", v.bytes_done, v.bytes_total),
+                snapshot,
                 v.error.as_deref().unwrap_or("")
             );
         }

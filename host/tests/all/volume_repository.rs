@@ -260,6 +260,16 @@ fn a_delete_without_the_password_keeps_the_backup() {
         text(&refused)
     );
     assert_eq!(f.snapshots(&restic).len(), 1);
+    // Still there, its snapshot shown as restic names it.
     let out = iar(&["describe", "nightly-1", "--store", f.store()]);
     assert!(out.status.success(), "{}", text(&out));
+    let id = f.snapshots(&restic)[0]["short_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text(&out).contains(&format!("restic/shop {id}")),
+        "{}",
+        text(&out)
+    );
 }
