@@ -11,7 +11,7 @@
 
 use super::SkippedEntry;
 use super::handles::{READ, file_type, names, open_dir, read_link, stat_nofollow};
-use super::walk::{Seam, estimate};
+use super::walk::{Seam, data_size, estimate};
 use iar_repository::jiff::Timestamp;
 use iar_repository::{
     ErrorKind, Metadata, Node, NodeType, ReadSource, ReadSourceEntry, ReadSourceOpen, RusticError,
@@ -59,6 +59,13 @@ impl HandleSource {
         HandleSource { root, seam, shared }
     }
 }
+
+/// The most holes a file may have and still be read. The repository's
+/// chunker reads a hole as zeros (stored once, but read and hashed in
+/// full), so a pod's user could make a file of exabytes that holds
+/// nothing and keep the agent busy until the volume's timeout; past this
+/// bound the file is recorded, not read (rule `sparse-file`).
+pub const MAX_HOLES: u64 = 64 << 30;
 
 fn timestamp(secs: i64, nanos: i64) -> Option<Timestamp> {
     Timestamp::new(secs, nanos as i32).ok()
@@ -293,6 +300,19 @@ impl Iterator for Entries {
                     }
                 },
                 FileType::RegularFile => {
+                    let holes = (st.st_size as u64).saturating_sub(data_size(&st));
+                    if holes > MAX_HOLES {
+                        self.shared.skip(
+                            &path,
+                            format!(
+                                "a sparse file of {} bytes holding {}: over {} bytes of holes, not read (rule: sparse-file)",
+                                st.st_size,
+                                data_size(&st),
+                                MAX_HOLES
+                            ),
+                        );
+                        continue;
+                    }
                     let open = HandleOpen {
                         dir,
                         name: name.clone(),

@@ -399,3 +399,36 @@ async fn a_canceled_backup_leaves_no_snapshot() {
         )
     });
 }
+
+/// A pod's user makes a file of exabytes that holds two words: the
+/// repository's chunker would read every hole as zeros until the volume's
+/// timeout. It is recorded by rule and not read; the rest of the volume
+/// is backed up at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sparse_file_of_exabytes_is_recorded_not_read() {
+    let s = setup();
+    let vol = s.data.join("shop/db-data");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("kept"), b"data").unwrap();
+    let f = std::fs::File::create(vol.join("huge")).unwrap();
+    // As large as this file system allows, up to 8 EiB.
+    let len = [8u64 << 60, 1 << 50, 1 << 44, 1 << 40]
+        .into_iter()
+        .find(|&l| f.set_len(l).is_ok())
+        .unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"middle", len / 2).unwrap();
+    drop(f);
+    let done = back_up(&s, "b1", limits("pw")).await;
+    assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
+    assert!(done.bytes_done < 1 << 20, "read {} bytes", done.bytes_done);
+    let back = restored(&s, &done, "pw").await.unwrap();
+    assert_eq!(back.keys().collect::<Vec<_>>(), ["kept"]);
+    let skipped: Vec<SkippedEntry> =
+        get_json_gz(&s.store, &skipped_key("b1", "shop", "db-0", "data"))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].reason.contains("rule: sparse-file"), "{skipped:?}");
+}

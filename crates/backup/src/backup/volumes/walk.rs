@@ -67,7 +67,7 @@ pub fn estimate(root: &OwnedFd) -> std::io::Result<u64> {
     Ok(total)
 }
 
-fn data_size(st: &Stat) -> u64 {
+pub(super) fn data_size(st: &Stat) -> u64 {
     (st.st_size as u64).min(st.st_blocks as u64 * 512)
 }
 
