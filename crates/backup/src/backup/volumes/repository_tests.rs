@@ -430,5 +430,8 @@ async fn a_sparse_file_of_exabytes_is_recorded_not_read() {
             .unwrap()
             .unwrap();
     assert_eq!(skipped.len(), 1, "{skipped:?}");
-    assert!(skipped[0].reason.contains("rule: sparse-file"), "{skipped:?}");
+    assert!(
+        skipped[0].reason.contains("rule: sparse-file"),
+        "{skipped:?}"
+    );
 }
