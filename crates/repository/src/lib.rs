@@ -200,7 +200,7 @@ impl VolumeRepository {
         store: &BackupStore,
         namespace: &str,
         runtime: &Handle,
-    ) -> Result<(Repository<()>, Arc<StoreBackend>, String), RepositoryError> {
+    ) -> Result<(Repository<()>, String), RepositoryError> {
         let backend = Arc::new(StoreBackend::new(
             store.object_store(),
             store.url(),
@@ -208,10 +208,17 @@ impl VolumeRepository {
             runtime.clone(),
         ));
         let location = rustic_core::ReadBackend::location(backend.as_ref());
-        let backends = RepositoryBackends::new(backend.clone(), None);
+        let backends = RepositoryBackends::new(backend, None);
         let repo = Repository::new(&RepositoryOptions::default(), &backends)
             .map_err(failed(&location, "opening"))?;
-        Ok((repo, backend, location))
+        Ok((repo, location))
+    }
+
+    /// Whether the repository has its config, i.e. exists.
+    fn exists(repo: &Repository<()>, location: &str) -> Result<bool, RepositoryError> {
+        repo.config_id()
+            .map(|id| id.is_some())
+            .map_err(failed(location, "reading the config"))
     }
 
     /// Opens `namespace`'s repository; `Missing` if there is none yet.
@@ -221,12 +228,8 @@ impl VolumeRepository {
         password: &Password,
         runtime: &Handle,
     ) -> Result<Self, RepositoryError> {
-        let (repo, _, location) = Self::unopened(store, namespace, runtime)?;
-        if repo
-            .config_id()
-            .map_err(failed(&location, "reading the config"))?
-            .is_none()
-        {
+        let (repo, location) = Self::unopened(store, namespace, runtime)?;
+        if !Self::exists(&repo, &location)? {
             return Err(RepositoryError::Missing { location });
         }
         Self::open_existing(repo, password, location)
@@ -257,16 +260,12 @@ impl VolumeRepository {
         password: &Password,
         runtime: &Handle,
     ) -> Result<Self, RepositoryError> {
-        let (repo, _, location) = Self::unopened(store, namespace, runtime)?;
+        let (repo, location) = Self::unopened(store, namespace, runtime)?;
         let marker = Path::from(format!("{}/iar-init", prefix(namespace)));
         let object_store = store.object_store();
         let started = SystemTime::now();
         loop {
-            if repo
-                .config_id()
-                .map_err(failed(&location, "reading the config"))?
-                .is_some()
-            {
+            if Self::exists(&repo, &location)? {
                 return Self::open_existing(repo, password, location);
             }
             let created = runtime.block_on(object_store.put_opts(

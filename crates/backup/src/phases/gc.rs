@@ -223,7 +223,7 @@ impl Gc<'_> {
         }
         // Refused before anything changes when its volume snapshots could
         // not be forgotten.
-        self.snapshot_namespaces(name).await?;
+        let snapshots = self.snapshot_namespaces(name).await?;
         if found.status.phase != BackupPhase::Deleting {
             let mut deleting = found.clone();
             deleting.status.phase = BackupPhase::Deleting;
@@ -242,7 +242,10 @@ impl Gc<'_> {
         self.created.delete(name, &found.metadata.uid).await?;
         // Its volume snapshots next, while its records still name them; a
         // forgotten snapshot's data goes at the repository's next prune.
-        self.forget_volume_snapshots(name).await?;
+        if let Some((namespaces, password)) = snapshots {
+            self.forget_volume_snapshots(name, namespaces, password)
+                .await?;
+        }
         let keys = self.store.backup_keys(name).await?;
         for key in keys.iter().filter(|k| key_role(name, k) == KeyRole::Data) {
             self.store.delete_key(key).await?;
@@ -289,16 +292,18 @@ impl Gc<'_> {
         Ok(Some((namespaces, password)))
     }
 
-    /// Forgets, in each namespace's repository, the snapshots backup
-    /// `name`'s volume records name. Idempotent: a deletion that stopped
-    /// after this step finds nothing more to forget.
-    async fn forget_volume_snapshots(&self, name: &str) -> Result<(), PhaseError> {
+    /// Forgets backup `name`'s snapshots in the repositories of
+    /// `namespaces` ([`Gc::snapshot_namespaces`]). Idempotent: a deletion
+    /// that stopped after this step finds nothing more to forget.
+    async fn forget_volume_snapshots(
+        &self,
+        name: &str,
+        namespaces: Vec<String>,
+        password: iar_repository::Password,
+    ) -> Result<(), PhaseError> {
         let failed = |why: String| PhaseError::VolumeData {
             name: name.to_string(),
             why,
-        };
-        let Some((namespaces, password)) = self.snapshot_namespaces(name).await? else {
-            return Ok(());
         };
         let (store, backup, runtime) = (
             self.store.clone(),

@@ -10,8 +10,8 @@
 //! [`iar_repository::SNAPSHOT_ROOT`].
 
 use super::SkippedEntry;
-use super::handles::{READ, file_type, names, open_dir, read_link, stat_nofollow};
-use super::walk::{Seam, data_size, estimate};
+use super::handles::{READ, file_type, names, read_link, stat_nofollow};
+use super::walk::{DIR_CHANGED, Seam, data_size, estimate, join, open_listed_dir};
 use iar_repository::jiff::Timestamp;
 use iar_repository::{
     ErrorKind, Metadata, Node, NodeType, ReadSource, ReadSourceEntry, ReadSourceOpen, RusticError,
@@ -97,13 +97,6 @@ fn rel_path(rel: &[u8]) -> PathBuf {
         p.push(OsStr::from_bytes(rel));
     }
     p
-}
-
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    if dir.is_empty() {
-        return name.to_vec();
-    }
-    [dir, b"/", name].concat()
 }
 
 /// A file to open when the repository asks for its content.
@@ -272,17 +265,10 @@ impl Iterator for Entries {
             };
             match file_type(&st) {
                 FileType::Directory => {
-                    let Ok(child) = open_dir(&dir, &name) else {
-                        self.shared.skip(&path, "changed between listing and reading: no longer the directory listed; its contents are not read (rule: volume-changed)".into());
+                    let Some(child) = open_listed_dir(&dir, &name, st.st_dev, st.st_ino) else {
+                        self.shared.skip(&path, DIR_CHANGED.into());
                         continue;
                     };
-                    match rustix::fs::fstat(&child) {
-                        Ok(now) if now.st_ino == st.st_ino && now.st_dev == st.st_dev => {}
-                        _ => {
-                            self.shared.skip(&path, "changed between listing and reading: no longer the directory listed; its contents are not read (rule: volume-changed)".into());
-                            continue;
-                        }
-                    }
                     if let Err(e) = self.open_frame(child, path.clone()) {
                         return Some(Err(e));
                     }

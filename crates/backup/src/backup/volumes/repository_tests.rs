@@ -110,6 +110,14 @@ fn repository_bytes(s: &Setup) -> u64 {
     size(&s.store_dir.join("restic"))
 }
 
+/// What backup `backup` of db-0's volume listed and did not read.
+async fn skipped_of(s: &Setup, backup: &str) -> Vec<SkippedEntry> {
+    get_json_gz(&s.store, &skipped_key(backup, "shop", "db-0", "data"))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 fn restore_options(pw: &str) -> RestoreOptions {
     RestoreOptions {
         repository_password: Some(password(pw)),
@@ -351,11 +359,7 @@ async fn links_and_swaps_are_never_followed_into_the_repository() {
     assert!(back["dir-link"].starts_with(b"-> /"));
     assert!(!back.contains_key("victim"), "{back:?}");
     assert!(back.values().all(|v| v != SECRET));
-    let skipped: Vec<SkippedEntry> =
-        get_json_gz(&s.store, &skipped_key("b1", "shop", "db-0", "data"))
-            .await
-            .unwrap()
-            .unwrap();
+    let skipped = skipped_of(&s, "b1").await;
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert!(
         skipped[0].reason.contains("rule: volume-changed"),
@@ -424,11 +428,7 @@ async fn a_sparse_file_of_exabytes_is_recorded_not_read() {
     assert!(done.bytes_done < 1 << 20, "read {} bytes", done.bytes_done);
     let back = restored(&s, &done, "pw").await.unwrap();
     assert_eq!(back.keys().collect::<Vec<_>>(), ["kept"]);
-    let skipped: Vec<SkippedEntry> =
-        get_json_gz(&s.store, &skipped_key("b1", "shop", "db-0", "data"))
-            .await
-            .unwrap()
-            .unwrap();
+    let skipped = skipped_of(&s, "b1").await;
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert!(
         skipped[0].reason.contains("rule: sparse-file"),

@@ -9,7 +9,7 @@ use super::handles::{READ, file_type, names, open_dir, read_link, stat_nofollow}
 use super::{CHUNK, EntryKind, Extent, ManifestEntry, SkippedEntry, gzip, named};
 use rustix::fs::{FileType, Mode, SeekFrom, Stat};
 use sha2::{Digest, Sha256};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
@@ -109,17 +109,29 @@ impl Pending {
     fn open(self) -> Option<OwnedFd> {
         match (self.root, self.parent) {
             (Some(root), _) => Some(root),
-            (None, Some(parent)) => {
-                let fd = open_dir(&parent, &self.name).ok()?;
-                let st = rustix::fs::fstat(&fd).ok()?;
-                (st.st_dev == self.dev && st.st_ino == self.ino).then_some(fd)
-            }
+            (None, Some(parent)) => open_listed_dir(&parent, &self.name, self.dev, self.ino),
             (None, None) => None,
         }
     }
 }
 
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+/// Directory `name` beneath `parent`, if it is still the directory listed
+/// (same device and inode): a pod's user may have swapped it since.
+pub(super) fn open_listed_dir(
+    parent: &OwnedFd,
+    name: &OsStr,
+    dev: u64,
+    ino: u64,
+) -> Option<OwnedFd> {
+    let fd = open_dir(parent, name).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    (st.st_dev == dev && st.st_ino == ino).then_some(fd)
+}
+
+/// What a walk records for a directory it no longer finds as listed.
+pub(super) const DIR_CHANGED: &str = "changed between listing and reading: no longer the directory listed; its contents are not read (rule: volume-changed)";
+
+pub(super) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     if dir.is_empty() {
         return name.to_vec();
     }
@@ -186,10 +198,7 @@ pub fn walk(
     while let Some(p) = stack.pop() {
         let at = p.path.clone();
         let Some(dir) = p.open() else {
-            emit(skipped(
-                &at,
-                "changed between listing and reading: no longer the directory listed; its contents are not read (rule: volume-changed)".into(),
-            ))?;
+            emit(skipped(&at, DIR_CHANGED.into()))?;
             continue;
         };
         let dir = Arc::new(dir);
