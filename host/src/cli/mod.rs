@@ -18,6 +18,7 @@ mod componentize;
 mod conformance;
 mod controller;
 mod delete;
+mod describe;
 mod inspect;
 mod new;
 mod plugin;
@@ -54,9 +55,9 @@ enum Command {
     /// Continue a backup that a killed process left behind.
     Resume(backup::ResumeArgs),
     /// Show one backup: phase, counts, errors, and its operations.
-    Describe(backup::DescribeArgs),
+    Describe(describe::DescribeArgs),
     /// List the backups in a store, one line each.
-    Get(backup::GetArgs),
+    Get(describe::GetArgs),
     /// Delete the backups whose expiration (creation + ttl) has passed and
     /// that have ended; one line per backup deleted or failed.
     Gc(backup::GcArgs),
@@ -144,8 +145,8 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::inspect(args),
         Command::Backup(args) => backup::backup(args),
         Command::Resume(args) => backup::resume(args),
-        Command::Describe(args) => backup::describe(args),
-        Command::Get(args) => backup::get(args),
+        Command::Describe(args) => describe::describe(args),
+        Command::Get(args) => describe::get(args),
         Command::Gc(args) => backup::gc(args),
         Command::Logs(args) => delete::logs(args),
         Command::Delete(args) => delete::delete(args),

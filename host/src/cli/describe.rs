@@ -1,0 +1,205 @@
+//! `iar describe` and `iar get`: a stored backup, and every backup, as
+//! the store holds them.
+
+use super::backup::{StoreArg, tokio_runtime};
+use anyhow::Context;
+use iar::backup::object::{BackupObject, Results};
+use iar::backup::volumes::VolumeBackup;
+use iar::cluster::writes::CreatedObject;
+use iar::operations::Operation;
+use iar::store::{BackupFile, BackupStore};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct DescribeArgs {
+    name: String,
+    #[command(flatten)]
+    store: StoreArg,
+}
+
+#[derive(clap::Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    store: StoreArg,
+}
+
+pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open(&args.store.store)?;
+    let name = &args.name;
+    let (object, results, ops, volumes, created) = rt.block_on(async {
+        let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
+        let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
+        let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
+        let volumes: Option<Vec<VolumeBackup>> =
+            store.get_json(name, BackupFile::VolumeBackups).await?;
+        let created: Option<Vec<CreatedObject>> =
+            store.get_json(name, BackupFile::CreatedObjects).await?;
+        anyhow::Ok((
+            object,
+            results.unwrap_or_default(),
+            ops.unwrap_or_default(),
+            volumes.unwrap_or_default(),
+            created.unwrap_or_default(),
+        ))
+    })?;
+    let object =
+        object.with_context(|| format!("backup {name:?} not found in {}", args.store.store))?;
+    let s = &object.status;
+    outln!("Name:         {}", object.metadata.name);
+    outln!("Phase:        {}", s.phase);
+    if !s.failure_reason.is_empty() {
+        outln!("Failure:      {}", s.failure_reason);
+    }
+    outln!(
+        "Started:      {}",
+        s.start_timestamp.as_deref().unwrap_or("-")
+    );
+    outln!(
+        "Completed:    {}",
+        s.completion_timestamp.as_deref().unwrap_or("-")
+    );
+    outln!("Expires:      {}", expires(&object));
+    if let Some(hooks) = &s.hook_status {
+        outln!(
+            "Hooks:        {} attempted, {} failed",
+            hooks.hooks_attempted,
+            hooks.hooks_failed
+        );
+    }
+    outln!(
+        "Items:        {} of {} backed up",
+        s.progress.items_backed_up,
+        s.progress.total_items
+    );
+    outln!(
+        "Operations:   {} attempted, {} completed, {} failed",
+        s.backup_item_operations_attempted,
+        s.backup_item_operations_completed,
+        s.backup_item_operations_failed
+    );
+    outln!("Errors:       {}", results.errors.count());
+    for e in results.errors.all() {
+        outln!("  {e}");
+    }
+    outln!("Warnings:     {}", results.warnings.count());
+    for w in results.warnings.all() {
+        outln!("  {w}");
+    }
+    if !ops.is_empty() {
+        outln!(
+            "\n{:<28} {:<24} {:<40} {:<11} {:>9}  DESCRIPTION",
+            "OPERATION",
+            "PLUGIN",
+            "ITEM",
+            "PHASE",
+            "PROGRESS"
+        );
+        for op in &ops {
+            let progress = if op.status.n_total > 0 {
+                format!("{}/{}", op.status.n_completed, op.status.n_total)
+            } else {
+                "-".into()
+            };
+            let detail = if op.status.error.is_empty() {
+                &op.status.description
+            } else {
+                &op.status.error
+            };
+            outln!(
+                "{:<28} {:<24} {:<40} {:<11} {:>9}  {}",
+                op.spec.operation_id,
+                op.spec.backup_item_action,
+                op.spec.resource_identifier.to_string(),
+                format!("{:?}", op.status.phase),
+                progress,
+                detail
+            );
+        }
+    }
+    if !volumes.is_empty() {
+        outln!(
+            "\n{:<48} {:<11} {:>21}  {:<20} ERROR",
+            "VOLUME BACKUP",
+            "PHASE",
+            "BYTES",
+            "SNAPSHOT"
+        );
+        for v in &volumes {
+            // A repository snapshot as restic names it (`restic -r
+            // .../restic/NS snapshots`): the repository and the short id.
+            let snapshot = match v.manifest_key.as_deref() {
+                Some(key) => match iar::backup::volumes::parse_snapshot_key(key) {
+                    Some((ns, id)) => format!("restic/{ns} {}", &id[..8]),
+                    None => "chunks".to_string(),
+                },
+                None => "-".to_string(),
+            };
+            outln!(
+                "{:<48} {:<11} {:>21}  {:<20} {}",
+                format!("{}/{}/{}", v.pod_namespace, v.pod_name, v.volume),
+                format!("{:?}", v.phase),
+                format!("{}/{}", v.bytes_done, v.bytes_total),
+                snapshot,
+                v.error.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if !created.is_empty() {
+        // Where each is now: in the overlay when the cluster was manifests.
+        let overlay = args.store.overlay();
+        outln!("\n{:<64} {:<24} WHERE", "CREATED IN THE CLUSTER", "PLUGIN");
+        for c in &created {
+            let file = iar::cluster::overlay::path_of(&overlay, &c.id);
+            let place = if file.exists() {
+                file.display().to_string()
+            } else {
+                format!("uid {}", c.uid)
+            };
+            outln!("{:<64} {:<24} {}", c.id.to_string(), c.plugin, place);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open(&args.store.store)?;
+    let rows = rt.block_on(async {
+        let mut rows = Vec::new();
+        for name in store.list_backups().await? {
+            let object: Option<BackupObject> = store.get_json(&name, BackupFile::Metadata).await?;
+            rows.push((name, object));
+        }
+        anyhow::Ok(rows)
+    })?;
+    outln!(
+        "{:<24} {:<42} {:>6} {:>8}  {:<20}  EXPIRES",
+        "NAME",
+        "PHASE",
+        "ERRORS",
+        "WARNINGS",
+        "STARTED"
+    );
+    for (name, object) in rows {
+        match object {
+            Some(o) => outln!(
+                "{:<24} {:<42} {:>6} {:>8}  {:<20}  {}",
+                name,
+                o.status.phase.to_string(),
+                o.status.errors,
+                o.status.warnings,
+                o.status.start_timestamp.as_deref().unwrap_or("-"),
+                expires(&o)
+            ),
+            None => outln!("{name:<24} (no velero-backup.json)"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The expiration as `describe` and `get` show it: "never" for a backup
+/// stored before iar had expiry.
+fn expires(object: &BackupObject) -> &str {
+    object.status.expiration.as_deref().unwrap_or("never")
+}
