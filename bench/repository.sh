@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pod volume backups into a restic repository, iar against restic's own CLI
-# on the same data and the same machine, interleaved (kopia, which Velero
-# uses, is refused by the Go module proxy here; restic writes the same
-# format iar does, so it is the like-for-like baseline):
+# (the same format iar writes) and kopia's (what Velero's node agent runs:
+# Velero v1.18.3's fork, built by tools/kopia) on the same data and the
+# same machine, one after the other:
 #
 #   small: FILES (default 5000) files of 4 KiB of noise in 50 directories
 #   large: one file of LARGE_MIB (default 512) MiB of noise
@@ -12,11 +12,14 @@
 # rewritten in place), and a restore of the second. iar runs as a user
 # does: `iar backup --volume-data --repository-password-file` (the volume
 # is a pod's emptyDir in a manifest) and `iar volume restore`; restic as
-# `restic backup` and `restic restore`. Everything lives on a tmpfs
+# `restic backup` and `restic restore`; kopia as `kopia snapshot create` and
+# `kopia snapshot restore` on a filesystem repository with kopia's default
+# policy and its automatic maintenance off (Velero runs maintenance as a
+# job of its own, iar on the leader's schedule). Everything lives on a tmpfs
 # (/dev/shm), so the figures are the tools', not the disk's.
 #
-#   bash bench/repository.sh            # builds iar (release) and restic
-#   IAR=path/to/iar RESTIC=path/to/restic bash bench/repository.sh
+#   bash bench/repository.sh            # builds iar (release), restic, kopia
+#   IAR=path/to/iar RESTIC=path/to/restic KOPIA=path/to/kopia bash bench/repository.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 files="${FILES:-5000}"
@@ -27,10 +30,12 @@ if [ -z "${IAR:-}" ]; then
   IAR="${CARGO_TARGET_DIR:-$root/target}/release/iar"
 fi
 RESTIC="${RESTIC:-$(bash "$root/tools/restic/build.sh")}"
+KOPIA="${KOPIA:-$(bash "$root/tools/kopia/build.sh")}"
 base="$(mktemp -d -p "${BENCH_TMPDIR:-/dev/shm}")"
 trap 'rm -rf "$base"' EXIT
 echo "bench password" > "$base/password"
 export RESTIC_PASSWORD_FILE="$base/password"
+export KOPIA_PASSWORD="bench password" KOPIA_CHECK_FOR_UPDATES=false
 
 noise() { head -c "$1" /dev/urandom; }
 now() { date +%s.%N; }
@@ -118,18 +123,47 @@ run_restic() { # KIND
   rm -rf "$w"
 }
 
+run_kopia() { # KIND
+  local w="$base/kopia-$1"
+  local vol="$w/data/volume"
+  local k=("$KOPIA" --config-file "$w/config")
+  export KOPIA_CACHE_DIRECTORY="$w/cache" KOPIA_LOG_DIR="$w/logs"
+  make_data "$1" "$vol"
+  "${k[@]}" repository create filesystem --path "$w/repo" >/dev/null 2>&1
+  "${k[@]}" maintenance set --enable-quick=false --enable-full=false >/dev/null 2>&1
+  local t0 t1 t2 t3 t4 b1 b2 id
+  t0=$(now); "${k[@]}" snapshot create --no-progress "$vol" >/dev/null 2>&1; t1=$(now)
+  b1=$(bytes "$w/repo")
+  change_one_percent "$1" "$vol"
+  t2=$(now); "${k[@]}" snapshot create --no-progress "$vol" >/dev/null 2>&1; t3=$(now)
+  b2=$(($(bytes "$w/repo") - b1))
+  id=$("${k[@]}" snapshot list "$vol" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)[-1]["id"])')
+  t3=$(now)
+  "${k[@]}" snapshot restore "$id" "$w/restored" >/dev/null 2>&1
+  t4=$(now)
+  diff -r "$vol" "$w/restored" >/dev/null || { echo "kopia: the restore differs" >&2; exit 1; }
+  echo "$(echo "$t1 - $t0" | bc) $b1 $(echo "$t3 - $t2" | bc) $b2 $(echo "$t4 - $t3" | bc)"
+  rm -rf "$w"
+}
+
 echo "date: $(date -u +%FT%TZ); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "small: $files files of 4 KiB; large: one file of $large_mib MiB; $("$RESTIC" version | cut -d' ' -f1-2)"
+echo "small: $files files of 4 KiB; large: one file of $large_mib MiB; $("$RESTIC" version | cut -d' ' -f1-2); kopia $("$KOPIA" --version | cut -d' ' -f1)"
 printf '%-6s %-7s %9s %12s %9s %12s %12s %9s\n' data tool first_s first_bytes second_s second_bytes second_share restore_s
 for kind in small large; do
   [ "$kind" = small ] && size=$((files * 4096)) || size=$((large_mib << 20))
-  for tool in iar restic; do
+  for tool in iar restic kopia; do
     read -r f fb s sb r < <("run_$tool" "$kind")
     printf '%-6s %-7s %9.2f %12d %9.2f %12d %11.2f%% %9.2f\n' "$kind" "$tool" "$f" "$fb" "$s" "$sb" \
       "$(echo "scale=4; 100 * $sb / $size" | bc)" "$r"
     eval "${tool}_${kind}=$f"
+    [ "$kind" = large ] && eval "${tool}_restore=$r"
   done
 done
 # shellcheck disable=SC2154
-echo "first backup, iar / restic: small $(echo "scale=2; $iar_small / $restic_small" | bc)x" \
-  "($(echo "scale=0; $files / $iar_small" | bc) files/s against $(echo "scale=0; $files / $restic_small" | bc)), large $(echo "scale=2; $iar_large / $restic_large" | bc)x"
+ratio() { echo "scale=2; $1 / $2" | bc; }
+for base_tool in restic kopia; do
+  b_small="${base_tool}_small" b_large="${base_tool}_large" r_large="${base_tool}_restore"
+  echo "iar / $base_tool: first backup small $(ratio "$iar_small" "${!b_small}")x" \
+    "($(echo "scale=0; $files / $iar_small" | bc) files/s against $(echo "scale=0; $files / ${!b_small}" | bc))," \
+    "large $(ratio "$iar_large" "${!b_large}")x; large restore $(ratio "$iar_restore" "${!r_large}")x"
+done

@@ -4,6 +4,7 @@
 
 #![allow(clippy::result_large_err)]
 
+pub mod build;
 pub mod componentize;
 pub mod conformance;
 pub mod diff;

@@ -43,13 +43,12 @@ pub fn write(name: &str, dir: &Path, sdk: &Path) -> anyhow::Result<Vec<PathBuf>>
                 .replace("{sdk}", &sdk.display().to_string()),
         ),
         ("main.go".into(), MAIN_GO.replace("{name}", name)),
-        ("build.sh".into(), BUILD_SH.replace("{name}", name)),
         (
             format!("{name}.iar-test.yaml"),
             crate::scaffold::TEST_YAML
                 .replace(
                     "`cargo build --target wasm32-wasip2 --release`",
-                    "`./build.sh`",
+                    "`iar build`",
                 )
                 .replace("target/wasm32-wasip2/release/{wasm}.wasm", "{name}.wasm")
                 .replace("{name}", name),
@@ -64,11 +63,6 @@ pub fn write(name: &str, dir: &Path, sdk: &Path) -> anyhow::Result<Vec<PathBuf>>
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.join("build.sh"), std::fs::Permissions::from_mode(0o755))?;
-    }
     Ok(written)
 }
 
@@ -81,15 +75,6 @@ require iar.dev/sdk v0.0.0
 // iar's Go SDK, from a local copy: it has no dependencies of its own, so
 // the build fetches nothing.
 replace iar.dev/sdk => {sdk}
-"#;
-
-const BUILD_SH: &str = r#"#!/bin/sh
-# Builds {name}.wasm: the Go package as a WASI reactor (a core module),
-# then a component iar loads.
-set -eu
-cd "$(dirname "$0")"
-GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags="-s -w" -o {name}.core.wasm .
-${IAR:-iar} componentize {name}.core.wasm -o {name}.wasm
 "#;
 
 const MAIN_GO: &str = r#"// Command {name} is a pair of iar item actions, as a Velero plugin ships
@@ -194,7 +179,7 @@ A pair of iar item actions (backup and restore) in Go: a Kubernetes
 backup plugin that runs as a sandboxed WebAssembly component.
 
 ```sh
-./build.sh                 # go build (GOOS=wasip1) + iar componentize -> {name}.wasm
+iar build                  # go build (GOOS=wasip1) + iar componentize -> {name}.wasm
 iar test                   # runs {name}.iar-test.yaml
 iar conformance {name}.wasm
 iar run --plugin {name}.wasm --item pod.yaml

@@ -415,6 +415,7 @@ async fn serve(
     let path = dir.as_ref().ok().map(VolumeRoot::path);
     let volume = VolumeRequest {
         backup: spec.backup_name.clone(),
+        backup_uid: spec.backup_uid.clone(),
         pod: ItemRef::new(
             "",
             "pods",

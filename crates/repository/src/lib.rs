@@ -478,6 +478,9 @@ pub struct Pruned {
     pub bytes_unused: u64,
 }
 
+/// Threads that read one file's blobs.
+pub const READERS: usize = 2;
+
 /// One snapshot, read for a restore.
 pub struct SnapshotReader {
     repo: Repository<rustic_core::IndexedFullStatus>,
@@ -496,34 +499,68 @@ impl SnapshotReader {
         iter.map(|r| r.map_err(&fail)).collect()
     }
 
-    /// Reads `node`'s content, `CHUNK` bytes at a time, into `sink`.
+    /// Reads `node`'s content into `sink`, a blob at a time with its
+    /// offset in the file, on up to [`READERS`] threads (so blobs arrive
+    /// out of order): fetching, decrypting and decompressing a blob is
+    /// most of a restore's work, and a large file's blobs are independent.
+    /// Each blob is checked against its MAC as it is read.
     pub fn read_file(
         &self,
         node: &Node,
-        mut sink: impl FnMut(u64, bytes::Bytes) -> Result<(), String>,
+        sink: impl Fn(u64, bytes::Bytes) -> Result<(), String> + Sync,
     ) -> Result<(), String> {
-        const CHUNK: usize = 4 << 20;
+        use rustic_core::repofile::BlobType;
+        use std::sync::atomic::{AtomicUsize, Ordering};
         let fail =
             |e: Box<rustic_core::RusticError>| format!("{}: {}", self.location, e.display_log());
-        let open = self.repo.open_file(node).map_err(fail)?;
-        let size = node.meta.size;
-        let mut offset = 0u64;
-        while offset < size {
-            let len = CHUNK.min((size - offset) as usize);
-            let bytes = self
-                .repo
-                .read_file_at(&open, offset as usize, len)
-                .map_err(fail)?;
-            if bytes.is_empty() {
-                return Err(format!(
-                    "{}: the snapshot's file ends at {offset} of {size} bytes",
-                    self.location
-                ));
-            }
-            let n = bytes.len() as u64;
-            sink(offset, bytes)?;
-            offset += n;
+        let content = node.content.as_deref().unwrap_or_default();
+        let mut offsets = Vec::with_capacity(content.len());
+        let mut end = 0u64;
+        for id in content {
+            offsets.push(end);
+            end += u64::from(
+                self.repo
+                    .get_index_entry(id)
+                    .map_err(fail)?
+                    .location
+                    .data_length(),
+            );
         }
-        Ok(())
+        if end != node.meta.size {
+            return Err(format!(
+                "{}: the snapshot's file holds {end} of its {} bytes",
+                self.location, node.meta.size
+            ));
+        }
+        let next = AtomicUsize::new(0);
+        let work = || -> Result<(), String> {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(id) = content.get(i) else {
+                    return Ok(());
+                };
+                let read = self
+                    .repo
+                    .get_blob_cached(&(*id).into(), BlobType::Data)
+                    .map_err(fail)
+                    .and_then(|bytes| sink(offsets[i], bytes));
+                if read.is_err() {
+                    // The other readers stop at their next blob.
+                    next.store(content.len(), Ordering::Relaxed);
+                    return read;
+                }
+            }
+        };
+        if content.len() < 2 {
+            return work();
+        }
+        std::thread::scope(|scope| {
+            let others: Vec<_> = (1..READERS).map(|_| scope.spawn(work)).collect();
+            let mine = work();
+            others
+                .into_iter()
+                .map(|t| t.join().unwrap_or_else(|_| Err("a reader stopped".into())))
+                .fold(mine, Result::and)
+        })
     }
 }

@@ -1,8 +1,9 @@
-//! `iar componentize`: a core module into a plugin component (the Go SDK's
-//! second build step, after `go build`).
+//! `iar build` (a plugin's sources into its component) and `iar
+//! componentize` (a core module into a plugin component: the second half
+//! of a Go build, for authors who run `go build` themselves).
 
 use anyhow::Context;
-use iar::authoring::componentize;
+use iar::authoring::{build as building, componentize};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,5 +28,27 @@ pub fn componentize(args: ComponentizeArgs) -> anyhow::Result<ExitCode> {
     std::fs::write(&args.output, &component)
         .with_context(|| format!("writing {}", args.output.display()))?;
     outln!("{}: {} bytes", args.output.display(), component.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// The plugin's directory: a Go module (go.mod) or a Rust crate
+    /// (Cargo.toml).
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// The component to write (default: NAME.wasm in the directory for
+    /// Go, cargo's target directory for Rust).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Go only: a world of the contract to build against (default: the
+    /// interfaces the module imports and exports).
+    #[arg(long)]
+    world: Option<String>,
+}
+
+pub fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    let built = building::build(&args.dir, args.output.as_deref(), args.world.as_deref())?;
+    outln!("{}: {} bytes", built.path.display(), built.bytes);
     Ok(ExitCode::SUCCESS)
 }

@@ -74,6 +74,9 @@ enum Command {
     Conformance(conformance::ConformanceArgs),
     /// Create a new plugin crate (action, test file, README).
     New(new::NewArgs),
+    /// Build a plugin (a Go module or a Rust crate) into the component
+    /// iar loads, with its language's toolchain.
+    Build(componentize::BuildArgs),
     /// Turn a core wasm module (a Go plugin built with GOOS=wasip1
     /// -buildmode=c-shared) into a plugin component.
     Componentize(componentize::ComponentizeArgs),
@@ -154,6 +157,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),
+        Command::Build(args) => componentize::build(args),
         Command::Componentize(args) => componentize::componentize(args),
         Command::Bench(args) => bench::bench(args),
         Command::Controller(args) => controller::controller(args),

@@ -64,6 +64,6 @@ fn new_go(name: &str, dir: &Path, sdk: Option<String>) -> anyhow::Result<ExitCod
     for f in scaffold_go::write(name, dir, &sdk)? {
         outln!("created {}", f.display());
     }
-    outln!("\nnext: cd {} && ./build.sh && iar test", dir.display());
+    outln!("\nnext: cd {} && iar build && iar test", dir.display());
     Ok(ExitCode::SUCCESS)
 }

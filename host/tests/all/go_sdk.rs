@@ -343,9 +343,9 @@ fn a_go_heap_runs_into_the_memory_cap() {
     );
 }
 
-/// `iar new --lang go` makes a module outside this checkout that builds
-/// with the Go toolchain alone (GOPROXY=off: nothing fetched) and whose
-/// test file passes, restore case included.
+/// `iar new --lang go` makes a module outside this checkout that `iar
+/// build` builds with the Go toolchain alone (GOPROXY=off: nothing
+/// fetched) and whose test file passes, restore case included.
 #[test]
 fn a_new_go_plugin_builds_outside_the_checkout_and_its_tests_pass() {
     let tmp = tempfile::tempdir().unwrap();
@@ -365,13 +365,22 @@ fn a_new_go_plugin_builds_outside_the_checkout_and_its_tests_pass() {
         go_mod.contains(&format!("replace iar.dev/sdk => {}", sdk.display())),
         "{go_mod}"
     );
-    let build = Command::new(dir.join("build.sh"))
-        .env("IAR", env!("CARGO_BIN_EXE_iar"))
+    let build = Command::new(env!("CARGO_BIN_EXE_iar"))
+        .args(["build", dir.to_str().unwrap()])
         .env("GOPROXY", "off")
         .env("GOFLAGS", "-mod=mod")
         .output()
         .unwrap();
-    assert_ok(&build, "build.sh of the new plugin");
+    assert_ok(&build, "iar build of the new plugin");
+    assert!(
+        String::from_utf8_lossy(&build.stdout).contains("team-label.wasm: "),
+        "{}",
+        String::from_utf8_lossy(&build.stdout)
+    );
+    assert!(
+        !dir.join("team-label.core.wasm").exists(),
+        "the core module is left behind"
+    );
     let out = iar(&["test", dir.to_str().unwrap()]);
     assert_ok(&out, "iar test in the new plugin");
     assert!(

@@ -4,7 +4,7 @@
 //! guest-sdk/tests/contract_copy.rs, by `cargo test -p iar-sdk`).
 
 use crate::support::{iar, repo, text};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Variables the outer cargo sets for this test that must not reach a
@@ -32,7 +32,7 @@ fn cargo(dir: &Path, args: &[&str], target: &Path) -> std::process::Output {
 }
 
 /// Scaffold outside the workspace (a backup and a restore action, as a
-/// Velero plugin pair), build for wasm32-wasip2, `iar test` in the new
+/// Velero plugin pair), `iar build` it (cargo, wasm32-wasip2), `iar test` in the new
 /// crate: green, restore case included. The target directory is under the workspace's
 /// so the dependencies are compiled once across runs.
 #[test]
@@ -62,18 +62,30 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
         "{manifest}"
     );
 
+    // `iar build` runs cargo for the crate; the test file names the plugin
+    // where a plain `cargo build` would put it, so that is where it goes.
     let target = repo().join("target/iar-new-test");
-    let out = cargo(
-        &dir,
-        &["build", "--target", "wasm32-wasip2", "--release"],
-        &target,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    // The test file names the plugin where a plain `cargo build` puts it.
-    let built: PathBuf = target.join("wasm32-wasip2/release/team_label.wasm");
     let expected = dir.join("target/wasm32-wasip2/release/team_label.wasm");
     std::fs::create_dir_all(expected.parent().unwrap()).unwrap();
-    std::fs::copy(&built, &expected).unwrap();
+    let mut build = Command::new(env!("CARGO_BIN_EXE_iar"));
+    build
+        .args([
+            "build",
+            dir.to_str().unwrap(),
+            "-o",
+            expected.to_str().unwrap(),
+        ])
+        .env("CARGO_TARGET_DIR", &target);
+    for v in OUTER_ENV.iter().filter(|v| **v != "CARGO_TARGET_DIR") {
+        build.env_remove(v);
+    }
+    let out = build.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("team_label.wasm: "),
+        "{}",
+        text(&out)
+    );
 
     let out = iar(&["test", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

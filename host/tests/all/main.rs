@@ -18,6 +18,7 @@ mod iar_test;
 mod live_bench;
 mod log_bound;
 mod node_agent;
+mod node_agent_repository;
 mod node_boundary;
 mod pod_hooks;
 mod polyglot;

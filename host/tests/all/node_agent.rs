@@ -56,6 +56,20 @@ impl Agent {
         root: &Path,
         store: &str,
     ) -> Agent {
+        Agent::start_with(server, user, namespace, node, root, store, |_| {})
+    }
+
+    /// Starts an agent as `user`, with what `configure` adds to its
+    /// command (flags, environment).
+    pub(crate) fn start_with(
+        server: &ApiServer,
+        user: User,
+        namespace: &str,
+        node: &str,
+        root: &Path,
+        store: &str,
+        configure: impl FnOnce(&mut Command),
+    ) -> Agent {
         let log = root.join(format!("agent-{node}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let mut kubeconfig: serde_json::Value =
@@ -63,7 +77,8 @@ impl Agent {
         kubeconfig["current-context"] = user.name().into();
         let kubeconfig_path = root.join(format!("kubeconfig-{node}"));
         std::fs::write(&kubeconfig_path, kubeconfig.to_string()).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_iar"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_iar"));
+        command
             .args(["node-agent", "--namespace", namespace, "--node-name", node])
             .arg("--kubelet-root")
             .arg(root)
@@ -72,9 +87,9 @@ impl Agent {
             .env("IAR_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("iar node-agent starts");
+            .stderr(out);
+        configure(&mut command);
+        let child = command.spawn().expect("iar node-agent starts");
         Agent { child, log }
     }
 

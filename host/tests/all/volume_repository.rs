@@ -27,7 +27,7 @@ fn restic() -> Option<PathBuf> {
 }
 
 /// Every file under `dir`: relative path -> content.
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

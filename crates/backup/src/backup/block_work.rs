@@ -297,6 +297,7 @@ impl BlockWork {
                     };
                     let handle = self.runtime.block_on(backupper.start(VolumeRequest {
                         backup: self.backup.clone(),
+                        backup_uid: String::new(),
                         pod: p.pod.id.clone(),
                         volume: d.volume,
                         pvc: d.pvc,
@@ -403,6 +404,7 @@ impl BlockWork {
                 };
                 let request = VolumeRequest {
                     backup: v.backup.clone(),
+                    backup_uid: String::new(),
                     pod: ItemRef::new("", "pods", v.pod_namespace.clone(), v.pod_name.clone()),
                     volume: v.volume.clone(),
                     pvc: v.pvc.clone(),

@@ -177,6 +177,9 @@ pub mod rfc3339 {
 #[derive(Clone, Debug, PartialEq)]
 pub struct VolumeRequest {
     pub backup: String,
+    /// The Backup's uid when it has one (a cluster's; a manifest's has
+    /// none): a repository snapshot carries it as a tag.
+    pub backup_uid: String,
     pub pod: ItemRef,
     pub volume: String,
     pub pvc: Option<String>,

@@ -15,6 +15,7 @@ const SECRET: &[u8] = b"another tenant's token: s3cr3t";
 fn request(backup: &str, ns: &str, pvc: &str) -> VolumeRequest {
     VolumeRequest {
         backup: backup.into(),
+        backup_uid: String::new(),
         pod: ItemRef::new("", "pods", ns, "p"),
         volume: "v".into(),
         pvc: Some(pvc.into()),

@@ -61,7 +61,7 @@ pub(super) async fn back_up(
     let _stop = StopOnDrop(shared.clone());
     let tags = VolumeTags {
         backup: request.backup.clone(),
-        backup_uid: String::new(),
+        backup_uid: request.backup_uid.clone(),
         namespace: request.pod.namespace.clone(),
         pod: request.pod.name.clone(),
         volume: request.volume.clone(),

@@ -43,6 +43,7 @@ fn limits(pw: &str) -> VolumeLimits {
 fn request(backup: &str) -> VolumeRequest {
     VolumeRequest {
         backup: backup.into(),
+        backup_uid: String::new(),
         pod: ItemRef::new("", "pods", "shop", "db-0"),
         volume: "data".into(),
         pvc: Some("db-data".into()),

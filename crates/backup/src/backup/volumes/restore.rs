@@ -217,7 +217,7 @@ enum Op {
     Begin(Step),
     Data {
         offset: u64,
-        bytes: Vec<u8>,
+        bytes: bytes::Bytes,
     },
     /// The file's sha256 to check, when the source has one.
     End {
@@ -245,7 +245,7 @@ pub async fn restore_volume(
     let steps = plan_restore(&manifest, options).map_err(|e| format!("{manifest_key}: {e}"))?;
     let root = open_target(dest)?;
     let (tx, rx) = mpsc::channel::<Op>(2);
-    let writer = tokio::task::spawn_blocking(move || Writer::new(root).run(rx));
+    let writer = tokio::task::spawn_blocking(move || Writer::new(root, true).run(rx));
     let fed = feed(store, backup, &manifest, steps, &tx).await;
     drop(tx);
     let written = writer
@@ -301,7 +301,7 @@ async fn feed(
                 }
                 tx.send(Op::Data {
                     offset: pos,
-                    bytes: chunk,
+                    bytes: chunk.into(),
                 })
                 .await
                 .map_err(|_| gone())?;
@@ -397,26 +397,37 @@ async fn restore_snapshot(
             skipped: Vec::new(),
         };
         let steps = plan(&manifest, &options, false)?;
-        let mut writer = Writer::new(root);
-        let mut file = None;
-        for step in steps {
-            let node = &listed[step.index].1;
-            let is_file = step.kind == EntryKind::File;
-            writer.apply(Op::Begin(step), &mut file)?;
-            if is_file {
-                reader.read_file(node, |offset, bytes| {
-                    writer.apply(
-                        Op::Data {
-                            offset,
-                            bytes: bytes.to_vec(),
-                        },
-                        &mut file,
-                    )
-                })?;
-                writer.apply(Op::End { digest: None }, &mut file)?;
-            }
-        }
-        writer.finish()?;
+        // Reading (fetch, decrypt, decompress) on one thread and writing on
+        // this one, so a large file's restore uses both; blobs are checked
+        // by the repository, so the writer hashes nothing.
+        let (tx, rx) = mpsc::channel::<Op>(4);
+        let writer = std::thread::scope(|scope| {
+            let writer = scope.spawn(|| Writer::new(root, false).run(rx));
+            let gone = || "the writer stopped".to_string();
+            let read = (|| {
+                for step in steps {
+                    let node = &listed[step.index].1;
+                    let is_file = step.kind == EntryKind::File;
+                    tx.blocking_send(Op::Begin(step)).map_err(|_| gone())?;
+                    if is_file {
+                        reader.read_file(node, |offset, bytes| {
+                            tx.blocking_send(Op::Data { offset, bytes })
+                                .map_err(|_| gone())
+                        })?;
+                        tx.blocking_send(Op::End { digest: None })
+                            .map_err(|_| gone())?;
+                    }
+                }
+                Ok::<_, String>(())
+            })();
+            drop(tx);
+            let written = writer
+                .join()
+                .unwrap_or_else(|_| Err("the writer stopped".into()));
+            // The writer's error is the cause when both failed.
+            written.and(read)
+        });
+        writer?;
         Ok(manifest)
     })
     .await
@@ -424,7 +435,7 @@ async fn restore_snapshot(
 }
 
 /// A file being written: its step, its handle, its running digest.
-type OpenFile = (Step, std::fs::File, Sha256);
+type OpenFile = (Step, std::fs::File, Option<Sha256>);
 
 /// Owns every handle of the restore; runs on one blocking thread.
 struct Writer {
@@ -434,6 +445,8 @@ struct Writer {
     /// Directories whose mode is set last (a read-only directory would
     /// refuse its own contents).
     dirs: Vec<Step>,
+    /// Whether files are hashed for a digest given at their end.
+    hash: bool,
 }
 
 fn show(components: &[Vec<u8>]) -> String {
@@ -441,11 +454,12 @@ fn show(components: &[Vec<u8>]) -> String {
 }
 
 impl Writer {
-    fn new(root: OwnedFd) -> Self {
+    fn new(root: OwnedFd, hash: bool) -> Self {
         Writer {
             root,
             chain: Vec::new(),
             dirs: Vec::new(),
+            hash,
         }
     }
 
@@ -493,12 +507,14 @@ impl Writer {
                 EntryKind::Symlink => self.symlink(&step)?,
                 EntryKind::File => {
                     let f = self.create(&step)?;
-                    *file = Some((step, f, Sha256::new()));
+                    *file = Some((step, f, self.hash.then(Sha256::new)));
                 }
             },
             Op::Data { offset, bytes } => {
                 let (step, f, hash) = file.as_mut().ok_or("data outside a file")?;
-                hash.update(&bytes);
+                if let Some(hash) = hash {
+                    hash.update(&bytes);
+                }
                 // All zeros: left a hole (the length is set at the end).
                 if bytes.iter().any(|b| *b != 0) {
                     f.write_all_at(&bytes, offset)
@@ -570,11 +586,16 @@ impl Writer {
         &mut self,
         step: Step,
         f: std::fs::File,
-        hash: Sha256,
+        hash: Option<Sha256>,
         digest: Option<&str>,
     ) -> Result<(), String> {
         let shown = show(&step.components);
-        if digest.is_some_and(|d| hex::encode(hash.finalize()) != d) {
+        let differs = match (digest, hash) {
+            (Some(want), Some(hash)) => hex::encode(hash.finalize()) != want,
+            (Some(_), None) => return Err(format!("{shown}: a digest to check and none made")),
+            (None, _) => false,
+        };
+        if differs {
             let (name, parents) = step.components.split_last().expect("checked: not empty");
             let parent = self.parent(parents)?;
             let _ = rustix::fs::unlinkat(parent, OsStr::from_bytes(name), AtFlags::empty());

@@ -4,6 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 fn request(backup: &str, ns: &str, pod: &str, volume: &str, pvc: Option<&str>) -> VolumeRequest {
     VolumeRequest {
         backup: backup.into(),
+        backup_uid: String::new(),
         pod: ItemRef::new("", "pods", ns, pod),
         volume: volume.into(),
         pvc: pvc.map(String::from),
