@@ -62,7 +62,7 @@ change_one_percent() { # KIND DIR
       done
     done
   else
-    noise $((large_mib << 20 / 100)) |
+    noise $(((large_mib << 20) / 100)) |
       dd of="$2/big" bs=1M seek=$((large_mib / 2)) conv=notrunc status=none
   fi
 }
