@@ -31,22 +31,7 @@ func registered() error {
 //
 //go:wasmexport iar:plugin/item-action@1.3.0#applies-to
 func appliesTo() uint32 {
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(48)
-	sel, err := func() (s velero.ResourceSelector, err error) {
-		defer wire.Guard(&err)
-		if err = registered(); err != nil {
-			return
-		}
-		return action.AppliesTo()
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	} else {
-		wire.SetSelector(ret, 4, sel)
-	}
-	return uint32(ret)
+	return wire.AppliesTo(registered, func() (velero.ResourceSelector, error) { return action.AppliesTo() })
 }
 
 //go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#applies-to
@@ -61,13 +46,9 @@ func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	item, _, itemErr := wire.Item(ip, in, action)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(44)
-	err := func() (err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), itemErr, backupErr); err != nil {
-			return
+	return wire.Result(44, 4, func(ret cabi.Area) error {
+		if err := errors.Join(registered(), itemErr, backupErr); err != nil {
+			return err
 		}
 		out, additional, operationID, postItems, err := action.Execute(item, backup)
 		if err != nil {
@@ -84,12 +65,7 @@ func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 		}
 		wire.SetIDs(ret, 36, postItems)
 		return nil
-	}()
-	if err != nil {
-		ret = cabi.NewArea(44)
-		wire.SetError(ret, 4, err)
-	}
-	return uint32(ret)
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#execute
@@ -103,22 +79,16 @@ func progress(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	id := cabi.String(op, on)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(104)
-	p, err := func() (p velero.OperationProgress, err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), backupErr); err != nil {
-			return
+	return wire.Result(104, 8, func(ret cabi.Area) error {
+		if err := errors.Join(registered(), backupErr); err != nil {
+			return err
 		}
-		return action.Progress(id, backup)
-	}()
-	if err != nil {
-		wire.SetError(ret, 8, err)
-	} else {
-		wire.SetProgress(ret, 8, p)
-	}
-	return uint32(ret)
+		p, err := action.Progress(id, backup)
+		if err == nil {
+			wire.SetProgress(ret, 8, p)
+		}
+		return err
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#progress
@@ -131,20 +101,12 @@ func cancel(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	id := cabi.String(op, on)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(16)
-	err := func() (err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), backupErr); err != nil {
-			return
+	return wire.Result(16, 4, func(cabi.Area) error {
+		if err := errors.Join(registered(), backupErr); err != nil {
+			return err
 		}
 		return action.Cancel(id, backup)
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	}
-	return uint32(ret)
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#cancel

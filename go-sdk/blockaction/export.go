@@ -25,22 +25,7 @@ func registered() error {
 
 //go:wasmexport iar:plugin/item-block-action@1.3.0#applies-to
 func appliesTo() uint32 {
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(48)
-	sel, err := func() (s velero.ResourceSelector, err error) {
-		defer wire.Guard(&err)
-		if err = registered(); err != nil {
-			return
-		}
-		return action.AppliesTo()
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	} else {
-		wire.SetSelector(ret, 4, sel)
-	}
-	return uint32(ret)
+	return wire.AppliesTo(registered, func() (velero.ResourceSelector, error) { return action.AppliesTo() })
 }
 
 //go:wasmexport cabi_post_iar:plugin/item-block-action@1.3.0#applies-to
@@ -54,22 +39,16 @@ func getRelatedItems(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint3
 	item, _, itemErr := wire.Item(ip, in, action)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(16)
-	ids, err := func() (ids []velero.ResourceIdentifier, err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), itemErr, backupErr); err != nil {
-			return
+	return wire.Result(16, 4, func(ret cabi.Area) error {
+		if err := errors.Join(registered(), itemErr, backupErr); err != nil {
+			return err
 		}
-		return action.GetRelatedItems(item, backup)
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	} else {
-		wire.SetIDs(ret, 4, ids)
-	}
-	return uint32(ret)
+		ids, err := action.GetRelatedItems(item, backup)
+		if err == nil {
+			wire.SetIDs(ret, 4, ids)
+		}
+		return err
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/item-block-action@1.3.0#get-related-items

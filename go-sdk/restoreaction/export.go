@@ -26,22 +26,7 @@ func registered() error {
 
 //go:wasmexport iar:plugin/restore-item-action@1.3.0#applies-to
 func appliesTo() uint32 {
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(48)
-	sel, err := func() (s velero.ResourceSelector, err error) {
-		defer wire.Guard(&err)
-		if err = registered(); err != nil {
-			return
-		}
-		return action.AppliesTo()
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	} else {
-		wire.SetSelector(ret, 4, sel)
-	}
-	return uint32(ret)
+	return wire.AppliesTo(registered, func() (velero.ResourceSelector, error) { return action.AppliesTo() })
 }
 
 //go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#applies-to
@@ -57,13 +42,9 @@ func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	fromBackup, _, fromErr := wire.Item(bp, bn, action)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(64)
-	err := func() (err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), itemErr, fromErr, restoreErr); err != nil {
-			return
+	return wire.Result(64, 8, func(ret cabi.Area) error {
+		if err := errors.Join(registered(), itemErr, fromErr, restoreErr); err != nil {
+			return err
 		}
 		out, err := action.Execute(&velero.RestoreItemActionExecuteInput{
 			Item: item, ItemFromBackup: fromBackup, Restore: restore,
@@ -90,12 +71,7 @@ func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 			ret.SetU64(56, uint64(out.AdditionalItemsReadyTimeout.Milliseconds()))
 		}
 		return nil
-	}()
-	if err != nil {
-		ret = cabi.NewArea(64)
-		wire.SetError(ret, 8, err)
-	}
-	return uint32(ret)
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#execute
@@ -106,22 +82,16 @@ func progress(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	id := cabi.String(op, on)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(104)
-	p, err := func() (p velero.OperationProgress, err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), restoreErr); err != nil {
-			return
+	return wire.Result(104, 8, func(ret cabi.Area) error {
+		if err := errors.Join(registered(), restoreErr); err != nil {
+			return err
 		}
-		return action.Progress(id, restore)
-	}()
-	if err != nil {
-		wire.SetError(ret, 8, err)
-	} else {
-		wire.SetProgress(ret, 8, p)
-	}
-	return uint32(ret)
+		p, err := action.Progress(id, restore)
+		if err == nil {
+			wire.SetProgress(ret, 8, p)
+		}
+		return err
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#progress
@@ -132,20 +102,12 @@ func cancel(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	id := cabi.String(op, on)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(16)
-	err := func() (err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), restoreErr); err != nil {
-			return
+	return wire.Result(16, 4, func(cabi.Area) error {
+		if err := errors.Join(registered(), restoreErr); err != nil {
+			return err
 		}
 		return action.Cancel(id, restore)
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	}
-	return uint32(ret)
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#cancel
@@ -159,22 +121,16 @@ func areAdditionalItemsReady(lp, ln, np, nn, sp, sn, up, un, jp, jn uint32) uint
 	ids := wire.IDs(lp, ln)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
 	cabi.Release()
-	cabi.Enter()
-	defer cabi.Leave()
-	ret := cabi.NewArea(16)
-	ready, err := func() (ready bool, err error) {
-		defer wire.Guard(&err)
-		if err = errors.Join(registered(), restoreErr); err != nil {
-			return
+	return wire.Result(16, 4, func(ret cabi.Area) error {
+		if err := errors.Join(registered(), restoreErr); err != nil {
+			return err
 		}
-		return action.AreAdditionalItemsReady(ids, restore)
-	}()
-	if err != nil {
-		wire.SetError(ret, 4, err)
-	} else {
-		ret.SetBool(4, ready)
-	}
-	return uint32(ret)
+		ready, err := action.AreAdditionalItemsReady(ids, restore)
+		if err == nil {
+			ret.SetBool(4, ready)
+		}
+		return err
+	})
 }
 
 //go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#are-additional-items-ready

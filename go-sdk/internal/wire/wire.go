@@ -202,6 +202,42 @@ func Changed(out *unstructured.Unstructured) (*string, error) {
 	return &s, nil
 }
 
+// Result is an export's body after its arguments are lifted: f writes
+// the ok case's payload into a fresh result area of size bytes, with the
+// collector on and panics turned into errors; an error replaces the area
+// with the err case, its action-error at errAt. Returns the area's
+// address, the export's return value.
+func Result(size, errAt uint32, f func(ret cabi.Area) error) uint32 {
+	cabi.Enter()
+	defer cabi.Leave()
+	ret := cabi.NewArea(size)
+	err := func() (err error) {
+		defer Guard(&err)
+		return f(ret)
+	}()
+	if err != nil {
+		ret = cabi.NewArea(size)
+		SetError(ret, errAt, err)
+	}
+	return uint32(ret)
+}
+
+// AppliesTo is every interface's applies-to: result<resource-selector,
+// action-error>, payload at 4. appliesTo runs only once registered()
+// says an action is there.
+func AppliesTo(registered func() error, appliesTo func() (velero.ResourceSelector, error)) uint32 {
+	return Result(48, 4, func(ret cabi.Area) error {
+		if err := registered(); err != nil {
+			return err
+		}
+		sel, err := appliesTo()
+		if err == nil {
+			SetSelector(ret, 4, sel)
+		}
+		return err
+	})
+}
+
 // Guard turns a Go panic in the plugin into the call's error (a trap
 // would only say "unreachable"): the panic's value and where it happened,
 // the first frame below the panic.
