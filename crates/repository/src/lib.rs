@@ -514,17 +514,14 @@ impl SnapshotReader {
         let fail =
             |e: Box<rustic_core::RusticError>| format!("{}: {}", self.location, e.display_log());
         let content = node.content.as_deref().unwrap_or_default();
-        let mut offsets = Vec::with_capacity(content.len());
+        // Each blob's offset in the file and length, from the index.
+        let mut blobs = Vec::with_capacity(content.len());
         let mut end = 0u64;
         for id in content {
-            offsets.push(end);
-            end += u64::from(
-                self.repo
-                    .get_index_entry(id)
-                    .map_err(fail)?
-                    .location
-                    .data_length(),
-            );
+            let entry = self.repo.get_index_entry(id).map_err(fail)?;
+            let len = u64::from(entry.location.data_length());
+            blobs.push((end, len));
+            end += len;
         }
         if end != node.meta.size {
             return Err(format!(
@@ -539,11 +536,21 @@ impl SnapshotReader {
                 let Some(id) = content.get(i) else {
                     return Ok(());
                 };
+                let (offset, len) = blobs[i];
                 let read = self
                     .repo
                     .get_blob_cached(&(*id).into(), BlobType::Data)
                     .map_err(fail)
-                    .and_then(|bytes| sink(offsets[i], bytes));
+                    .and_then(|bytes| {
+                        if bytes.len() as u64 != len {
+                            return Err(format!(
+                                "{}: blob {id} holds {} bytes where the index says {len} (rule: manifest-inconsistent)",
+                                self.location,
+                                bytes.len()
+                            ));
+                        }
+                        sink(offset, bytes)
+                    });
                 if read.is_err() {
                     // The other readers stop at their next blob.
                     next.store(content.len(), Ordering::Relaxed);
