@@ -368,6 +368,53 @@ async fn links_and_swaps_are_never_followed_into_the_repository() {
     );
 }
 
+/// A restore from the repository into a target a pod's user prepared:
+/// a directory swapped for a link to elsewhere, a file already there. The
+/// readers and the writer run on threads of their own; the writer's
+/// refusal, with its rule, is the error, and nothing is written through
+/// the link or over the file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_from_the_repository_writes_nothing_through_the_target() {
+    let s = setup();
+    let vol = s.data.join("shop/db-data");
+    std::fs::create_dir_all(vol.join("pg")).unwrap();
+    // Several blobs, so the file is read on both reader threads.
+    std::fs::write(vol.join("pg/table"), noise(41, 6 << 20)).unwrap();
+    std::fs::write(vol.join("wal"), b"wal").unwrap();
+    let done = back_up(&s, "b1", limits("pw")).await;
+    assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
+    let key = done.manifest_key.clone().unwrap();
+
+    let target = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), target.path().join("pg")).unwrap();
+    let e = restore_volume(&s.store, "b1", &key, target.path(), &restore_options("pw"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("pg exists in the target and is not a directory")
+            && e.contains("rule: target-exists"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+
+    let target = tempfile::tempdir().unwrap();
+    std::fs::write(target.path().join("wal"), b"the pod's own").unwrap();
+    let e = restore_volume(&s.store, "b1", &key, target.path(), &restore_options("pw"))
+        .await
+        .unwrap_err();
+    assert!(e.contains("rule: target-exists"), "{e}");
+    assert_eq!(
+        std::fs::read(target.path().join("wal")).unwrap(),
+        b"the pod's own"
+    );
+
+    // Into an empty target, the many-blob file comes back exactly.
+    let back = restored(&s, &done, "pw").await.unwrap();
+    assert_eq!(back["pg/table"], noise(41, 6 << 20));
+    assert_eq!(back["wal"], b"wal");
+}
+
 /// A canceled backup leaves no snapshot behind: a partial one would
 /// stand for the volume, and be the next backup's parent.
 #[tokio::test(flavor = "multi_thread")]
