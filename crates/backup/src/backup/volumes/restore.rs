@@ -397,11 +397,12 @@ async fn restore_snapshot(
             skipped: Vec::new(),
         };
         let steps = plan(&manifest, &options, false)?;
-        // Reading (fetch, decrypt, decompress) on one thread and writing on
-        // this one, so a large file's restore uses both; blobs are checked
-        // by the repository, so the writer hashes nothing.
+        // The writer on a thread of its own, the reading (fetch, decrypt,
+        // decompress: a file's blobs on `iar_repository::READERS` threads)
+        // here, so a restore uses every core; blobs are checked by the
+        // repository, so the writer hashes nothing.
         let (tx, rx) = mpsc::channel::<Op>(4);
-        let writer = std::thread::scope(|scope| {
+        let outcome = std::thread::scope(|scope| {
             let writer = scope.spawn(|| Writer::new(root, false).run(rx));
             let gone = || "the writer stopped".to_string();
             let read = (|| {
@@ -427,7 +428,7 @@ async fn restore_snapshot(
             // The writer's error is the cause when both failed.
             written.and(read)
         });
-        writer?;
+        outcome?;
         Ok(manifest)
     })
     .await
