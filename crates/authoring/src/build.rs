@@ -25,23 +25,38 @@ pub struct Built {
     pub bytes: u64,
 }
 
-/// The plugin's language, from the manifest in `dir`.
+/// The plugin's language, from the manifest in `dir`: `Cargo.toml`, or
+/// `go.mod` (or Go files in a package of a module above it).
 pub fn language(dir: &Path) -> anyhow::Result<Language> {
-    match (
-        dir.join("go.mod").is_file(),
-        dir.join("Cargo.toml").is_file(),
-    ) {
+    let go = dir.join("go.mod").is_file() || (has_go_files(dir) && go_module_above(dir).is_some());
+    match (go, dir.join("Cargo.toml").is_file()) {
         (true, false) => Ok(Language::Go),
         (false, true) => Ok(Language::Rust),
         (true, true) => bail!(
-            "{} holds both go.mod and Cargo.toml: build the Go module or the crate from a directory of its own",
+            "{} holds both a Go package and Cargo.toml: build the Go module or the crate from a directory of its own",
             dir.display()
         ),
         (false, false) => bail!(
-            "{} holds no go.mod or Cargo.toml: iar build takes a Go module or a Rust crate (iar new makes either)",
+            "{} holds no Cargo.toml, no go.mod and no Go package of a module: iar build takes a Go package or a Rust crate (iar new makes either)",
             dir.display()
         ),
     }
+}
+
+fn has_go_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "go"))
+    })
+}
+
+/// The nearest `go.mod` at or above `dir`.
+fn go_module_above(dir: &Path) -> Option<PathBuf> {
+    let dir = std::path::absolute(dir).ok()?;
+    dir.ancestors()
+        .map(|d| d.join("go.mod"))
+        .find(|m| m.is_file())
 }
 
 /// Builds the plugin in `dir` into `output` (default: `<name>.wasm` in
@@ -79,10 +94,19 @@ fn go_module_name(go_mod: &str) -> Option<String> {
 }
 
 fn build_go(dir: &Path, output: Option<&Path>, world: Option<&str>) -> anyhow::Result<PathBuf> {
-    let go_mod = std::fs::read_to_string(dir.join("go.mod"))
-        .with_context(|| format!("reading {}", dir.join("go.mod").display()))?;
-    let name = go_module_name(&go_mod)
-        .with_context(|| format!("{}: no module line", dir.join("go.mod").display()))?;
+    // A module's root is named by its module path, a package below it by
+    // its directory.
+    let name = if dir.join("go.mod").is_file() {
+        let go_mod = std::fs::read_to_string(dir.join("go.mod"))
+            .with_context(|| format!("reading {}", dir.join("go.mod").display()))?;
+        go_module_name(&go_mod)
+            .with_context(|| format!("{}: no module line", dir.join("go.mod").display()))?
+    } else {
+        absolute(dir)?
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .context("the package's directory has no name")?
+    };
     let output = match output {
         Some(o) => o.to_path_buf(),
         None => dir.join(format!("{name}.wasm")),
@@ -217,9 +241,16 @@ mod tests {
     fn a_directory_is_go_or_rust_and_never_both_or_neither() {
         let dir = tempfile::tempdir().unwrap();
         let e = language(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("no go.mod or Cargo.toml"), "{e}");
+        assert!(e.contains("no Cargo.toml, no go.mod"), "{e}");
         std::fs::write(dir.path().join("go.mod"), "module x\n").unwrap();
         assert_eq!(language(dir.path()).unwrap(), Language::Go);
+        // A package below the module's root is Go too; a directory of
+        // nothing below it is nothing.
+        let package = dir.path().join("examples/labels");
+        std::fs::create_dir_all(&package).unwrap();
+        assert!(language(&package).is_err());
+        std::fs::write(package.join("main.go"), "package main\n").unwrap();
+        assert_eq!(language(&package).unwrap(), Language::Go);
         std::fs::write(dir.path().join("Cargo.toml"), "").unwrap();
         let e = language(dir.path()).unwrap_err().to_string();
         assert!(e.contains("both"), "{e}");

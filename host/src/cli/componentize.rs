@@ -33,8 +33,8 @@ pub fn componentize(args: ComponentizeArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(clap::Args)]
 pub struct BuildArgs {
-    /// The plugin's directory: a Go module (go.mod) or a Rust crate
-    /// (Cargo.toml).
+    /// The plugin's directory: a Go package (its module's go.mod here or
+    /// above) or a Rust crate (Cargo.toml).
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// The component to write (default: NAME.wasm in the directory for
