@@ -614,6 +614,25 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         .filter(|l| l.contains("volume backup ended") && l.contains("phase=Completed"))
         .count();
     assert_eq!(ended, 4, "{agent}");
+    // The agent keeps the repository's cache (rustic's, by repository id)
+    // on its emptyDir, not nowhere: its root file system is read-only.
+    let agents = kubectl.json(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=iar-node-agent",
+    ]);
+    let uid = agents["items"][0]["metadata"]["uid"].as_str().unwrap();
+    let cache = cluster.node().kubelet_root().join(format!(
+        "pods/{uid}/volumes/kubernetes.io~empty-dir/cache/rustic"
+    ));
+    let cached = std::fs::read_dir(&cache)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{agent}", cache.display()))
+        .filter(|e| e.as_ref().is_ok_and(|e| e.path().is_dir()))
+        .count();
+    assert_eq!(cached, 1, "one repository (shop's) in {}", cache.display());
     // Probes passed throughout: no container was restarted.
     let pods = kubectl.json(&["-n", NS, "get", "pods"]);
     for pod in pods["items"].as_array().unwrap() {
