@@ -125,10 +125,16 @@ pub fn xorshift(mut state: u64) -> impl Iterator<Item = u64> {
     })
 }
 
-/// `len` incompressible bytes, the same for the same `seed`: volume data
-/// whose size is its cost (gzip cannot shrink it).
+/// `len` incompressible bytes, the same for the same `seed` and another
+/// stream for every other seed: volume data whose size is its cost (gzip
+/// cannot shrink it, a deduplicating repository finds nothing to share).
 pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    xorshift(seed | 1).take(len).map(|x| x as u8).collect()
+    // 2·seed + 1: odd (xorshift's state must not be 0) and one-to-one
+    // (`seed | 1` gave seeds 2k and 2k + 1 the same stream).
+    xorshift(seed.wrapping_mul(2).wrapping_add(1))
+        .take(len)
+        .map(|x| x as u8)
+        .collect()
 }
 
 /// A PersistentVolumeClaim of 1Gi in `ns`, bound to PV `pv-<name>` or

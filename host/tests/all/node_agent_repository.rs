@@ -18,6 +18,7 @@ use iar::k8s::volume_backup::{BACKUP_LABEL, VolumeBackup};
 use iar::repository::{Password, VolumeRepository};
 use iar::store::{BackupFile, BackupStore};
 use iar_apiserver::User;
+use iar_tests::fixtures::noise;
 use kube::api::{Api, ListParams};
 use std::path::Path;
 use std::process::Command;
@@ -34,19 +35,6 @@ fn s3_env(command: &mut Command, endpoint: &str) {
         .env("AWS_ENDPOINT", endpoint)
         .env("AWS_ALLOW_HTTP", "true")
         .env("AWS_REGION", "us-east-1");
-}
-
-/// Bytes of noise that no other file shares, from `seed`.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Round `round`'s change to the volume: a few rows rewritten, one file
@@ -140,18 +128,22 @@ async fn a_node_agent_backs_volumes_up_into_the_namespaces_repository_on_s3() {
     .await;
     let password_file = root.path().join("repository-password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
-    let agent = Agent::start_with(
-        server,
-        User::Admin,
-        NS,
-        "kwok-repo",
-        root.path(),
-        &url,
-        |c| {
-            s3_env(c, &endpoint);
-            c.arg("--repository-password-file").arg(&password_file);
-        },
-    );
+    // The node's agent, on S3, with the repository password in `file`.
+    let agent_with = |file: &Path| {
+        Agent::start_with(
+            server,
+            User::Admin,
+            NS,
+            "kwok-repo",
+            root.path(),
+            &url,
+            |c| {
+                s3_env(c, &endpoint);
+                c.arg("--repository-password-file").arg(file);
+            },
+        )
+    };
+    let agent = agent_with(&password_file);
     let (_, controller) = start_controller(
         admin.clone(),
         NS,
@@ -322,18 +314,7 @@ async fn a_node_agent_backs_volumes_up_into_the_namespaces_repository_on_s3() {
     drop(agent);
     let wrong = root.path().join("wrong-password");
     std::fs::write(&wrong, "not the password\n").unwrap();
-    let agent = Agent::start_with(
-        server,
-        User::Admin,
-        NS,
-        "kwok-repo",
-        root.path(),
-        &url,
-        |c| {
-            s3_env(c, &endpoint);
-            c.arg("--repository-password-file").arg(&wrong);
-        },
-    );
+    let agent = agent_with(&wrong);
     create_backup(&admin, NS, "b4", fs_backup_spec(NS)).await;
     wait_phase(&admin, NS, "b4", BackupPhase::PartiallyFailed).await;
     controller.abort();

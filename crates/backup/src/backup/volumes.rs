@@ -461,4 +461,6 @@ mod hostile_tests;
 #[cfg(test)]
 mod repository_tests;
 #[cfg(test)]
+mod test_setup;
+#[cfg(test)]
 mod tests;

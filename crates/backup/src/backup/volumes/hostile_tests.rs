@@ -2,6 +2,7 @@
 //! walk and the restore: each test is an attack that worked before the
 //! handle-based walk and restore.
 
+use super::test_setup::{SECRET, Setup, setup};
 use super::walk::{self, Event};
 use super::*;
 use sha2::Digest;
@@ -10,8 +11,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::Arc;
 use std::time::Duration;
 
-const SECRET: &[u8] = b"another tenant's token: s3cr3t";
-
 fn request(backup: &str, ns: &str, pvc: &str) -> VolumeRequest {
     VolumeRequest {
         backup: backup.into(),
@@ -19,31 +18,6 @@ fn request(backup: &str, ns: &str, pvc: &str) -> VolumeRequest {
         pod: ItemRef::new("", "pods", ns, "p"),
         volume: "v".into(),
         pvc: Some(pvc.into()),
-    }
-}
-
-struct Setup {
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-    data: PathBuf,
-    /// Beside the volumes, where no backup may read.
-    outside: PathBuf,
-    store: BackupStore,
-    store_dir: PathBuf,
-}
-
-fn setup() -> Setup {
-    let data = tempfile::tempdir().unwrap();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    let outside = data.path().join("other-tenant");
-    std::fs::create_dir_all(&outside).unwrap();
-    std::fs::write(outside.join("token"), SECRET).unwrap();
-    Setup {
-        data: data.path().to_path_buf(),
-        outside,
-        store_dir: store_dir.path().to_path_buf(),
-        _dirs: (data, store_dir),
-        store,
     }
 }
 

@@ -2,35 +2,16 @@
 //! a local store: incremental, restorable, password-bound, checked,
 //! pruned, and as safe against a pod's user as the chunk format.
 
+use super::test_setup::{SECRET, Setup, setup};
 use super::*;
+use iar_tests::fixtures::noise;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-const SECRET: &[u8] = b"another tenant's token: s3cr3t";
-
 fn password(p: &str) -> iar_repository::Password {
     iar_repository::Password::new(p).unwrap()
-}
-
-struct Setup {
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-    data: PathBuf,
-    store: BackupStore,
-    store_dir: PathBuf,
-}
-
-fn setup() -> Setup {
-    let data = tempfile::tempdir().unwrap();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    Setup {
-        data: data.path().to_path_buf(),
-        store_dir: store_dir.path().to_path_buf(),
-        _dirs: (data, store_dir),
-        store,
-    }
 }
 
 fn limits(pw: &str) -> VolumeLimits {
@@ -57,19 +38,6 @@ async fn back_up(s: &Setup, backup: &str, limits: VolumeLimits) -> VolumeBackup 
         .await
         .finished()
         .await
-}
-
-/// Bytes that do not compress or repeat: a different stream per seed.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Every file and link under `dir`: relative path -> content or target.
@@ -329,9 +297,7 @@ async fn a_prune_after_a_forget_removes_only_unused_data() {
 #[tokio::test(flavor = "multi_thread")]
 async fn links_and_swaps_are_never_followed_into_the_repository() {
     let s = setup();
-    let outside = s.data.join("other-tenant");
-    std::fs::create_dir_all(&outside).unwrap();
-    std::fs::write(outside.join("token"), SECRET).unwrap();
+    let outside = s.outside.clone();
     let vol = s.data.join("shop/db-data");
     std::fs::create_dir_all(&vol).unwrap();
     std::os::unix::fs::symlink("../../other-tenant/token", vol.join("file-link")).unwrap();

@@ -1,4 +1,6 @@
+use super::test_setup::setup;
 use super::*;
+use iar_tests::fixtures::noise;
 use std::os::unix::fs::PermissionsExt;
 
 fn request(backup: &str, ns: &str, pod: &str, volume: &str, pvc: Option<&str>) -> VolumeRequest {
@@ -8,36 +10,6 @@ fn request(backup: &str, ns: &str, pod: &str, volume: &str, pvc: Option<&str>) -
         pod: ItemRef::new("", "pods", ns, pod),
         volume: volume.into(),
         pvc: pvc.map(String::from),
-    }
-}
-
-/// Bytes that do not compress or repeat: `n` of them from `seed`.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-struct Setup {
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-    data: PathBuf,
-    store: BackupStore,
-}
-
-fn setup() -> Setup {
-    let data = tempfile::tempdir().unwrap();
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    Setup {
-        data: data.path().to_path_buf(),
-        _dirs: (data, store_dir),
-        store,
     }
 }
 
