@@ -614,17 +614,15 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         .filter(|l| l.contains("volume backup ended") && l.contains("phase=Completed"))
         .count();
     assert_eq!(ended, 4, "{agent}");
+    let pods = kubectl.json(&["-n", NS, "get", "pods"]);
+    let pods = pods["items"].as_array().unwrap();
     // The agent keeps the repository's cache (rustic's, by repository id)
     // on its emptyDir, not nowhere: its root file system is read-only.
-    let agents = kubectl.json(&[
-        "-n",
-        NS,
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=iar-node-agent",
-    ]);
-    let uid = agents["items"][0]["metadata"]["uid"].as_str().unwrap();
+    let agent_pod = pods
+        .iter()
+        .find(|p| p["metadata"]["labels"]["app.kubernetes.io/name"] == "iar-node-agent")
+        .expect("the node agent's pod");
+    let uid = agent_pod["metadata"]["uid"].as_str().unwrap();
     let cache = cluster.node().kubelet_root().join(format!(
         "pods/{uid}/volumes/kubernetes.io~empty-dir/cache/rustic"
     ));
@@ -634,8 +632,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         .count();
     assert_eq!(cached, 1, "one repository (shop's) in {}", cache.display());
     // Probes passed throughout: no container was restarted.
-    let pods = kubectl.json(&["-n", NS, "get", "pods"]);
-    for pod in pods["items"].as_array().unwrap() {
+    for pod in pods {
         for status in pod["status"]["containerStatuses"].as_array().unwrap() {
             assert_eq!(status["restartCount"], 0, "{pod:#}");
             assert_eq!(status["ready"], true, "{pod:#}");
