@@ -58,7 +58,7 @@ change_one_percent() { # KIND DIR
     local n=$((files / 100)) i=0
     for d in $(seq 0 49); do
       for f in $(seq 0 $((n / 50 > 0 ? n / 50 - 1 : 0))); do
-        [ $i -lt $n ] && noise 4096 > "$2/d$d/f$f" && i=$((i + 1))
+        if [ $i -lt $n ]; then noise 4096 > "$2/d$d/f$f"; i=$((i + 1)); fi
       done
     done
   else
@@ -67,27 +67,11 @@ change_one_percent() { # KIND DIR
   fi
 }
 
-# iar reads `--volume-data DIR/<ns>/.pods/<pod>/<volume>`.
-pod_yaml() {
-  cat <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata:
-  name: writer
-  namespace: bench
-  annotations:
-    backup.velero.io/backup-volumes: scratch
-spec:
-  containers: [{name: app, image: app:1}]
-  volumes: [{name: scratch, emptyDir: {}}]
-YAML
-}
-
 run_iar() { # KIND -> "first_s first_bytes second_s second_bytes restore_s"
   local w="$base/iar-$1"
   local vol="$w/data/bench/.pods/writer/scratch"
   mkdir -p "$w/items" "$w/plugins"
-  pod_yaml > "$w/items/pod.yaml"
+  cp "$root/bench/volume-pod.yaml" "$w/items/pod.yaml"
   make_data "$1" "$vol"
   local t0 t1 t2 t3 t4 b1 b2
   local common=(--items "$w/items" --plugins "$w/plugins" --store "$w/store"

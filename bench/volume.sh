@@ -20,18 +20,7 @@ mkdir -p "$vol" "$base/items" "$base/plugins"
 for i in $(seq 16); do
   head -c $((mib * 1024 * 1024 / 16)) /dev/urandom > "$vol/file-$i"
 done
-cat > "$base/items/pod.yaml" <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata:
-  name: writer
-  namespace: bench
-  annotations:
-    backup.velero.io/backup-volumes: scratch
-spec:
-  containers: [{name: app, image: app:1}]
-  volumes: [{name: scratch, emptyDir: {}}]
-YAML
+cp "$(dirname "${BASH_SOURCE[0]}")/volume-pod.yaml" "$base/items/pod.yaml"
 run() { # BINARY ROUND -> seconds
   local store="$base/store-$2"
   local start end
