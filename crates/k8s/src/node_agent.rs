@@ -355,6 +355,36 @@ async fn patch(
     .map(|_| ())
 }
 
+/// How long an agent keeps trying to report a volume backup's end: past
+/// the controller's silence (2 min by default) it has failed the request
+/// itself, and a snapshot written meanwhile is named by no record.
+const REPORT_END_FOR: Duration = Duration::from_secs(300);
+
+/// Reports a volume backup's end, retried with backoff while the API
+/// server refuses or is away (a snapshot no status names is data the
+/// backup does not know it has): a lost last patch used to leave the
+/// request InProgress until the controller failed it as silent.
+async fn report_end(api: &Api<VolumeBackup>, name: &str, status: &VolumeBackupStatus) {
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(250);
+    loop {
+        match patch(api, name, status).await {
+            Ok(()) => return,
+            // The request is gone (its backup deleted): nobody to tell.
+            Err(kube::Error::Api(e)) if e.code == 404 => return,
+            Err(e) if started.elapsed() + pause > REPORT_END_FOR => {
+                tracing::error!(request = %name, phase = ?status.phase, "reporting the volume backup's end failed for {}: {e}", humantime::format_duration(REPORT_END_FOR));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(request = %name, "reporting the volume backup's end (retrying in {}): {e}", humantime::format_duration(pause));
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
 fn status_of(record: &Record, path: Option<&Path>) -> VolumeBackupStatus {
     let stamp = |t: Option<SystemTime>| t.map(|t| humantime::format_rfc3339_millis(t).to_string());
     VolumeBackupStatus {
@@ -362,7 +392,10 @@ fn status_of(record: &Record, path: Option<&Path>) -> VolumeBackupStatus {
         progress: super::volume_backup::VolumeBackupProgress {
             total_bytes: record.bytes_total,
             bytes_done: record.bytes_done,
+            files_done: record.files_done,
         },
+        skipped: record.skipped.clone(),
+        skipped_total: record.skipped_total,
         snapshot_id: record.manifest_key.clone(),
         message: record.error.clone(),
         path: path.map(|p| p.display().to_string()),
@@ -449,7 +482,9 @@ async fn serve(
         let record = progress.borrow_and_update().clone();
         let terminal = record.phase.is_terminal();
         let due = last_report.is_none_or(|t| t.elapsed() >= REPORT_EVERY);
-        if terminal || due {
+        if terminal {
+            report_end(api, &name, &status_of(&record, path.as_deref())).await;
+        } else if due {
             let status = status_of(&record, path.as_deref());
             match patch(api, &name, &status).await {
                 Ok(()) => last_report = Some(tokio::time::Instant::now()),
@@ -465,7 +500,7 @@ async fn serve(
                 if changed.is_err() {
                     // The worker is gone; `finished` says how it ended.
                     let end = handle.finished().await;
-                    let _ = patch(api, &name, &status_of(&end, path.as_deref())).await;
+                    report_end(api, &name, &status_of(&end, path.as_deref())).await;
                     return;
                 }
                 if !due {

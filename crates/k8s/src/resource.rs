@@ -6,9 +6,7 @@ use iar_backup::backup::object::{BackupObject, BackupStatus};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
-/// Recorded on the persisted backup: the uid of the resource it was made
-/// for, so a later resource of the same name is not mistaken for it.
-pub const RESOURCE_UID_ANNOTATION: &str = "iar.dev/resource-uid";
+pub use iar_backup::backup::object::RESOURCE_UID_ANNOTATION;
 
 /// Writes a backup's status onto its resource (a merge patch of the status
 /// subresource: nothing else of the object is touched).

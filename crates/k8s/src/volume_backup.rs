@@ -4,7 +4,7 @@
 //! controller creates it and reads its status; `iar node-agent` on that
 //! node does the work and writes the status.
 
-use iar_backup::backup::volumes::VolumePhase;
+use iar_backup::backup::volumes::{SkippedEntry, VolumePhase};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -86,6 +86,13 @@ pub struct VolumeBackupStatus {
     /// Why it failed or was canceled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// What the backup left out, each with its rule (the first
+    /// [`SKIPPED_SHOWN`](iar_backup::backup::volumes::SKIPPED_SHOWN);
+    /// all of them are listed in the store): warnings of the Backup.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedEntry>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_total: u64,
     /// The directory the agent read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -106,6 +113,15 @@ pub struct VolumeBackupProgress {
     pub total_bytes: u64,
     #[serde(default)]
     pub bytes_done: u64,
+    /// Entries walked, read or not: an incremental backup compares
+    /// unchanged files for minutes without reading a byte, and the
+    /// controller must see that as work.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub files_done: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A node's name as a label value: itself when it is one (63 characters

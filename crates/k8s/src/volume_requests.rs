@@ -134,6 +134,9 @@ fn record_of(mut record: Record, status: Option<&VolumeBackupStatus>) -> Record 
     };
     record.phase = status.phase.unwrap_or(VolumePhase::New);
     record.bytes_done = status.progress.bytes_done;
+    record.files_done = status.progress.files_done;
+    record.skipped = status.skipped.clone();
+    record.skipped_total = status.skipped_total;
     record.bytes_total = status.progress.total_bytes;
     record.started = parse(&status.start_timestamp).or(record.started);
     record.completed = parse(&status.completion_timestamp).or(record.completed);
@@ -348,11 +351,16 @@ mod tests {
     use super::*;
 
     fn status(phase: VolumePhase, done: u64, stamp: &str) -> VolumeBackupStatus {
+        walked(phase, done, 0, stamp)
+    }
+
+    fn walked(phase: VolumePhase, done: u64, files: u64, stamp: &str) -> VolumeBackupStatus {
         VolumeBackupStatus {
             phase: Some(phase),
             progress: super::super::volume_backup::VolumeBackupProgress {
                 total_bytes: 100,
                 bytes_done: done,
+                files_done: files,
             },
             last_update: Some(stamp.into()),
             ..VolumeBackupStatus::default()
@@ -376,5 +384,21 @@ mod tests {
             Some(&status(VolumePhase::Completed, 10, "t2"))
         ));
         assert!(moved(None, Some(&a)));
+    }
+
+    /// An incremental backup of an unchanged volume reads no byte while
+    /// it compares file after file with the parent snapshot: files
+    /// walked are work, so the controller does not fail it as silent.
+    #[test]
+    fn files_walked_without_bytes_count_as_alive() {
+        let a = walked(VolumePhase::InProgress, 10, 5_000, "t1");
+        assert!(moved(
+            Some(&a),
+            Some(&walked(VolumePhase::InProgress, 10, 9_000, "t2"))
+        ));
+        assert!(!moved(
+            Some(&a),
+            Some(&walked(VolumePhase::InProgress, 10, 5_000, "t2"))
+        ));
     }
 }

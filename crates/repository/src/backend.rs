@@ -6,6 +6,12 @@
 //! `index/<id>`, `data/<first two hex digits>/<id>`), so `restic` and
 //! `rustic` read the prefix as a repository.
 //!
+//! The config is written with a conditional create, so a repository never
+//! gets a second config (a second `init` fails instead), and an optional
+//! guard is asked first (the creating writer checks it still holds its
+//! creation lease). The keys written are remembered, so a failed `init`
+//! can remove its own.
+//!
 //! rustic_core is synchronous and runs its own threads; every call here
 //! blocks its thread on the runtime's handle. Callers run the repository on
 //! blocking threads (`spawn_blocking`), never on a runtime worker.
@@ -13,10 +19,13 @@
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use rustic_core::{ErrorKind, FileType, Id, ReadBackend, RusticError, RusticResult, WriteBackend};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::runtime::Handle;
+
+/// Asked before the config is written; an `Err` (why) refuses the write.
+pub type ConfigGuard = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 pub struct StoreBackend {
     store: Arc<dyn ObjectStore>,
@@ -25,6 +34,9 @@ pub struct StoreBackend {
     /// The store's URL and the prefix, for messages.
     location: String,
     runtime: Handle,
+    config_guard: Option<ConfigGuard>,
+    /// The keys this backend wrote, in order.
+    written_keys: Mutex<Vec<Id>>,
 }
 
 impl std::fmt::Debug for StoreBackend {
@@ -42,7 +54,23 @@ impl StoreBackend {
             prefix: prefix.trim_end_matches('/').to_string(),
             location: format!("{}/{}", url.trim_end_matches('/'), prefix),
             runtime,
+            config_guard: None,
+            written_keys: Mutex::default(),
         }
+    }
+
+    /// Asks `guard` before writing the config.
+    pub fn with_config_guard(mut self, guard: ConfigGuard) -> Self {
+        self.config_guard = Some(guard);
+        self
+    }
+
+    /// The keys (`keys/<id>`) this backend has written.
+    pub fn written_keys(&self) -> Vec<Id> {
+        self.written_keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn key(&self, tpe: FileType, id: &Id) -> String {
@@ -157,10 +185,33 @@ impl WriteBackend for StoreBackend {
     ) -> RusticResult<()> {
         let key = self.key(tpe, id);
         let payload: PutPayload = content.into_vec().into_iter().collect();
+        let mode = if tpe == FileType::Config {
+            if let Some(guard) = &self.config_guard {
+                guard().map_err(|why| {
+                    RusticError::new(ErrorKind::Backend, "not writing {key}: {why}")
+                        .attach_context("key", key.clone())
+                        .attach_context("why", why)
+                })?;
+            }
+            // One config per repository: a second writer's `init` fails.
+            PutMode::Create
+        } else {
+            PutMode::Overwrite
+        };
         self.runtime
-            .block_on(self.store.put(&Path::from(key.as_str()), payload))
-            .map(|_| ())
-            .map_err(|e| self.failed("writing", &key, e))
+            .block_on(self.store.put_opts(
+                &Path::from(key.as_str()),
+                payload,
+                PutOptions::from(mode),
+            ))
+            .map_err(|e| self.failed("writing", &key, e))?;
+        if tpe == FileType::Key {
+            self.written_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(*id);
+        }
+        Ok(())
     }
 
     fn remove(&self, tpe: FileType, id: &Id, _cacheable: bool) -> RusticResult<()> {

@@ -11,26 +11,45 @@
 //! `--repository-password-file`); it never comes from a plugin and is
 //! never written to the store.
 //!
+//! Creating a repository is safe when two writers race (`creation.rs`),
+//! opening tries every key the password opens ([`keys`]), and every
+//! operation holds a restic lock ([`locks`]).
+//!
 //! Everything here blocks: call it on a blocking thread.
 
 mod backend;
+mod creation;
+#[cfg(test)]
+mod creation_tests;
+mod crypto;
+pub mod keys;
+#[cfg(test)]
+mod lock_tests;
+pub mod locks;
 pub mod mode;
 
-pub use backend::StoreBackend;
+pub use backend::{ConfigGuard, StoreBackend};
+pub use keys::{KeyReport, KeyStatus};
+pub use locks::{LockFile, LockOptions, RepositoryLock};
 pub use rustic_core::repofile::{Metadata, Node, NodeType};
 pub use rustic_core::{ErrorKind, ReadSource, ReadSourceEntry, ReadSourceOpen, RusticError, jiff};
 
+use creation::{CreationLease, Taking};
+use crypto::RepoKey;
 use iar_core::store::BackupStore;
+use keys::KeyFiles;
+use locks::Locks;
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions};
 use rustic_core::repofile::SnapshotFile;
 use rustic_core::{
-    BackupOptions, ConfigOptions, Credentials, KeyOptions, LsOptions, ParentOptions, PruneOptions,
-    Repository, RepositoryBackends, RepositoryOptions, SnapshotOptions,
+    BackupOptions, ConfigOptions, Credentials, KeyOptions, ParentOptions, PruneOptions, Repository,
+    RepositoryBackends, RepositoryOptions, SnapshotOptions,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 
 /// The path every volume snapshot holds its files under (restic lists it
@@ -82,6 +101,18 @@ pub enum RepositoryError {
     Missing { location: String },
     #[error("{location}: the backup stopped; its partial snapshot was deleted")]
     Stopped { location: String },
+    #[error(
+        "{location}: wanted {wanted} lock, but the repository is locked: {holder} (rule: repository-lock)"
+    )]
+    Locked {
+        location: String,
+        wanted: &'static str,
+        holder: String,
+    },
+    #[error(
+        "{location}: the repository lock was lost (not refreshed in time, or removed by someone else); stopped (rule: repository-lock)"
+    )]
+    LockLost { location: String },
     #[error("{location}: {what}: {why}")]
     Failed {
         location: String,
@@ -110,6 +141,30 @@ impl VolumeTags {
         match &self.pvc {
             Some(pvc) => format!("{}/pvc/{pvc}", self.namespace),
             None => format!("{}/pod/{}/{}", self.namespace, self.pod, self.volume),
+        }
+    }
+
+    /// Refuses a value a tag cannot hold whole: restic's tag lists are
+    /// comma-separated, so a backup named `x,backup=victim` would be
+    /// tagged `backup=victim` too.
+    pub fn check(&self) -> Result<(), RepositoryError> {
+        let values = [
+            ("backup", self.backup.as_str()),
+            ("backup uid", &self.backup_uid),
+            ("namespace", &self.namespace),
+            ("pod", &self.pod),
+            ("volume", &self.volume),
+            ("claim", self.pvc.as_deref().unwrap_or_default()),
+        ];
+        match values.iter().find(|(_, v)| v.contains([',', '\n', '\0'])) {
+            Some((what, v)) => Err(RepositoryError::Failed {
+                location: prefix(&self.namespace),
+                what: "tagging the snapshot".into(),
+                why: format!(
+                    "{what} {v:?} holds a comma or a control character, which a snapshot tag cannot (rule: invalid-identifier)"
+                ),
+            }),
+            None => Ok(()),
         }
     }
 
@@ -148,6 +203,11 @@ pub struct Written {
 pub struct VolumeRepository {
     repo: Repository<rustic_core::OpenStatus>,
     location: String,
+    locks: Locks,
+    store: Arc<dyn ObjectStore>,
+    runtime: Handle,
+    prefix: String,
+    password: Password,
 }
 
 /// The namespaces with a repository in `store` (each `restic/<ns>/config`).
@@ -191,9 +251,25 @@ fn failed(
     }
 }
 
-/// How long a first writer may take to create a repository before another
-/// takes over its marker (it crashed between the marker and the config).
-const INIT_TAKEOVER: Duration = Duration::from_secs(120);
+/// How a repository is created: the creation lease, and (tests) a stall
+/// between the key and the config.
+#[derive(Clone)]
+pub(crate) struct Creation {
+    pub lease: Duration,
+    pub before_config: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Default for Creation {
+    fn default() -> Self {
+        Creation {
+            lease: creation::LEASE,
+            before_config: None,
+        }
+    }
+}
+
+/// How often a writer waiting for another's `init` looks for the config.
+const INIT_POLL: Duration = Duration::from_millis(200);
 
 impl VolumeRepository {
     fn unopened(
@@ -201,12 +277,16 @@ impl VolumeRepository {
         namespace: &str,
         runtime: &Handle,
     ) -> Result<(Repository<()>, String), RepositoryError> {
-        let backend = Arc::new(StoreBackend::new(
+        Self::unopened_on(StoreBackend::new(
             store.object_store(),
             store.url(),
             &prefix(namespace),
             runtime.clone(),
-        ));
+        ))
+    }
+
+    fn unopened_on(backend: StoreBackend) -> Result<(Repository<()>, String), RepositoryError> {
+        let backend = Arc::new(backend);
         let location = rustic_core::ReadBackend::location(backend.as_ref());
         let backends = RepositoryBackends::new(backend, None);
         let repo = Repository::new(&RepositoryOptions::default(), &backends)
@@ -232,86 +312,308 @@ impl VolumeRepository {
         if !Self::exists(&repo, &location)? {
             return Err(RepositoryError::Missing { location });
         }
-        Self::open_existing(repo, password, location)
+        Self::open_existing(store, namespace, password, runtime, repo, location)
     }
 
+    /// Opens with the first key the password opens whose master key
+    /// decrypts the config (restic and rustic stop at the first key the
+    /// password opens, which a stray key can be).
     fn open_existing(
-        repo: Repository<()>,
+        store: &BackupStore,
+        namespace: &str,
         password: &Password,
+        runtime: &Handle,
+        repo: Repository<()>,
         location: String,
     ) -> Result<Self, RepositoryError> {
-        match repo.open(&Credentials::password(&password.0)) {
-            Ok(repo) => Ok(VolumeRepository { repo, location }),
-            Err(e) if e.is_incorrect_password() => Err(RepositoryError::WrongPassword { location }),
-            Err(e) => Err(failed(&location, "opening")(e)),
+        let object_store = store.object_store();
+        let files = KeyFiles {
+            store: &object_store,
+            runtime,
+            prefix: &prefix(namespace),
+        };
+        let key = match files.opening_key(&password.0) {
+            Ok(Ok(key)) => key,
+            Ok(Err(0)) => return Err(RepositoryError::WrongPassword { location }),
+            Ok(Err(opened)) => {
+                return Err(RepositoryError::Failed {
+                    location,
+                    what: "opening".into(),
+                    why: format!(
+                        "the password opens {opened} of the repository's keys, but none of their master keys decrypts its config (rule: repository-key)"
+                    ),
+                });
+            }
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(RepositoryError::Missing { location });
+            }
+            Err(e) => {
+                return Err(RepositoryError::Failed {
+                    location,
+                    what: "reading the keys".into(),
+                    why: e.to_string(),
+                });
+            }
+        };
+        let repo = repo
+            .open(&Credentials::Masterkey(key.to_master()))
+            .map_err(failed(&location, "opening"))?;
+        Ok(Self::opened(
+            repo, key, location, store, namespace, password, runtime,
+        ))
+    }
+
+    fn opened(
+        repo: Repository<rustic_core::OpenStatus>,
+        key: RepoKey,
+        location: String,
+        store: &BackupStore,
+        namespace: &str,
+        password: &Password,
+        runtime: &Handle,
+    ) -> Self {
+        let prefix = prefix(namespace);
+        let locks = Locks::new(
+            store.object_store(),
+            runtime.clone(),
+            &prefix,
+            &location,
+            key,
+            store.holder(),
+            LockOptions::default(),
+        );
+        VolumeRepository {
+            repo,
+            location,
+            locks,
+            store: store.object_store(),
+            runtime: runtime.clone(),
+            prefix,
+            password: password.clone(),
         }
     }
 
     /// Opens `namespace`'s repository, creating it first if there is none.
     ///
     /// Two node agents may start the namespace's first volume backups at
-    /// once. Two `init`s would each write a key and a config, and a key
-    /// whose master key is not the config's breaks every later open; so
-    /// the first writer creates a marker (a conditional create: one
-    /// wins), and the others wait for the config it writes.
+    /// once, and two `init`s would each write a key and a config. So the
+    /// creating writer holds a lease on a marker (`creation.rs`), re-checks
+    /// it holds it before writing the config (a writer stalled past its
+    /// lease stops and removes its key), and the config is written with a
+    /// conditional create. A failed `init` removes the key it wrote. The
+    /// others wait for the config.
     pub fn open_or_init(
         store: &BackupStore,
         namespace: &str,
         password: &Password,
         runtime: &Handle,
     ) -> Result<Self, RepositoryError> {
+        Self::open_or_init_with(store, namespace, password, runtime, &Creation::default())
+    }
+
+    pub(crate) fn open_or_init_with(
+        store: &BackupStore,
+        namespace: &str,
+        password: &Password,
+        runtime: &Handle,
+        creation: &Creation,
+    ) -> Result<Self, RepositoryError> {
         let (repo, location) = Self::unopened(store, namespace, runtime)?;
-        let marker = Path::from(format!("{}/iar-init", prefix(namespace)));
-        let object_store = store.object_store();
-        let started = SystemTime::now();
+        let creating = |e: object_store::Error| RepositoryError::Failed {
+            location: location.clone(),
+            what: "creating".into(),
+            why: format!("{e} (rule: repository-init)"),
+        };
+        let lease = Arc::new(CreationLease::new(
+            store.object_store(),
+            runtime.clone(),
+            &prefix(namespace),
+            store.holder(),
+            creation.lease,
+        ));
+        if !Self::exists(&repo, &location)? {
+            // A store that ignores a conditional create would let every
+            // writer take the marker (and write a config).
+            runtime
+                .block_on(store.check_conditional_create())
+                .map_err(|e| RepositoryError::Failed {
+                    location: location.clone(),
+                    what: "creating".into(),
+                    why: e.to_string(),
+                })?;
+        }
+        // Local time only paces this writer's own waiting; whether the
+        // marker is stale is the store's clock's call.
+        let started = Instant::now();
+        let mut next_try = started;
         loop {
             if Self::exists(&repo, &location)? {
-                return Self::open_existing(repo, password, location);
+                return Self::open_existing(store, namespace, password, runtime, repo, location);
             }
-            let created = runtime.block_on(object_store.put_opts(
-                &marker,
-                store.holder().to_string().into(),
-                PutOptions::from(PutMode::Create),
-            ));
-            match created {
-                Ok(_) => break,
-                Err(object_store::Error::AlreadyExists { .. }) => {
-                    let stale = runtime
-                        .block_on(object_store.head(&marker))
-                        .ok()
-                        .and_then(|m| SystemTime::from(m.last_modified).elapsed().ok())
-                        .is_some_and(|age| age > INIT_TAKEOVER);
-                    if stale {
-                        let _ = runtime.block_on(object_store.delete(&marker));
-                    } else if started.elapsed().unwrap_or_default() > INIT_TAKEOVER * 2 {
-                        return Err(RepositoryError::Failed {
-                            location,
-                            what: "creating".into(),
-                            why: "another writer holds the creation marker and wrote no config"
-                                .into(),
-                        });
+            if Instant::now() >= next_try {
+                match lease.try_take().map_err(creating)? {
+                    Taking::Taken => break,
+                    Taking::Held(wait) => next_try = Instant::now() + wait,
+                }
+            }
+            if started.elapsed() > creation.lease * 3 {
+                return Err(RepositoryError::Failed {
+                    location,
+                    what: "creating".into(),
+                    why: "other writers held the creation marker and wrote no config (rule: repository-init)".into(),
+                });
+            }
+            std::thread::sleep(INIT_POLL);
+        }
+        // The marker's previous holder may have written the config just
+        // before releasing it.
+        let outcome = if Self::exists(&repo, &location)? {
+            Self::open_existing(store, namespace, password, runtime, repo, location)
+        } else {
+            Self::create(store, namespace, password, runtime, &lease, creation)
+        };
+        lease.release();
+        outcome
+    }
+
+    /// `init` while holding the creation lease.
+    fn create(
+        store: &BackupStore,
+        namespace: &str,
+        password: &Password,
+        runtime: &Handle,
+        lease: &Arc<CreationLease>,
+        creation: &Creation,
+    ) -> Result<Self, RepositoryError> {
+        let lost = Arc::new(AtomicBool::new(false));
+        let guard = {
+            let (lease, lost, stall) =
+                (lease.clone(), lost.clone(), creation.before_config.clone());
+            Box::new(move || {
+                if let Some(stall) = &stall {
+                    stall();
+                }
+                match lease.holds() {
+                    Ok(true) => Ok(()),
+                    Ok(false) => {
+                        lost.store(true, Ordering::SeqCst);
+                        Err("this writer no longer holds the creation lease".to_string())
                     }
-                    std::thread::sleep(Duration::from_millis(200));
+                    Err(e) => Err(format!("reading the creation marker: {e}")),
                 }
-                Err(e) => {
-                    return Err(RepositoryError::Failed {
-                        location,
+            })
+        };
+        let backend = Arc::new(
+            StoreBackend::new(
+                store.object_store(),
+                store.url(),
+                &prefix(namespace),
+                runtime.clone(),
+            )
+            .with_config_guard(guard),
+        );
+        let location = rustic_core::ReadBackend::location(backend.as_ref());
+        let backends = RepositoryBackends::new(backend.clone(), None);
+        let repo = Repository::new(&RepositoryOptions::default(), &backends)
+            .map_err(failed(&location, "opening"))?;
+        let created = repo.init(
+            &Credentials::password(&password.0),
+            &KeyOptions::default(),
+            &ConfigOptions::default(),
+        );
+        match created {
+            Ok(repo) => {
+                let key =
+                    RepoKey::from_master(&repo.key()).ok_or_else(|| RepositoryError::Failed {
+                        location: location.clone(),
                         what: "creating".into(),
-                        why: e.to_string(),
-                    });
+                        why: "rustic's master key has the wrong length".into(),
+                    })?;
+                tracing::info!(repository = %location, "created the volume repository");
+                Ok(Self::opened(
+                    repo, key, location, store, namespace, password, runtime,
+                ))
+            }
+            Err(e) => {
+                // A key without its config would be a stray key beside
+                // the config another writer writes.
+                let object_store = store.object_store();
+                let files = KeyFiles {
+                    store: &object_store,
+                    runtime,
+                    prefix: &prefix(namespace),
+                };
+                let mut removed = "removed the key it wrote".to_string();
+                for id in backend.written_keys() {
+                    let id = id.to_hex();
+                    if let Err(e) = files.remove(id.as_str()) {
+                        removed = format!("could not remove its key keys/{}: {e}", id.as_str());
+                    }
                 }
+                let why = if lost.load(Ordering::SeqCst) {
+                    format!(
+                        "another writer took over the creation lease while this one was stalled before writing the config; wrote no config, {removed} (rule: repository-init)"
+                    )
+                } else {
+                    format!("{}; {removed} (rule: repository-init)", e.display_log())
+                };
+                Err(RepositoryError::Failed {
+                    location,
+                    what: "creating".into(),
+                    why,
+                })
             }
         }
-        let repo = repo
-            .init(
-                &Credentials::password(&password.0),
-                &KeyOptions::default(),
-                &ConfigOptions::default(),
-            )
-            .map_err(failed(&location, "creating"))?;
-        let _ = runtime.block_on(object_store.delete(&marker));
-        tracing::info!(repository = %location, "created the volume repository");
-        Ok(VolumeRepository { repo, location })
+    }
+
+    /// Reads lock settings from `options` (how long to wait out another's
+    /// lock; tests shorten the refresh).
+    pub fn with_lock_options(mut self, options: LockOptions) -> Self {
+        self.locks = self.locks.with_options(options);
+        self
+    }
+
+    /// Takes a restic lock on the repository (exclusive or shared), held
+    /// until the guard is dropped. Every operation here takes its own;
+    /// this is for a caller that must keep others out across several.
+    pub fn lock(&self, exclusive: bool) -> Result<RepositoryLock, RepositoryError> {
+        self.locks.take(exclusive)
+    }
+
+    /// Writes `lock` as a lock file (not held, not refreshed, not removed
+    /// on drop); its id. For tests and tools that need another process's
+    /// lock, e.g. a stale one.
+    #[doc(hidden)]
+    pub fn write_lock_file(&self, lock: &LockFile) -> Result<String, RepositoryError> {
+        self.locks.write(lock).map_err(|e| RepositoryError::Failed {
+            location: self.location.clone(),
+            what: "writing a lock".into(),
+            why: format!("{e} (rule: repository-lock)"),
+        })
+    }
+
+    /// Every key file and what it is to this password: the one(s) that open
+    /// the repository, stray keys (the password opens them, but their
+    /// master key does not decrypt the config: left by an older iar's
+    /// overtaken `init`), and keys the password does not open (another
+    /// operator's, never touched). With `repair`, stray keys are deleted,
+    /// unless snapshot or index files decrypt with them
+    /// ([`KeyStatus::StrayWithData`]). For `iar repository check|repair`.
+    ///
+    /// Takes no lock: a key is read only when a repository is opened, and
+    /// a stray key opens nothing.
+    pub fn check_keys(&self, repair: bool) -> Result<Vec<KeyReport>, RepositoryError> {
+        KeyFiles {
+            store: &self.store,
+            runtime: &self.runtime,
+            prefix: &self.prefix,
+        }
+        .check(&self.password.0, repair)
+        .map_err(|e| RepositoryError::Failed {
+            location: self.location.clone(),
+            what: "checking the keys".into(),
+            why: format!("{e} (rule: repository-key)"),
+        })
     }
 
     pub fn location(&self) -> &str {
@@ -334,6 +636,10 @@ impl VolumeRepository {
         <R as ReadSource>::Open: Send,
         <R as ReadSource>::Iter: Send,
     {
+        tags.check()?;
+        // Shared: backups run side by side; a prune (exclusive) waits, as
+        // it must never delete data this archive is about to reference.
+        let lock = self.locks.take(false)?;
         let fail = failed(&self.location, "backing up");
         let label = tags.label();
         let parent = self
@@ -363,12 +669,17 @@ impl VolumeRepository {
         let written = indexed
             .archive(&opts, source, snap, &[PathBuf::from(SNAPSHOT_ROOT)])
             .map_err(&fail)?;
-        if stopped() {
+        // A lost lock may have let a prune delete packs the snapshot
+        // references: it is no backup then.
+        let lost = lock.check();
+        if stopped() || lost.is_err() {
             indexed.delete_snapshots(&[written.id]).map_err(&fail)?;
+            lost?;
             return Err(RepositoryError::Stopped {
                 location: self.location,
             });
         }
+        drop(lock);
         let summary = written.summary.clone().unwrap_or_default();
         Ok(Written {
             snapshot: full_id(&written.id),
@@ -381,26 +692,57 @@ impl VolumeRepository {
         })
     }
 
-    /// The snapshots written for backup `backup`.
-    pub fn snapshots_of(&self, backup: &str) -> Result<Vec<SnapshotFile>, RepositoryError> {
-        let tag = format!("backup={backup}");
+    /// The snapshots written for backup `backup` whose uid is `uid`: by
+    /// the uid's tag (a name is reused by the next backup of that name,
+    /// a uid never), and by its exact name tag only on snapshots that
+    /// carry no uid. Tags are matched whole, and
+    /// no tag value can hold a comma (see [`VolumeTags::check`]), so no
+    /// name can select another backup's snapshots.
+    pub fn snapshots_of(
+        &self,
+        backup: &str,
+        uid: &str,
+    ) -> Result<Vec<SnapshotFile>, RepositoryError> {
+        let by_name = format!("backup={backup}");
+        let by_uid = format!("backup-uid={uid}");
         self.repo
-            .get_matching_snapshots(|s| s.hostname == HOST && s.tags.contains(&tag))
+            .get_matching_snapshots(|s| {
+                // Snapshots of iar before 0.1's uid tags carry only the
+                // name; they are the backup's when no uid says otherwise.
+                let unowned = s.tags.contains(&by_name)
+                    && !s.tags.iter().any(|t| t.starts_with("backup-uid="));
+                s.hostname == HOST && (unowned || (!uid.is_empty() && s.tags.contains(&by_uid)))
+            })
             .map_err(failed(&self.location, "listing snapshots"))
     }
 
-    /// Forgets backup `backup`'s snapshots (their data stays until a
-    /// prune); returns how many.
-    pub fn forget(&self, backup: &str) -> Result<usize, RepositoryError> {
-        let ids: Vec<_> = self.snapshots_of(backup)?.iter().map(|s| s.id).collect();
+    /// Forgets the snapshots of backup `backup` (uid `uid`; see
+    /// [`VolumeRepository::snapshots_of`]); their data stays until a
+    /// prune. Returns how many.
+    pub fn forget(&self, backup: &str, uid: &str) -> Result<usize, RepositoryError> {
+        let _lock = self.forget_lock()?;
+        let ids: Vec<_> = self
+            .snapshots_of(backup, uid)?
+            .iter()
+            .map(|s| s.id)
+            .collect();
         self.repo
             .delete_snapshots(&ids)
             .map_err(failed(&self.location, "forgetting snapshots"))?;
         Ok(ids.len())
     }
 
+    /// A forget's lock: shared, where restic's `forget` takes an
+    /// exclusive one. Deleting a snapshot file cannot take data a
+    /// concurrent writer needs: only a prune deletes data, and a prune is
+    /// exclusive. So a deletion runs beside backups.
+    fn forget_lock(&self) -> Result<RepositoryLock, RepositoryError> {
+        self.locks.take(false)
+    }
+
     /// Forgets one snapshot by id.
     pub fn forget_snapshot(&self, id: &str) -> Result<(), RepositoryError> {
+        let _lock = self.forget_lock()?;
         let fail = failed(&self.location, "forgetting a snapshot");
         let snap = self
             .repo
@@ -417,6 +759,8 @@ impl VolumeRepository {
     /// meanwhile uses them again. `instant`: deleted now, for a
     /// repository no backup is writing to (the caller's guarantee).
     pub fn prune(&self, instant: bool) -> Result<Pruned, RepositoryError> {
+        // Exclusive: the only operation that deletes data.
+        let lock = self.locks.take(true)?;
         let fail = failed(&self.location, "pruning");
         // Packs partly used are repacked whatever their share of the
         // repository (rustic's default stops at 10 %): a deleted
@@ -427,6 +771,8 @@ impl VolumeRepository {
         let plan = self.repo.prune_plan(&opts).map_err(&fail)?;
         let removed = plan.stats.packs.unused + plan.stats.packs.repack;
         let bytes = plan.stats.size_sum().unused;
+        // Planning reads every index and may take a while.
+        lock.check()?;
         self.repo.prune(&opts, plan).map_err(&fail)?;
         Ok(Pruned {
             packs_removed: removed,
@@ -438,6 +784,9 @@ impl VolumeRepository {
     /// contents against its hash. The findings, one line each; empty when
     /// the repository is sound.
     pub fn check(&self, read_data: bool) -> Result<Vec<String>, RepositoryError> {
+        // Shared (restic's `check` is exclusive): it keeps a prune out;
+        // a backup running beside it may show as packs no index lists yet.
+        let _lock = self.locks.take(false)?;
         let opts = rustic_core::CheckOptions::default().read_data(read_data);
         let results = self
             .repo
@@ -453,15 +802,17 @@ impl VolumeRepository {
     /// Reads snapshot `id`'s entries in path order (paths relative to the
     /// volume) and opens each file's content on demand.
     pub fn reader(self, id: &str) -> Result<SnapshotReader, RepositoryError> {
+        // Held while the reader lives: no prune deletes what it reads.
+        let lock = self.locks.take(false)?;
         let fail = failed(&self.location, "reading snapshot");
         let repo = self.repo.to_indexed().map_err(&fail)?;
-        let node = repo
-            .node_from_snapshot_path(&format!("{id}:{SNAPSHOT_ROOT}"), |_| true)
-            .map_err(&fail)?;
+        let snap = repo.get_snapshot_from_str(id, |_| true).map_err(&fail)?;
         Ok(SnapshotReader {
             repo,
-            node,
+            tree: snap.tree,
+            tags: snap.tags.iter().cloned().collect(),
             location: self.location.clone(),
+            _lock: lock,
         })
     }
 }
@@ -484,50 +835,152 @@ pub const READERS: usize = 2;
 /// One snapshot, read for a restore.
 pub struct SnapshotReader {
     repo: Repository<rustic_core::IndexedFullStatus>,
-    node: Node,
+    /// The snapshot's root tree (the volume is its [`SNAPSHOT_ROOT`]).
+    tree: rustic_core::TreeId,
+    tags: Vec<String>,
     location: String,
+    _lock: RepositoryLock,
+}
+
+/// Whether `bytes` are the blob `id` names: restic's ids are the sha256
+/// of the plaintext, and a blob's MAC alone does not say which blob it is
+/// (whoever can write the store can swap two valid ciphertexts).
+fn is_blob(id: &rustic_core::Id, bytes: &[u8]) -> bool {
+    use sha2::Digest;
+    rustic_core::Id::new(sha2::Sha256::digest(bytes).into()) == *id
 }
 
 impl SnapshotReader {
-    /// Every entry below the volume's root, in path order, paths relative.
-    pub fn entries(&self) -> Result<Vec<(PathBuf, Node)>, RepositoryError> {
-        let fail = failed(&self.location, "listing snapshot");
-        let iter = self
+    /// The snapshot's tags (`backup=`, `namespace=`, `pod=`, `volume=`,
+    /// ...: see [`VolumeTags`]), as the snapshot holds them.
+    pub fn tags(&self) -> &[String] {
+        &self.tags
+    }
+
+    /// A tree, checked against its id as its blobs are: rustic's own
+    /// tree reads check the MAC only, so a swapped tree would put another
+    /// directory's entries in this one's place.
+    fn read_tree(&self, id: rustic_core::TreeId) -> Result<Vec<Node>, RepositoryError> {
+        use rustic_core::repofile::BlobType;
+        #[derive(serde::Deserialize)]
+        struct Tree {
+            nodes: Option<Vec<Node>>,
+        }
+        let fail = |why: String| RepositoryError::Failed {
+            location: self.location.clone(),
+            what: "listing snapshot".into(),
+            why,
+        };
+        let bytes = self
             .repo
-            .ls(&self.node, &LsOptions::default().recursive(true))
-            .map_err(&fail)?;
-        iter.map(|r| r.map_err(&fail)).collect()
+            .get_blob_cached(&(*id).into(), BlobType::Tree)
+            .map_err(|e| fail(e.display_log()))?;
+        if !is_blob(&id, &bytes) {
+            return Err(fail(format!(
+                "tree {} is not the tree its id names (rule: blob-hash)",
+                id.to_hex().as_str()
+            )));
+        }
+        let tree: Tree = serde_json::from_slice(&bytes).map_err(|e| {
+            fail(format!(
+                "tree {}: {e} (rule: snapshot-inconsistent)",
+                id.to_hex().as_str()
+            ))
+        })?;
+        Ok(tree.nodes.unwrap_or_default())
+    }
+
+    /// Every entry below the volume's root, in path order (each directory
+    /// before its contents), paths relative; every tree checked against
+    /// its id.
+    pub fn entries(&self) -> Result<Vec<(PathBuf, Node)>, RepositoryError> {
+        use std::ffi::OsString;
+        let inconsistent = |why: String| RepositoryError::Failed {
+            location: self.location.clone(),
+            what: "listing snapshot".into(),
+            why: format!("{why} (rule: snapshot-inconsistent)"),
+        };
+        let subtree = |path: &std::path::Path, node: &Node| {
+            node.subtree.ok_or_else(|| {
+                inconsistent(format!(
+                    "directory {:?} has no tree",
+                    path.display().to_string()
+                ))
+            })
+        };
+        let root_name = SNAPSHOT_ROOT.trim_start_matches('/');
+        let volume = self
+            .read_tree(self.tree)?
+            .into_iter()
+            .find(|n| n.is_dir() && n.name() == std::ffi::OsStr::new(root_name))
+            .ok_or_else(|| inconsistent(format!("no directory {SNAPSHOT_ROOT}")))?;
+        let mut out = Vec::new();
+        // Depth first, as restic lists: a directory, then its contents.
+        let mut stack = vec![(
+            PathBuf::new(),
+            self.read_tree(subtree(std::path::Path::new(SNAPSHOT_ROOT), &volume)?)?
+                .into_iter(),
+        )];
+        while let Some((dir, nodes)) = stack.last_mut() {
+            let Some(node) = nodes.next() else {
+                stack.pop();
+                continue;
+            };
+            // Joined as bytes: `PathBuf::join` drops the parent for a name
+            // that starts with `/`, and the caller checks every name.
+            let mut path = OsString::from(dir.as_os_str());
+            if !path.is_empty() {
+                path.push("/");
+            }
+            path.push(node.name());
+            let path = PathBuf::from(path);
+            let nodes = if node.is_dir() {
+                Some(self.read_tree(subtree(&path, &node)?)?.into_iter())
+            } else {
+                None
+            };
+            out.push((path.clone(), node));
+            if let Some(nodes) = nodes {
+                stack.push((path, nodes));
+            }
+        }
+        Ok(out)
     }
 
     /// Reads `node`'s content into `sink`, a blob at a time with its
     /// offset in the file, on up to [`READERS`] threads (so blobs arrive
     /// out of order): fetching, decrypting and decompressing a blob is
     /// most of a restore's work, and a large file's blobs are independent.
-    /// Each blob is checked against its MAC as it is read.
+    /// Each blob is checked against its MAC, its length in the index and
+    /// its id (sha256 of its plaintext, as restic's `LoadBlob` does).
+    ///
+    /// Returns how many bytes the blobs hold, for the caller to compare
+    /// with the node's size. An error is this file's (a blob missing,
+    /// unreadable or not the one its id names, with its rule), or the
+    /// first one `sink` returned.
     pub fn read_file(
         &self,
         node: &Node,
         sink: impl Fn(u64, bytes::Bytes) -> Result<(), String> + Sync,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         use rustic_core::repofile::BlobType;
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let fail =
-            |e: Box<rustic_core::RusticError>| format!("{}: {}", self.location, e.display_log());
         let content = node.content.as_deref().unwrap_or_default();
         // Each blob's offset in the file and length, from the index.
         let mut blobs = Vec::with_capacity(content.len());
         let mut end = 0u64;
         for id in content {
-            let entry = self.repo.get_index_entry(id).map_err(fail)?;
+            let entry = self.repo.get_index_entry(id).map_err(|e| {
+                format!(
+                    "{}: blob {} is not in the index: {} (rule: blob-missing)",
+                    self.location,
+                    id.to_hex().as_str(),
+                    e.display_log()
+                )
+            })?;
             let len = u64::from(entry.location.data_length());
             blobs.push((end, len));
             end += len;
-        }
-        if end != node.meta.size {
-            return Err(format!(
-                "{}: the snapshot's file holds {end} of its {} bytes",
-                self.location, node.meta.size
-            ));
         }
         let next = AtomicUsize::new(0);
         let work = || -> Result<(), String> {
@@ -537,16 +990,32 @@ impl SnapshotReader {
                     return Ok(());
                 };
                 let (offset, len) = blobs[i];
+                let hex = id.to_hex();
                 let read = self
                     .repo
                     .get_blob_cached(&(*id).into(), BlobType::Data)
-                    .map_err(fail)
+                    .map_err(|e| {
+                        format!(
+                            "{}: blob {}: {} (rule: blob-unreadable)",
+                            self.location,
+                            hex.as_str(),
+                            e.display_log()
+                        )
+                    })
                     .and_then(|bytes| {
                         if bytes.len() as u64 != len {
                             return Err(format!(
-                                "{}: blob {id} holds {} bytes where the index says {len} (rule: manifest-inconsistent)",
+                                "{}: blob {} holds {} bytes where the index says {len} (rule: manifest-inconsistent)",
                                 self.location,
+                                hex.as_str(),
                                 bytes.len()
+                            ));
+                        }
+                        if !is_blob(id, &bytes) {
+                            return Err(format!(
+                                "{}: blob {} is not the blob its id names: its content hashes otherwise (rule: blob-hash)",
+                                self.location,
+                                hex.as_str()
                             ));
                         }
                         sink(offset, bytes)
@@ -559,7 +1028,7 @@ impl SnapshotReader {
             }
         };
         if content.len() < 2 {
-            return work();
+            return work().map(|()| end);
         }
         std::thread::scope(|scope| {
             let others: Vec<_> = (1..READERS).map(|_| scope.spawn(work)).collect();
@@ -569,5 +1038,6 @@ impl SnapshotReader {
                 .map(|t| t.join().unwrap_or_else(|_| Err("a reader stopped".into())))
                 .fold(mine, Result::and)
         })
+        .map(|()| end)
     }
 }

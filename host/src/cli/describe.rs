@@ -143,6 +143,10 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
                 snapshot,
                 v.error.as_deref().unwrap_or("")
             );
+            // What it left out, each with its rule: a restore lacks it.
+            for line in v.skipped_lines() {
+                outln!("  left out {line}");
+            }
         }
     }
     if !created.is_empty() {

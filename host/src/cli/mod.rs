@@ -23,6 +23,7 @@ mod inspect;
 mod new;
 mod plugin;
 mod progress;
+mod repository;
 mod run;
 mod test;
 mod velero;
@@ -68,6 +69,8 @@ enum Command {
     Delete(delete::DeleteArgs),
     /// Pod volume data: `iar volume restore BACKUP NS/POD/VOLUME --to DIR`.
     Volume(volume::VolumeArgs),
+    /// The namespaces' volume repositories: `iar repository check|repair|prune`.
+    Repository(repository::RepositoryArgs),
     /// Run a plugin's declarative test files (`*.iar-test.yaml`).
     Test(test::TestArgs),
     /// Check any plugin against the generic rules of the contract.
@@ -154,6 +157,7 @@ pub fn main() -> ExitCode {
         Command::Logs(args) => delete::logs(args),
         Command::Delete(args) => delete::delete(args),
         Command::Volume(args) => volume::volume(args),
+        Command::Repository(args) => repository::repository(args),
         Command::Test(args) => test::test(args),
         Command::Conformance(args) => conformance::conformance(args),
         Command::New(args) => new::new(args),

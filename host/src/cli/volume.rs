@@ -5,7 +5,7 @@
 
 use super::backup::{RepositoryArg, StoreArg, tokio_runtime};
 use anyhow::{Context, bail};
-use iar::backup::volumes::{EntryKind, RestoreOptions, VolumeBackup, VolumePhase, restore_volume};
+use iar::backup::volumes::{RestoreOptions, VolumeBackup, VolumePhase};
 use iar::store::{BackupFile, BackupStore};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,14 +89,16 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             }
         );
     };
-    let (VolumePhase::Completed, Some(manifest)) = (&found.phase, &found.manifest_key) else {
+    // The library checks the record again (Completed, its data its own
+    // volume's); this says so before anything is created.
+    if found.phase != VolumePhase::Completed || found.manifest_key.is_none() {
         bail!(
             "volume backup {} did not complete ({:?}: {}); nothing to restore",
             found.describe(),
             found.phase,
             found.error.as_deref().unwrap_or("no reason given")
         );
-    };
+    }
     std::fs::create_dir_all(&args.to).with_context(|| format!("creating {}", args.to.display()))?;
     if std::fs::read_dir(&args.to)?.next().is_some() {
         bail!(
@@ -104,32 +106,44 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             args.to.display()
         );
     }
+    let options = RestoreOptions {
+        preserve_owner: args.preserve_owner,
+        repository_password: args.repository.password()?,
+    };
     let restored = rt
-        .block_on(restore_volume(
-            &store,
-            &args.backup,
-            manifest,
-            &args.to,
-            &RestoreOptions {
-                preserve_owner: args.preserve_owner,
-                repository_password: args.repository.password()?,
-            },
-        ))
+        .block_on(options.restore_record(&store, found, &args.to))
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("restoring {} from backup {:?}", args.volume, args.backup))?;
-    let files = restored
-        .entries
-        .iter()
-        .filter(|e| e.kind == EntryKind::File);
-    let (count, bytes) = files.fold((0, 0), |(n, b), e| (n + 1, b + e.size));
+    // On stderr, each on its line: what the backup left out (a warning of
+    // the backup every restore of it repeats), what came back without
+    // some metadata, what did not come back.
+    for s in &restored.skipped {
+        eprintln!("iar: left out by the backup: {:?}: {}", s.path, s.reason);
+    }
+    for w in &restored.warnings {
+        eprintln!("iar: warning: {w}");
+    }
+    for f in &restored.not_restored {
+        eprintln!("iar: not restored: {f}");
+    }
+    let left_out = match restored.skipped.len() {
+        0 => "the backup left nothing out".to_string(),
+        n => format!("the backup left out {n} entries (listed above)"),
+    };
     outln!(
-        "restored {} of backup {}: {count} files, {bytes} bytes into {} (every chunk's digest checked)",
+        "restored {} of backup {}: {} files, {} bytes into {} (every chunk's digest checked); {left_out}",
         args.volume,
         args.backup,
+        restored.files,
+        restored.bytes,
         args.to.display()
     );
-    for s in &restored.skipped {
-        outln!("  not in the backup: {:?}: {}", s.path, s.reason);
+    if let Some(e) = restored.error() {
+        bail!(
+            "restoring {} from backup {:?}: {e}",
+            args.volume,
+            args.backup
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -861,6 +861,99 @@ fn backup_runs_hooks_and_volume_backups_and_describe_lists_them() {
     );
 }
 
+/// `iar volume restore` names on stderr every entry the backup left out,
+/// with its reason, and counts them in its summary; a file it cannot
+/// restore (its chunk gone from the store) is named with its rule, the
+/// rest is restored, and it exits non-zero. Before, the left-out entries
+/// went to stdout (and only the chunk format's), and the first bad file
+/// stopped the restore.
+#[test]
+fn volume_restore_names_what_the_backup_left_out_and_what_it_could_not_restore() {
+    use iar::backup::volumes::{
+        LocalDirBackupper, VolumeBackupper, VolumePhase, VolumeRequest, data_key,
+        put_volume_backups,
+    };
+    let data = tempfile::tempdir().unwrap();
+    let store_dir = tempfile::tempdir().unwrap();
+    let vol = data.path().join("shop/.pods/db-0/scratch");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("kept"), b"kept").unwrap();
+    std::fs::write(vol.join("lost"), b"lost").unwrap();
+    for fifo in ["fifo-a", "fifo-b"] {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            vol.join(fifo),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+    }
+    let store = iar::store::BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let record = LocalDirBackupper::new(data.path().to_path_buf(), store.clone(), 1)
+            .start(VolumeRequest {
+                backup: "vols".into(),
+                backup_uid: String::new(),
+                pod: iar::item::ItemRef::new("", "pods", "shop", "db-0"),
+                volume: "scratch".into(),
+                pvc: None,
+            })
+            .await
+            .finished()
+            .await;
+        assert_eq!(record.phase, VolumePhase::Completed, "{record:?}");
+        put_volume_backups(&store, "vols", &[record]).await.unwrap();
+    });
+    let restore = |to: &Path| {
+        iar(&[
+            "volume",
+            "restore",
+            "vols",
+            "shop/db-0/scratch",
+            "--to",
+            to.to_str().unwrap(),
+            "--store",
+            store_dir.path().to_str().unwrap(),
+        ])
+    };
+    let back = tempfile::tempdir().unwrap();
+    let out = restore(&back.path().join("a"));
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for fifo in ["fifo-a", "fifo-b"] {
+        assert!(
+            stderr.lines().any(|l| l.contains("left out by the backup")
+                && l.contains(&format!("{fifo:?}"))
+                && l.contains("rule: not-a-regular-file")),
+            "{}",
+            text(&out)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("the backup left out 2 entries"),
+        "{}",
+        text(&out)
+    );
+
+    let sha = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"lost"));
+    std::fs::remove_file(store_dir.path().join(data_key("vols", &sha))).unwrap();
+    let to = back.path().join("b");
+    let out = restore(&to);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.lines().any(
+            |l| l.starts_with("iar: not restored: lost: ") && l.contains("rule: chunk-missing")
+        ),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(std::fs::read(to.join("kept")).unwrap(), b"kept");
+    assert!(!to.join("lost").exists());
+}
+
 /// `iar backup --exec-hooks-locally` started with store credentials in its
 /// environment (`AWS_SECRET_ACCESS_KEY`, `AZURE_STORAGE_ACCOUNT_KEY`): the
 /// hook, a pod annotation's command, sees neither; it gets `PATH`, `LANG`

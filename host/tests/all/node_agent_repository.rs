@@ -194,10 +194,14 @@ async fn a_node_agent_backs_volumes_up_into_the_namespaces_repository_on_s3() {
 
     // Each snapshot's parent is the one before, and it carries the
     // backup's name and uid as tags.
-    let s = store.clone();
+    let (s, u) = (store.clone(), uids.clone());
     let snapshots = blocking(move || {
         let r = open_repository(&s, PASSWORD).unwrap();
-        ["b1", "b2", "b3"].map(|b| r.snapshots_of(b).unwrap().remove(0))
+        [0, 1, 2].map(|i| {
+            let found = r.snapshots_of(&format!("b{}", i + 1), &u[i]).unwrap();
+            assert_eq!(found.len(), 1, "{found:?}");
+            found.into_iter().next().unwrap()
+        })
     })
     .await;
     assert_eq!(snapshots[0].parent, None);
@@ -264,10 +268,10 @@ async fn a_node_agent_backs_volumes_up_into_the_namespaces_repository_on_s3() {
     s3_env(&mut delete, &endpoint);
     let out = delete.output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let s = store.clone();
+    let (s, u) = (store.clone(), uids[0].clone());
     let (left, pruned, findings) = blocking(move || {
         let r = open_repository(&s, PASSWORD).unwrap();
-        let left = r.snapshots_of("b1").unwrap().len();
+        let left = r.snapshots_of("b1", &u).unwrap().len();
         let pruned = r.prune(true).unwrap();
         (left, pruned, r.check(true).unwrap())
     })

@@ -167,7 +167,21 @@ pub const SOURCES_ANNOTATION: &str = "iar.dev/item-sources";
 /// finalizes with the same plugin settings.
 pub const CONFIG_ANNOTATION: &str = "iar.dev/plugin-config";
 
+/// Recorded on the persisted backup: the uid of the resource it was made
+/// for, so a later resource of the same name is not mistaken for it.
+pub const RESOURCE_UID_ANNOTATION: &str = "iar.dev/resource-uid";
+
 impl BackupObject {
+    /// The uid the backup's work outside the store is tagged with (its
+    /// volume requests, its repository snapshots): its Backup resource's
+    /// in a cluster, else its own.
+    pub fn work_uid(&self) -> &str {
+        self.metadata
+            .annotations
+            .get(RESOURCE_UID_ANNOTATION)
+            .map_or(&self.metadata.uid, |uid| uid)
+    }
+
     pub fn new(name: &str, namespace: &str, uid: &str, spec: Value) -> Self {
         BackupObject::new_at(name, namespace, uid, spec, std::time::SystemTime::now())
     }

@@ -137,9 +137,69 @@ pub struct VolumeBackup {
     /// The manifest, once Completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest_key: Option<String>,
+    /// Entries walked so far, read or not: an incremental backup of an
+    /// unchanged volume reads no byte for minutes while it compares
+    /// every file with its parent, and that is work, not silence.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub files_done: u64,
+    /// What the backup left out, each with its rule: the first
+    /// [`SKIPPED_SHOWN`]; all of them are at [`skipped_key`]. Each is a
+    /// warning of the backup and is printed by every restore of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedEntry>,
+    /// How many entries were left out in all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_total: u64,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Left-out entries a record carries (and a request's status, and the
+/// backup's warnings name one by one): enough to act on, bounded
+/// whatever a volume holds (a million FIFOs stay one store object).
+pub const SKIPPED_SHOWN: usize = 20;
+
 impl VolumeBackup {
+    /// Records `skipped` (all of what the volume backup left out): the
+    /// first [`SKIPPED_SHOWN`] and the count.
+    pub fn set_skipped(&mut self, skipped: &[SkippedEntry]) {
+        self.skipped = skipped.iter().take(SKIPPED_SHOWN).cloned().collect();
+        self.skipped_total = skipped.len() as u64;
+    }
+
+    /// One line per entry left out (`"path": reason (rule)`), and one
+    /// for those the record does not list.
+    pub fn skipped_lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|s| format!("{:?}: {}", s.path, s.reason))
+            .collect();
+        let more = self.skipped_total.saturating_sub(self.skipped.len() as u64);
+        if more > 0 {
+            out.push(format!(
+                "{more} more entries, listed at {}",
+                skipped_key(
+                    &self.backup,
+                    &self.pod_namespace,
+                    &self.pod_name,
+                    &self.volume
+                )
+            ));
+        }
+        out
+    }
+
+    /// [`VolumeBackup::skipped_lines`] as the backup's warnings.
+    pub fn skipped_warnings(&self) -> Vec<String> {
+        self.skipped_lines()
+            .into_iter()
+            .map(|l| format!("volume backup {}: left out {l}", self.describe()))
+            .collect()
+    }
+
     /// Names the pod, the volume and the claim, for messages.
     pub fn describe(&self) -> String {
         let pvc = self
@@ -207,6 +267,9 @@ impl VolumeRequest {
             completed: None,
             error: None,
             manifest_key: None,
+            files_done: 0,
+            skipped: Vec::new(),
+            skipped_total: 0,
         }
     }
 }
@@ -419,7 +482,7 @@ impl ManifestEntry {
 
 /// An entry that was listed and not read: a FIFO, socket or device, or a
 /// file that changed kind between listing and opening.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SkippedEntry {
     pub path: String,
@@ -450,14 +513,17 @@ mod repository_backup;
 mod repository_source;
 mod restore;
 mod walk;
+mod xattrs;
 pub use files::{Fence, LocalDirBackupper, VolumeLimits, back_up_dir};
 pub use handles::VolumeRoot;
 pub use permits::VolumePermits;
-pub use repository_backup::{parse_snapshot_key, skipped_key, snapshot_key};
+pub use repository_backup::{SHRINK_TRIES, parse_snapshot_key, skipped_key, snapshot_key};
 pub use restore::{RestoreOptions, plan_restore, restore_volume};
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod left_out_tests;
 #[cfg(test)]
 mod repository_tests;
 #[cfg(test)]

@@ -309,6 +309,12 @@ impl Blocks<'_> {
                     v.bytes_total
                 ),
             );
+            // What a Completed volume left out is the backup's warning:
+            // a restore of it will lack these entries.
+            for w in v.skipped_warnings() {
+                self.journal.line(&name, format!("warning: {w}"));
+                run.results.warnings.add(&v.pod_namespace, w);
+            }
             if v.phase != VolumePhase::Completed {
                 run.results.errors.add(
                     &v.pod_namespace,

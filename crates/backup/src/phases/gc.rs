@@ -243,7 +243,7 @@ impl Gc<'_> {
         // Its volume snapshots next, while its records still name them; a
         // forgotten snapshot's data goes at the repository's next prune.
         if let Some((namespaces, password)) = snapshots {
-            self.forget_volume_snapshots(name, namespaces, password)
+            self.forget_volume_snapshots(name, found.work_uid(), namespaces, password)
                 .await?;
         }
         let keys = self.store.backup_keys(name).await?;
@@ -289,6 +289,27 @@ impl Gc<'_> {
                 namespaces.join(", ")
             ))
         })?;
+        // Each repository opened now: a wrong password is refused while
+        // the backup is still whole, not after what its plugins created
+        // is gone.
+        let (store, runtime, checked) = (
+            self.store.clone(),
+            tokio::runtime::Handle::current(),
+            (namespaces.clone(), password.clone()),
+        );
+        tokio::task::spawn_blocking(move || {
+            let (namespaces, password) = checked;
+            for ns in namespaces {
+                match iar_repository::VolumeRepository::open(&store, &ns, &password, &runtime) {
+                    Ok(_) | Err(iar_repository::RepositoryError::Missing { .. }) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(failed)?;
         Ok(Some((namespaces, password)))
     }
 
@@ -298,6 +319,7 @@ impl Gc<'_> {
     async fn forget_volume_snapshots(
         &self,
         name: &str,
+        uid: &str,
         namespaces: Vec<String>,
         password: iar_repository::Password,
     ) -> Result<(), PhaseError> {
@@ -305,9 +327,10 @@ impl Gc<'_> {
             name: name.to_string(),
             why,
         };
-        let (store, backup, runtime) = (
+        let (store, backup, uid, runtime) = (
             self.store.clone(),
             name.to_string(),
+            uid.to_string(),
             tokio::runtime::Handle::current(),
         );
         tokio::task::spawn_blocking(move || {
@@ -317,7 +340,7 @@ impl Gc<'_> {
                     Err(iar_repository::RepositoryError::Missing { .. }) => continue,
                     r => r.map_err(|e| e.to_string())?,
                 };
-                let forgotten = repo.forget(&backup).map_err(|e| e.to_string())?;
+                let forgotten = repo.forget(&backup, &uid).map_err(|e| e.to_string())?;
                 tracing::info!(backup = %backup, repository = %repo.location(), forgotten, "forgot the backup's volume snapshots");
             }
             Ok::<_, String>(())

@@ -3,10 +3,13 @@
 //! full maintenance weekly), so what forgotten snapshots held is given
 //! back.
 //!
-//! Two guards keep a prune from taking a writer's data: it is put off
-//! while any backup runs (its volumes may be writing to a repository),
-//! and it is rustic's two-phase prune, which only marks unused packs and
-//! deletes them a day later unless a newer snapshot uses them again.
+//! Three guards keep a prune from taking a writer's data: restic's
+//! exclusive lock on the repository (every writer, iar's or restic's,
+//! holds a shared one, so it covers agent work that outlives its
+//! backup's phase and a restic run by hand), a pass put off while any
+//! backup runs, and rustic's two-phase prune, which only marks unused
+//! packs and deletes them a day later unless a newer snapshot uses them
+//! again.
 
 use super::PhaseMachine;
 use super::errors::PhaseError;

@@ -3,6 +3,7 @@
 //! agent's included. The walk itself ([`walk`](super::walk)) runs on a
 //! blocking thread; this side uploads its chunks and builds the manifest.
 
+use super::repository_backup::{Done, put_skipped};
 use super::walk::{self, Event, Seam, WalkStop};
 use super::{
     EntryKind, Manifest, VolumeBackup, VolumeBackupper, VolumeHandle, VolumePermits, VolumePhase,
@@ -99,7 +100,7 @@ async fn back_up(
     limits: &VolumeLimits,
     progress: &watch::Sender<VolumeBackup>,
     cancel: &watch::Receiver<bool>,
-) -> Result<String, Stop> {
+) -> Result<Done, Stop> {
     let (seam, fence) = (limits.seam.clone(), limits.fence.clone());
     let canceled = || *cancel.borrow();
     let root = root.map_err(Stop::Failed)?;
@@ -148,6 +149,13 @@ async fn back_up(
         if canceled() {
             return Err(Stop::Canceled);
         }
+        if matches!(
+            event,
+            Event::Entry(_) | Event::Skipped(_) | Event::FileEnd { .. }
+        ) {
+            // Walked: work even when no byte moves.
+            progress.send_modify(|v| v.files_done += 1);
+        }
         match event {
             Event::Entry(e) => manifest.entries.push(e),
             Event::Skipped(s) => manifest.skipped.push(s),
@@ -195,10 +203,16 @@ async fn back_up(
         &request.pod.name,
         &request.volume,
     );
+    put_skipped(&store, &request, &manifest.skipped)
+        .await
+        .map_err(Stop::Failed)?;
     put_json_gz(&store, &key, &manifest)
         .await
         .map_err(Stop::Failed)?;
-    Ok(key)
+    Ok(Done {
+        key,
+        skipped: manifest.skipped,
+    })
 }
 
 /// Resolves when cancel is asked for; never when the handle is merely
@@ -273,9 +287,10 @@ pub fn back_up_dir(
         progress.send_modify(|v| {
             v.completed = Some(limits.clock.system_now());
             match result {
-                Ok(key) => {
+                Ok(done) => {
                     v.phase = VolumePhase::Completed;
-                    v.manifest_key = Some(key);
+                    v.manifest_key = Some(done.key);
+                    v.set_skipped(&done.skipped);
                 }
                 Err(Stop::Canceled) => {
                     v.phase = VolumePhase::Canceled;

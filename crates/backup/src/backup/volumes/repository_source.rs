@@ -33,8 +33,25 @@ pub struct Shared {
     pub skipped: Arc<Mutex<Vec<SkippedEntry>>>,
     /// Bytes of file content read so far.
     pub bytes_read: Arc<AtomicU64>,
+    /// Entries walked so far, read or not.
+    pub files_done: Arc<AtomicU64>,
+    /// Files that ended before their listed size while read. Their
+    /// snapshot is taken again (see [`super::repository_backup`]).
+    pub shrunk: Arc<Mutex<Vec<Shrunk>>>,
+    /// The first error that no rule chose (a file that cannot be opened
+    /// or read, a directory that cannot be listed): it fails the volume,
+    /// as it does in the chunk format. rustic would leave the entry out
+    /// of the snapshot with a log line and call the snapshot whole.
+    pub fatal: Arc<Mutex<Option<String>>>,
     /// Set to stop: the walk lists nothing more and readers end.
     pub stop: Arc<AtomicBool>,
+}
+
+/// A file that ended before its listed size while it was read.
+pub struct Shrunk {
+    pub path: Vec<u8>,
+    pub listed: u64,
+    pub read: u64,
 }
 
 impl Shared {
@@ -45,6 +62,18 @@ impl Shared {
             path_hex,
             reason,
         });
+    }
+
+    /// Records the volume's failure (the first one wins) and stops the
+    /// walk; returns the error to hand rustic.
+    fn fail(&self, path: &[u8], why: &str) -> Box<RusticError> {
+        let shown = String::from_utf8_lossy(if path.is_empty() { b"." } else { path });
+        self.fatal
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| format!("{shown}: {why} (rule: volume-unreadable)"));
+        self.stop.store(true, Ordering::Relaxed);
+        refused(path, why)
     }
 }
 
@@ -99,6 +128,27 @@ fn metadata(st: &Stat) -> Metadata {
     }
 }
 
+/// Attributes as restic stores them: rustic_core keeps its type private,
+/// so it is built from restic's JSON form (a name and a base64 value).
+fn extended_attributes<T: serde::de::DeserializeOwned + Default>(
+    found: Vec<(String, Vec<u8>)>,
+) -> T {
+    use base64::Engine;
+    if found.is_empty() {
+        return T::default();
+    }
+    let json: Vec<_> = found
+        .into_iter()
+        .map(|(name, value)| {
+            serde_json::json!({
+                "name": name,
+                "value": base64::engine::general_purpose::STANDARD.encode(value),
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::Value::Array(json)).unwrap_or_default()
+}
+
 fn rel_path(rel: &[u8]) -> PathBuf {
     let mut p = PathBuf::from(iar_repository::SNAPSHOT_ROOT);
     if !rel.is_empty() {
@@ -139,13 +189,14 @@ impl ReadSourceOpen for HandleOpen {
                 self.shared.skip(&self.path, why.into());
                 return Err(refused(&self.path, why));
             }
-            Err(e) => {
-                let why = format!("opening: {e}");
-                self.shared.skip(&self.path, format!("{why}; not read"));
-                return Err(refused(&self.path, &why));
+            // Deleted since it was listed: nothing to back up.
+            Err(rustix::io::Errno::NOENT) => {
+                return Err(refused(&self.path, "deleted after it was listed"));
             }
+            Err(e) => return Err(self.shared.fail(&self.path, &format!("opening: {e}"))),
         };
-        let st = rustix::fs::fstat(&fd).map_err(|e| refused(&self.path, &e.to_string()))?;
+        let st = rustix::fs::fstat(&fd)
+            .map_err(|e| self.shared.fail(&self.path, &format!("fstat: {e}")))?;
         if file_type(&st) != FileType::RegularFile || st.st_ino != self.ino || st.st_dev != self.dev
         {
             let why = format!(
@@ -159,6 +210,8 @@ impl ReadSourceOpen for HandleOpen {
         // read up to its listed size.
         Ok(Counted {
             inner: std::fs::File::from(fd).take(self.size),
+            listed: self.size,
+            read: 0,
             path: self.path,
             shared: self.shared,
         })
@@ -166,8 +219,18 @@ impl ReadSourceOpen for HandleOpen {
 }
 
 /// A file's content, counted as it is read, ending early when stopped.
+///
+/// The snapshot's node already holds the listed size, and restic's
+/// `check` (and iar's restore) want the content to add up to it; a file
+/// that shrinks while read is therefore made up to its listed size with
+/// zeros and recorded in [`Shared::shrunk`], so the caller takes the
+/// snapshot again (the file then listed at its new size) and only keeps
+/// a padded one, with a warning naming the file, when the file never
+/// holds still.
 pub struct Counted {
     inner: std::io::Take<std::fs::File>,
+    listed: u64,
+    read: u64,
     path: Vec<u8>,
     shared: Shared,
 }
@@ -177,21 +240,42 @@ impl Read for Counted {
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(std::io::Error::other("the volume backup stopped"));
         }
-        match self.inner.read(buf) {
+        if self.read >= self.listed {
+            return Ok(0);
+        }
+        let n = match self.inner.read(buf) {
+            Ok(0) => {
+                // Ended early: shrank while read.
+                if self.inner.limit() == self.listed - self.read {
+                    self.shared.shrunk.lock().unwrap().push(Shrunk {
+                        path: self.path.clone(),
+                        listed: self.listed,
+                        read: self.read,
+                    });
+                }
+                let pad = (self.listed - self.read).min(buf.len() as u64) as usize;
+                buf[..pad].fill(0);
+                // The padding is not read from the volume, so the take
+                // limit stays; `read` alone moves on.
+                pad
+            }
             Ok(n) => {
                 self.shared
                     .bytes_read
                     .fetch_add(n as u64, Ordering::Relaxed);
-                Ok(n)
+                n
             }
-            // rustic leaves a file it cannot read out of the snapshot: the
-            // record says which and why.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Err(e),
             Err(e) => {
-                self.shared
-                    .skip(&self.path, format!("reading failed: {e}; not stored"));
-                Err(e)
+                return Err(std::io::Error::other(
+                    self.shared
+                        .fail(&self.path, &format!("reading: {e}"))
+                        .to_string(),
+                ));
             }
-        }
+        };
+        self.read += n as u64;
+        Ok(n)
     }
 }
 
@@ -212,12 +296,12 @@ pub struct Entries {
 type Item = Result<ReadSourceEntry<HandleOpen>, Box<RusticError>>;
 
 impl Entries {
-    fn failed(path: &[u8], e: impl std::fmt::Display) -> Item {
-        Err(refused(path, &e.to_string()))
+    fn failed(&self, path: &[u8], e: impl std::fmt::Display) -> Item {
+        Err(self.shared.fail(path, &e.to_string()))
     }
 
     fn open_frame(&mut self, dir: OwnedFd, path: Vec<u8>) -> Result<(), Box<RusticError>> {
-        let names = names(&dir).map_err(|e| refused(&path, &format!("listing: {e}")))?;
+        let names = names(&dir).map_err(|e| self.shared.fail(&path, &format!("listing: {e}")))?;
         self.frames.push(Frame {
             dir: Arc::new(dir),
             path,
@@ -237,7 +321,7 @@ impl Iterator for Entries {
         if let Some(root) = self.root.take() {
             let st = match rustix::fs::fstat(&root) {
                 Ok(st) => st,
-                Err(e) => return Some(Self::failed(b".", e)),
+                Err(e) => return Some(self.failed(b"", e)),
             };
             if let Err(e) = self.open_frame(root, Vec::new()) {
                 return Some(Err(e));
@@ -257,13 +341,26 @@ impl Iterator for Entries {
             };
             let dir = frame.dir.clone();
             let path = join(&frame.path, name.as_bytes());
+            self.shared.files_done.fetch_add(1, Ordering::Relaxed);
             let st = match stat_nofollow(&dir, &name) {
                 Ok(st) => st,
                 // Deleted since the listing: nothing to back up.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Some(Self::failed(&path, e)),
+                Err(e) => return Some(self.failed(&path, e)),
             };
-            let meta = metadata(&st);
+            let mut meta = metadata(&st);
+            if matches!(
+                file_type(&st),
+                FileType::Directory | FileType::RegularFile | FileType::Symlink
+            ) {
+                match super::xattrs::read(&dir, &name) {
+                    Ok(found) => meta.extended_attributes = extended_attributes(found),
+                    Err(e) => self.shared.skip(
+                        &path,
+                        format!("its extended attributes were not read: {e}; its content was (rule: xattr-unreadable)"),
+                    ),
+                }
+            }
             let entry = |node_type, open| {
                 Some(Ok(ReadSourceEntry {
                     path: rel_path(&path),

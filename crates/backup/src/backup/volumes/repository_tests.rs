@@ -10,18 +10,18 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn password(p: &str) -> iar_repository::Password {
+pub(super) fn password(p: &str) -> iar_repository::Password {
     iar_repository::Password::new(p).unwrap()
 }
 
-fn limits(pw: &str) -> VolumeLimits {
+pub(super) fn limits(pw: &str) -> VolumeLimits {
     VolumeLimits {
         repository: Some(password(pw)),
         ..VolumeLimits::default()
     }
 }
 
-fn request(backup: &str) -> VolumeRequest {
+pub(super) fn request(backup: &str) -> VolumeRequest {
     VolumeRequest {
         backup: backup.into(),
         backup_uid: String::new(),
@@ -31,7 +31,7 @@ fn request(backup: &str) -> VolumeRequest {
     }
 }
 
-async fn back_up(s: &Setup, backup: &str, limits: VolumeLimits) -> VolumeBackup {
+pub(super) async fn back_up(s: &Setup, backup: &str, limits: VolumeLimits) -> VolumeBackup {
     LocalDirBackupper::new(s.data.clone(), s.store.clone(), 1)
         .with_limits(limits)
         .start(request(backup))
@@ -41,7 +41,7 @@ async fn back_up(s: &Setup, backup: &str, limits: VolumeLimits) -> VolumeBackup 
 }
 
 /// Every file and link under `dir`: relative path -> content or target.
-fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(super) fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -80,21 +80,21 @@ fn repository_bytes(s: &Setup) -> u64 {
 }
 
 /// What backup `backup` of db-0's volume listed and did not read.
-async fn skipped_of(s: &Setup, backup: &str) -> Vec<SkippedEntry> {
+pub(super) async fn skipped_of(s: &Setup, backup: &str) -> Vec<SkippedEntry> {
     get_json_gz(&s.store, &skipped_key(backup, "shop", "db-0", "data"))
         .await
         .unwrap()
         .unwrap()
 }
 
-fn restore_options(pw: &str) -> RestoreOptions {
+pub(super) fn restore_options(pw: &str) -> RestoreOptions {
     RestoreOptions {
         repository_password: Some(password(pw)),
         ..RestoreOptions::default()
     }
 }
 
-async fn restored(
+pub(super) async fn restored(
     s: &Setup,
     done: &VolumeBackup,
     pw: &str,
@@ -114,11 +114,11 @@ async fn restored(
 
 /// The repository is synchronous and blocks on the runtime: the test's
 /// worker thread lends itself to it.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-fn repo(s: &Setup, pw: &str) -> iar_repository::VolumeRepository {
+pub(super) fn repo(s: &Setup, pw: &str) -> iar_repository::VolumeRepository {
     let runtime = tokio::runtime::Handle::current();
     blocking(|| iar_repository::VolumeRepository::open(&s.store, "shop", &password(pw), &runtime))
         .unwrap()
@@ -176,7 +176,7 @@ async fn backups_of_a_changing_volume_upload_what_changed_and_restore_as_they_we
     assert_eq!(third.phase, VolumePhase::Completed, "{:?}", third.error);
 
     let r = repo(&s, "pw");
-    let snap = |b: &str| blocking(|| r.snapshots_of(b)).unwrap().remove(0);
+    let snap = |b: &str| blocking(|| r.snapshots_of(b, "")).unwrap().remove(0);
     assert_eq!(snap("b1").parent, None);
     assert_eq!(snap("b2").parent, Some(snap("b1").id));
     assert_eq!(snap("b3").parent, Some(snap("b2").id));
@@ -281,7 +281,7 @@ async fn a_prune_after_a_forget_removes_only_unused_data() {
     let before = repository_bytes(&s);
 
     let r = repo(&s, "pw");
-    assert_eq!(blocking(|| r.forget("b1")).unwrap(), 1);
+    assert_eq!(blocking(|| r.forget("b1", "")).unwrap(), 1);
     let pruned = blocking(|| r.prune(true)).unwrap();
     assert!(pruned.packs_removed >= 1, "{pruned:?}");
     let after = repository_bytes(&s);
@@ -410,7 +410,7 @@ async fn a_canceled_backup_leaves_no_snapshot() {
         iar_tests::blocking::wait_for(
             "the partial snapshot forgotten",
             Duration::from_secs(30),
-            || match r.snapshots_of("b1").unwrap().len() {
+            || match r.snapshots_of("b1", "").unwrap().len() {
                 0 => Ok(()),
                 n => Err(format!("{n} snapshots of b1")),
             },
@@ -447,5 +447,14 @@ async fn a_sparse_file_of_exabytes_is_recorded_not_read() {
     assert!(
         skipped[0].reason.contains("rule: sparse-file"),
         "{skipped:?}"
+    );
+    // The record says so too, and the backup warns of it.
+    assert_eq!((done.skipped.clone(), done.skipped_total), (skipped, 1));
+    let warnings = done.skipped_warnings();
+    assert!(
+        warnings.len() == 1
+            && warnings[0].contains("\"huge\"")
+            && warnings[0].contains("rule: sparse-file"),
+        "{warnings:?}"
     );
 }

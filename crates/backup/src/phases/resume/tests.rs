@@ -26,6 +26,9 @@ fn volume(name: &str, phase: VolumePhase) -> VolumeBackup {
         completed: None,
         error: None,
         manifest_key: None,
+        files_done: 0,
+        skipped: Vec::new(),
+        skipped_total: 0,
     }
 }
 
