@@ -118,6 +118,20 @@ pub mod s3 {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
+        let gateway = versitygw_at(binary, root, ip, port, access_key, secret_key);
+        (gateway, format!("http://{ip}:{port}"))
+    }
+
+    /// [`versitygw`] on a given port: a gateway started again where its
+    /// clients still point (a restart of the store, for fault tests).
+    pub fn versitygw_at(
+        binary: &Path,
+        root: &Path,
+        ip: IpAddr,
+        port: u16,
+        access_key: &str,
+        secret_key: &str,
+    ) -> Gateway {
         let child = Command::new(binary)
             .args(["--port", &format!("{ip}:{port}"), "posix"])
             .arg(root)
@@ -137,7 +151,14 @@ pub mod s3 {
                     .map_err(|e| e.to_string())
             },
         );
-        (gateway, format!("http://{ip}:{port}"))
+        gateway
+    }
+
+    impl Gateway {
+        /// The gateway's process id, to stop and continue it.
+        pub fn pid(&self) -> u32 {
+            self.0.id()
+        }
     }
 }
 

@@ -716,6 +716,13 @@ impl VolumeRepository {
             .map_err(failed(&self.location, "listing snapshots"))
     }
 
+    /// Every snapshot iar wrote into this repository.
+    pub fn snapshots(&self) -> Result<Vec<SnapshotFile>, RepositoryError> {
+        self.repo
+            .get_matching_snapshots(|s| s.hostname == HOST)
+            .map_err(failed(&self.location, "listing snapshots"))
+    }
+
     /// Forgets the snapshots of backup `backup` (uid `uid`; see
     /// [`VolumeRepository::snapshots_of`]); their data stays until a
     /// prune. Returns how many.

@@ -11,6 +11,8 @@ mod cli_plugin;
 mod conformance;
 mod controller;
 mod csi;
+mod fault_workload;
+mod faults;
 mod go_sdk;
 mod iar_bench;
 mod iar_new;

@@ -97,6 +97,11 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The agent's process id (to stop and continue it).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM, as the kubelet stops a pod, and waits up to `within`
     /// for the agent to exit; its status (the test fails, with the agent's
     /// log, if it did not exit).

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// restic's CLI, or `None` (a failure under CI) without Go.
-fn restic() -> Option<PathBuf> {
+pub(crate) fn restic() -> Option<PathBuf> {
     if Command::new("go").arg("version").output().is_err() {
         iar_apiserver::skip_or_fail("Go is not installed, so restic cannot be built");
         return None;

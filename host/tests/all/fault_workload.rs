@@ -1,0 +1,144 @@
+//! The fault campaign's workload and dice: a volume whose files a seeded
+//! generator keeps changing (growing, shrinking, truncating, renaming,
+//! hard-linking, deleting), and the faults each round injects, all drawn
+//! from one seed so a failing run replays.
+
+use iar_tests::fixtures::noise;
+use std::path::Path;
+
+/// splitmix64: small, seedable, and the same on every machine.
+pub(crate) struct Dice(u64);
+
+impl Dice {
+    pub(crate) fn new(seed: u64) -> Dice {
+        Dice(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// What one round does to the volume: `changes` edits of its files, each
+/// an ordinary thing an application does to its data.
+pub(crate) fn change_volume(dir: &Path, dice: &mut Dice, changes: u64) {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for _ in 0..changes {
+        let names = names(&data);
+        let pick = |dice: &mut Dice| -> Option<String> {
+            (!names.is_empty()).then(|| names[dice.below(names.len() as u64) as usize].clone())
+        };
+        match (dice.below(7), pick(dice)) {
+            // Too few files, or a new one anyway.
+            (_, None) | (0, _) => {
+                let size = dice.below(256 << 10) as usize;
+                let name = format!("f{:05}", dice.below(100_000));
+                std::fs::write(data.join(name), noise(dice.next(), size)).unwrap();
+            }
+            (1, Some(f)) => {
+                use std::io::Write;
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(data.join(f))
+                    .unwrap();
+                file.write_all(&noise(dice.next(), dice.below(64 << 10) as usize))
+                    .unwrap();
+            }
+            (2, Some(f)) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(data.join(f))
+                    .unwrap();
+                let len = file.metadata().unwrap().len();
+                file.set_len(dice.below(len + 1)).unwrap();
+            }
+            // copytruncate's second half: emptied in place.
+            (3, Some(f)) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(data.join(f))
+                    .unwrap();
+                file.set_len(0).unwrap();
+            }
+            (4, Some(f)) => {
+                let to = format!("r{:05}", dice.below(100_000));
+                std::fs::rename(data.join(f), data.join(to)).unwrap();
+            }
+            (5, Some(f)) => {
+                let to = data.join(format!("l{:05}", dice.below(100_000)));
+                if !to.exists() {
+                    std::fs::hard_link(data.join(f), to).unwrap();
+                }
+            }
+            (_, Some(f)) => {
+                if names.len() > 4 {
+                    std::fs::remove_file(data.join(f)).unwrap();
+                }
+            }
+        }
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The faults a round may inject, by kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Fault {
+    /// SIGKILL of the node agent at a random moment, then a new agent.
+    AgentKill,
+    /// SIGSTOP of the node agent past the controller's silence, then
+    /// SIGCONT: it wakes to a request the controller has failed.
+    AgentStopPastSilence,
+    /// SIGSTOP of the node agent for a moment, then SIGCONT.
+    AgentStopBrief,
+    /// The S3 server killed at a random moment and started again on its
+    /// port a moment later.
+    StoreRestart,
+    /// SIGSTOP of the S3 server for a few seconds (a frozen store), then
+    /// SIGCONT.
+    StoreStop,
+    /// The controller (in this process: its task aborted, as a crash
+    /// drops everything it held) started again.
+    ControllerRestart,
+}
+
+impl Fault {
+    pub(crate) const ALL: [Fault; 6] = [
+        Fault::AgentKill,
+        Fault::AgentStopPastSilence,
+        Fault::AgentStopBrief,
+        Fault::StoreRestart,
+        Fault::StoreStop,
+        Fault::ControllerRestart,
+    ];
+
+    /// A round's faults: none, one or two, with their delays after the
+    /// backup's creation.
+    pub(crate) fn draw(dice: &mut Dice) -> Vec<(Fault, std::time::Duration)> {
+        let count = [0, 1, 1, 2][dice.below(4) as usize];
+        (0..count)
+            .map(|_| {
+                let fault = Fault::ALL[dice.below(Fault::ALL.len() as u64) as usize];
+                let delay = std::time::Duration::from_millis(dice.below(3_000));
+                (fault, delay)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,482 @@
+//! A seeded fault campaign over the real components: the kube-apiserver
+//! (kwok's node), the controller, a real `iar node-agent` process, and
+//! versitygw as the S3 store, writing pod volume data into the
+//! namespace's restic repository. Each round the volume changes (a seeded
+//! generator), a Backup is created and faults are injected at seeded
+//! moments (see [`Fault`]); then the invariants are checked:
+//!
+//! - the Backup reaches exactly one terminal phase and never leaves it;
+//! - a Completed backup's volume restores byte for byte to what the
+//!   generator left, but for the entries its record names as left out;
+//! - after the campaign, restic's own `check --read-data` and iar's find
+//!   the repository sound, and once every backup is deleted no snapshot is
+//!   left (nothing outlives its backup).
+//!
+//! `IAR_FAULT_SEEDS` (`1,2`) and `IAR_FAULT_ROUNDS` (3) choose the run;
+//! `bench/faults.sh` runs many. A violation names its seed and round, so
+//! it replays. Each round's line (`fault-campaign ...`) is printed for the
+//! bench to count faults and recovery times.
+
+use crate::controller::{create_backup, start_controller};
+use crate::fault_workload::{Dice, Fault, change_volume};
+use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
+use crate::pod_hooks::{KwokCluster, kwok_cluster};
+use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, tools};
+use crate::volume_repository::{files, restic};
+use iar::backup::object::BackupPhase;
+use iar::backup::volumes::{RestoreOptions, VolumeBackup as Record, VolumePhase};
+use iar::k8s::crd::Backup;
+use iar::k8s::plugins::PluginRegistry;
+use iar::repository::{Password, VolumeRepository};
+use iar::store::{BackupFile, BackupStore};
+use iar_apiserver::User;
+use kube::api::Api;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "fault campaign";
+/// The longest a round may take to reach its terminal phase: the agent's
+/// silence (10 s in the test controller) and the store's restarts fit
+/// many times over; past it the round is a violation, not a hang.
+const ROUND_BUDGET: Duration = Duration::from_secs(180);
+
+fn env_list(name: &str, default: &str) -> Vec<u64> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|s| s.trim().parse().expect("a number"))
+        .collect()
+}
+
+/// What object_store (in `iar`) and restic read to reach the S3 server.
+fn s3_env(command: &mut Command, endpoint: &str) {
+    command
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_ENDPOINT", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1");
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: a signal to a child of this test, by its pid.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// The store and what serves it, restartable on its port.
+struct Store {
+    tools: PathBuf,
+    root: PathBuf,
+    port: u16,
+    gateway: Option<iar_tests::s3::Gateway>,
+    endpoint: String,
+    store: BackupStore,
+}
+
+impl Store {
+    fn start(tools: &Path, root: &Path) -> Store {
+        std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+        let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let s3 = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id(ACCESS_KEY)
+            .with_secret_access_key(SECRET_KEY)
+            .build()
+            .unwrap();
+        let mut store = Store {
+            tools: tools.to_path_buf(),
+            root: root.to_path_buf(),
+            port,
+            gateway: None,
+            endpoint,
+            store: BackupStore::from_object_store(Arc::new(s3), &format!("s3://{BUCKET}")),
+        };
+        store.up();
+        store
+    }
+
+    fn up(&mut self) {
+        self.gateway = Some(iar_tests::s3::versitygw_at(
+            &self.tools.join("versitygw"),
+            &self.root,
+            Ipv4Addr::LOCALHOST.into(),
+            self.port,
+            ACCESS_KEY,
+            SECRET_KEY,
+        ));
+    }
+
+    fn pid(&self) -> u32 {
+        self.gateway.as_ref().unwrap().pid()
+    }
+}
+
+/// One seed's world: its namespace, node, pod volume, store, agent and
+/// controller.
+struct World {
+    ns: String,
+    node: String,
+    kubelet_root: tempfile::TempDir,
+    volume: PathBuf,
+    password_file: PathBuf,
+    store: Store,
+    agent: Option<Agent>,
+    controller: Option<tokio::task::JoinHandle<()>>,
+    admin: kube::Client,
+    server: &'static iar_apiserver::ApiServer,
+}
+
+impl World {
+    fn start_agent(&mut self) {
+        let endpoint = self.store.endpoint.clone();
+        let file = self.password_file.clone();
+        self.agent = Some(Agent::start_with(
+            self.server,
+            User::Admin,
+            &self.ns,
+            &self.node,
+            self.kubelet_root.path(),
+            &format!("s3://{BUCKET}"),
+            |c| {
+                s3_env(c, &endpoint);
+                c.arg("--repository-password-file").arg(file);
+            },
+        ));
+    }
+
+    async fn start_controller(&mut self) {
+        let (_, task) = start_controller(
+            self.admin.clone(),
+            &self.ns,
+            self.store.store.clone(),
+            Vec::new(),
+            PluginRegistry::new(),
+        )
+        .await;
+        self.controller = Some(task);
+    }
+
+    async fn inject(&mut self, fault: Fault, dice: &mut Dice) {
+        match fault {
+            Fault::AgentKill => {
+                signal(self.agent.as_ref().unwrap().pid(), libc::SIGKILL);
+                self.agent = None;
+                self.start_agent();
+            }
+            Fault::AgentStopPastSilence | Fault::AgentStopBrief => {
+                let pid = self.agent.as_ref().unwrap().pid();
+                let pause = if fault == Fault::AgentStopBrief {
+                    Duration::from_millis(500 + dice.below(1500))
+                } else {
+                    // The test controller's silence is 10 s.
+                    Duration::from_secs(13)
+                };
+                signal(pid, libc::SIGSTOP);
+                tokio::time::sleep(pause).await;
+                signal(pid, libc::SIGCONT);
+            }
+            Fault::StoreRestart => {
+                self.store.gateway = None;
+                tokio::time::sleep(Duration::from_millis(500 + dice.below(2500))).await;
+                let store = &mut self.store;
+                tokio::task::block_in_place(|| store.up());
+            }
+            Fault::StoreStop => {
+                let pid = self.store.pid();
+                signal(pid, libc::SIGSTOP);
+                tokio::time::sleep(Duration::from_millis(1000 + dice.below(4000))).await;
+                signal(pid, libc::SIGCONT);
+            }
+            Fault::ControllerRestart => {
+                let task = self.controller.take().unwrap();
+                task.abort();
+                let _ = task.await;
+                self.start_controller().await;
+            }
+        }
+    }
+}
+
+/// A round's outcome, for the report and the invariants.
+struct Round {
+    faults: Vec<Fault>,
+    phase: BackupPhase,
+    recovery: Duration,
+}
+
+/// Polls the Backup until a terminal phase, then a little longer to see
+/// it stay there; every phase seen, in order.
+async fn terminal_phase(admin: &kube::Client, ns: &str, name: &str) -> Result<BackupPhase, String> {
+    let api = Api::<Backup>::namespaced(admin.clone(), ns);
+    let started = Instant::now();
+    let phase_now = async || {
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|b| b.status)
+            .map(|s| s.phase)
+    };
+    let ended = loop {
+        if let Some(p) = phase_now().await.filter(|p| p.is_terminal()) {
+            break p;
+        }
+        if started.elapsed() > ROUND_BUDGET {
+            return Err(format!(
+                "no terminal phase within {ROUND_BUDGET:?} (now {:?})",
+                phase_now().await
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = phase_now().await;
+        if now != Some(ended) {
+            return Err(format!("left its terminal phase {ended:?} for {now:?}"));
+        }
+    }
+    Ok(ended)
+}
+
+/// The invariant on a Completed backup's volume: its record is Completed
+/// and the volume restores to `frozen`, but for what the record names as
+/// left out.
+async fn check_restore(
+    store: &BackupStore,
+    name: &str,
+    frozen: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> Result<(), String> {
+    let records: Vec<Record> = store
+        .get_json(name, BackupFile::VolumeBackups)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no volume records")?;
+    let [record] = records.as_slice() else {
+        return Err(format!("{} volume records, not 1", records.len()));
+    };
+    if record.phase != VolumePhase::Completed {
+        return Err(format!(
+            "the backup is Completed, its volume {:?}: {:?}",
+            record.phase, record.error
+        ));
+    }
+    let target = tempfile::tempdir().unwrap();
+    let dest = target.path().join("volume");
+    std::fs::create_dir(&dest).unwrap();
+    let options = RestoreOptions {
+        repository_password: Some(Password::new(PASSWORD).unwrap()),
+        ..RestoreOptions::default()
+    };
+    let restored = options
+        .restore_record(store, record, &dest)
+        .await
+        .map_err(|e| format!("restoring: {e}"))?;
+    if !restored.not_restored.is_empty() {
+        return Err(format!("not restored: {:?}", restored.not_restored));
+    }
+    let left_out: Vec<&str> = record.skipped.iter().map(|s| s.path.as_str()).collect();
+    let mut expected = frozen.clone();
+    expected.retain(|path, _| !left_out.contains(&path.as_str()));
+    let back = files(&dest);
+    if back != expected {
+        let differ: Vec<&String> = expected
+            .keys()
+            .chain(back.keys())
+            .filter(|k| expected.get(*k) != back.get(*k))
+            .collect();
+        return Err(format!(
+            "restored files differ from the frozen volume: {differ:?}"
+        ));
+    }
+    Ok(())
+}
+
+async fn run_seed(
+    cluster: &KwokCluster,
+    tools: &Path,
+    restic: &Path,
+    seed: u64,
+    rounds: u64,
+) -> Result<Vec<Round>, String> {
+    let mut dice = Dice::new(seed);
+    let ns = format!("faults-{seed}");
+    let node = format!("kwok-faults-{seed}");
+    cluster.kwok.add_node(&cluster.admin, &node).await;
+    iar_apiserver::create_namespace(&cluster.admin, &ns).await;
+    let kubelet_root = tempfile::tempdir().unwrap();
+    let volume = pod_with_volume(
+        cluster.kwok,
+        &cluster.admin,
+        &ns,
+        "db-0",
+        &node,
+        &format!("pv-faults-{seed}"),
+        kubelet_root.path(),
+        serde_json::json!({}),
+    )
+    .await;
+    let password_file = kubelet_root.path().join("repository-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let store_root = tempfile::tempdir().unwrap();
+    let mut world = World {
+        store: Store::start(tools, store_root.path()),
+        ns: ns.clone(),
+        node,
+        kubelet_root,
+        volume,
+        password_file,
+        agent: None,
+        controller: None,
+        admin: cluster.admin.clone(),
+        server: cluster.server,
+    };
+    world.start_agent();
+    world.start_controller().await;
+    let mut done = Vec::new();
+    for round in 0..rounds {
+        let changes = 1 + dice.below(12);
+        change_volume(&world.volume, &mut dice, changes);
+        let frozen = files(&world.volume);
+        let name = format!("b{round}");
+        let mut faults = Fault::draw(&mut dice);
+        faults.sort_by_key(|(_, at)| *at);
+        create_backup(&world.admin, &ns, &name, fs_backup_spec(&ns)).await;
+        let created = Instant::now();
+        let mut last_fault = created;
+        for (fault, at) in &faults {
+            tokio::time::sleep(at.saturating_sub(created.elapsed())).await;
+            world.inject(*fault, &mut dice).await;
+            last_fault = Instant::now();
+        }
+        let violation = |why: String| {
+            format!(
+                "seed {seed} round {round} (faults {:?}): {why}",
+                faults.iter().map(|f| f.0).collect::<Vec<_>>()
+            )
+        };
+        let phase = terminal_phase(&world.admin, &ns, &name)
+            .await
+            .map_err(violation)?;
+        let recovery = last_fault.elapsed();
+        if phase == BackupPhase::Completed {
+            check_restore(&world.store.store, &name, &frozen)
+                .await
+                .map_err(violation)?;
+        }
+        println!(
+            "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={}",
+            faults.iter().map(|f| f.0).collect::<Vec<_>>(),
+            recovery.as_millis()
+        );
+        done.push(Round {
+            faults: faults.into_iter().map(|f| f.0).collect(),
+            phase,
+            recovery,
+        });
+    }
+    // The repository as restic's own CLI reads it.
+    let mut check = Command::new(restic);
+    check
+        .arg("--repo")
+        .arg(format!("s3:{}/{BUCKET}/restic/{ns}", world.store.endpoint))
+        .arg("--password-file")
+        .arg(&world.password_file)
+        .args(["--no-cache", "check", "--read-data"]);
+    s3_env(&mut check, &world.store.endpoint);
+    let out = check.output().unwrap();
+    if !out.status.success() {
+        return Err(format!(
+            "seed {seed}: restic check --read-data: {}",
+            crate::support::text(&out)
+        ));
+    }
+    // Every backup deleted: no snapshot outlives its backup.
+    world.agent = None;
+    if let Some(task) = world.controller.take() {
+        task.abort();
+    }
+    for round in 0..rounds {
+        let mut delete = Command::new(env!("CARGO_BIN_EXE_iar"));
+        delete
+            .args([
+                "delete",
+                &format!("b{round}"),
+                "--store",
+                &format!("s3://{BUCKET}"),
+            ])
+            .arg("--repository-password-file")
+            .arg(&world.password_file);
+        s3_env(&mut delete, &world.store.endpoint);
+        let out = delete.output().unwrap();
+        if !out.status.success() {
+            return Err(format!(
+                "seed {seed}: iar delete b{round}: {}",
+                crate::support::text(&out)
+            ));
+        }
+    }
+    let (store, password) = (world.store.store.clone(), Password::new(PASSWORD).unwrap());
+    let left = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Handle::current();
+        match VolumeRepository::open(&store, &ns, &password, &runtime) {
+            Ok(repo) => repo.snapshots().map(|s| s.len()).map_err(|e| e.to_string()),
+            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(0),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .unwrap();
+    match left {
+        Ok(0) => Ok(done),
+        Ok(n) => Err(format!(
+            "seed {seed}: {n} snapshots left after every backup was deleted"
+        )),
+        Err(e) => Err(format!("seed {seed}: listing snapshots: {e}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
+    let Some(cluster) = kwok_cluster("faults", &[]).await else {
+        return;
+    };
+    let Some(tools) = tools() else { return };
+    let Some(restic) = restic() else { return };
+    let seeds = env_list("IAR_FAULT_SEEDS", "1,2");
+    let rounds = env_list("IAR_FAULT_ROUNDS", "3")[0];
+    let mut violations = Vec::new();
+    let mut injected = 0;
+    for seed in seeds {
+        match run_seed(&cluster, &tools, &restic, seed, rounds).await {
+            Ok(done) => {
+                injected += done.iter().map(|r| r.faults.len()).sum::<usize>();
+                let worst = done.iter().map(|r| r.recovery).max().unwrap_or_default();
+                let completed = done
+                    .iter()
+                    .filter(|r| r.phase == BackupPhase::Completed)
+                    .count();
+                println!(
+                    "fault-campaign seed={seed} rounds={rounds} completed={completed} slowest_recovery_ms={}",
+                    worst.as_millis()
+                );
+            }
+            Err(v) => violations.push(v),
+        }
+    }
+    println!(
+        "fault-campaign faults={injected} violations={}",
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+}
