@@ -13,10 +13,17 @@ work="$(mktemp -d)"
 mkdir "$work/plugins"
 cp target/wasm32-wasip2/guest/iar_plugin_{labels,pod_volumes,pvc_snapshot}.wasm "$work/plugins/"
 store="$work/iar-store"
-# pvc-snapshot creates the claim's VolumeSnapshot (contract 1.2.0): the
-# operator grants it that write, and nothing else.
+# pvc-snapshot creates the claim's VolumeSnapshot (contract 1.2.0) and
+# labels the claim with it: the operator grants it that write and that
+# item change, and nothing else.
 cat > "$work/plugins/iar_plugin_pvc_snapshot.yaml" <<'YAML'
 allowWrite: [volumesnapshots.snapshot.storage.k8s.io]
+allowMutate: [persistentvolumeclaims]
+YAML
+# labels changes the items it labels: an item change on every resource
+# (what decides rights, such as ServiceAccounts, stays refused).
+cat > "$work/plugins/iar_plugin_labels.yaml" <<'YAML'
+allowMutate: ["*"]
 YAML
 # Without a cluster, objects plugins create go to the store's
 # plugins/iar/cluster-overlay/ (the prefix Velero keeps for plugins), one

@@ -155,7 +155,13 @@ fn check_execute(input: &Value, out: types::ExecuteOutput, finalize: bool, seen:
     }
     let input_item =
         Item::from_value(input.clone(), Catalog::builtin()).expect("the input is an item");
-    let result = match validate::execute_output(out, &input_item, phase, &limits, &is_seen) {
+    // Every change granted: the fuzzer exercises the rest of the boundary;
+    // the grants' own rules are unit-tested in iar-core.
+    let mut every: Vec<&str> = vec!["*", "pods/security"];
+    every.extend(iar::cluster::mutate::RIGHTS_RESOURCES);
+    let grants = iar::cluster::mutate::MutateGrants::only(&every).expect("valid grants");
+    let result = match validate::execute_output(out, &input_item, phase, &limits, &grants, &is_seen)
+    {
         Ok(r) => r,
         Err(v) => {
             let _ = v.to_string();

@@ -211,6 +211,11 @@ iar_sdk::export_plugin!(item_action = Plugin, restore_action = Plugin);
 pub(crate) const TEST_YAML: &str = r#"# Run with `iar test` in this directory, after
 # `cargo build --target wasm32-wasip2 --release`.
 plugin: target/wasm32-wasip2/release/{wasm}.wasm
+# Changing an item is a write: the plugin may change only what its
+# settings grant (here, what these cases label), as in its deployed
+# settings file.
+settings:
+  allowMutate: [pods, configmaps]
 cases:
   - name: labels a pod
     item:

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 mod listing;
 mod manifest;
+pub mod mutate;
 pub mod overlay;
 pub mod writes;
 
@@ -315,6 +316,8 @@ pub enum GrantError {
         #[source]
         source: crate::names::NameError,
     },
+    #[error("allowMutate entry {entry:?}: {reason}")]
+    Mutate { entry: String, reason: String },
 }
 
 impl ReadGrants {

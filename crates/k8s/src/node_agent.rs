@@ -147,12 +147,13 @@ pub fn kubelet_volume_dir(root: &Path, uid: &str, dir: &str) -> Result<VolumeRoo
 /// The fence on an agent's writes: the request's Backup must exist, be the
 /// one the request was made for (its uid) and still be running. A
 /// finished, deleted or re-created backup receives nothing (rule
-/// `backup-fence`).
+/// `backup-fence`). Returns the Backup, whose spec says what it covers
+/// ([`check_scope`]).
 pub async fn check_backup(
     client: &kube::Client,
     namespace: &str,
     spec: &super::volume_backup::VolumeBackupSpec,
-) -> Result<(), String> {
+) -> Result<super::crd::Backup, String> {
     let fence = |why: String| format!("{why}; nothing is written for it (rule: backup-fence)");
     let backup = Api::<super::crd::Backup>::namespaced(client.clone(), namespace)
         .get_opt(&spec.backup_name)
@@ -166,11 +167,71 @@ pub async fn check_backup(
             spec.backup_name, spec.backup_uid
         )));
     }
-    let phase = backup.status.map(|s| s.phase).unwrap_or_default();
+    let phase = backup.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if !phase.is_running() {
         return Err(fence(format!("backup {} is {phase:?}", spec.backup_name)));
     }
+    Ok(backup)
+}
+
+/// The Backup must cover the pod: its namespace, resource and label
+/// filters, decided by the same [`BackupFilter`] the controller lists
+/// pods with. A request under a running Backup of another namespace
+/// would otherwise read any pod's volume (rule `backup-scope`).
+///
+/// [`BackupFilter`]: iar_core::select::BackupFilter
+pub fn check_scope(
+    backup: &super::crd::Backup,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Result<(), String> {
+    let name = backup.metadata.name.as_deref().unwrap_or_default();
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let refused = |why: String| {
+        format!(
+            "backup {name} does not cover pod {namespace}/{pod_name}: {why} (rule: backup-scope)"
+        )
+    };
+    let filter = iar_core::select::BackupFilter::from_spec(&backup.spec.to_value())
+        .map_err(|e| refused(format!("its spec is not one the controller runs: {e}")))?;
+    let item = iar_core::item::Item::with_id(
+        ItemRef::new("", "pods", namespace.to_string(), pod_name.to_string()),
+        serde_json::to_value(pod).map_err(|e| refused(e.to_string()))?,
+    );
+    if !filter.matches(&item) {
+        return Err(refused(
+            "its includedNamespaces/excludedNamespaces, resources or label selector leave the pod out"
+                .into(),
+        ));
+    }
     Ok(())
+}
+
+/// The volume's type must be one the controller's volume policy could ask
+/// a file-system backup of: the same [`unsupported_for_fs_backup`] the
+/// policy decides with, on the pod volume (or the bound PV's source for a
+/// claim). Secret, configMap, projected (service-account tokens),
+/// downwardAPI and hostPath volumes are refused (rule `volume-type`).
+///
+/// [`unsupported_for_fs_backup`]: iar_backup::backup::volume_policy::unsupported_for_fs_backup
+pub fn check_volume_type(
+    pod: &str,
+    volume: &serde_json::Value,
+    pv: Option<&serde_json::Value>,
+) -> Result<(), String> {
+    use iar_backup::backup::volume_policy::{Claim, unsupported_for_fs_backup, volume_facts};
+    let claim = Claim {
+        pvc: None,
+        pv: pv.cloned(),
+    };
+    let facts = volume_facts(volume, &claim);
+    match unsupported_for_fs_backup(&facts) {
+        None => Ok(()),
+        Some(why) => Err(format!(
+            "volume {:?} of pod {pod} is not one a backup asks for: {why} (rule: volume-type)",
+            facts.name
+        )),
+    }
 }
 
 /// Checks a request against the live Pod before anything is read: a pod
@@ -178,13 +239,15 @@ pub async fn check_backup(
 /// that has the named volume, backed by the named claim and, for a claim,
 /// the bound volume the request names as its directory. A request that
 /// disagrees (forged, stale, or a pod re-created under the same name) is
-/// refused with rule `request-mismatch`.
+/// refused with rule `request-mismatch`; a volume of a type no backup
+/// reads, with rule `volume-type` ([`check_volume_type`]). Returns the
+/// pod, for [`check_scope`].
 pub async fn check_request(
     client: &kube::Client,
     node: &str,
     spec: &super::volume_backup::VolumeBackupSpec,
-) -> Result<(), String> {
-    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+) -> Result<k8s_openapi::api::core::v1::Pod, String> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
     let mismatch = |why: String| format!("{why} (rule: request-mismatch)");
     let pod_ref = &spec.pod;
     let pod = Api::<Pod>::namespaced(client.clone(), &pod_ref.namespace)
@@ -204,7 +267,7 @@ pub async fn check_request(
             pod_ref.namespace, pod_ref.name, pod_ref.uid
         )));
     }
-    let pod_spec = pod.spec.unwrap_or_default();
+    let pod_spec = pod.spec.clone().unwrap_or_default();
     let on = pod_spec.node_name.as_deref().unwrap_or_default();
     if on != node || spec.node != node {
         return Err(mismatch(format!(
@@ -223,6 +286,7 @@ pub async fn check_request(
                 pod_ref.namespace, pod_ref.name, spec.volume
             ))
         })?;
+    let volume_value = serde_json::to_value(&volume).map_err(|e| e.to_string())?;
     let claim = volume.persistent_volume_claim.map(|c| c.claim_name);
     if claim != spec.pvc {
         return Err(mismatch(format!(
@@ -230,14 +294,31 @@ pub async fn check_request(
             spec.volume, pod_ref.namespace, pod_ref.name, spec.pvc
         )));
     }
+    let shown = format!("{}/{}", pod_ref.namespace, pod_ref.name);
     let expected_dir = match &claim {
-        None => spec.volume.clone(),
-        Some(claim) => Api::<PersistentVolumeClaim>::namespaced(client.clone(), &pod_ref.namespace)
-            .get_opt(claim)
-            .await
-            .map_err(|e| format!("reading pvc {claim}: {e}"))?
-            .and_then(|c| c.spec.and_then(|s| s.volume_name))
-            .ok_or_else(|| mismatch(format!("pvc {claim} is not bound to a volume")))?,
+        None => {
+            check_volume_type(&shown, &volume_value, None)?;
+            spec.volume.clone()
+        }
+        Some(claim) => {
+            let pv_name =
+                Api::<PersistentVolumeClaim>::namespaced(client.clone(), &pod_ref.namespace)
+                    .get_opt(claim)
+                    .await
+                    .map_err(|e| format!("reading pvc {claim}: {e}"))?
+                    .and_then(|c| c.spec.and_then(|s| s.volume_name))
+                    .ok_or_else(|| mismatch(format!("pvc {claim} is not bound to a volume")))?;
+            // The PV's source is the volume's type for a claim (a hostPath
+            // PV is the node's files), as the controller's policy sees it.
+            let pv = Api::<PersistentVolume>::all(client.clone())
+                .get_opt(&pv_name)
+                .await
+                .map_err(|e| format!("reading pv {pv_name}: {e}"))?
+                .ok_or_else(|| mismatch(format!("pv {pv_name} of pvc {claim} does not exist")))?;
+            let pv = serde_json::to_value(&pv).map_err(|e| e.to_string())?;
+            check_volume_type(&shown, &volume_value, Some(&pv))?;
+            pv_name
+        }
     };
     if expected_dir != spec.volume_dir {
         return Err(mismatch(format!(
@@ -245,7 +326,7 @@ pub async fn check_request(
             spec.volume, pod_ref.namespace, pod_ref.name, spec.volume_dir
         )));
     }
-    Ok(())
+    Ok(pod)
 }
 
 /// Runs the agent until its watch fails for good.
@@ -405,6 +486,19 @@ fn status_of(record: &Record, path: Option<&Path>) -> VolumeBackupStatus {
     }
 }
 
+/// Every check before anything is read: the pod and its volume
+/// ([`check_request`]), the Backup ([`check_backup`]) and that it covers
+/// the pod ([`check_scope`]).
+async fn check_all(
+    client: &kube::Client,
+    options: &AgentOptions,
+    spec: &super::volume_backup::VolumeBackupSpec,
+) -> Result<(), String> {
+    let pod = check_request(client, &options.node, spec).await?;
+    let backup = check_backup(client, &options.namespace, spec).await?;
+    check_scope(&backup, &pod)
+}
+
 /// One request, from New to its end.
 async fn serve(
     client: &kube::Client,
@@ -436,10 +530,8 @@ async fn serve(
             options.store.url(),
             spec.backup_storage_location
         ))
-    } else if let Err(refused) = match check_request(client, &options.node, spec).await {
-        Ok(()) => check_backup(client, &options.namespace, spec).await,
-        refused => refused,
-    } {
+    } else if let Err(refused) = check_all(client, options, spec).await {
+        let refused = format!("volume backup request {name}: {refused}");
         tracing::warn!(request = %name, "refusing a volume backup request: {refused}");
         Err(refused)
     } else {
@@ -465,7 +557,7 @@ async fn serve(
         let (client, namespace, spec) = (client.clone(), options.namespace.clone(), spec.clone());
         Arc::new(move || {
             let (client, namespace, spec) = (client.clone(), namespace.clone(), spec.clone());
-            Box::pin(async move { check_backup(&client, &namespace, &spec).await })
+            Box::pin(async move { check_backup(&client, &namespace, &spec).await.map(|_| ()) })
         })
     };
     let limits = VolumeLimits {
@@ -586,6 +678,77 @@ mod tests {
         std::os::unix::fs::symlink(pods.join("victim"), pods.join("swapped")).unwrap();
         let refused = kubelet_volume_dir(root.path(), "swapped", "token").unwrap_err();
         assert!(refused.contains("rule: volume-root-symlink"), "{refused}");
+    }
+
+    /// A request naming a volume no backup asks for (another tenant's
+    /// Secret, its projected service-account token, a configMap, the
+    /// downward API, a hostPath, a claim bound to a hostPath PV) is
+    /// refused by the same function the controller's policy decides with.
+    #[test]
+    fn a_volume_no_backup_asks_for_is_refused() {
+        use serde_json::json;
+        for volume in [
+            json!({"name": "creds", "secret": {"secretName": "db"}}),
+            json!({"name": "kube-api-access-x1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}),
+            json!({"name": "conf", "configMap": {"name": "c"}}),
+            json!({"name": "info", "downwardAPI": {"items": []}}),
+            json!({"name": "root", "hostPath": {"path": "/"}}),
+        ] {
+            let refused = check_volume_type("shop/web", &volume, None).unwrap_err();
+            assert!(refused.contains("rule: volume-type"), "{refused}");
+            assert!(refused.contains("shop/web"), "{refused}");
+        }
+        let claim = json!({"name": "data", "persistentVolumeClaim": {"claimName": "data"}});
+        let host_pv =
+            json!({"spec": {"hostPath": {"path": "/etc"}, "capacity": {"storage": "1Gi"}}});
+        let refused = check_volume_type("shop/web", &claim, Some(&host_pv)).unwrap_err();
+        assert!(refused.contains("rule: volume-type"), "{refused}");
+        let csi_pv = json!({"spec": {"csi": {"driver": "d", "volumeHandle": "h"}}});
+        check_volume_type("shop/web", &claim, Some(&csi_pv)).unwrap();
+        check_volume_type(
+            "shop/web",
+            &json!({"name": "scratch", "emptyDir": {}}),
+            None,
+        )
+        .unwrap();
+    }
+
+    fn backup(spec: serde_json::Value) -> crate::crd::Backup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "iar.dev/v1", "kind": "Backup",
+            "metadata": {"name": "nightly", "namespace": "iar-system", "uid": "u"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn pod(namespace: &str, labels: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": namespace, "labels": labels},
+        }))
+        .unwrap()
+    }
+
+    /// A running Backup of one namespace is no licence to read another's
+    /// pods: the controller's own filter decides (rule `backup-scope`).
+    #[test]
+    fn the_backup_must_cover_the_pod() {
+        use serde_json::json;
+        let other = backup(json!({"includedNamespaces": ["shop"]}));
+        let refused = check_scope(&other, &pod("bank", json!({}))).unwrap_err();
+        assert!(refused.contains("rule: backup-scope"), "{refused}");
+        assert!(refused.contains("nightly"), "{refused}");
+        assert!(refused.contains("bank/web"), "{refused}");
+        check_scope(&other, &pod("shop", json!({}))).unwrap();
+        let excluded = backup(json!({"excludedNamespaces": ["bank"]}));
+        check_scope(&excluded, &pod("bank", json!({}))).unwrap_err();
+        let labelled = backup(json!({"labelSelector": {"matchLabels": {"app": "db"}}}));
+        check_scope(&labelled, &pod("shop", json!({"app": "web"}))).unwrap_err();
+        check_scope(&labelled, &pod("shop", json!({"app": "db"}))).unwrap();
+        let no_pods = backup(json!({"includedResources": ["configmaps"]}));
+        check_scope(&no_pods, &pod("shop", json!({}))).unwrap_err();
+        check_scope(&backup(json!({})), &pod("bank", json!({}))).unwrap();
     }
 
     /// A hostile request cannot point the agent elsewhere on the node.

@@ -7,10 +7,79 @@
 //! [`PhaseMachine::collect_garbage`]: iar_backup::phases::PhaseMachine::collect_garbage
 //! [`Decision::Collected`]: super::reconcile::Decision::Collected
 
+use super::crd::Backup;
 use super::reconcile::Context;
-use super::resource::deleted;
+use super::resource::{RESOURCE_UID_ANNOTATION, delete_with_uid};
+use iar_backup::backup::object::BackupObject;
 use iar_backup::phases::gc::Outcome;
+use kube::ResourceExt;
+use kube::api::Api;
 use std::time::SystemTime;
+
+/// The Backup resource a swept backup may delete: the one named by the
+/// backup's store directory (never the name its stored object gives
+/// itself, which anyone who can write the store can plant), in this
+/// controller's namespace, whose uid is the one the stored object records
+/// in [`RESOURCE_UID_ANNOTATION`]. A record with no uid, or another's, is
+/// refused, named, with rule `gc-resource-uid`; `Ok(None)`: it is not this
+/// controller's (another namespace: `iar backup`'s, another
+/// controller's).
+pub fn resource_of<'a>(
+    dir: &str,
+    object: &'a BackupObject,
+    namespace: &str,
+    resource_uid: Option<&str>,
+) -> Result<Option<&'a str>, String> {
+    if object.metadata.namespace != namespace {
+        return Ok(None);
+    }
+    let refused = |why: String| {
+        Err(format!(
+            "not deleting Backup resource {namespace}/{dir}: {why} (rule: gc-resource-uid)"
+        ))
+    };
+    if object.metadata.name != dir {
+        return refused(format!(
+            "the object stored as backup {dir} names itself {:?}",
+            object.metadata.name
+        ));
+    }
+    match object.metadata.annotations.get(RESOURCE_UID_ANNOTATION) {
+        None => refused(format!(
+            "the stored backup records no {RESOURCE_UID_ANNOTATION}"
+        )),
+        Some(uid) if Some(uid.as_str()) != resource_uid => refused(format!(
+            "the stored backup was made for uid {uid}, the resource has {}",
+            resource_uid.unwrap_or("none")
+        )),
+        Some(uid) => Ok(Some(uid)),
+    }
+}
+
+/// Deletes the Backup resource swept backup `dir` was made for
+/// ([`resource_of`]), its uid the delete's precondition. `Ok(false)`:
+/// there was none to delete.
+async fn delete_resource(
+    api: &Api<Backup>,
+    dir: &str,
+    object: &BackupObject,
+) -> Result<bool, String> {
+    let namespace = api.namespace().unwrap_or_default().to_string();
+    if object.metadata.namespace != namespace {
+        return Ok(false);
+    }
+    let Some(resource) = api.get_opt(dir).await.map_err(|e| e.to_string())? else {
+        return Ok(false);
+    };
+    let uid = resource.uid();
+    let Some(uid) = resource_of(dir, object, &namespace, uid.as_deref())? else {
+        return Ok(false);
+    };
+    iar_core::metrics::global().backup_deleted(&format!("{namespace}/{dir}"));
+    delete_with_uid(api, dir, Some(uid.to_string()))
+        .await
+        .map_err(|e| e.to_string())
+}
 
 /// Sweeps every `gc_period`, the first at once, for as long as it runs
 /// (the leader runs it beside the reconciler).
@@ -79,7 +148,8 @@ pub async fn sweep(ctx: &Context, now: SystemTime) {
         let name = &collected.name;
         match collected.outcome {
             Outcome::Deleted(object) => {
-                match deleted(&ctx.api, &object).await {
+                tracing::info!(backup = %name, expiration = ?object.status.expiration, "expired: deleted from the store");
+                match delete_resource(&ctx.api, name, &object).await {
                     Ok(true) => {
                         tracing::info!(backup = %name, "expired: its Backup resource deleted")
                     }
@@ -95,5 +165,61 @@ pub async fn sweep(ctx: &Context, now: SystemTime) {
             }
             Outcome::Tidied | Outcome::WouldDelete(_) | Outcome::Kept(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(name: &str, uid: Option<&str>) -> BackupObject {
+        let mut object = BackupObject::new(name, "iar-system", "store-uid", serde_json::json!({}));
+        if let Some(uid) = uid {
+            object
+                .metadata
+                .annotations
+                .insert(RESOURCE_UID_ANNOTATION.into(), uid.into());
+        }
+        object
+    }
+
+    /// A record planted in the store under any directory, naming another
+    /// Backup resource or carrying no uid or another's, deletes no
+    /// resource; the record iar wrote for its resource does.
+    #[test]
+    fn a_planted_record_deletes_no_other_backup_resource() {
+        let ns = "iar-system";
+        let own = stored("nightly", Some("r-1"));
+        assert_eq!(
+            resource_of("nightly", &own, ns, Some("r-1")),
+            Ok(Some("r-1"))
+        );
+        // Its name is another resource's.
+        let named = stored("victim", Some("r-victim"));
+        let refused = resource_of("planted", &named, ns, Some("r-victim")).unwrap_err();
+        assert!(refused.contains("rule: gc-resource-uid"), "{refused}");
+        assert!(refused.contains("iar-system/planted"), "{refused}");
+        // Under the victim's own name, but no uid or another uid.
+        let refused =
+            resource_of("victim", &stored("victim", None), ns, Some("r-victim")).unwrap_err();
+        assert!(
+            refused.contains("records no iar.dev/resource-uid"),
+            "{refused}"
+        );
+        let refused = resource_of(
+            "victim",
+            &stored("victim", Some("r-old")),
+            ns,
+            Some("r-victim"),
+        )
+        .unwrap_err();
+        assert!(refused.contains("made for uid r-old"), "{refused}");
+        // Another namespace's: not this controller's.
+        let mut elsewhere = stored("victim", Some("r-victim"));
+        elsewhere.metadata.namespace = "velero".into();
+        assert_eq!(
+            resource_of("victim", &elsewhere, ns, Some("r-victim")),
+            Ok(None)
+        );
     }
 }

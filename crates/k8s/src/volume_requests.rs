@@ -194,8 +194,25 @@ impl VolumeBackupper for RequestBackupper {
         let name = request.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &request).await {
             Ok(_) => {}
-            // Asked before (a retried block): follow that request.
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            // Asked before (a retried block): follow that request, if it
+            // is the one this controller would write. Anyone who can
+            // create requests in this namespace can plant one under the
+            // predictable name; its spec is not adopted.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let found = match api.get_opt(&name).await {
+                    Ok(Some(found)) => adoptable(&found, &request),
+                    Ok(None) => Err(format!(
+                        "volume backup request {name} of backup {} existed and is gone; not retried now",
+                        volume.backup
+                    )),
+                    Err(e) => Err(format!("reading volume backup request {name}: {e}")),
+                };
+                if let Err(why) = found {
+                    tracing::warn!(request = %name, backup = %volume.backup, "{why}");
+                    end_failed(&progress, why);
+                    return VolumeHandle::new(rx, cancel);
+                }
+            }
             Err(e) => {
                 end_failed(
                     &progress,
@@ -208,6 +225,40 @@ impl VolumeBackupper for RequestBackupper {
         tokio::spawn(follow(api, name, node, progress, cancel_rx, self.silence));
         VolumeHandle::new(rx, cancel)
     }
+}
+
+/// Whether a request found under the name of `wanted` is the one the
+/// controller writes: the same spec (a cancel asked since aside), and
+/// owned by the same Backup. Anything else was written by someone else
+/// and is refused, named, with rule `request-mismatch`.
+fn adoptable(found: &VolumeBackup, wanted: &VolumeBackup) -> Result<(), String> {
+    let name = wanted.metadata.name.as_deref().unwrap_or_default();
+    let backup = &wanted.spec.backup_name;
+    let refused = |what: &str| {
+        Err(format!(
+            "volume backup request {name} of backup {backup} already exists with another {what} than this controller writes; not adopted (rule: request-mismatch)"
+        ))
+    };
+    let spec = VolumeBackupSpec {
+        cancel: wanted.spec.cancel,
+        ..found.spec.clone()
+    };
+    if spec != wanted.spec {
+        return refused("spec");
+    }
+    let owner = |r: &VolumeBackup| {
+        r.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.controller == Some(true))
+            .map(|o| (o.kind.clone(), o.name.clone(), o.uid.clone()))
+            .collect::<Vec<_>>()
+    };
+    if owner(found) != owner(wanted) {
+        return refused("owner");
+    }
+    Ok(())
 }
 
 /// Follows request `name` until it ends, passing its status on. A watch
@@ -365,6 +416,63 @@ mod tests {
             last_update: Some(stamp.into()),
             ..VolumeBackupStatus::default()
         }
+    }
+
+    fn request(volume: &str, uid: &str) -> VolumeBackup {
+        VolumeBackup {
+            metadata: ObjectMeta {
+                name: Some("nightly-web-data".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "iar.dev/v1".into(),
+                    kind: "Backup".into(),
+                    name: "nightly".into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: VolumeBackupSpec {
+                backup_name: "nightly".into(),
+                backup_uid: uid.into(),
+                backup_storage_location: "s3://b".into(),
+                node: "n1".into(),
+                pod: PodReference {
+                    namespace: "shop".into(),
+                    name: "web".into(),
+                    uid: "pod-uid".into(),
+                },
+                volume: volume.into(),
+                pvc: None,
+                volume_dir: volume.into(),
+                cancel: false,
+            },
+            status: None,
+        }
+    }
+
+    /// A request planted under the name the controller would use, asking
+    /// for another volume (or owned by no Backup) is not adopted; the
+    /// controller's own request, canceled or not, is.
+    #[test]
+    fn a_planted_request_of_the_same_name_is_not_adopted() {
+        let wanted = request("data", "u1");
+        adoptable(&wanted, &wanted).unwrap();
+        let mut canceled = wanted.clone();
+        canceled.spec.cancel = true;
+        adoptable(&canceled, &wanted).unwrap();
+        let other_volume = request("creds", "u1");
+        let refused = adoptable(&other_volume, &wanted).unwrap_err();
+        assert!(refused.contains("rule: request-mismatch"), "{refused}");
+        assert!(refused.contains("nightly-web-data"), "{refused}");
+        assert!(refused.contains("backup nightly"), "{refused}");
+        let mut other_store = wanted.clone();
+        other_store.spec.backup_storage_location = "s3://attacker".into();
+        adoptable(&other_store, &wanted).unwrap_err();
+        let mut unowned = wanted.clone();
+        unowned.metadata.owner_references = None;
+        let refused = adoptable(&unowned, &wanted).unwrap_err();
+        assert!(refused.contains("another owner"), "{refused}");
     }
 
     /// An agent that renews its timestamp while no byte moves is silent.

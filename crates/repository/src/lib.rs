@@ -64,13 +64,20 @@ pub const HOST: &str = "iar";
 pub struct Password(String);
 
 impl Password {
-    /// The password from a file, as Kubernetes mounts a Secret's key: a
-    /// trailing newline (an `echo` into the Secret) is not part of it.
+    /// The password from a file, read as restic's `--password-file` reads
+    /// it (the docs offer restic's CLI as the way back, so both must open
+    /// the repository with the same password): a byte-order mark marks
+    /// UTF-16 (decoded) or UTF-8 (dropped), and white space at either end
+    /// is not part of it (Go's `strings.TrimSpace`), so a newline from an
+    /// `echo` into a Secret is not either.
     pub fn from_file(path: &std::path::Path) -> Result<Self, RepositoryError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RepositoryError::Password {
+        let bytes = std::fs::read(path).map_err(|e| RepositoryError::Password {
             why: format!("reading {}: {e}", path.display()),
         })?;
-        Self::new(text.trim_end_matches(['\n', '\r']))
+        let text = password_text(&bytes).map_err(|why| RepositoryError::Password {
+            why: format!("reading {}: {why}", path.display()),
+        })?;
+        Self::new(text.trim())
     }
 
     pub fn new(password: &str) -> Result<Self, RepositoryError> {
@@ -81,6 +88,31 @@ impl Password {
         }
         Ok(Password(password.to_string()))
     }
+}
+
+/// A password file's text, as restic's `textfile.Read` decodes it.
+fn password_text(bytes: &[u8]) -> Result<String, String> {
+    let utf16 = |be: bool, body: &[u8]| {
+        let units: Vec<u16> = body
+            .chunks(2)
+            .map(|c| {
+                let pair = [c[0], c.get(1).copied().unwrap_or(0)];
+                if be {
+                    u16::from_be_bytes(pair)
+                } else {
+                    u16::from_le_bytes(pair)
+                }
+            })
+            .collect();
+        String::from_utf16(&units).map_err(|e| format!("not UTF-16: {e}"))
+    };
+    match bytes {
+        [0xef, 0xbb, 0xbf, rest @ ..] => String::from_utf8(rest.to_vec()),
+        [0xff, 0xfe, rest @ ..] => return utf16(false, rest),
+        [0xfe, 0xff, rest @ ..] => return utf16(true, rest),
+        _ => String::from_utf8(bytes.to_vec()),
+    }
+    .map_err(|e| format!("not UTF-8: {e}"))
 }
 
 impl std::fmt::Debug for Password {
@@ -1046,5 +1078,35 @@ impl SnapshotReader {
                 .fold(mine, Result::and)
         })
         .map(|()| end)
+    }
+}
+
+#[cfg(test)]
+mod password_tests {
+    use super::Password;
+
+    fn read(bytes: &[u8]) -> String {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), bytes).unwrap();
+        Password::from_file(file.path()).unwrap().0
+    }
+
+    /// As restic reads `--password-file`: white space at both ends and a
+    /// byte-order mark are not part of the password; UTF-16 is decoded.
+    #[test]
+    fn a_password_file_reads_as_restic_reads_it() {
+        assert_eq!(read(b"s3cret\n"), "s3cret");
+        assert_eq!(read(b"  s3cret \t\r\n"), "s3cret");
+        assert_eq!(read(b"two words\n"), "two words");
+        assert_eq!(read(b"\xef\xbb\xbfs3cret\n"), "s3cret");
+        let utf16le: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain("pässword\n".encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        assert_eq!(read(&utf16le), "pässword");
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(empty.path(), " \n").unwrap();
+        let refused = Password::from_file(empty.path()).unwrap_err().to_string();
+        assert!(refused.contains("rule: repository-password"), "{refused}");
     }
 }

@@ -561,7 +561,7 @@ mod tests {
         std::fs::copy(iar_tests::artifacts::LABELS, dir.path().join("labels.wasm")).unwrap();
         std::fs::write(
             dir.path().join("labels.yaml"),
-            "config: {labels: seen=yes}\n",
+            "config: {labels: seen=yes}\nallowMutate: ['*']\n",
         )
         .unwrap();
         let runtime = Runtime::new(iar_plugin::RuntimeConfig {

@@ -5,7 +5,8 @@
 //
 // Config: labels and annotations are key=value lists separated by commas;
 // resources narrows which resources it applies to; restored-from renames
-// the restore's annotation, and "-" turns it off.
+// the restore's annotation, and "-" turns it off. Changing an item is a
+// write: the operator grants allowMutate for what it applies to (['*']).
 package main
 
 import (

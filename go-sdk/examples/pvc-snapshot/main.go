@@ -2,7 +2,8 @@
 // snapshots bound CSI PersistentVolumeClaims as Velero's CSI action does,
 // as an asynchronous operation (contract 1.2's create, so the operator
 // grants allowWrite: [volumesnapshots.snapshot.storage.k8s.io]), and on
-// restore points a snapshotted claim at its snapshot. See the Rust
+// restore points a snapshotted claim at its snapshot (item changes: the
+// operator grants allowMutate: [persistentvolumeclaims]). See the Rust
 // plugin's documentation for the whole behaviour; this port passes its
 // test files unchanged.
 //

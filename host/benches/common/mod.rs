@@ -171,6 +171,8 @@ pub fn load(runtime: &Runtime, path: &str, config: &[(&str, &str)]) -> Plugin {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        // The benched plugins label what they handle: an item change.
+        mutate_grants: iar::cluster::mutate::MutateGrants::only(&["*"]).unwrap(),
         ..PluginSettings::default()
     };
     Plugin::from_file(runtime, path.as_ref(), settings)
@@ -251,6 +253,8 @@ pub fn three_plugins(runtime: &Runtime) -> Vec<Plugin> {
     let pvc_snapshot = PluginSettings {
         config: [("snapshot-class".to_string(), "csi-snapclass".to_string())].into(),
         write_grants: iar::cluster::writes::WriteGrants::only(&[SNAPSHOT_GRANT]).unwrap(),
+        mutate_grants: iar::cluster::mutate::MutateGrants::only(&["persistentvolumeclaims"])
+            .unwrap(),
         ..PluginSettings::default()
     };
     vec![

@@ -70,6 +70,12 @@ pub struct RunArgs {
     /// (contract 1.2.0's cluster-write); default none.
     #[arg(long = "allow-write", value_name = "RESOURCE")]
     allow_write: Vec<String>,
+    /// Resources whose items plugins may change (globs over
+    /// `resource.group`; RBAC, webhook configurations, Secrets and
+    /// ServiceAccounts only by exact name; a pod's security fields only by
+    /// `RESOURCE/security`); default none: a changed item is refused.
+    #[arg(long = "allow-mutate", value_name = "RESOURCE")]
+    allow_mutate: Vec<String>,
     /// Where objects plugins create go, one YAML file each, read back by
     /// later lookups (and later runs given the same directory); without
     /// it, creates are refused (rule cluster-read-only).
@@ -215,6 +221,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let write_grants =
         iar::cluster::writes::WriteGrants::only(&args.allow_write).map_err(anyhow::Error::msg)?;
+    let mutate_grants =
+        iar::cluster::mutate::MutateGrants::only(&args.allow_mutate).map_err(anyhow::Error::msg)?;
 
     let mut results = Vec::new();
     let mut failed = Vec::new();
@@ -224,6 +232,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             config: plugin_config(&args.config, &name)?,
             grants: grants.clone(),
             write_grants: write_grants.clone(),
+            mutate_grants: mutate_grants.clone(),
             ..PluginSettings::default()
         };
         if let Some(d) = args.deadline {

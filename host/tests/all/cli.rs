@@ -22,6 +22,8 @@ fn run_chains_plugins_on_the_shipped_example_item() {
         "examples/items/pod.yaml",
         "--config",
         "labels=team=payments",
+        "--allow-mutate",
+        "pods",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let report = stdout_json(&out);
@@ -60,6 +62,8 @@ fn run_creates_into_the_overlay_and_progress_reads_it_back() {
             "examples/cluster",
             "--overlay",
             overlay.path().to_str().unwrap(),
+            "--allow-mutate",
+            "persistentvolumeclaims",
         ];
         args.extend_from_slice(extra);
         iar(&args)
@@ -203,6 +207,8 @@ fn a_closed_stdout_ends_the_command_quietly() {
         "examples/items/pod.yaml",
         "--config",
         "labels=team=payments",
+        "--allow-mutate",
+        "pods",
     ])
     .stdout(writer)
     .output()
@@ -442,14 +448,21 @@ fn waiting_backup_fixture() -> (tempfile::TempDir, tempfile::TempDir) {
         std::fs::copy(wasm, plugins.path().join(wasm.file_name().unwrap())).unwrap();
     }
     grant_snapshot_writes(plugins.path());
+    // labels labels every item it is given: an item change.
+    std::fs::write(
+        plugins.path().join("iar_plugin_labels.yaml"),
+        "allowMutate: ['*']\n",
+    )
+    .unwrap();
     (items, plugins)
 }
 
-/// pvc-snapshot's settings beside it: the write grant to create snapshots.
+/// pvc-snapshot's settings beside it: the write grant to create snapshots,
+/// the mutate grant to label the claims it snapshots.
 fn grant_snapshot_writes(plugins: &Path) {
     std::fs::write(
         plugins.join("iar_plugin_pvc_snapshot.yaml"),
-        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\n",
+        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\nallowMutate: [persistentvolumeclaims]\n",
     )
     .unwrap();
 }

@@ -209,7 +209,10 @@ fn run_restore_calls_restore_actions_on_the_item_as_restored() {
         args.extend(extra);
         iar(&args)
     };
-    let out = run(&[artifacts::LABELS, artifacts::POD_VOLUMES], &[]);
+    let out = run(
+        &[artifacts::LABELS, artifacts::POD_VOLUMES],
+        &["--allow-mutate", "configmaps"],
+    );
     assert!(
         out.status.success(),
         "{}",

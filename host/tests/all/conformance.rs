@@ -6,8 +6,28 @@ use crate::support::{iar, stdout_json};
 use iar_tests::artifacts;
 use serde_json::Value;
 
+/// Settings granting every item change, rights included.
+pub const EVERY_CHANGE: &str = "allowMutate: ['*', serviceaccounts, secrets, \
+    roles.rbac.authorization.k8s.io, rolebindings.rbac.authorization.k8s.io, \
+    clusterroles.rbac.authorization.k8s.io, clusterrolebindings.rbac.authorization.k8s.io, \
+    mutatingwebhookconfigurations.admissionregistration.k8s.io, \
+    validatingwebhookconfigurations.admissionregistration.k8s.io]\n";
+
 fn conformance(plugin: &str, config: &[&str]) -> (Option<i32>, Value) {
-    let mut args = vec!["conformance", plugin, "--format", "json"];
+    // The example plugins label whatever they handle, ServiceAccounts and
+    // Secrets of the generated items included: every item change granted
+    // (the item-change rules have tests of their own, in cli_mutate).
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("settings.yaml");
+    std::fs::write(&settings, EVERY_CHANGE).unwrap();
+    let mut args = vec![
+        "conformance",
+        plugin,
+        "--format",
+        "json",
+        "--settings",
+        settings.to_str().unwrap(),
+    ];
     for c in config {
         args.extend(["--config", c]);
     }
@@ -36,13 +56,13 @@ fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
 }
 
 /// `iar conformance` of pvc-snapshot with its settings: the write grant
-/// it needs to create its snapshots.
+/// it needs to create its snapshots, and the mutate grant to label claims.
 fn pvc_snapshot_conformance() -> (Option<i32>, Value) {
     let dir = tempfile::tempdir().unwrap();
     let settings = dir.path().join("settings.yaml");
     std::fs::write(
         &settings,
-        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\n",
+        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\nallowMutate: [persistentvolumeclaims]\n",
     )
     .unwrap();
     let out = iar(&[

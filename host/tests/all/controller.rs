@@ -173,6 +173,9 @@ pub(crate) async fn start_controller(
     let watch = iar::k8s::plugins::WatchOptions {
         grant_policy: iar::k8s::plugins::policy::GrantPolicy {
             writable: vec![crate::csi::SNAPSHOT_GRANT.into()],
+            // labels labels every item (ServiceAccounts too), pvc-snapshot
+            // its claims.
+            mutable: vec!["*".into(), "serviceaccounts".into()],
             ..Default::default()
         },
         ..Default::default()
@@ -1408,7 +1411,7 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
         system,
         "labels",
         artifacts::LABELS,
-        "config:\n  labels: set=first\n",
+        "config:\n  labels: set=first\nallowMutate: ['*', serviceaccounts]\n",
     )
     .await;
     register_plugin(
@@ -1416,7 +1419,7 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
         system,
         "pvc-snapshot",
         artifacts::PVC_SNAPSHOT,
-        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\n",
+        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\nallowMutate: [persistentvolumeclaims]\n",
     )
     .await;
 
@@ -1455,7 +1458,7 @@ async fn a_backup_keeps_its_plugin_set_through_a_reload() {
         system,
         "labels",
         artifacts::LABELS,
-        "config:\n  labels: set=second\n",
+        "config:\n  labels: set=second\nallowMutate: ['*', serviceaccounts]\n",
     )
     .await;
     wait_for("the reload applied", Duration::from_secs(60), || {
@@ -1702,7 +1705,7 @@ async fn a_backup_created_at_start_waits_for_the_plugins_to_load() {
         system,
         "labels",
         artifacts::LABELS,
-        "config:\n  labels: set=loaded\n",
+        "config:\n  labels: set=loaded\nallowMutate: ['*', serviceaccounts]\n",
     )
     .await;
     // Its applies-to takes 5 s: the first sync cannot be quicker, and the

@@ -266,6 +266,8 @@ pub async fn provision_from_snapshot(client: &Client, ns: &str, name: &str) -> S
 pub fn pvc_snapshot(runtime: &iar::Runtime) -> Plugin {
     let settings = PluginSettings {
         write_grants: iar::cluster::writes::WriteGrants::only(&[SNAPSHOT_GRANT]).unwrap(),
+        mutate_grants: iar::cluster::mutate::MutateGrants::only(&["persistentvolumeclaims"])
+            .unwrap(),
         ..PluginSettings::default()
     };
     Plugin::from_file(
@@ -280,7 +282,7 @@ pub fn pvc_snapshot(runtime: &iar::Runtime) -> Plugin {
 pub fn grant_in_dir(plugins: &std::path::Path, name: &str) {
     std::fs::write(
         plugins.join(format!("{name}.yaml")),
-        format!("allowWrite: [{SNAPSHOT_GRANT}]\n"),
+        format!("allowWrite: [{SNAPSHOT_GRANT}]\nallowMutate: [persistentvolumeclaims]\n"),
     )
     .unwrap();
 }

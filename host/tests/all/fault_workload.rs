@@ -117,16 +117,25 @@ pub(crate) enum Fault {
     /// The controller (in this process: its task aborted, as a crash
     /// drops everything it held) started again.
     ControllerRestart,
+    /// An operator's `restic prune` on the repository, while the backup
+    /// may be writing: restic's locks must keep it from any pack the
+    /// backup is about to reference.
+    ResticPrune,
+    /// `iar repository prune --instant` (deletes unused packs at once),
+    /// likewise.
+    IarPrune,
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 6] = [
+    pub(crate) const ALL: [Fault; 8] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
         Fault::StoreRestart,
         Fault::StoreStop,
         Fault::ControllerRestart,
+        Fault::ResticPrune,
+        Fault::IarPrune,
     ];
 
     /// A round's faults: none, one or two, with their delays after the

@@ -21,7 +21,7 @@ use crate::controller::{create_backup, start_controller};
 use crate::fault_workload::{Dice, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
-use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, tools};
+use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_env, s3_store, tools};
 use crate::volume_repository::{files, restic};
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::{RestoreOptions, VolumeBackup as Record, VolumePhase};
@@ -34,7 +34,6 @@ use kube::api::Api;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "fault campaign";
@@ -49,16 +48,6 @@ fn env_list(name: &str, default: &str) -> Vec<u64> {
         .split(',')
         .map(|s| s.trim().parse().expect("a number"))
         .collect()
-}
-
-/// What object_store (in `iar`) and restic read to reach the S3 server.
-fn s3_env(command: &mut Command, endpoint: &str) {
-    command
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        .env("AWS_ENDPOINT", endpoint)
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_REGION", "us-east-1");
 }
 
 fn signal(pid: u32, sig: i32) {
@@ -84,22 +73,13 @@ impl Store {
             .unwrap()
             .port();
         let endpoint = format!("http://127.0.0.1:{port}");
-        let s3 = object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name(BUCKET)
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .with_access_key_id(ACCESS_KEY)
-            .with_secret_access_key(SECRET_KEY)
-            .build()
-            .unwrap();
         let mut store = Store {
             tools: tools.to_path_buf(),
             root: root.to_path_buf(),
             port,
             gateway: None,
+            store: s3_store(&endpoint),
             endpoint,
-            store: BackupStore::from_object_store(Arc::new(s3), &format!("s3://{BUCKET}")),
         };
         store.up();
         store
@@ -134,6 +114,7 @@ struct World {
     controller: Option<tokio::task::JoinHandle<()>>,
     admin: kube::Client,
     server: &'static iar_apiserver::ApiServer,
+    restic: PathBuf,
 }
 
 impl World {
@@ -203,7 +184,41 @@ impl World {
                 let _ = task.await;
                 self.start_controller().await;
             }
+            // Refused while the backup holds its lock ("already
+            // locked"), run otherwise: either is fine; what counts is
+            // that the backup still restores.
+            Fault::ResticPrune => {
+                let mut prune = self.restic(&["prune"]);
+                tokio::task::block_in_place(|| prune.output()).unwrap();
+            }
+            Fault::IarPrune => {
+                let mut prune = Command::new(env!("CARGO_BIN_EXE_iar"));
+                prune
+                    .args(["repository", "prune", &self.ns, "--instant"])
+                    .args(["--store", &format!("s3://{BUCKET}")])
+                    .arg("--repository-password-file")
+                    .arg(&self.password_file);
+                s3_env(&mut prune, &self.store.endpoint);
+                tokio::task::block_in_place(|| prune.output()).unwrap();
+            }
         }
+    }
+
+    /// restic's CLI on this seed's repository, with `args`.
+    fn restic(&self, args: &[&str]) -> Command {
+        let mut restic = Command::new(&self.restic);
+        restic
+            .arg("--repo")
+            .arg(format!(
+                "s3:{}/{BUCKET}/restic/{}",
+                self.store.endpoint, self.ns
+            ))
+            .arg("--password-file")
+            .arg(&self.password_file)
+            .arg("--no-cache")
+            .args(args);
+        s3_env(&mut restic, &self.store.endpoint);
+        restic
     }
 }
 
@@ -214,9 +229,13 @@ struct Round {
     recovery: Duration,
 }
 
-/// Polls the Backup until a terminal phase, then a little longer to see
-/// it stay there; every phase seen, in order.
-async fn terminal_phase(admin: &kube::Client, ns: &str, name: &str) -> Result<BackupPhase, String> {
+/// Polls the Backup until a terminal phase, then 2 s longer to see it
+/// stay there; the phase, and when it was first seen.
+async fn terminal_phase(
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<(BackupPhase, Instant), String> {
     let api = Api::<Backup>::namespaced(admin.clone(), ns);
     let started = Instant::now();
     let phase_now = async || {
@@ -227,9 +246,9 @@ async fn terminal_phase(admin: &kube::Client, ns: &str, name: &str) -> Result<Ba
             .and_then(|b| b.status)
             .map(|s| s.phase)
     };
-    let ended = loop {
+    let (ended, at) = loop {
         if let Some(p) = phase_now().await.filter(|p| p.is_terminal()) {
-            break p;
+            break (p, Instant::now());
         }
         if started.elapsed() > ROUND_BUDGET {
             return Err(format!(
@@ -246,7 +265,7 @@ async fn terminal_phase(admin: &kube::Client, ns: &str, name: &str) -> Result<Ba
             return Err(format!("left its terminal phase {ended:?} for {now:?}"));
         }
     }
-    Ok(ended)
+    Ok((ended, at))
 }
 
 /// The invariant on a Completed backup's volume: its record is Completed
@@ -340,6 +359,7 @@ async fn run_seed(
         controller: None,
         admin: cluster.admin.clone(),
         server: cluster.server,
+        restic: restic.to_path_buf(),
     };
     world.start_agent();
     world.start_controller().await;
@@ -365,10 +385,10 @@ async fn run_seed(
                 faults.iter().map(|f| f.0).collect::<Vec<_>>()
             )
         };
-        let phase = terminal_phase(&world.admin, &ns, &name)
+        let (phase, ended) = terminal_phase(&world.admin, &ns, &name)
             .await
             .map_err(violation)?;
-        let recovery = last_fault.elapsed();
+        let recovery = ended.saturating_duration_since(last_fault);
         if phase == BackupPhase::Completed {
             check_restore(&world.store.store, &name, &frozen)
                 .await
@@ -386,15 +406,7 @@ async fn run_seed(
         });
     }
     // The repository as restic's own CLI reads it.
-    let mut check = Command::new(restic);
-    check
-        .arg("--repo")
-        .arg(format!("s3:{}/{BUCKET}/restic/{ns}", world.store.endpoint))
-        .arg("--password-file")
-        .arg(&world.password_file)
-        .args(["--no-cache", "check", "--read-data"]);
-    s3_env(&mut check, &world.store.endpoint);
-    let out = check.output().unwrap();
+    let out = world.restic(&["check", "--read-data"]).output().unwrap();
     if !out.status.success() {
         return Err(format!(
             "seed {seed}: restic check --read-data: {}",
@@ -430,17 +442,20 @@ async fn run_seed(
     let left = tokio::task::spawn_blocking(move || {
         let runtime = tokio::runtime::Handle::current();
         match VolumeRepository::open(&store, &ns, &password, &runtime) {
-            Ok(repo) => repo.snapshots().map(|s| s.len()).map_err(|e| e.to_string()),
-            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(0),
+            Ok(repo) => repo
+                .snapshots()
+                .map(|s| s.iter().map(|s| s.tags.to_string()).collect::<Vec<_>>())
+                .map_err(|e| e.to_string()),
+            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(Vec::new()),
             Err(e) => Err(e.to_string()),
         }
     })
     .await
     .unwrap();
     match left {
-        Ok(0) => Ok(done),
-        Ok(n) => Err(format!(
-            "seed {seed}: {n} snapshots left after every backup was deleted"
+        Ok(left) if left.is_empty() => Ok(done),
+        Ok(left) => Err(format!(
+            "seed {seed}: snapshots left after every backup was deleted, tagged {left:?}"
         )),
         Err(e) => Err(format!("seed {seed}: listing snapshots: {e}")),
     }

@@ -106,8 +106,12 @@ fn the_rust_plugins_test_files_pass_for_the_go_ports() {
 
 #[test]
 fn the_go_ports_pass_conformance() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("settings.yaml");
+    std::fs::write(&settings, crate::conformance::EVERY_CHANGE).unwrap();
     for name in ["labels-go", "pvc-snapshot-go", "config-block-go"] {
-        let out = iar(&["conformance", go(name)]);
+        let settings = settings.to_str().unwrap();
+        let out = iar(&["conformance", go(name), "--settings", settings]);
         assert_ok(&out, &format!("iar conformance {name}"));
     }
 }
@@ -214,7 +218,15 @@ fn run_output_is_byte_identical_to_rust() {
     ];
     for (item, config, extra) in cases {
         let run = |plugin: &Path| {
-            let mut args = vec!["run", "--plugin", plugin.to_str().unwrap(), "--item", item];
+            let mut args = vec![
+                "run",
+                "--plugin",
+                plugin.to_str().unwrap(),
+                "--item",
+                item,
+                "--allow-mutate",
+                "*",
+            ];
             args.extend(extra.iter());
             for c in *config {
                 args.extend(["--config", c]);
@@ -319,6 +331,9 @@ fn a_go_heap_runs_into_the_memory_cap() {
             go("go-heap"),
             "--item",
             "examples/items/pod.yaml",
+            // It annotates the pod with what it held.
+            "--allow-mutate",
+            "pods",
         ];
         for c in config {
             args.extend(["--config", c]);
@@ -530,7 +545,11 @@ async fn a_go_plugin_loads_from_a_configmap_by_reference() {
 
     let dir = tempfile::tempdir().unwrap();
     let settings = dir.path().join("settings.yaml");
-    std::fs::write(&settings, "config: {labels: team=payments}\n").unwrap();
+    std::fs::write(
+        &settings,
+        "config: {labels: team=payments}\nallowMutate: [pods]\n",
+    )
+    .unwrap();
     let reference = dir.path().join("plugins/labels-go.wasm");
     std::fs::create_dir_all(reference.parent().unwrap()).unwrap();
     std::fs::copy(component, &reference).unwrap();
@@ -583,6 +602,11 @@ async fn a_go_plugin_loads_from_a_configmap_by_reference() {
     let registry = PluginRegistry::new();
     let options = WatchOptions {
         reference_dir: Some(dir.path().join("plugins")),
+        // The operator lets ConfigMap plugins label pods.
+        grant_policy: iar::k8s::plugins::GrantPolicy {
+            mutable: vec!["pods".into()],
+            ..Default::default()
+        },
         ..WatchOptions::default()
     };
     let task = tokio::spawn(watch_with(

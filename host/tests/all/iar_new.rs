@@ -94,7 +94,16 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
         "{}",
         text(&out)
     );
-    let out = iar(&["conformance", expected.to_str().unwrap()]);
+    // It labels what it handles: conformance runs it with those changes
+    // granted, as its deployed settings would.
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(&settings, crate::conformance::EVERY_CHANGE).unwrap();
+    let out = iar(&[
+        "conformance",
+        expected.to_str().unwrap(),
+        "--settings",
+        settings.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // The scaffold's .cargo/config.toml reached the link: fresh instances
     // start with room for a heap.

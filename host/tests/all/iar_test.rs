@@ -267,6 +267,8 @@ fn a_recorded_run_replays_as_fixtures() {
         overlay.to_str().unwrap(),
         "--allow-write",
         "volumesnapshots.snapshot.storage.k8s.io",
+        "--allow-mutate",
+        "persistentvolumeclaims",
         "--record",
         recording.to_str().unwrap(),
     ]);
@@ -289,7 +291,7 @@ fn a_recorded_run_replays_as_fixtures() {
         format!(
             "plugin: none.wasm
 backup: {{name: demo}}
-settings: {{allowWrite: [volumesnapshots.snapshot.storage.k8s.io]}}
+settings: {{allowWrite: [volumesnapshots.snapshot.storage.k8s.io], allowMutate: [persistentvolumeclaims]}}
 cases:
   - name: replays the recorded volume
     itemFile: {}
@@ -328,7 +330,7 @@ fn a_file_with_several_plugins_names_one_per_case() {
     let test = dir.path().join("both.iar-test.yaml");
     let cases = format!(
         "plugins: [labels.wasm, pod-volumes.wasm]
-settings: {{config: {{labels: team=a}}}}
+settings: {{allowMutate: ['*'], config: {{labels: team=a}}}}
 cases:
   - name: labels
     plugin: labels
@@ -436,6 +438,7 @@ fn restore_cases_run_the_restore_action_and_fail_by_field() {
         &path,
         format!(
             r#"plugin: {plugin}
+settings: {{allowMutate: [configmaps]}}
 cases:
   - name: an operation, polled to its end
     item: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: db, namespace: shop, annotations: {{restore-hostile: operation}}}}}}

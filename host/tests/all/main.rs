@@ -7,6 +7,7 @@ mod block_hooks;
 mod block_work;
 mod cli;
 mod cli_contract;
+mod cli_mutate;
 mod cli_plugin;
 mod conformance;
 mod controller;

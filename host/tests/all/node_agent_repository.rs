@@ -9,7 +9,7 @@
 use crate::controller::{create_backup, start_controller, wait_phase};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
-use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_server, tools};
+use crate::velero::{BUCKET, s3_env, s3_server, s3_store, tools};
 use crate::volume_repository::files;
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::{RestoreOptions, VolumeBackup as Record, VolumePhase, restore_volume};
@@ -22,20 +22,9 @@ use iar_tests::fixtures::noise;
 use kube::api::{Api, ListParams};
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 
 const NS: &str = "repo-shop";
 const PASSWORD: &str = "correct horse battery staple";
-
-/// What object_store (in `iar`) reads to reach the S3 server.
-fn s3_env(command: &mut Command, endpoint: &str) {
-    command
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        .env("AWS_ENDPOINT", endpoint)
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_REGION", "us-east-1");
-}
 
 /// Round `round`'s change to the volume: a few rows rewritten, one file
 /// added and one removed; round 0 writes the first state, with a 2 MiB
@@ -103,16 +92,7 @@ async fn a_node_agent_backs_volumes_up_into_the_namespaces_repository_on_s3() {
     let gateway_root = tempfile::tempdir().unwrap();
     let (_gateway, endpoint) = s3_server(&tools, gateway_root.path());
     let url = format!("s3://{BUCKET}");
-    let s3 = object_store::aws::AmazonS3Builder::new()
-        .with_bucket_name(BUCKET)
-        .with_endpoint(&endpoint)
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id(ACCESS_KEY)
-        .with_secret_access_key(SECRET_KEY)
-        .build()
-        .unwrap();
-    let store = BackupStore::from_object_store(Arc::new(s3), &url);
+    let store = s3_store(&endpoint);
 
     let root = tempfile::tempdir().unwrap();
     let dir = pod_with_volume(

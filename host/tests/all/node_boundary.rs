@@ -298,8 +298,9 @@ async fn a_forged_request_is_refused_before_anything_is_read() {
 /// server: an agent authenticated by its pod's service-account token (the
 /// token carries the pod's node) writes the status of its own node's
 /// requests and is refused another node's, naming the rule. Installed
-/// under another namespace than `iar-system`, so the policy does not reach
-/// the other tests' agents (static tokens, no node name).
+/// under another namespace than `iar-system` (the other tests' agents use
+/// static tokens, no node name), with the policy exactly as shipped: it
+/// matches the agent's service account wherever iar is installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_agent_writes_only_its_own_nodes_requests() {
     use k8s_openapi::api::admissionregistration::v1::{
@@ -320,18 +321,20 @@ async fn an_agent_writes_only_its_own_nodes_requests() {
         return;
     };
     let deploy = crate::support::repo().join("deploy/node-agent.yaml");
-    let text = std::fs::read_to_string(&deploy)
+    // The policy as shipped (only renamed): installed into another
+    // namespace, it must still match the agent's service account there.
+    let shipped = std::fs::read_to_string(&deploy)
         .unwrap()
-        .replace("iar-system", ns)
         .replace("name: iar-node-agent-own-node", "name: own-node-test")
         .replace(
             "policyName: iar-node-agent-own-node",
             "policyName: own-node-test",
         );
+    let text = shipped.replace("iar-system", ns);
     let moved = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(moved.path(), &text).unwrap();
     crate::controller::apply_rbac(&admin, moved.path()).await;
-    for doc in iar::yaml::manifests::<serde_json::Value>(&text).unwrap() {
+    for doc in iar::yaml::manifests::<serde_json::Value>(&shipped).unwrap() {
         let created = match doc["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
                 Api::<ValidatingAdmissionPolicy>::all(admin.clone())
@@ -466,4 +469,154 @@ async fn an_agent_writes_only_its_own_nodes_requests() {
     );
     let untouched = requests.get("on-kwok-b").await.unwrap();
     assert_eq!(untouched.status, None);
+}
+
+/// Requests the controller's policy would never make, each under a
+/// running Backup: another tenant's Secret volume (under a Backup of
+/// that namespace, and under one covering only another namespace), and
+/// an emptyDir of a namespace the Backup does not cover. The agent
+/// refuses each, naming the request and the rule (`volume-type`,
+/// `backup-scope`), and reads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_for_a_secret_or_an_uncovered_namespace_is_refused() {
+    use iar::k8s::crd::BackupSpec;
+    use kube::api::{Patch, PatchParams};
+    let ns = "boundary-policy";
+    let tenant = "boundary-tenant";
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-a"]).await
+    else {
+        return;
+    };
+    iar_apiserver::create_namespace(&admin, tenant).await;
+    let root = tempfile::tempdir().unwrap();
+    let victim: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "victim"},
+        "spec": {
+            "nodeName": "kwok-a",
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            "volumes": [
+                {"name": "creds", "secret": {"secretName": "db"}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        },
+    }))
+    .unwrap();
+    let victim_uid = Api::<Pod>::namespaced(admin.clone(), tenant)
+        .create(&PostParams::default(), &victim)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    kwok.wait_running(&admin, tenant, "victim").await;
+    let volumes = root.path().join(format!("pods/{victim_uid}/volumes"));
+    for dir in [
+        "kubernetes.io~secret/creds",
+        "kubernetes.io~empty-dir/scratch",
+    ] {
+        std::fs::create_dir_all(volumes.join(dir)).unwrap();
+        std::fs::write(volumes.join(dir).join("secret"), SECRET).unwrap();
+    }
+    // Two running Backups: one of the tenant's namespace, one of another.
+    let backups = Api::<iar::k8s::crd::Backup>::namespaced(admin.clone(), ns);
+    let mut uids = std::collections::HashMap::new();
+    for (name, covers) in [("of-tenant", tenant), ("of-elsewhere", "elsewhere")] {
+        create_backup(
+            &admin,
+            ns,
+            name,
+            BackupSpec {
+                included_namespaces: Some(vec![covers.into()]),
+                ..BackupSpec::default()
+            },
+        )
+        .await;
+        backups
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "InProgress"}})),
+            )
+            .await
+            .unwrap();
+        let uid = backups.get(name).await.unwrap().metadata.uid.unwrap();
+        uids.insert(name, uid);
+    }
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let agent = Agent::start(server, ns, "kwok-a", root.path(), url);
+    let api = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let cases = [
+        (
+            "secret-of-tenant",
+            "of-tenant",
+            "creds",
+            "rule: volume-type",
+        ),
+        (
+            "secret-of-elsewhere",
+            "of-elsewhere",
+            "creds",
+            "rule: volume-type",
+        ),
+        (
+            "scratch-of-elsewhere",
+            "of-elsewhere",
+            "scratch",
+            "rule: backup-scope",
+        ),
+    ];
+    for (name, backup, volume, _) in cases {
+        let request = VolumeBackup {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some([("iar.dev/node".to_string(), "kwok-a".to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: VolumeBackupSpec {
+                backup_name: backup.into(),
+                backup_uid: uids[backup].clone(),
+                backup_storage_location: url.into(),
+                node: "kwok-a".into(),
+                pod: PodReference {
+                    namespace: tenant.into(),
+                    name: "victim".into(),
+                    uid: victim_uid.clone(),
+                },
+                volume: volume.into(),
+                pvc: None,
+                volume_dir: volume.into(),
+                cancel: false,
+            },
+            status: None,
+        };
+        api.create(&PostParams::default(), &request).await.unwrap();
+    }
+    for (name, _, _, rule) in cases {
+        let ended = wait_ended(&api, name).await;
+        assert_eq!(ended.phase, Some(VolumePhase::Failed), "{name}: {ended:?}");
+        let message = ended.message.unwrap_or_default();
+        assert!(
+            message.contains(rule) && message.contains(name),
+            "{name}: {message}\n{}",
+            agent.log()
+        );
+    }
+    assert!(
+        all_chunks(store_dir.path()).is_empty(),
+        "something was read"
+    );
+    let mut stack = vec![store_dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            assert!(p.is_dir(), "written to the store: {}", p.display());
+            stack.push(p);
+        }
+    }
 }

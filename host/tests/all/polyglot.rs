@@ -355,6 +355,10 @@ fn run_with(plugin: &Path, items: &Path, case: &Case, extra: &[&str]) -> Output 
         plugin.to_str().unwrap(),
         "--item",
         item.to_str().unwrap(),
+        // The ports label whatever they handle (the item-change rules
+        // have tests of their own, in cli_mutate).
+        "--allow-mutate",
+        "*",
     ];
     args.extend(extra);
     for c in case.config {

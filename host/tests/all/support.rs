@@ -111,6 +111,10 @@ pub fn plugin_settings(config: &[(&str, &str)]) -> PluginSettings {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        // Tests of other rules change items freely (a labeller labels a
+        // namespace's ServiceAccount too); the item-change rules have
+        // tests of their own (cli_mutate, iar-core, iar-plugin).
+        mutate_grants: every_change(),
         ..PluginSettings::default()
     }
 }
@@ -231,4 +235,12 @@ where
         .try_collect::<Vec<()>>()
         .await
         .unwrap();
+}
+
+/// Every item change granted, what decides rights included (but a pod's
+/// security fields, which no example plugin changes).
+pub fn every_change() -> iar::cluster::mutate::MutateGrants {
+    let mut all = vec!["*"];
+    all.extend(iar::cluster::mutate::RIGHTS_RESOURCES);
+    iar::cluster::mutate::MutateGrants::only(&all).unwrap()
 }

@@ -69,6 +69,31 @@ impl Drop for Running {
     }
 }
 
+/// What object_store (in `iar`) and restic read to reach the S3 server.
+pub(crate) fn s3_env(command: &mut std::process::Command, endpoint: &str) {
+    command
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_ENDPOINT", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1");
+}
+
+/// The backup store `s3://BUCKET` on the S3 server at `endpoint`, as this
+/// process reaches it.
+pub(crate) fn s3_store(endpoint: &str) -> iar::store::BackupStore {
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(ACCESS_KEY)
+        .with_secret_access_key(SECRET_KEY)
+        .build()
+        .unwrap();
+    iar::store::BackupStore::from_object_store(std::sync::Arc::new(s3), &format!("s3://{BUCKET}"))
+}
+
 /// versitygw over a fresh directory with one bucket: its posix backend
 /// keeps each bucket as a directory and each object as a file under it.
 pub(crate) fn s3_server(tools: &Path, root: &Path) -> (iar_tests::s3::Gateway, String) {
@@ -322,7 +347,7 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     std::fs::copy(iar_tests::artifacts::LABELS, plugins.join("labels.wasm")).unwrap();
     std::fs::write(
         plugins.join("labels.yaml"),
-        "config:\n  labels: backed-up-by=iar\n",
+        "config:\n  labels: backed-up-by=iar\n# It labels every item, the namespace's ServiceAccounts too.\nallowMutate: ['*', serviceaccounts]\n",
     )
     .unwrap();
     let spec = work.path().join("spec.yaml");
@@ -921,7 +946,7 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     std::fs::copy(iar_tests::artifacts::LABELS, image.join("labels.wasm")).unwrap();
     std::fs::write(
         image.join("labels.yaml"),
-        "config: {labels: via=iar-in-velero}\n",
+        "config: {labels: via=iar-in-velero}\nallowMutate: ['*', serviceaccounts]\n",
     )
     .unwrap();
     // The Go SDK's port of labels (go-sdk/examples/labels), served beside
@@ -929,7 +954,7 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     std::fs::copy(crate::go_sdk::go("labels-go"), image.join("labels-go.wasm")).unwrap();
     std::fs::write(
         image.join("labels-go.yaml"),
-        "config: {labels: via-go=iar-in-velero}\n",
+        "config: {labels: via-go=iar-in-velero}\nallowMutate: ['*', serviceaccounts]\n",
     )
     .unwrap();
     std::fs::copy(

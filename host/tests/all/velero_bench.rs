@@ -178,7 +178,11 @@ fn wasm_plugins(work: &Path) -> PathBuf {
     let dir = work.join("wasm-plugins");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(iar_tests::artifacts::LABELS, dir.join("labels.wasm")).unwrap();
-    std::fs::write(dir.join("labels.yaml"), "config: {labels: team=payments}\n").unwrap();
+    std::fs::write(
+        dir.join("labels.yaml"),
+        "config: {labels: team=payments}\nallowMutate: ['*', serviceaccounts]\n",
+    )
+    .unwrap();
     dir
 }
 

@@ -79,7 +79,7 @@ fn velero_s_client_lists_and_runs_wasm_plugins_through_iar() {
         (
             "labels",
             artifacts::LABELS,
-            "config: {labels: team=payments}\n",
+            "config: {labels: team=payments}\nallowMutate: ['*']\n",
         ),
         (
             "ops",
@@ -94,7 +94,7 @@ fn velero_s_client_lists_and_runs_wasm_plugins_through_iar() {
         (
             "remember",
             artifacts::HOSTILE,
-            "config: {behavior: remember}\n",
+            "config: {behavior: remember}\nallowMutate: ['*']\n",
         ),
     ]);
     let labels_yaml = dir.path().join("iar-plugins/labels.yaml");
@@ -125,7 +125,7 @@ fn velero_s_client_lists_and_runs_wasm_plugins_through_iar() {
             // The same process still holds the instance of the first call.
             execute("iar.dev/remember", pod_item("second"), "InProgress"),
             // An operator replaces the plugin's settings while Velero runs.
-            json!({"op": "write", "path": labels_yaml, "text": "config: {labels: team=billing}\n"}),
+            json!({"op": "write", "path": labels_yaml, "text": "config: {labels: team=billing}\nallowMutate: ['*']\n"}),
             execute("iar.dev/labels", pod_item("web"), "InProgress"),
             // A new plugin process (Velero starts one per backup and per
             // operations reconcile) answers progress for an operation another
@@ -249,10 +249,15 @@ fn block_actions_are_served_as_velero_item_block_actions() {
         (
             "labels",
             artifacts::LABELS,
-            "config: {labels: team=payments}\n",
+            "config: {labels: team=payments}\nallowMutate: ['*']\n",
         ),
         ("config-block", artifacts::CONFIG_BLOCK, "{}\n"),
-        ("both", artifacts::BLOCK_HOSTILE, "config: {names: 'a,b'}\n"),
+        // Its execute labels the item it is given: an item change.
+        (
+            "both",
+            artifacts::BLOCK_HOSTILE,
+            "config: {names: 'a,b'}\nallowMutate: [pods]\n",
+        ),
         (
             "trapping",
             artifacts::BLOCK_HOSTILE,
@@ -370,8 +375,12 @@ fn restore_execute(action: &str, item: Value) -> Value {
 fn restore_actions_are_served_as_velero_restore_item_actions() {
     let Some(client) = client() else { return };
     let dir = plugin_dir(&[
-        ("labels", artifacts::LABELS, "{}\n"),
-        ("restorer", artifacts::RESTORE_HOSTILE, "{}\n"),
+        ("labels", artifacts::LABELS, "allowMutate: ['*']\n"),
+        (
+            "restorer",
+            artifacts::RESTORE_HOSTILE,
+            "allowMutate: [configmaps]\n",
+        ),
         (
             "not-ready",
             artifacts::RESTORE_HOSTILE,
@@ -482,7 +491,7 @@ fn a_hostile_wasm_plugin_fails_its_item_and_the_plugin_process_keeps_serving() {
         (
             "labels",
             artifacts::LABELS,
-            "config: {labels: team=payments}\n",
+            "config: {labels: team=payments}\nallowMutate: ['*']\n",
         ),
         (
             "spin",
@@ -508,7 +517,7 @@ fn a_hostile_wasm_plugin_fails_its_item_and_the_plugin_process_keeps_serving() {
         (
             "remember",
             artifacts::HOSTILE,
-            "config: {behavior: remember}\n",
+            "config: {behavior: remember}\nallowMutate: ['*']\n",
         ),
     ]);
     // Not a component at all: listed by its file name, refused when loaded.
@@ -614,7 +623,7 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
             artifacts::LABELS,
             // Items are reads: it is handed the pod only because it may
             // read pods (rule read-grant).
-            "config: {labels: from=configmap}\nallowRead: [configmaps, pods]\n",
+            "config: {labels: from=configmap}\nallowRead: [configmaps, pods]\nallowMutate: [pods]\n",
         ),
         ("greedy", artifacts::HOSTILE, "allowRead: [secrets]\n"),
     ] {
@@ -639,9 +648,13 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
             .unwrap();
     }
     let policy = work.path().join("policy.yaml");
-    std::fs::write(&policy, "readable: [configmaps, pods]\n").unwrap();
+    std::fs::write(&policy, "readable: [configmaps, pods]\nmutable: [pods]\n").unwrap();
 
-    let dir = plugin_dir(&[("labels", artifacts::LABELS, "config: {labels: from=file}\n")]);
+    let dir = plugin_dir(&[(
+        "labels",
+        artifacts::LABELS,
+        "config: {labels: from=file}\nallowMutate: ['*']\n",
+    )]);
     let script = dir.path().join("script.json");
     std::fs::write(
         &script,
@@ -692,7 +705,7 @@ async fn plugin_configmaps_are_served_to_velero_within_the_grant_policy() {
 fn go_plugins_are_served_like_the_rust_ones() {
     let Some(client) = client() else { return };
     let go = crate::go_sdk::go;
-    let labels = "config: {labels: team=payments}\n";
+    let labels = "config: {labels: team=payments}\nallowMutate: ['*']\n";
     let dir = plugin_dir(&[
         ("labels", artifacts::LABELS, labels),
         ("labels-go", go("labels-go"), labels),

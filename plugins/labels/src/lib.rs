@@ -8,6 +8,10 @@
 //! it applies to (comma-separated, default: all), when backing up and when
 //! restoring; `restored-from` renames the restore's annotation, and `-`
 //! turns it off.
+//!
+//! Changing an item is a write: the operator grants it `allowMutate` for
+//! what it applies to (`['*']`; ServiceAccounts, Secrets, RBAC and webhook
+//! configurations only by their exact names, if it should label them).
 
 use iar_sdk::{
     Backup, Error, Item, ItemAction, Output, RestoreInput, RestoreItemAction, RestoreOutput,

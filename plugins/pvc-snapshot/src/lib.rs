@@ -3,7 +3,9 @@
 //!
 //! For each bound PVC whose PersistentVolume is a CSI volume it creates a
 //! VolumeSnapshot of the claim (contract 1.2.0's `create`, so the operator
-//! must grant `allowWrite: [volumesnapshots.snapshot.storage.k8s.io]`),
+//! must grant `allowWrite: [volumesnapshots.snapshot.storage.k8s.io]`;
+//! it labels the claim with the snapshot, and on restore points the claim
+//! at it, item changes granted by `allowMutate: [persistentvolumeclaims]`),
 //! named `<pvc>-<backup>`, and returns the operation `<namespace>/<name>`.
 //! The name is the same for every try of one backup, so a retried
 //! `execute` finds the snapshot it created instead of creating another.

@@ -69,8 +69,15 @@ fn spawn_watcher(
     namespace: &str,
     runtime: iar::Runtime,
     registry: &Arc<PluginRegistry>,
-    options: WatchOptions,
+    mut options: WatchOptions,
 ) -> tokio::task::JoinHandle<()> {
+    // The plugins here label what they run on (the hostile one annotates a
+    // Secret it read): the operator allows those item changes, and every
+    // ConfigMap asks for them (`plugin_cm`). The item-change rules have
+    // tests of their own.
+    if options.grant_policy.mutable.is_empty() {
+        options.grant_policy.mutable = vec!["*".into(), "secrets".into()];
+    }
     let (client, namespace, registry) = (client.clone(), namespace.to_string(), registry.clone());
     tokio::spawn(async move {
         let result = watch_with(client, namespace, runtime, registry, options).await;
@@ -83,12 +90,15 @@ fn bytes(path: &str) -> Vec<u8> {
 }
 
 /// A good plugin ConfigMap, as `iar plugin configmap` makes it.
+/// The item changes every test ConfigMap asks for.
+const MUTATE_ALL: &str = "allowMutate: ['*', secrets]\n";
+
 fn plugin_cm(name: &str, namespace: &str, component: &[u8], settings: Option<&str>) -> ConfigMap {
     configmap::manifest(ManifestInput {
         name: name.into(),
         namespace: namespace.into(),
         component: component.to_vec(),
-        settings: settings.map(str::to_string),
+        settings: Some(format!("{}\n{MUTATE_ALL}", settings.unwrap_or_default())),
         order: None,
         reference: None,
     })
@@ -879,7 +889,7 @@ async fn an_https_reference_is_fetched_verified_and_loaded() {
         name: "labels".into(),
         namespace: h.namespace.clone(),
         component: labels.clone(),
-        settings: Some("config: {labels: via=https}".into()),
+        settings: Some(format!("config: {{labels: via=https}}\n{MUTATE_ALL}")),
         order: None,
         reference: Some(url.clone()),
     })

@@ -686,7 +686,9 @@ fn a_glob_grant_does_not_read_secrets() {
     );
     let run = |allow_read: &str| {
         let doc = format!(
-            "config: {{behavior: cluster-get, cluster-gets: '1'}}\nallowRead: {allow_read}\n"
+            // It annotates the Secret with what it found: a change granted
+            // by exact name.
+            "config: {{behavior: cluster-get, cluster-gets: '1'}}\nallowRead: {allow_read}\nallowMutate: [secrets]\n"
         );
         let settings = iar::plugin::SettingsFile::parse(&doc)
             .unwrap()

@@ -43,6 +43,10 @@ pub fn settings(config: &[(&str, &str)], limits: Limits) -> PluginSettings {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         limits,
+        // Tests of other rules change items freely (a labeller labels a
+        // namespace's ServiceAccount too); the item-change rules have
+        // tests of their own (cli_mutate, iar-core, iar-plugin).
+        mutate_grants: every_change(),
         ..PluginSettings::default()
     }
 }
@@ -118,6 +122,8 @@ pub const SNAPSHOT_GRANT: &str = "volumesnapshots.snapshot.storage.k8s.io";
 pub fn pvc_snapshot(runtime: &Runtime) -> Plugin {
     let settings = PluginSettings {
         write_grants: iar::cluster::writes::WriteGrants::only(&[SNAPSHOT_GRANT]).unwrap(),
+        mutate_grants: iar::cluster::mutate::MutateGrants::only(&["persistentvolumeclaims"])
+            .unwrap(),
         ..PluginSettings::default()
     };
     Plugin::from_file(runtime, artifacts::PVC_SNAPSHOT.as_ref(), settings)
@@ -169,4 +175,12 @@ pub async fn client(server: &ApiServer, user: User) -> kube::Client {
         .client(user)
         .await
         .unwrap_or_else(|e| panic!("client for {user:?}: {e}"))
+}
+
+/// Every item change granted, what decides rights included (but a pod's
+/// security fields, which no example plugin changes).
+pub fn every_change() -> iar::cluster::mutate::MutateGrants {
+    let mut all = vec!["*"];
+    all.extend(iar::cluster::mutate::RIGHTS_RESOURCES);
+    iar::cluster::mutate::MutateGrants::only(&all).unwrap()
 }

@@ -499,6 +499,10 @@ mod tests {
         let settings = PluginSettings {
             config: [("labels".to_string(), "seen=yes".to_string())].into(),
             grants,
+            // What it is handed it labels, a Secret too (under the read
+            // grant): an item change on every resource.
+            mutate_grants: iar_core::cluster::mutate::MutateGrants::only(&["*", "secrets"])
+                .unwrap(),
             ..PluginSettings::default()
         };
         let plugin =

@@ -1,8 +1,9 @@
 //! The objects a backup's plugins created in the cluster (contract 1.2.0):
 //! recorded with the backup when its first pass is stored, and deleted
 //! when the backup is deleted or canceled, each only while its uid is the
-//! one recorded (a newer object of the same name stays) and its labels say
-//! it was created for that backup (a planted record deletes nothing).
+//! one recorded (a newer object of the same name stays), its labels say
+//! it was created for that backup, and its full name agrees
+//! ([`full_name_matches`]): a planted record deletes nothing.
 
 use super::errors::PhaseError;
 use super::journal::Journal;
@@ -12,6 +13,41 @@ use iar_core::cluster::writes::{self, CreatedObject};
 use iar_core::cluster::{ClusterError, ClusterReader};
 use iar_core::store::{BackupFile, BackupStore};
 use std::sync::Arc;
+
+/// The annotation holding the full name of the backup an object was
+/// created for (set by the host at create time).
+pub const BACKUP_FULL_NAME_ANNOTATION: &str = writes::BACKUP_NAME_ANNOTATION;
+/// A deletion of what a backup created skips an object whose full backup
+/// name is not the backup's, or cannot be told from its labels.
+pub const GC_FULL_NAME: &str = "gc-full-name";
+
+/// Whether `object` was created for the backup stored as `name`, by its
+/// full name: the [`BACKUP_FULL_NAME_ANNOTATION`] when the object has it;
+/// without it, the name label decides ([`writes::created_for`]) except for
+/// a name shaped like the digest a long name's label holds
+/// (`sha256-<40 hex>`): a backup planted under that name, with a copied
+/// uid, would otherwise match a long-named backup's objects.
+pub fn full_name_matches(object: &serde_json::Value, name: &str) -> Result<(), String> {
+    match object["metadata"]["annotations"][BACKUP_FULL_NAME_ANNOTATION].as_str() {
+        Some(full) if full == name => Ok(()),
+        Some(full) => Err(format!("it was created for backup {full:?}, not {name:?}")),
+        None if is_digest_label(name) => Err(format!(
+            "backup {name:?} is named like a long name's label digest and the object carries no {BACKUP_FULL_NAME_ANNOTATION} annotation to tell them apart"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `sha256-` and 40 lowercase hex digits: what `names::label_value` makes
+/// of a name that is not a label value.
+fn is_digest_label(name: &str) -> bool {
+    name.strip_prefix("sha256-").is_some_and(|hex| {
+        hex.len() == 40
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
 
 /// What recording and deleting created objects needs.
 #[derive(Clone, Copy)]
@@ -96,6 +132,15 @@ impl Created<'_> {
                             object.id, object.plugin
                         ),
                     );
+                    continue;
+                }
+                Ok(Some(found)) if let Err(why) = full_name_matches(&found, name) => {
+                    let refusal = format!(
+                        "not deleting {} (listed as created by plugin {}): {why} (rule: {GC_FULL_NAME})",
+                        object.id, object.plugin,
+                    );
+                    tracing::warn!(backup = %name, object = %object.id, rule = GC_FULL_NAME, "{refusal}");
+                    self.journal.line(name, format!("warning: {refusal}"));
                     continue;
                 }
                 Ok(Some(found)) if !writes::created_for(&found, name, uid) => {

@@ -22,6 +22,10 @@ use iar_core::store::lease::LeaseError;
 use iar_core::store::{BackupFile, BackupStore, StoreError};
 use std::time::SystemTime;
 
+/// A stored object whose `metadata.name` is not its directory's: what it
+/// says of itself is not trusted to name a Backup resource.
+pub const GC_FOREIGN_NAME: &str = "gc-foreign-name";
+
 /// What a sweep did with one backup.
 #[derive(Debug)]
 pub struct Collected {
@@ -230,7 +234,13 @@ impl Gc<'_> {
             self.store
                 .put_json(name, BackupFile::Metadata, &deleting)
                 .await?;
-            if let Some(sink) = self.status_sink {
+            // The sink writes the status of the Backup resource the record
+            // names; a record naming another than its own directory was
+            // not written by iar for it, and tells no resource anything.
+            if found.metadata.name != name {
+                tracing::warn!(backup = %name, named = %found.metadata.name, rule = GC_FOREIGN_NAME,
+                    "backup {name}'s stored object names backup {:?}: no Backup resource is told it is Deleting (rule: {GC_FOREIGN_NAME})", found.metadata.name);
+            } else if let Some(sink) = self.status_sink {
                 sink(&deleting);
             }
         }
@@ -278,9 +288,24 @@ impl Gc<'_> {
             .filter_map(|r| r.manifest_key.as_deref().and_then(parse_snapshot_key))
             .map(|(ns, _)| ns.to_string())
             .collect();
+        // A volume that did not complete may still have left a snapshot
+        // (an agent killed after writing it, before reporting it): its
+        // namespace's repository is searched too, by the backup's uid,
+        // when there is a password to open it (the fault campaign found
+        // such snapshots outliving their backup).
+        if self.repository_password.is_some() {
+            namespaces.extend(
+                records
+                    .iter()
+                    .filter(|r| r.phase != crate::backup::volumes::VolumePhase::Completed)
+                    .map(|r| r.pod_namespace.clone()),
+            );
+        }
         namespaces.sort();
         namespaces.dedup();
-        if namespaces.is_empty() {
+        // With a password every repository is searched too (see
+        // `forget_volume_snapshots`); without one, only those named.
+        if namespaces.is_empty() && self.repository_password.is_none() {
             return Ok(None);
         }
         let password = self.repository_password.cloned().ok_or_else(|| {
@@ -334,10 +359,24 @@ impl Gc<'_> {
             tokio::runtime::Handle::current(),
         );
         tokio::task::spawn_blocking(move || {
-            for ns in namespaces {
+            // Every repository, not only the ones its records name: an
+            // agent killed after writing a snapshot and before reporting
+            // it, or a controller that failed the backup before it
+            // persisted its volume records, leaves a snapshot no record
+            // names, and only its uid tag says whose it is (the fault
+            // campaign found both). One that the password does not open
+            // is not iar's to touch.
+            let all = iar_repository::namespaces(&store, &runtime).map_err(|e| e.to_string())?;
+            let searched: Vec<String> = all.into_iter().filter(|ns| !namespaces.contains(ns)).collect();
+            let named = namespaces.len();
+            for (i, ns) in namespaces.into_iter().chain(searched).enumerate() {
                 let opened = iar_repository::VolumeRepository::open(&store, &ns, &password, &runtime);
                 let repo = match opened {
                     Err(iar_repository::RepositoryError::Missing { .. }) => continue,
+                    Err(e @ iar_repository::RepositoryError::WrongPassword { .. }) if i >= named => {
+                        tracing::warn!(backup = %backup, "not searched for the backup's snapshots: {e}");
+                        continue;
+                    }
                     r => r.map_err(|e| e.to_string())?,
                 };
                 let forgotten = repo.forget(&backup, &uid).map_err(|e| e.to_string())?;

@@ -18,6 +18,10 @@ pub const BACKUP_NAME_LABEL: &str = "iar.dev/backup-name";
 pub const BACKUP_UID_LABEL: &str = "iar.dev/backup-uid";
 /// The annotation naming the plugin that created an object.
 pub const CREATED_BY_ANNOTATION: &str = "iar.dev/created-by";
+/// The full name of the backup an object was created for: its label
+/// holds a digest for a name that is not a label value, and a digest is
+/// itself a valid backup name, so a deletion compares this.
+pub const BACKUP_NAME_ANNOTATION: &str = "iar.dev/backup-name";
 
 /// Rule names, as refusals and the docs give them.
 pub mod rule {
@@ -310,6 +314,11 @@ pub fn prepare_create(
         ),
         ("labels", BACKUP_UID_LABEL, scope.backup_uid.clone()),
         ("annotations", CREATED_BY_ANNOTATION, scope.plugin.clone()),
+        (
+            "annotations",
+            BACKUP_NAME_ANNOTATION,
+            scope.backup_name.clone(),
+        ),
     ] {
         let entry = meta
             .entry(field)

@@ -35,6 +35,13 @@ pub struct GrantPolicy {
     /// Default empty: no plugin ConfigMap may write until the operator
     /// says which resources.
     pub writable: Vec<String>,
+    /// The resources a ConfigMap's `allowMutate` may name (changing the
+    /// items its plugin returns, which a restore creates), as globs over
+    /// `resource.group`; what decides rights (RBAC, webhook
+    /// configurations, Secrets, ServiceAccounts, `RESOURCE/security`) only
+    /// by the exact entry. Default empty: no plugin ConfigMap changes an
+    /// item until the operator says which resources.
+    pub mutable: Vec<String>,
     /// The most a ConfigMap's `limits` may ask, field by field. Default:
     /// [`DEFAULT_HEADROOM`] times each default limit.
     pub max_limits: MaxLimits,
@@ -76,6 +83,7 @@ impl Default for GrantPolicy {
         GrantPolicy {
             readable: vec!["*".into()],
             writable: Vec::new(),
+            mutable: Vec::new(),
             max_limits: MaxLimits::default(),
             isolation: vec![Isolation::Item, Isolation::Backup],
             reference_hosts: Vec::new(),
@@ -221,7 +229,7 @@ pub enum PolicyError {
 pub enum PolicyProblem {
     #[error("{0}")]
     Yaml(#[source] Box<iar_core::yaml::Error>),
-    /// `list` is `readable` or `writable`.
+    /// `list` is `readable`, `writable` or `mutable`.
     #[error("{list} entry {entry:?} is not a glob: {source}")]
     Glob {
         list: &'static str,
@@ -243,6 +251,7 @@ impl GrantPolicy {
         for (list, entries) in [
             ("readable", &policy.readable),
             ("writable", &policy.writable),
+            ("mutable", &policy.mutable),
         ] {
             for entry in entries {
                 glob::Pattern::new(entry).map_err(|source| PolicyProblem::Glob {
@@ -320,6 +329,14 @@ impl GrantPolicy {
                 ));
             }
         }
+        for asked in settings.mutate_grants.entries() {
+            if !self.mutable.iter().any(|p| covers_mutate(p, asked)) {
+                refused.push(format!(
+                    "allowMutate {asked:?} (the policy makes mutable {:?})",
+                    self.mutable
+                ));
+            }
+        }
         refused.extend(self.max_limits.exceeded(&settings.limits));
         let isolation = settings.limits.isolation;
         if !self.isolation.contains(&isolation) {
@@ -377,6 +394,17 @@ pub fn covers(policy: &str, asked: &str) -> bool {
     }
 }
 
+/// Whether the policy entry `policy` allows the `allowMutate` entry
+/// `asked`: as [`covers`], but what decides rights only by its exact
+/// entry, so a policy's `*` never grants a ClusterRoleBinding change.
+pub fn covers_mutate(policy: &str, asked: &str) -> bool {
+    use iar_core::cluster::mutate::{SECURITY_SUFFIX, is_rights_resource};
+    if asked.ends_with(SECURITY_SUFFIX) || is_rights_resource(asked) {
+        return policy == asked;
+    }
+    covers(policy, asked)
+}
+
 #[cfg(test)]
 mod reference_tests {
     use super::*;
@@ -422,6 +450,28 @@ mod tests {
 
     fn settings(doc: &str) -> PluginSettings {
         SettingsFile::parse(doc).unwrap().into_settings([]).unwrap()
+    }
+
+    #[test]
+    fn item_changes_need_the_policy_and_rights_changes_its_exact_entry() {
+        let asked = settings(
+            "allowMutate: [pods, 'deployments.apps/security', clusterroles.rbac.authorization.k8s.io]",
+        );
+        // No policy allowance: no mutate grant at all.
+        let refused = GrantPolicy::default().refusals(&asked);
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(
+            refused[0].starts_with("allowMutate \"pods\""),
+            "{refused:?}"
+        );
+        // A glob covers plain resources, never what decides rights.
+        let policy = GrantPolicy::parse("mutable: ['*']").unwrap();
+        assert_eq!(policy.refusals(&asked).len(), 2);
+        let policy = GrantPolicy::parse(
+            "mutable: ['*', 'deployments.apps/security', clusterroles.rbac.authorization.k8s.io]",
+        )
+        .unwrap();
+        assert!(policy.refusals(&asked).is_empty());
     }
 
     #[test]

@@ -61,6 +61,14 @@ pub enum Violation {
         before: String,
         after: String,
     },
+    /// A change to the item its grants do not cover (`allowMutate`):
+    /// restored, or stored for a restore, it would be a write.
+    #[error("changed the item at {path:?}, which {need} (rule: {rule})")]
+    ChangeNotGranted {
+        rule: &'static str,
+        path: String,
+        need: String,
+    },
     #[error("returned {what} of {size}, over the limit of {limit} (rule: output-size)")]
     OutputTooLarge {
         what: &'static str,
@@ -120,6 +128,7 @@ impl Violation {
             Violation::Action(_) => "plugin-error",
             Violation::ItemNotJson(_) | Violation::ItemNotObject(_) => "item-is-json-object",
             Violation::IdentityChanged { .. } => "item-identity-unchanged",
+            Violation::ChangeNotGranted { rule, .. } => rule,
             Violation::OutputTooLarge { .. } | Violation::LiftBudget { .. } => "output-size",
             Violation::OperationInFinalize(_) => "no-operation-in-finalize",
             Violation::EmptyOperationId => "operation-id-non-empty",

@@ -521,6 +521,7 @@ impl PluginInstance {
             item,
             backup.phase,
             self.plugin.limits(),
+            &self.plugin.0.settings.mutate_grants,
             seen_operation,
         )
         .map_err(|v| self.error(Call::Execute, &target, v, String::new()))

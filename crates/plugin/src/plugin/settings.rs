@@ -5,6 +5,7 @@
 
 use crate::limits::Limits;
 use iar_core::cluster::ReadGrants;
+use iar_core::cluster::mutate::MutateGrants;
 use iar_core::cluster::writes::WriteGrants;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -21,9 +22,13 @@ pub struct PluginSettings {
     /// What the guest may create (and delete once created) through
     /// `cluster-write` (contract 1.2.0); nothing by default.
     pub write_grants: WriteGrants,
+    /// What the guest may change in the items it returns (`allowMutate`):
+    /// a returned item is created by a restore, or stored for one, so a
+    /// change is a write; nothing by default.
+    pub mutate_grants: MutateGrants,
 }
 
-/// `config`, `limits`, `allowRead` and `allowWrite`; unknown fields are errors, so a typo
+/// `config`, `limits`, `allowRead`, `allowWrite` and `allowMutate`; unknown fields are errors, so a typo
 /// is not silently a default.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -33,6 +38,10 @@ pub struct SettingsFile {
     pub allow_read: Option<Vec<String>>,
     /// Resources the plugin may create, by exact `resource.group`.
     pub allow_write: Vec<String>,
+    /// Resources whose items the plugin may change: globs over
+    /// `resource.group`, RBAC, webhooks, Secrets and ServiceAccounts only
+    /// by exact name, a pod's security fields only by `RESOURCE/security`.
+    pub allow_mutate: Vec<String>,
 }
 
 /// Settings that cannot be read or applied.
@@ -93,6 +102,7 @@ impl SettingsFile {
             None => ReadGrants::default(),
         };
         let write_grants = WriteGrants::only(&self.allow_write)?;
+        let mutate_grants = MutateGrants::only(&self.allow_mutate)?;
         let mut config = self.config;
         config.extend(extra);
         Ok(PluginSettings {
@@ -100,6 +110,7 @@ impl SettingsFile {
             config,
             grants,
             write_grants,
+            mutate_grants,
         })
     }
 }

@@ -4,6 +4,7 @@
 use super::error::Violation;
 use crate::contract::latest::types;
 use crate::limits::Limits;
+use iar_core::cluster::mutate::MutateGrants;
 use iar_core::item::{Item, ItemRef, group_of};
 use iar_core::item_scan::{self, Identity, Scanned};
 use iar_core::manifests::json_type;
@@ -115,8 +116,13 @@ fn bounded(what: &'static str, size: usize, limit: usize) -> Result<(), Violatio
 }
 
 /// The item a plugin returned for `input`: bounded, one JSON object, the
-/// same object.
-fn changed_item(json: String, input: &Item, limits: &Limits) -> Result<Item, Violation> {
+/// same object, and changed only where `grants` allow.
+fn changed_item(
+    json: String,
+    input: &Item,
+    limits: &Limits,
+    grants: &MutateGrants,
+) -> Result<Item, Violation> {
     bounded("an item (bytes)", json.len(), limits.max_item_bytes)?;
     // Scanned, not parsed: one pass that checks the text is one JSON
     // object (exactly as `Value` would) and reads its identity, building
@@ -130,7 +136,27 @@ fn changed_item(json: String, input: &Item, limits: &Limits) -> Result<Item, Vio
         Err(e) => return Err(Violation::ItemNotJson(e.to_string())),
     };
     same_identity(input.fields(), &fields, &json)?;
+    changes_granted(&json, input, grants)?;
     Ok(input.changed_to(Arc::from(json), fields))
+}
+
+/// A returned item differing from the one handed in is a write (a restore
+/// creates it; a backup stores it for a restore to create): the grants
+/// must cover the change. Compared as JSON values, so key order and
+/// spacing are not changes.
+fn changes_granted(json: &str, input: &Item, grants: &MutateGrants) -> Result<(), Violation> {
+    if **input.json() == *json {
+        return Ok(());
+    }
+    // `changed_item`'s scan accepted exactly what `Value` parses.
+    let after: Value = json.parse().unwrap_or_default();
+    grants
+        .check(&input.id.group_resource(), input.value(), &after)
+        .map_err(|r| Violation::ChangeNotGranted {
+            rule: r.rule,
+            path: r.path,
+            need: r.need,
+        })
 }
 
 /// An operation id a plugin returned: non-empty and bounded.
@@ -169,6 +195,7 @@ pub fn restore_output(
     out: crate::contract::latest::restore_action::RestoreOutput,
     input: &Item,
     limits: &Limits,
+    grants: &MutateGrants,
     seen_operation: &dyn Fn(&str) -> bool,
 ) -> Result<RestoreResult, Violation> {
     if let Some(id) = &out.operation_id {
@@ -181,7 +208,7 @@ pub fn restore_output(
     )?;
     let item = out
         .item
-        .map(|json| changed_item(json, input, limits))
+        .map(|json| changed_item(json, input, limits, grants))
         .transpose()?;
     let additional_items = identifiers("additional-items", out.additional_items)?;
     if let Some(id) = &out.operation_id
@@ -228,6 +255,7 @@ pub fn execute_output(
     input: &Item,
     phase: Phase,
     limits: &Limits,
+    grants: &MutateGrants,
     seen_operation: &dyn Fn(&str) -> bool,
 ) -> Result<ExecuteResult, Violation> {
     if let Some(id) = &out.operation_id {
@@ -246,7 +274,7 @@ pub fn execute_output(
     )?;
     let item = out
         .item
-        .map(|json| changed_item(json, input, limits))
+        .map(|json| changed_item(json, input, limits, grants))
         .transpose()?;
     let additional_items = identifiers("additional-items", out.additional_items)?;
     let post_operation_items = identifiers("post-operation-items", out.post_operation_items)?;
@@ -408,5 +436,84 @@ mod tests {
                 })
             }
         );
+    }
+
+    fn item(value: Value) -> Item {
+        Item::from_value(value, iar_core::catalog::Catalog::builtin()).unwrap()
+    }
+
+    fn mutate(entries: &[&str]) -> MutateGrants {
+        MutateGrants::only(entries).unwrap()
+    }
+
+    /// A backup action's changed item is a write: refused without a grant
+    /// (rule item-change-not-granted, naming the first changed path),
+    /// passed with one; an unchanged item, or the same JSON respaced,
+    /// needs none.
+    #[test]
+    fn a_backup_change_needs_a_mutate_grant() {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop"}, "spec": {"containers": []}});
+        let input = item(pod.clone());
+        let mut labelled = pod.clone();
+        labelled["metadata"]["labels"] = serde_json::json!({"team": "a"});
+        let out = |json: String| types::ExecuteOutput {
+            item: Some(json),
+            additional_items: Vec::new(),
+            operation_id: None,
+            post_operation_items: Vec::new(),
+        };
+        let run = |json: String, grants: &MutateGrants| {
+            execute_output(
+                out(json),
+                &input,
+                Phase::Backup,
+                &Limits::default(),
+                grants,
+                &|_| false,
+            )
+        };
+        let err = run(labelled.to_string(), &MutateGrants::none()).unwrap_err();
+        assert_eq!(err.rule(), "item-change-not-granted");
+        assert!(err.to_string().contains("\".metadata.labels\""), "{err}");
+        assert!(run(labelled.to_string(), &mutate(&["pods"])).is_ok());
+        assert!(
+            run(
+                serde_json::to_string_pretty(&pod).unwrap(),
+                &MutateGrants::none()
+            )
+            .is_ok()
+        );
+        let mut privileged = pod.clone();
+        privileged["spec"]["hostNetwork"] = Value::from(true);
+        let err = run(privileged.to_string(), &mutate(&["*"])).unwrap_err();
+        assert_eq!(err.rule(), "rights-change-not-granted", "{err}");
+    }
+
+    /// The same on restore: a ClusterRoleBinding rewritten is refused
+    /// under a glob, passed under its exact name.
+    #[test]
+    fn a_restore_change_to_rights_needs_the_exact_grant() {
+        let crb = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding", "metadata": {"name": "view"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}});
+        let input = item(crb.clone());
+        let mut admin = crb;
+        admin["roleRef"]["name"] = Value::from("cluster-admin");
+        let run = |grants: &MutateGrants| {
+            let out = crate::contract::latest::restore_action::RestoreOutput {
+                item: Some(admin.to_string()),
+                additional_items: Vec::new(),
+                skip_restore: false,
+                operation_id: None,
+                wait_for_additional_items: false,
+                additional_items_ready_timeout_ms: None,
+            };
+            restore_output(out, &input, &Limits::default(), grants, &|_| false)
+        };
+        let err = run(&mutate(&["*"])).unwrap_err();
+        assert_eq!(err.rule(), "rights-change-not-granted");
+        assert!(err.to_string().contains(".roleRef.name"), "{err}");
+        assert!(run(&mutate(&["clusterrolebindings.rbac.authorization.k8s.io"])).is_ok());
     }
 }

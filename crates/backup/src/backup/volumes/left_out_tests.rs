@@ -4,7 +4,9 @@
 //! shrinks while read is read again; and a name cannot select another
 //! backup's snapshots.
 
-use super::repository_tests::{back_up, blocking, limits, repo, request, restored, skipped_of};
+use super::repository_tests::{
+    back_up, back_up_seamed, blocking, limits, repo, request, restored, skipped_of,
+};
 use super::test_setup::setup;
 use super::*;
 use iar_tests::fixtures::noise;
@@ -82,15 +84,7 @@ async fn a_file_that_cannot_be_read_fails_the_volume() {
             *keep.lock().unwrap() = Some(std::os::unix::net::UnixListener::bind(&doomed).unwrap());
         }
     });
-    let done = back_up(
-        &s,
-        "b1",
-        VolumeLimits {
-            seam: Some(seam),
-            ..limits("pw")
-        },
-    )
-    .await;
+    let done = back_up_seamed(&s, "b1", seam).await;
     assert_eq!(done.phase, VolumePhase::Failed, "{done:?}");
     let error = done.error.clone().unwrap();
     assert!(
@@ -136,15 +130,7 @@ async fn a_file_that_shrinks_once_while_read_is_read_again() {
     std::fs::write(vol.join("app.log"), &log).unwrap();
     std::fs::write(vol.join("z-data"), noise(8, 64 << 10)).unwrap();
     let (seam, calls) = shrinking(&vol, "app.log", |call| call == 0);
-    let done = back_up(
-        &s,
-        "b1",
-        VolumeLimits {
-            seam: Some(seam),
-            ..limits("pw")
-        },
-    )
-    .await;
+    let done = back_up_seamed(&s, "b1", seam).await;
     assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
     assert_eq!(calls.load(Ordering::SeqCst), 2, "read once more");
     assert!(done.skipped.is_empty(), "{:?}", done.skipped);
@@ -170,15 +156,7 @@ async fn a_file_that_keeps_shrinking_is_kept_padded_with_a_warning() {
     std::fs::write(vol.join("app.log"), &log).unwrap();
     std::fs::write(vol.join("z-data"), noise(10, 64 << 10)).unwrap();
     let (seam, calls) = shrinking(&vol, "app.log", |_| true);
-    let done = back_up(
-        &s,
-        "b1",
-        VolumeLimits {
-            seam: Some(seam),
-            ..limits("pw")
-        },
-    )
-    .await;
+    let done = back_up_seamed(&s, "b1", seam).await;
     assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
     assert_eq!(calls.load(Ordering::SeqCst), SHRINK_TRIES);
     assert_eq!(done.skipped.len(), 1, "{:?}", done.skipped);

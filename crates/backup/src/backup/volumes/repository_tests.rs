@@ -40,6 +40,16 @@ pub(super) async fn back_up(s: &Setup, backup: &str, limits: VolumeLimits) -> Vo
         .await
 }
 
+/// [`back_up`] into the repository, with `seam` run between each file's
+/// listing and its open.
+pub(super) async fn back_up_seamed(s: &Setup, backup: &str, seam: walk::Seam) -> VolumeBackup {
+    let limits = VolumeLimits {
+        seam: Some(seam),
+        ..limits("pw")
+    };
+    back_up(s, backup, limits).await
+}
+
 /// Every file and link under `dir`: relative path -> content or target.
 pub(super) fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -311,15 +321,7 @@ async fn links_and_swaps_are_never_followed_into_the_repository() {
             std::os::unix::fs::symlink(&token, &victim).unwrap();
         }
     });
-    let done = back_up(
-        &s,
-        "b1",
-        VolumeLimits {
-            seam: Some(seam),
-            ..limits("pw")
-        },
-    )
-    .await;
+    let done = back_up_seamed(&s, "b1", seam).await;
     assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
     let back = restored(&s, &done, "pw").await.unwrap();
     assert_eq!(back["file-link"], b"-> ../../other-tenant/token");

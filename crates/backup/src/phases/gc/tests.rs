@@ -399,3 +399,124 @@ async fn a_sweep_failure_keeps_its_cause() {
         "{failure:?}"
     );
 }
+
+/// A record planted in the store whose `metadata.name` is another
+/// backup's: the sweep deletes the planted directory, but tells no Backup
+/// resource it is Deleting (the status sink writes the status of the
+/// resource the object names).
+#[tokio::test]
+async fn a_planted_record_naming_another_backup_tells_that_backup_nothing() {
+    let (_dir, store) = temp_store();
+    let now = t0();
+    put_backup(&store, "planted", BackupPhase::Completed, Some(now - HOUR)).await;
+    let mut object: BackupObject = store
+        .get_json("planted", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    object.metadata.name = "victim".into();
+    store
+        .put_json("planted", BackupFile::Metadata, &object)
+        .await
+        .unwrap();
+    put_backup(&store, "own", BackupPhase::Completed, Some(now - HOUR)).await;
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = told.clone();
+    let c = controller(store.clone()).with_status_sink(Arc::new(move |o: &BackupObject| {
+        seen.lock().unwrap().push(o.metadata.name.clone())
+    }));
+    let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
+    assert_eq!(
+        o,
+        [
+            ("own".to_string(), "deleted".to_string()),
+            ("planted".to_string(), "deleted".to_string())
+        ]
+    );
+    assert_eq!(*told.lock().unwrap(), ["own"]);
+}
+
+/// A backup planted under the name `sha256-<hex>` that a long-named
+/// victim's label holds, with the victim's uid copied, lists the
+/// victim's VolumeSnapshot: its labels match, but its full name cannot be
+/// told from them, so it stays (rule `gc-full-name`). An object whose
+/// full-name annotation is the backup's own still goes; one annotated
+/// with another backup's name stays.
+#[tokio::test]
+async fn a_planted_digest_named_backup_deletes_no_long_named_victims_object() {
+    use super::super::created::BACKUP_FULL_NAME_ANNOTATION;
+    use iar_core::cluster::overlay;
+    use iar_core::cluster::writes::{
+        BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION, CreatedObject,
+    };
+    use iar_core::item::ItemRef;
+    let (_dir, store) = temp_store();
+    let overlay_dir = tempfile::tempdir().unwrap();
+    let victim_name = format!("nightly-{}", "x".repeat(80));
+    let digest = iar_core::names::label_value(&victim_name);
+    assert!(digest.starts_with("sha256-"), "{digest}");
+    let snapshot = |name: &str, full: Option<&str>| {
+        let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
+        let mut annotations = serde_json::json!({CREATED_BY_ANNOTATION: "pvc-snapshot"});
+        if let Some(full) = full {
+            annotations[BACKUP_FULL_NAME_ANNOTATION] = full.into();
+        }
+        let value = serde_json::json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
+                "labels": {BACKUP_NAME_LABEL: digest.clone(), BACKUP_UID_LABEL: "uid"},
+                "annotations": annotations},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}}});
+        assert!(overlay::create(overlay_dir.path(), &id, &value).unwrap());
+        CreatedObject {
+            plugin: "pvc-snapshot".into(),
+            id,
+            uid: format!("u-{name}"),
+        }
+    };
+    // The victim's objects, labelled with its digest and uid ("uid", as
+    // put_backup's backups have).
+    let victim = snapshot("victim", None);
+    let annotated = snapshot("annotated", Some(&victim_name));
+    let planted_own = snapshot("planted-own", Some(&digest));
+    let now = t0();
+    put_backup(&store, &digest, BackupPhase::Completed, Some(now - HOUR)).await;
+    store
+        .put_json(
+            &digest,
+            BackupFile::CreatedObjects,
+            &[&victim, &annotated, &planted_own],
+        )
+        .await
+        .unwrap();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = lines.clone();
+    let cluster =
+        iar_core::ManifestCluster::new(Vec::new()).with_overlay(overlay_dir.path().to_path_buf());
+    let c = PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        Arc::new(cluster),
+        Settings {
+            lease_duration: Duration::from_secs(30),
+            ..Settings::default()
+        },
+    )
+    .with_observer(Box::new(move |_: &str, line: &str| {
+        seen.lock().unwrap().push(line.to_string())
+    }));
+    let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
+    assert_eq!(o, [(digest.clone(), "deleted".to_string())]);
+    let exists = |o: &CreatedObject| overlay::path_of(overlay_dir.path(), &o.id).exists();
+    assert!(exists(&victim), "the long-named victim's snapshot stays");
+    assert!(exists(&annotated), "an object of another full name stays");
+    assert!(!exists(&planted_own), "its own, by full name, goes");
+    let lines = lines.lock().unwrap();
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("(rule: gc-full-name)"))
+        .collect();
+    assert_eq!(refused.len(), 2, "{lines:#?}");
+    assert!(refused[0].contains("shop/victim"), "{refused:?}");
+    assert!(refused[1].contains(&victim_name), "{refused:?}");
+}

@@ -44,7 +44,8 @@ impl PluginInstance {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::RestoreExecute, &target, v, String::new())
         })?;
-        validate::restore_output(out, item, self.plugin.limits(), seen_operation)
+        let grants = &self.plugin.0.settings.mutate_grants;
+        validate::restore_output(out, item, self.plugin.limits(), grants, seen_operation)
             .map_err(|v| self.error(Call::RestoreExecute, &target, v, String::new()))
     }
 
