@@ -76,9 +76,16 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "--iterations must be at least 1");
     let name = iar::plugin::name_from_path(&args.plugin);
     let extra = super::run::plugin_config(&args.config, &name)?;
-    let settings = SettingsFile::read_or_default(&args.plugin.with_extension("yaml"))?
+    let mut settings = SettingsFile::read_or_default(&args.plugin.with_extension("yaml"))?
         .into_settings(extra)
         .map_err(anyhow::Error::msg)?;
+    // A bench measures calls, not grants: without a settings file that
+    // says otherwise, a plugin may change any item it is benched on (but
+    // never what decides rights, which needs an exact entry).
+    if settings.mutate_grants == iar::cluster::mutate::MutateGrants::default() {
+        settings.mutate_grants =
+            iar::cluster::mutate::MutateGrants::only(&["*"]).map_err(anyhow::Error::msg)?;
+    }
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     let plugin = Plugin::from_file(&runtime, &args.plugin, settings)?;
     let item = Item::from_value(super::run::read_one_object(&args.item)?, Catalog::builtin())
