@@ -18,6 +18,30 @@ fn controller(store: BackupStore) -> PhaseMachine {
     PhaseMachine::new(Vec::new(), store, Arc::new(iar_core::NoCluster), settings)
 }
 
+/// A controller whose cluster is an overlay in `overlay` (what plugins
+/// created), and the lines it logs.
+fn overlay_controller(
+    store: &BackupStore,
+    overlay: &std::path::Path,
+) -> (PhaseMachine, Arc<std::sync::Mutex<Vec<String>>>) {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = lines.clone();
+    let cluster = iar_core::ManifestCluster::new(Vec::new()).with_overlay(overlay.to_path_buf());
+    let c = PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        Arc::new(cluster),
+        Settings {
+            lease_duration: Duration::from_secs(30),
+            ..Settings::default()
+        },
+    )
+    .with_observer(Box::new(move |_: &str, line: &str| {
+        seen.lock().unwrap().push(line.to_string())
+    }));
+    (c, lines)
+}
+
 fn temp_store() -> (tempfile::TempDir, BackupStore) {
     let dir = tempfile::tempdir().unwrap();
     let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
@@ -288,22 +312,7 @@ async fn a_planted_created_objects_record_deletes_only_the_backups_own_objects()
         )
         .await
         .unwrap();
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = lines.clone();
-    let cluster =
-        iar_core::ManifestCluster::new(Vec::new()).with_overlay(overlay_dir.path().to_path_buf());
-    let c = PhaseMachine::new(
-        Vec::new(),
-        store.clone(),
-        Arc::new(cluster),
-        Settings {
-            lease_duration: Duration::from_secs(30),
-            ..Settings::default()
-        },
-    )
-    .with_observer(Box::new(move |_: &str, line: &str| {
-        seen.lock().unwrap().push(line.to_string())
-    }));
+    let (c, lines) = overlay_controller(&store, overlay_dir.path());
 
     let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
     assert_eq!(o, [("planted".to_string(), "deleted".to_string())]);
@@ -489,22 +498,7 @@ async fn a_planted_digest_named_backup_deletes_no_long_named_victims_object() {
         )
         .await
         .unwrap();
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = lines.clone();
-    let cluster =
-        iar_core::ManifestCluster::new(Vec::new()).with_overlay(overlay_dir.path().to_path_buf());
-    let c = PhaseMachine::new(
-        Vec::new(),
-        store.clone(),
-        Arc::new(cluster),
-        Settings {
-            lease_duration: Duration::from_secs(30),
-            ..Settings::default()
-        },
-    )
-    .with_observer(Box::new(move |_: &str, line: &str| {
-        seen.lock().unwrap().push(line.to_string())
-    }));
+    let (c, lines) = overlay_controller(&store, overlay_dir.path());
     let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
     assert_eq!(o, [(digest.clone(), "deleted".to_string())]);
     let exists = |o: &CreatedObject| overlay::path_of(overlay_dir.path(), &o.id).exists();
