@@ -13,6 +13,8 @@ use serde_json::json;
 pub fn bench_settings() -> PluginSettings {
     PluginSettings {
         config: [("labels".to_string(), BENCH_LABELS.to_string())].into(),
+        // The labels it sets are item changes, which need the grant.
+        mutate_grants: iar::cluster::mutate::MutateGrants::only(&["*"]).unwrap(),
         ..PluginSettings::default()
     }
 }
