@@ -309,16 +309,17 @@ impl VolumeRepository {
         namespace: &str,
         runtime: &Handle,
     ) -> Result<(Repository<()>, String), RepositoryError> {
-        Self::unopened_on(StoreBackend::new(
+        Self::unopened_on(Arc::new(StoreBackend::new(
             store.object_store(),
             store.url(),
             &prefix(namespace),
             runtime.clone(),
-        ))
+        )))
     }
 
-    fn unopened_on(backend: StoreBackend) -> Result<(Repository<()>, String), RepositoryError> {
-        let backend = Arc::new(backend);
+    fn unopened_on(
+        backend: Arc<StoreBackend>,
+    ) -> Result<(Repository<()>, String), RepositoryError> {
         let location = rustic_core::ReadBackend::location(backend.as_ref());
         let backends = RepositoryBackends::new(backend, None);
         let repo = Repository::new(&RepositoryOptions::default(), &backends)
@@ -544,10 +545,7 @@ impl VolumeRepository {
             )
             .with_config_guard(guard),
         );
-        let location = rustic_core::ReadBackend::location(backend.as_ref());
-        let backends = RepositoryBackends::new(backend.clone(), None);
-        let repo = Repository::new(&RepositoryOptions::default(), &backends)
-            .map_err(failed(&location, "opening"))?;
+        let (repo, location) = Self::unopened_on(backend.clone())?;
         let created = repo.init(
             &Credentials::password(&password.0),
             &KeyOptions::default(),

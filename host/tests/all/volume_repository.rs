@@ -252,33 +252,23 @@ fn a_delete_without_the_password_keeps_the_backup() {
     let Some(restic) = restic() else { return };
     let f = Fixture::new();
     f.backup("nightly-1");
-    let refused = iar(&["delete", "nightly-1", "--store", f.store()]);
-    assert!(!refused.status.success());
-    assert!(
-        text(&refused).contains("rule: repository-password"),
-        "{}",
-        text(&refused)
-    );
-    assert_eq!(f.snapshots(&restic).len(), 1);
-    // A wrong password is refused as early: before the backup is marked
-    // Deleting and what its plugins created goes.
+    // Without the password, and with a wrong one: refused as early, before
+    // the backup is marked Deleting and what its plugins created goes.
     let wrong = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(wrong.path(), "not the password\n").unwrap();
-    let refused = iar(&[
-        "delete",
-        "nightly-1",
-        "--store",
-        f.store(),
-        "--repository-password-file",
-        wrong.path().to_str().unwrap(),
-    ]);
-    assert!(!refused.status.success());
-    assert!(
-        text(&refused).contains("rule: repository-password"),
-        "{}",
-        text(&refused)
-    );
-    assert_eq!(f.snapshots(&restic).len(), 1);
+    let wrong_password = ["--repository-password-file", wrong.path().to_str().unwrap()];
+    for password in [&[][..], &wrong_password[..]] {
+        let mut args = vec!["delete", "nightly-1", "--store", f.store()];
+        args.extend(password);
+        let refused = iar(&args);
+        assert!(!refused.status.success());
+        assert!(
+            text(&refused).contains("rule: repository-password"),
+            "{args:?}: {}",
+            text(&refused)
+        );
+        assert_eq!(f.snapshots(&restic).len(), 1);
+    }
     // Still there, not Deleting, its snapshot shown as restic names it.
     let out = iar(&["describe", "nightly-1", "--store", f.store()]);
     assert!(out.status.success(), "{}", text(&out));
