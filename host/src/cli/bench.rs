@@ -82,7 +82,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // A bench measures calls, not grants: without a settings file that
     // says otherwise, a plugin may change any item it is benched on (but
     // never what decides rights, which needs an exact entry).
-    if settings.mutate_grants == iar::cluster::mutate::MutateGrants::default() {
+    if settings.mutate_grants.is_empty() {
         settings.mutate_grants =
             iar::cluster::mutate::MutateGrants::only(&["*"]).map_err(anyhow::Error::msg)?;
     }
