@@ -46,6 +46,8 @@ pub const RIGHTS_RESOURCES: &[&str] = &[
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MutateGrants {
     allow: Vec<String>,
+    /// The glob entries, compiled once: `allows` runs on every changed item.
+    globs: Vec<glob::Pattern>,
 }
 
 /// A change the grants do not cover.
@@ -62,7 +64,7 @@ impl MutateGrants {
     /// These entries; one that is neither a glob over `resource.group` nor
     /// `resource.group/security` is refused.
     pub fn only<S: AsRef<str>>(entries: &[S]) -> Result<Self, super::GrantError> {
-        let mut allow = Vec::new();
+        let (mut allow, mut globs) = (Vec::new(), Vec::new());
         for entry in entries {
             let entry = entry.as_ref();
             let bad = |reason: &str| super::GrantError::Mutate {
@@ -79,11 +81,11 @@ impl MutateGrants {
             } else if entry.contains('/') {
                 return Err(bad("the one suffix is /security"));
             } else {
-                glob::Pattern::new(entry).map_err(|e| bad(&e.to_string()))?;
+                globs.push(glob::Pattern::new(entry).map_err(|e| bad(&e.to_string()))?);
             }
             allow.push(entry.to_string());
         }
-        Ok(MutateGrants { allow })
+        Ok(MutateGrants { allow, globs })
     }
 
     pub fn none() -> Self {
@@ -110,9 +112,7 @@ impl MutateGrants {
         if is_rights_resource(&name) {
             return self.names_exactly(&name);
         }
-        self.allow.iter().any(|a| {
-            !a.ends_with(SECURITY_SUFFIX) && glob::Pattern::new(a).is_ok_and(|p| p.matches(&name))
-        })
+        self.globs.iter().any(|p| p.matches(&name))
     }
 
     /// Whether `gr`'s pod security fields may change.
@@ -121,26 +121,29 @@ impl MutateGrants {
     }
 
     /// Checks `after` (what a plugin returned) against `before` (what it
-    /// was handed) for an item of `gr`; `Ok` when nothing changed.
+    /// was handed) for an item of `gr`; `Ok` when nothing changed. The
+    /// whole values are compared only to name a refusal's path: a granted
+    /// change costs the security fields' comparison alone, on every item a
+    /// plugin labels.
     pub fn check(
         &self,
         gr: &GroupResource,
         before: &Value,
         after: &Value,
     ) -> Result<(), MutateRefused> {
-        let Some(path) = first_change(before, after) else {
-            return Ok(());
-        };
         let name = gr.to_string();
+        let refused = |rule: &'static str, need: String| match first_change(before, after) {
+            None => Ok(()),
+            Some(path) => Err(MutateRefused { rule, path, need }),
+        };
         if is_rights_resource(&name) && !self.names_exactly(&name) {
-            return Err(MutateRefused {
-                rule: rule::RIGHTS,
-                path,
-                need: format!("{name} decides rights: allowMutate must name it exactly"),
-            });
+            return refused(
+                rule::RIGHTS,
+                format!("{name} decides rights: allowMutate must name it exactly"),
+            );
         }
-        if let Some(path) = pod_security::first_change(&gr.to_string(), before, after)
-            && !self.allows_security(gr)
+        if !self.allows_security(gr)
+            && let Some(path) = pod_security::first_change(&name, before, after)
         {
             return Err(MutateRefused {
                 rule: rule::RIGHTS,
@@ -151,13 +154,36 @@ impl MutateGrants {
             });
         }
         if !self.allows(gr) {
-            return Err(MutateRefused {
-                rule: rule::NOT_GRANTED,
-                path,
-                need: format!("{name} is not in this plugin's allowMutate"),
-            });
+            return refused(
+                rule::NOT_GRANTED,
+                format!("{name} is not in this plugin's allowMutate"),
+            );
         }
         Ok(())
+    }
+}
+
+impl MutateGrants {
+    /// [`MutateGrants::check`] from the items' JSON text: a granted change
+    /// is told apart by reading only the security fields from the text; a
+    /// refusal, or a shape that reading leaves open, parses `after` and
+    /// compares whole values (`before` is asked for only then).
+    pub fn check_text<'v>(
+        &self,
+        gr: &GroupResource,
+        before_text: &str,
+        before: impl FnOnce() -> &'v Value,
+        after_text: &str,
+    ) -> Result<(), MutateRefused> {
+        let name = gr.to_string();
+        let security_same = self.allows_security(gr)
+            || !pod_security::holds_pod(&name)
+            || pod_security::first_change_text(&name, before_text, after_text) == Some(None);
+        if security_same && self.allows(gr) {
+            return Ok(());
+        }
+        let after: Value = serde_json::from_str(after_text).unwrap_or_default();
+        self.check(gr, before(), &after)
     }
 }
 

@@ -149,9 +149,13 @@ fn changes_granted(json: &str, input: &Item, grants: &MutateGrants) -> Result<()
         return Ok(());
     }
     // `changed_item`'s scan accepted exactly what `Value` parses.
-    let after: Value = json.parse().unwrap_or_default();
     grants
-        .check(&input.id.group_resource(), input.value(), &after)
+        .check_text(
+            &input.id.group_resource(),
+            input.json(),
+            || input.value(),
+            json,
+        )
         .map_err(|r| Violation::ChangeNotGranted {
             rule: r.rule,
             path: r.path,
