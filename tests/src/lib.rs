@@ -22,6 +22,7 @@ pub mod artifacts {
 
 pub mod fixtures;
 pub mod snapshots;
+pub mod toxiproxy;
 
 /// Every file directly under `backups/<name>/` of a local store in
 /// `store_dir`, by file name: what a test compares byte for byte to show

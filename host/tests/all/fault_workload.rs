@@ -124,10 +124,24 @@ pub(crate) enum Fault {
     /// `iar repository prune --instant` (deletes unused packs at once),
     /// likewise.
     IarPrune,
+    /// Latency (toxiproxy) on every connection of the agent and the
+    /// controller to the store, for a few seconds.
+    StoreSlow,
+    /// Every connection of the agent and the controller to the store
+    /// reset by the peer, new ones too, for a few seconds.
+    StoreReset,
+    /// The agent cut off from the store while it runs: its connections
+    /// stay open and nothing answers (a partition), for up to 15 s.
+    AgentStorePartition,
+    /// The agent cut off from the API server likewise, at times past the
+    /// controller's silence.
+    AgentApiPartition,
+    /// The controller cut off from the store likewise.
+    ControllerStorePartition,
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 8] = [
+    pub(crate) const ALL: [Fault; 13] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
@@ -136,12 +150,17 @@ impl Fault {
         Fault::ControllerRestart,
         Fault::ResticPrune,
         Fault::IarPrune,
+        Fault::StoreSlow,
+        Fault::StoreReset,
+        Fault::AgentStorePartition,
+        Fault::AgentApiPartition,
+        Fault::ControllerStorePartition,
     ];
 
-    /// A round's faults: none, one or two, with their delays after the
-    /// backup's creation.
+    /// A round's faults: none to three (1.5 on average), with their
+    /// delays after the backup's creation.
     pub(crate) fn draw(dice: &mut Dice) -> Vec<(Fault, std::time::Duration)> {
-        let count = [0, 1, 1, 2][dice.below(4) as usize];
+        let count = [0, 1, 1, 2, 2, 3][dice.below(6) as usize];
         (0..count)
             .map(|_| {
                 let fault = Fault::ALL[dice.below(Fault::ALL.len() as u64) as usize];

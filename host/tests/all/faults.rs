@@ -1,7 +1,8 @@
 //! A seeded fault campaign over the real components: the kube-apiserver
 //! (kwok's node), the controller, a real `iar node-agent` process, and
 //! versitygw as the S3 store, writing pod volume data into the
-//! namespace's restic repository. Each round the volume changes (a seeded
+//! namespace's restic repository, with Shopify's toxiproxy between them
+//! for network faults. Each round the volume changes (a seeded
 //! generator), a Backup is created and faults are injected at seeded
 //! moments (see [`Fault`]); then the invariants are checked:
 //!
@@ -22,7 +23,7 @@ use crate::fault_workload::{Dice, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
 use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_env, s3_store, tools};
-use crate::volume_repository::{files, restic};
+use crate::volume_repository::{files, go_tool, restic};
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::{RestoreOptions, VolumeBackup as Record, VolumePhase};
 use iar::k8s::crd::Backup;
@@ -30,8 +31,9 @@ use iar::k8s::plugins::PluginRegistry;
 use iar::repository::{Password, VolumeRepository};
 use iar::store::{BackupFile, BackupStore};
 use iar_apiserver::User;
+use iar_tests::toxiproxy::{Stream, Toxiproxy};
 use kube::api::Api;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -41,6 +43,12 @@ const PASSWORD: &str = "fault campaign";
 /// silence (10 s in the test controller) and the store's restarts fit
 /// many times over; past it the round is a violation, not a hang.
 const ROUND_BUDGET: Duration = Duration::from_secs(180);
+
+/// toxiproxy's proxies: the agent's and the controller's to the store,
+/// the agent's to the API server.
+const AGENT_S3: &str = "agent-s3";
+const CONTROLLER_S3: &str = "controller-s3";
+const AGENT_API: &str = "agent-api";
 
 fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
@@ -102,8 +110,18 @@ impl Store {
 }
 
 /// One seed's world: its namespace, node, pod volume, store, agent and
-/// controller.
+/// controller. The agent and the controller reach the store, and the agent
+/// the API server, through toxiproxy (proxies named [`AGENT_S3`],
+/// [`CONTROLLER_S3`], [`AGENT_API`]); the invariants are checked on direct
+/// connections.
 struct World {
+    proxy: Toxiproxy,
+    /// The store's endpoint as the agent reaches it.
+    agent_endpoint: String,
+    /// The store as the controller reaches it.
+    controller_store: BackupStore,
+    /// The agent's kubeconfig, naming the API server's proxy.
+    agent_kubeconfig: PathBuf,
     ns: String,
     node: String,
     kubelet_root: tempfile::TempDir,
@@ -119,8 +137,9 @@ struct World {
 
 impl World {
     fn start_agent(&mut self) {
-        let endpoint = self.store.endpoint.clone();
+        let endpoint = self.agent_endpoint.clone();
         let file = self.password_file.clone();
+        let kubeconfig = self.agent_kubeconfig.clone();
         self.agent = Some(Agent::start_with(
             self.server,
             User::Admin,
@@ -131,6 +150,7 @@ impl World {
             |c| {
                 s3_env(c, &endpoint);
                 c.arg("--repository-password-file").arg(file);
+                c.env("KUBECONFIG", kubeconfig);
             },
         ));
     }
@@ -139,7 +159,7 @@ impl World {
         let (_, task) = start_controller(
             self.admin.clone(),
             &self.ns,
-            self.store.store.clone(),
+            self.controller_store.clone(),
             Vec::new(),
             PluginRegistry::new(),
         )
@@ -191,6 +211,49 @@ impl World {
                 let mut prune = self.restic(&["prune"]);
                 tokio::task::block_in_place(|| prune.output()).unwrap();
             }
+            Fault::StoreSlow => {
+                let latency = 100 + dice.below(900);
+                let proxies = [AGENT_S3, CONTROLLER_S3];
+                self.toxic_for(
+                    &proxies,
+                    "latency",
+                    Stream::Downstream,
+                    serde_json::json!({"latency": latency, "jitter": 100}),
+                    Duration::from_millis(2000 + dice.below(6000)),
+                )
+                .await;
+            }
+            Fault::StoreReset => {
+                let proxies = [AGENT_S3, CONTROLLER_S3];
+                let after = dice.below(300);
+                self.toxic_for(
+                    &proxies,
+                    "reset_peer",
+                    Stream::Upstream,
+                    serde_json::json!({"timeout": after}),
+                    Duration::from_millis(1000 + dice.below(3000)),
+                )
+                .await;
+            }
+            Fault::AgentStorePartition
+            | Fault::AgentApiPartition
+            | Fault::ControllerStorePartition => {
+                let proxy = match fault {
+                    Fault::AgentStorePartition => AGENT_S3,
+                    Fault::AgentApiPartition => AGENT_API,
+                    _ => CONTROLLER_S3,
+                };
+                // `timeout` 0: nothing passes and nothing is closed until
+                // the toxic goes, as when a network drops a node's packets.
+                self.toxic_for(
+                    &[proxy],
+                    "timeout",
+                    Stream::Upstream,
+                    serde_json::json!({"timeout": 0}),
+                    Duration::from_millis(2000 + dice.below(13_000)),
+                )
+                .await;
+            }
             Fault::IarPrune => {
                 let mut prune = Command::new(env!("CARGO_BIN_EXE_iar"));
                 prune
@@ -201,6 +264,24 @@ impl World {
                 s3_env(&mut prune, &self.store.endpoint);
                 tokio::task::block_in_place(|| prune.output()).unwrap();
             }
+        }
+    }
+
+    /// Toxic `kind` on each of `proxies` for `lasting`, then removed.
+    async fn toxic_for(
+        &self,
+        proxies: &[&str],
+        kind: &str,
+        stream: Stream,
+        attributes: serde_json::Value,
+        lasting: Duration,
+    ) {
+        for p in proxies {
+            self.proxy.add(p, kind, kind, stream, attributes.clone());
+        }
+        tokio::time::sleep(lasting).await;
+        for p in proxies {
+            self.proxy.remove(p, kind);
         }
     }
 
@@ -321,10 +402,27 @@ async fn check_restore(
     Ok(())
 }
 
+/// The agent's kubeconfig: the admin's, its server the API server's proxy.
+fn proxied_kubeconfig(server: &iar_apiserver::ApiServer, proxy: &Toxiproxy, dir: &Path) -> PathBuf {
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(server.kubeconfig()).unwrap()).unwrap();
+    config["current-context"] = User::Admin.name().into();
+    for cluster in config["clusters"].as_array_mut().unwrap() {
+        let url = cluster["cluster"]["server"].as_str().unwrap().to_string();
+        let upstream: SocketAddr = url.trim_start_matches("https://").parse().unwrap();
+        let listen = proxy.proxy(AGENT_API, upstream);
+        cluster["cluster"]["server"] = format!("https://{listen}").into();
+    }
+    let path = dir.join("kubeconfig-proxied");
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
 async fn run_seed(
     cluster: &KwokCluster,
     tools: &Path,
     restic: &Path,
+    toxiproxy: &Path,
     seed: u64,
     rounds: u64,
 ) -> Result<Vec<Round>, String> {
@@ -348,8 +446,18 @@ async fn run_seed(
     let password_file = kubelet_root.path().join("repository-password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
     let store_root = tempfile::tempdir().unwrap();
+    let store = Store::start(tools, store_root.path());
+    let proxy = Toxiproxy::start(toxiproxy, seed);
+    let upstream: SocketAddr = (Ipv4Addr::LOCALHOST, store.port).into();
+    let agent_endpoint = format!("http://{}", proxy.proxy(AGENT_S3, upstream));
+    let controller_store = s3_store(&format!("http://{}", proxy.proxy(CONTROLLER_S3, upstream)));
+    let agent_kubeconfig = proxied_kubeconfig(cluster.server, &proxy, kubelet_root.path());
     let mut world = World {
-        store: Store::start(tools, store_root.path()),
+        proxy,
+        agent_endpoint,
+        controller_store,
+        agent_kubeconfig,
+        store,
         ns: ns.clone(),
         node,
         kubelet_root,
@@ -468,12 +576,15 @@ async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
     };
     let Some(tools) = tools() else { return };
     let Some(restic) = restic() else { return };
+    let Some(toxiproxy) = go_tool("toxiproxy") else {
+        return;
+    };
     let seeds = env_list("IAR_FAULT_SEEDS", "1,2");
     let rounds = env_list("IAR_FAULT_ROUNDS", "3")[0];
     let mut violations = Vec::new();
     let mut injected = 0;
     for seed in seeds {
-        match run_seed(&cluster, &tools, &restic, seed, rounds).await {
+        match run_seed(&cluster, &tools, &restic, &toxiproxy, seed, rounds).await {
             Ok(done) => {
                 injected += done.iter().map(|r| r.faults.len()).sum::<usize>();
                 let worst = done.iter().map(|r| r.recovery).max().unwrap_or_default();

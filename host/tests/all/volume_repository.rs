@@ -13,16 +13,22 @@ use std::process::{Command, Stdio};
 
 /// restic's CLI, or `None` (a failure under CI) without Go.
 pub(crate) fn restic() -> Option<PathBuf> {
+    go_tool("restic")
+}
+
+/// A Go tool built by `tools/<name>/build.sh` (once per machine): its
+/// path, or `None` (the test skips, or fails under CI) without Go.
+pub(crate) fn go_tool(name: &str) -> Option<PathBuf> {
     if Command::new("go").arg("version").output().is_err() {
-        iar_apiserver::skip_or_fail("Go is not installed, so restic cannot be built");
+        iar_apiserver::skip_or_fail(&format!("Go is not installed, so {name} cannot be built"));
         return None;
     }
     let out = Command::new("bash")
-        .arg(repo().join("tools/restic/build.sh"))
+        .arg(repo().join(format!("tools/{name}/build.sh")))
         .stderr(Stdio::inherit())
         .output()
-        .expect("running tools/restic/build.sh");
-    assert!(out.status.success(), "tools/restic/build.sh failed");
+        .unwrap_or_else(|e| panic!("running tools/{name}/build.sh: {e}"));
+    assert!(out.status.success(), "tools/{name}/build.sh failed");
     Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
 }
 
