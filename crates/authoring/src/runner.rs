@@ -329,7 +329,8 @@ fn run_case(
     };
     let backup = backup_ref(file.backup.as_ref(), case.backup.as_ref(), case.phase);
     let restore = case.restore.as_ref().map(restore_ref);
-    // A restore case's item is the backed-up one as the restore creates it.
+    // A restore case's item is the backed-up one as Velero hands it to its
+    // restore actions (in its backed-up namespace).
     let (from_backup, item) = match &restore {
         Some(r) => {
             let restored = r
@@ -342,7 +343,11 @@ fn run_case(
     let related = restore.is_none()
         && (case.expect.related_items.is_some() || !plugin.exports(Interface::ItemAction));
     let applies = match (&restore, related) {
-        (Some(_), _) => plugin.restore_applies(&item),
+        // Velero picks restore actions by the item's target namespace.
+        (Some(r), _) => plugin.restore_applies(
+            &r.mapped(&item)
+                .map_err(|e| anyhow!("the item as restored: {e}"))?,
+        ),
         (None, true) => plugin.block_applies(&item),
         (None, false) => plugin.applies(&item),
     };
@@ -372,7 +377,21 @@ fn run_case(
         }
     } else if let (true, Some(r), Some(from_backup)) = (applies, &restore, &from_backup) {
         let out = instance.restore_execute(&item, from_backup, r, &seen);
-        let out = restore_case::check(&item, out, &case.expect, &pattern, &budget, &mut failures);
+        // Expectations are on the item as the restore creates it: in its
+        // mapped namespace, as Velero maps it after its actions.
+        let as_created = |i: &Item| {
+            r.mapped(i)
+                .map_err(|e| anyhow!("the item as restored: {e}"))
+        };
+        let out = match out {
+            Ok(mut o) => {
+                o.item = o.item.as_ref().map(as_created).transpose()?;
+                Ok(o)
+            }
+            Err(e) => Err(e),
+        };
+        let shown = as_created(&item)?;
+        let out = restore_case::check(&shown, out, &case.expect, &pattern, &budget, &mut failures);
         let mut life = Life {
             instance: &mut instance,
             cluster: &cluster,

@@ -45,6 +45,20 @@ pub struct Limits {
     pub max_resources: usize,
     /// Which calls share an instance, and so the guest's globals.
     pub isolation: Isolation,
+    /// The longest a restore action may ask the restore to wait for its
+    /// additional items (`additional-items-ready-timeout`); a longer ask
+    /// is cut to it. Velero's own default wait is 10 minutes.
+    #[serde(with = "humantime_serde_compat")]
+    pub max_ready_wait: Duration,
+    /// Additional, post-operation and related items one plugin may name
+    /// across all its calls of one backup or restore, in this process; the
+    /// call that would pass it is refused (rule `run-budget`).
+    pub max_items_per_run: usize,
+    /// The total of the ready waits one plugin's restore action may ask
+    /// for in one restore (rule `run-budget`): a restore runs one item at
+    /// a time, so every wait holds up the whole restore and the next one.
+    #[serde(with = "humantime_serde_compat")]
+    pub max_ready_wait_per_run: Duration,
 }
 
 /// How long one wasm instance lives, and so how far a guest's global state
@@ -95,6 +109,9 @@ impl Default for Limits {
             max_creates_per_backup: 10_000,
             max_resources: 1000,
             isolation: Isolation::Backup,
+            max_ready_wait: Duration::from_secs(600),
+            max_items_per_run: 100_000,
+            max_ready_wait_per_run: Duration::from_secs(1800),
         }
     }
 }

@@ -43,13 +43,14 @@ pub struct RunArgs {
     related: bool,
     /// Call the restore action (contract 1.3.0 restore-item-action)
     /// instead of the backup action: `--item` is the item as backed up,
-    /// given to the plugin as Velero would create it (the restore's
-    /// namespace mapping applied, status and server-set metadata dropped);
-    /// with `--progress`, a restore operation's progress.
+    /// given to the plugin as Velero gives it (status and server-set
+    /// metadata dropped, in its backed-up namespace; `finalItem` is in the
+    /// mapped one); with `--progress`, a restore operation's progress.
     #[arg(long, conflicts_with = "related")]
     restore: bool,
     /// A Velero Restore object (YAML or JSON) for `--restore`: its
-    /// `spec.namespaceMapping` is applied to the item.
+    /// `spec.namespaceMapping` is applied to the item after the actions,
+    /// and its filters hold the additional items they name.
     #[arg(long, value_name = "FILE", requires = "restore")]
     restore_object: Option<PathBuf>,
     /// CPU deadline of each call.
@@ -186,8 +187,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         true => Some(restore_ref(args.restore_object.as_deref())?),
         false => None,
     };
-    // A restore's actions see the item as it will be created; what was
-    // backed up stays beside it.
+    // A restore's actions see the item as Velero hands it to them; what
+    // was backed up stays beside it.
     let from_backup = item.clone();
     if let Some(r) = &restore {
         item = r
@@ -273,7 +274,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         let applies = match interface {
             iar::plugin::Interface::ItemBlockAction => plugin.block_applies(&item),
-            iar::plugin::Interface::RestoreItemAction => plugin.restore_applies(&item),
+            // Velero picks restore actions by the item's target namespace.
+            iar::plugin::Interface::RestoreItemAction => match &restore {
+                Some(r) => plugin.restore_applies(&r.mapped(&item)?),
+                None => plugin.restore_applies(&item),
+            },
             iar::plugin::Interface::ItemAction => plugin.applies(&item),
         };
         if !applies {
@@ -333,14 +338,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         results.push(entry);
     }
+    // The item as the restore creates it: in its mapped namespace.
+    let final_item = match &restore {
+        Some(r) => r.mapped(&item)?,
+        None => item.clone(),
+    };
     let report = json!({
-        "item": item.id,
+        "item": final_item.id,
         "phase": match restore {
             Some(_) => json!("restore"),
             None => json!(backup.phase),
         },
         "results": results,
-        "finalItem": item.value(),
+        "finalItem": final_item.value(),
     });
     outln!("{}", serde_json::to_string_pretty(&report)?);
     if let (Some(path), Some(recorder)) = (&args.record, &recorder) {

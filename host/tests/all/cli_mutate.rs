@@ -2,7 +2,9 @@
 //! restore action that turns a restored object into a way to take the
 //! cluster (a ClusterRoleBinding to cluster-admin, a privileged host pod,
 //! a webhook calling the attacker), whatever general grant it holds; a
-//! plain label change passes with a grant and is refused without.
+//! plain label change passes with a grant and is refused without. And what
+//! a restore action asks of the restore is held to it: additional items
+//! within the Restore's filters, waits with items and bounded.
 
 use crate::support::{iar, stdout_json};
 use iar_tests::artifacts;
@@ -11,13 +13,32 @@ use serde_json::{Value, json};
 /// Runs restore-hostile in `mode` on `item` as restored, with `--allow-mutate`
 /// for each of `grants`; the exit code and the report.
 fn restore(mode: &str, resources: &str, item: Value, grants: &[&str]) -> (Option<i32>, Value) {
+    restore_with(
+        mode,
+        resources,
+        item,
+        grants,
+        json!({"backupName": "nightly"}),
+    )
+}
+
+/// [`restore`] under a Restore with `spec`.
+fn restore_with(
+    mode: &str,
+    resources: &str,
+    item: Value,
+    grants: &[&str],
+    spec: Value,
+) -> (Option<i32>, Value) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("item.json");
     std::fs::write(&path, item.to_string()).unwrap();
-    let restore = dir.path().join("restore.yaml");
+    let restore = dir.path().join("restore.json");
     std::fs::write(
         &restore,
-        "apiVersion: velero.io/v1\nkind: Restore\nmetadata: {name: r1, namespace: velero}\nspec: {backupName: nightly}\n",
+        json!({"apiVersion": "velero.io/v1", "kind": "Restore",
+            "metadata": {"name": "r1", "namespace": "velero"}, "spec": spec})
+        .to_string(),
     )
     .unwrap();
     let mode = format!("mode={mode}");
@@ -122,4 +143,74 @@ fn a_label_change_on_restore_needs_a_mutate_grant() {
         assert_eq!(code, Some(0), "{grant}: {report:#}");
         assert_eq!(report["finalItem"]["metadata"]["labels"]["restored"], "yes");
     }
+}
+
+fn settings_cm() -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "shop"}, "data": {"k": "v"}})
+}
+
+#[test]
+fn additional_items_stay_within_the_restore() {
+    let one_namespace = json!({"backupName": "nightly", "includedNamespaces": ["shop"]});
+    // A ClusterRoleBinding on a restore of one namespace, and another
+    // namespace's Secret: refused, naming the item and the rule.
+    for (mode, named) in [
+        ("bring-binding", "attacker-admin"),
+        ("bring-foreign", "payments/stolen"),
+    ] {
+        let (code, report) = restore_with(
+            mode,
+            "configmaps",
+            settings_cm(),
+            &[],
+            one_namespace.clone(),
+        );
+        assert_eq!(code, Some(1), "{mode}: {report:#}");
+        refused_by(&report, "additional-item-outside-restore", named);
+    }
+    // A restore that takes cluster resources takes the binding, as
+    // Velero would; one of every namespace takes the Secret.
+    let with_cluster = json!({"backupName": "nightly", "includedNamespaces": ["shop"],
+        "includeClusterResources": true});
+    let (code, report) = restore_with(
+        "bring-binding",
+        "configmaps",
+        settings_cm(),
+        &[],
+        with_cluster,
+    );
+    assert_eq!(code, Some(0), "{report:#}");
+    let (code, report) = restore("bring-foreign", "configmaps", settings_cm(), &[]);
+    assert_eq!(code, Some(0), "{report:#}");
+}
+
+#[test]
+fn a_restore_action_cannot_stall_the_restore() {
+    let (code, report) = restore("wait-for-nothing", "configmaps", settings_cm(), &[]);
+    assert_eq!(code, Some(1), "{report:#}");
+    refused_by(&report, "wait-without-items", "restore_hostile");
+    // ~292 years asked; the wait the restore is told is the bound.
+    let (code, report) = restore("wait-forever", "configmaps", settings_cm(), &[]);
+    assert_eq!(code, Some(0), "{report:#}");
+    let output = &report["results"][0]["output"];
+    assert_eq!(output["waitForAdditionalItems"], true, "{report:#}");
+    assert_eq!(
+        output["additionalItemsReadyTimeout"],
+        json!({"secs": 600, "nanos": 0}),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_restore_action_sees_the_backed_up_namespace_and_the_restore_maps_it() {
+    let spec = json!({"backupName": "nightly", "namespaceMapping": {"shop": "shop-copy"}});
+    let (code, report) = restore_with("label", "configmaps", settings_cm(), &["configmaps"], spec);
+    assert_eq!(code, Some(0), "{report:#}");
+    // What the plugin returned is in the backed-up namespace (it may not
+    // move the item); the item as created is in the mapped one.
+    let output = &report["results"][0]["output"]["item"];
+    assert_eq!(output["metadata"]["namespace"], "shop", "{report:#}");
+    assert_eq!(report["finalItem"]["metadata"]["namespace"], "shop-copy");
+    assert_eq!(report["item"]["namespace"], "shop-copy");
 }

@@ -76,6 +76,11 @@ pub struct MaxLimits {
     pub max_host_calls: usize,
     pub max_creates_per_backup: usize,
     pub max_resources: usize,
+    #[serde(with = "iar_plugin::limits::humantime_serde_compat")]
+    pub max_ready_wait: Duration,
+    pub max_items_per_run: usize,
+    #[serde(with = "iar_plugin::limits::humantime_serde_compat")]
+    pub max_ready_wait_per_run: Duration,
 }
 
 impl Default for GrantPolicy {
@@ -101,6 +106,7 @@ impl MaxLimits {
     /// `factor` times each of `limits`.
     pub fn times(limits: &Limits, factor: usize) -> MaxLimits {
         let n = |v: usize| v.saturating_mul(factor);
+        let times = u32::try_from(factor).unwrap_or(u32::MAX);
         MaxLimits {
             deadline: limits
                 .deadline
@@ -118,6 +124,9 @@ impl MaxLimits {
             max_host_calls: n(limits.max_host_calls),
             max_creates_per_backup: n(limits.max_creates_per_backup),
             max_resources: n(limits.max_resources),
+            max_ready_wait: limits.max_ready_wait.saturating_mul(times),
+            max_items_per_run: n(limits.max_items_per_run),
+            max_ready_wait_per_run: limits.max_ready_wait_per_run.saturating_mul(times),
         }
     }
 
@@ -145,6 +154,9 @@ impl MaxLimits {
             // Not a size: the policy's `isolation` list bounds it
             // (`GrantPolicy::refusals`).
             isolation: _,
+            max_ready_wait,
+            max_items_per_run,
+            max_ready_wait_per_run,
         } = asked;
         let MaxLimits {
             deadline: max_deadline,
@@ -159,6 +171,9 @@ impl MaxLimits {
             max_host_calls: max_max_host_calls,
             max_creates_per_backup: max_max_creates_per_backup,
             max_resources: max_max_resources,
+            max_ready_wait: max_max_ready_wait,
+            max_items_per_run: max_max_items_per_run,
+            max_ready_wait_per_run: max_max_ready_wait_per_run,
         } = self;
         let mut over = Vec::new();
         let mut check = |key: &str, asked: usize, max: usize| {
@@ -192,6 +207,7 @@ impl MaxLimits {
             *max_max_creates_per_backup,
         );
         check("maxResources", *max_resources, *max_max_resources);
+        check("maxItemsPerRun", *max_items_per_run, *max_max_items_per_run);
         let mut check_duration = |key: &str, asked: Duration, max: Duration| {
             if asked > max {
                 over.push(format!(
@@ -203,6 +219,12 @@ impl MaxLimits {
         };
         check_duration("deadline", *deadline, *max_deadline);
         check_duration("wallClock", asked.wall_clock_ceiling(), *max_wall_clock);
+        check_duration("maxReadyWait", *max_ready_wait, *max_max_ready_wait);
+        check_duration(
+            "maxReadyWaitPerRun",
+            *max_ready_wait_per_run,
+            *max_max_ready_wait_per_run,
+        );
         over
     }
 }
@@ -567,6 +589,16 @@ mod tests {
             }),
             ("maxResources", |l, m, by| {
                 l.max_resources = m.max_resources + by as usize
+            }),
+            ("maxReadyWait", |l, m, by| {
+                l.max_ready_wait = m.max_ready_wait + Duration::from_millis(by.into())
+            }),
+            ("maxItemsPerRun", |l, m, by| {
+                l.max_items_per_run = m.max_items_per_run + by as usize
+            }),
+            ("maxReadyWaitPerRun", |l, m, by| {
+                l.max_ready_wait_per_run =
+                    m.max_ready_wait_per_run + Duration::from_millis(by.into())
             }),
         ];
         let keys = |v: serde_json::Value| -> Vec<String> {

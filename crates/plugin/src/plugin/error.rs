@@ -93,6 +93,21 @@ pub enum Violation {
         "returned post-operation items without an operation id (rule: post-operation-items-need-operation)"
     )]
     PostItemsWithoutOperation,
+    #[error(
+        "asked the restore to wait for its additional items and named none (rule: wait-without-items)"
+    )]
+    WaitWithoutItems,
+    #[error("named additional item {item}, which {why} (rule: additional-item-outside-restore)")]
+    AdditionalItemOutsideRestore { item: String, why: String },
+    #[error(
+        "{what} in this {run} would reach {spent}, over the plugin's budget of {limit} across the {run}'s calls (rule: run-budget)"
+    )]
+    RunBudget {
+        what: &'static str,
+        run: &'static str,
+        spent: String,
+        limit: String,
+    },
     #[error("returned {list} entry {index} whose {part} (rule: invalid-identifier)")]
     InvalidIdentifier {
         list: &'static str,
@@ -134,6 +149,9 @@ impl Violation {
             Violation::EmptyOperationId => "operation-id-non-empty",
             Violation::DuplicateOperationId(_) => "operation-id-unique",
             Violation::PostItemsWithoutOperation => "post-operation-items-need-operation",
+            Violation::WaitWithoutItems => "wait-without-items",
+            Violation::AdditionalItemOutsideRestore { .. } => "additional-item-outside-restore",
+            Violation::RunBudget { .. } => "run-budget",
             Violation::InvalidIdentifier { .. } => iar_core::identifier::RULE,
             Violation::NegativeProgress { .. }
             | Violation::InvalidTimestamp { .. }

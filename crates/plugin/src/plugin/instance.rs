@@ -479,8 +479,19 @@ impl PluginInstance {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::GetRelatedItems, &target, v, String::new())
         })?;
-        validate::related_items(ids, self.plugin.limits())
-            .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))
+        let limits = self.plugin.limits();
+        let related = validate::related_items(ids, limits)
+            .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))?;
+        super::run_budget::reserve(
+            "backup",
+            &backup.uid,
+            self.plugin.name(),
+            limits,
+            related.len(),
+            std::time::Duration::ZERO,
+        )
+        .map_err(|v| self.error(Call::GetRelatedItems, &target, v, String::new()))?;
+        Ok(related)
     }
 
     /// Creates a wasm instance as a fresh call would, and drops it, calling
@@ -516,15 +527,30 @@ impl PluginInstance {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::Execute, &target, v, String::new())
         })?;
+        let limits = self.plugin.limits();
+        // Claimed before the checks and given back if one refuses, as the
+        // operation id is claimed last: a refused output uses up neither.
+        let reserved = super::run_budget::reserve(
+            "backup",
+            &backup.uid,
+            self.plugin.name(),
+            limits,
+            out.additional_items.len() + out.post_operation_items.len(),
+            std::time::Duration::ZERO,
+        )
+        .map_err(|v| self.error(Call::Execute, &target, v, String::new()))?;
         validate::execute_output(
             out,
             item,
             backup.phase,
-            self.plugin.limits(),
+            limits,
             &self.plugin.0.settings.mutate_grants,
             seen_operation,
         )
-        .map_err(|v| self.error(Call::Execute, &target, v, String::new()))
+        .map_err(|v| {
+            reserved.refund();
+            self.error(Call::Execute, &target, v, String::new())
+        })
     }
 
     /// Asks for an operation's progress. `item` is the item whose execute

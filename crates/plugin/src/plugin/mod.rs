@@ -5,6 +5,8 @@ mod error;
 mod exports;
 mod instance;
 mod relations;
+pub mod restore_scope;
+mod run_budget;
 pub mod settings;
 pub mod validate;
 
@@ -69,11 +71,12 @@ pub struct RestoreRef {
 }
 
 impl RestoreRef {
-    /// The backed-up item as this restore creates it, as Velero prepares
-    /// it before its restore actions: in the namespace the restore's
-    /// `namespaceMapping` maps its own to, without `status` or the
-    /// metadata the API server sets. What `iar run --restore` and `iar
-    /// test` restore cases hand a restore action.
+    /// The backed-up item as Velero hands it to its restore actions:
+    /// without `status` or the metadata the API server sets, still in its
+    /// backed-up namespace (Velero applies `namespaceMapping` after the
+    /// actions: `pkg/restore/restore.go`, `restoreItem`). What `iar run
+    /// --restore` and `iar test` restore cases hand a restore action;
+    /// [`RestoreRef::mapped`] is the item as then created.
     pub fn as_restored(
         &self,
         from_backup: &iar_core::item::Item,
@@ -95,17 +98,34 @@ impl RestoreRef {
             ] {
                 meta.remove(field);
             }
-            let mapped = meta
-                .get("namespace")
-                .and_then(serde_json::Value::as_str)
-                .and_then(|ns| self.spec.get("namespaceMapping")?.get(ns))
-                .cloned();
-            if let Some(target) = mapped {
-                meta.insert("namespace".into(), target);
-            }
         }
         if let Some(obj) = value.as_object_mut() {
             obj.remove("status");
+        }
+        iar_core::item::Item::from_value(value, Catalog::builtin())
+    }
+
+    /// `item` in the namespace the restore's `namespaceMapping` maps its
+    /// own to: where the restore creates it, and the namespace Velero
+    /// chooses restore actions by.
+    pub fn mapped(
+        &self,
+        item: &iar_core::item::Item,
+    ) -> Result<iar_core::item::Item, iar_core::item::ItemError> {
+        let Some(target) = self
+            .spec
+            .get("namespaceMapping")
+            .and_then(|m| m.get(&item.id.namespace))
+            .filter(|_| !item.id.namespace.is_empty())
+        else {
+            return Ok(item.clone());
+        };
+        let mut value = item.value().clone();
+        if let Some(meta) = value
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            meta.insert("namespace".into(), target.clone());
         }
         iar_core::item::Item::from_value(value, Catalog::builtin())
     }

@@ -191,13 +191,17 @@ pub struct RestoreResult {
 }
 
 /// Checks a restore action's `execute` output: the item as
-/// [`execute_output`] checks it (the input already carries the restore's
-/// namespace mapping, so a plugin cannot move an item to another
-/// namespace), additional items bounded and each checked, the operation id
-/// non-empty, bounded and, last, unique (`seen_operation`, as for a backup).
+/// [`execute_output`] checks it (a plugin cannot move an item to another
+/// namespace), additional items bounded, each checked and within the
+/// restore's scope ([`super::restore_scope`]; `own_namespace` is the item's
+/// namespace in the backup), a wait only with items to wait for and no
+/// longer than `limits.max_ready_wait`, the operation id non-empty, bounded
+/// and, last, unique (`seen_operation`, as for a backup).
 pub fn restore_output(
     out: crate::contract::latest::restore_action::RestoreOutput,
     input: &Item,
+    restore_spec: &Value,
+    own_namespace: &str,
     limits: &Limits,
     grants: &MutateGrants,
     seen_operation: &dyn Fn(&str) -> bool,
@@ -210,11 +214,18 @@ pub fn restore_output(
         out.additional_items.len(),
         limits.max_related_items,
     )?;
+    if out.wait_for_additional_items && out.additional_items.is_empty() {
+        return Err(Violation::WaitWithoutItems);
+    }
     let item = out
         .item
         .map(|json| changed_item(json, input, limits, grants))
         .transpose()?;
     let additional_items = identifiers("additional-items", out.additional_items)?;
+    let must_include = item
+        .as_ref()
+        .is_some_and(|i| super::restore_scope::must_include(i.value()));
+    super::restore_scope::check(restore_spec, own_namespace, must_include, &additional_items)?;
     if let Some(id) = &out.operation_id
         && seen_operation(id)
     {
@@ -226,11 +237,33 @@ pub fn restore_output(
         skip_restore: out.skip_restore,
         operation_id: out.operation_id,
         wait_for_additional_items: out.wait_for_additional_items,
-        additional_items_ready_timeout: out
-            .additional_items_ready_timeout_ms
-            .map(Duration::from_millis),
+        additional_items_ready_timeout: ready_wait(
+            out.wait_for_additional_items,
+            out.additional_items_ready_timeout_ms,
+            limits,
+        ),
     })
 }
+
+/// The ready wait a restore action's answer holds the restore for: its
+/// ask cut to `limits.max_ready_wait`. `None` (the restore tool's default,
+/// Velero's 10 minutes) stays `None` when it fits the bound.
+pub fn ready_wait(wait: bool, asked_ms: Option<u64>, limits: &Limits) -> Option<Duration> {
+    // Zero is Velero's own plugins' way of saying "the default".
+    let asked = asked_ms.filter(|&ms| ms > 0).map(Duration::from_millis);
+    if !wait {
+        return asked;
+    }
+    match asked {
+        Some(d) if d > limits.max_ready_wait => Some(limits.max_ready_wait),
+        None if DEFAULT_READY_WAIT > limits.max_ready_wait => Some(limits.max_ready_wait),
+        other => other,
+    }
+}
+
+/// What Velero waits for additional items when an action names no time
+/// (its `--resource-timeout` default).
+pub const DEFAULT_READY_WAIT: Duration = Duration::from_secs(600);
 
 /// Checks what `are-additional-items-ready` was asked about is what the
 /// host may hand over: the identifiers of one earlier execute's answer.
@@ -513,7 +546,15 @@ mod tests {
                 wait_for_additional_items: false,
                 additional_items_ready_timeout_ms: None,
             };
-            restore_output(out, &input, &Limits::default(), grants, &|_| false)
+            restore_output(
+                out,
+                &input,
+                &serde_json::json!({}),
+                "",
+                &Limits::default(),
+                grants,
+                &|_| false,
+            )
         };
         let err = run(&mutate(&["*"])).unwrap_err();
         assert_eq!(err.rule(), "rights-change-not-granted");

@@ -19,7 +19,12 @@
 //! - `privileged-pod`: makes a Pod privileged, `hostPID`, mounting the
 //!   host's `/`;
 //! - `hijack-webhook`: points every webhook of a webhook configuration at
-//!   the attacker's URL.
+//!   the attacker's URL;
+//! - `bring-binding`: names ClusterRoleBinding `attacker-admin` as an
+//!   additional item; `bring-foreign`: Secret `stolen` of namespace
+//!   `payments`;
+//! - `wait-for-nothing`: asks the restore to wait, naming no item;
+//! - `wait-forever`: restores `dep` first and waits for it for ~292 years.
 //!
 //! It applies to ConfigMaps, or to the resources config `resources` lists
 //! (comma-separated).
@@ -109,6 +114,26 @@ impl RestoreItemAction for RestoreHostile {
                 }
                 Ok(RestoreOutput::item(item))
             }
+            "bring-binding" => {
+                Ok(
+                    RestoreOutput::unchanged().with_additional_items([ResourceId::cluster(
+                        "rbac.authorization.k8s.io",
+                        "clusterrolebindings",
+                        "attacker-admin",
+                    )]),
+                )
+            }
+            "bring-foreign" => {
+                Ok(
+                    RestoreOutput::unchanged().with_additional_items([ResourceId::namespaced(
+                        "", "secrets", "payments", "stolen",
+                    )]),
+                )
+            }
+            "wait-for-nothing" => Ok(RestoreOutput::unchanged().waiting_for_them(None)),
+            "wait-forever" => Ok(RestoreOutput::unchanged()
+                .with_additional_items([cm("dep")])
+                .waiting_for_them(Some(Duration::from_millis(u64::MAX)))),
             "trap" => panic!("restore-hostile was told to trap"),
             "loop" =>
             {

@@ -6,6 +6,7 @@ use crate::contract::latest;
 use crate::plugin::RestoreRef;
 use crate::plugin::error::{Call, CallError, Target, Violation};
 use crate::plugin::exports::Guest;
+use crate::plugin::run_budget;
 use crate::plugin::validate::{self, Progress, RestoreResult};
 use iar_core::item::{Item, ItemRef};
 use iar_core::select::applies_to::ResourceSelector;
@@ -44,9 +45,38 @@ impl PluginInstance {
             let v = Violation::Action(to_action_error(e, &self.plugin));
             self.error(Call::RestoreExecute, &target, v, String::new())
         })?;
+        let limits = self.plugin.limits();
+        // Claimed before the checks, given back if one refuses: the
+        // operation id is claimed last of all, and a refused output must
+        // not use up budget or id.
+        let wait = match out.wait_for_additional_items {
+            true => validate::ready_wait(true, out.additional_items_ready_timeout_ms, limits)
+                .unwrap_or(validate::DEFAULT_READY_WAIT),
+            false => std::time::Duration::ZERO,
+        };
+        let reserved = run_budget::reserve(
+            "restore",
+            &restore_ref.uid,
+            self.plugin.name(),
+            limits,
+            out.additional_items.len(),
+            wait,
+        )
+        .map_err(|v| self.error(Call::RestoreExecute, &target, v, String::new()))?;
         let grants = &self.plugin.0.settings.mutate_grants;
-        validate::restore_output(out, item, self.plugin.limits(), grants, seen_operation)
-            .map_err(|v| self.error(Call::RestoreExecute, &target, v, String::new()))
+        validate::restore_output(
+            out,
+            item,
+            &restore_ref.spec,
+            &from_backup.id.namespace,
+            limits,
+            grants,
+            seen_operation,
+        )
+        .map_err(|v| {
+            reserved.refund();
+            self.error(Call::RestoreExecute, &target, v, String::new())
+        })
     }
 
     /// A restore operation's progress.
