@@ -138,10 +138,18 @@ pub(crate) enum Fault {
     AgentApiPartition,
     /// The controller cut off from the store likewise.
     ControllerStorePartition,
+    /// The controller cut off from the API server likewise, often past its
+    /// 3 s leader lease: it must stop writing, then take the lease again.
+    ControllerApiPartition,
+    /// Every connection of the agent and the controller to the API server
+    /// reset, new ones too, for a few seconds: what a kube-apiserver
+    /// restart looks like from iar's side (the test's API server is shared
+    /// with the other tests of the binary and is not restarted itself).
+    ApiServerDown,
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 13] = [
+    pub(crate) const ALL: [Fault; 15] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
@@ -155,6 +163,8 @@ impl Fault {
         Fault::AgentStorePartition,
         Fault::AgentApiPartition,
         Fault::ControllerStorePartition,
+        Fault::ControllerApiPartition,
+        Fault::ApiServerDown,
     ];
 
     /// A round's faults: none to three (1.5 on average), with their

@@ -44,11 +44,12 @@ const PASSWORD: &str = "fault campaign";
 /// many times over; past it the round is a violation, not a hang.
 const ROUND_BUDGET: Duration = Duration::from_secs(180);
 
-/// toxiproxy's proxies: the agent's and the controller's to the store,
-/// the agent's to the API server.
+/// toxiproxy's proxies: the agent's and the controller's to the store and
+/// to the API server.
 const AGENT_S3: &str = "agent-s3";
 const CONTROLLER_S3: &str = "controller-s3";
 const AGENT_API: &str = "agent-api";
+const CONTROLLER_API: &str = "controller-api";
 
 fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
@@ -122,6 +123,8 @@ struct World {
     controller_store: BackupStore,
     /// The agent's kubeconfig, naming the API server's proxy.
     agent_kubeconfig: PathBuf,
+    /// The controller's client, through its own proxy to the API server.
+    controller_client: kube::Client,
     ns: String,
     node: String,
     kubelet_root: tempfile::TempDir,
@@ -157,7 +160,7 @@ impl World {
 
     async fn start_controller(&mut self) {
         let (_, task) = start_controller(
-            self.admin.clone(),
+            self.controller_client.clone(),
             &self.ns,
             self.controller_store.clone(),
             Vec::new(),
@@ -235,12 +238,25 @@ impl World {
                 )
                 .await;
             }
+            Fault::ApiServerDown => {
+                let lasting = Duration::from_millis(1000 + dice.below(4000));
+                self.toxic_for(
+                    &[AGENT_API, CONTROLLER_API],
+                    "reset_peer",
+                    Stream::Upstream,
+                    serde_json::json!({"timeout": 0}),
+                    lasting,
+                )
+                .await;
+            }
             Fault::AgentStorePartition
             | Fault::AgentApiPartition
-            | Fault::ControllerStorePartition => {
+            | Fault::ControllerStorePartition
+            | Fault::ControllerApiPartition => {
                 let proxy = match fault {
                     Fault::AgentStorePartition => AGENT_S3,
                     Fault::AgentApiPartition => AGENT_API,
+                    Fault::ControllerApiPartition => CONTROLLER_API,
                     _ => CONTROLLER_S3,
                 };
                 // `timeout` 0: nothing passes and nothing is closed until
@@ -402,18 +418,24 @@ async fn check_restore(
     Ok(())
 }
 
-/// The agent's kubeconfig: the admin's, its server the API server's proxy.
-fn proxied_kubeconfig(server: &iar_apiserver::ApiServer, proxy: &Toxiproxy, dir: &Path) -> PathBuf {
+/// A kubeconfig for the admin whose server is a new proxy `name` to the
+/// API server.
+fn proxied_kubeconfig(
+    server: &iar_apiserver::ApiServer,
+    proxy: &Toxiproxy,
+    name: &str,
+    dir: &Path,
+) -> PathBuf {
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(server.kubeconfig()).unwrap()).unwrap();
     config["current-context"] = User::Admin.name().into();
     for cluster in config["clusters"].as_array_mut().unwrap() {
         let url = cluster["cluster"]["server"].as_str().unwrap().to_string();
         let upstream: SocketAddr = url.trim_start_matches("https://").parse().unwrap();
-        let listen = proxy.proxy(AGENT_API, upstream);
+        let listen = proxy.proxy(name, upstream);
         cluster["cluster"]["server"] = format!("https://{listen}").into();
     }
-    let path = dir.join("kubeconfig-proxied");
+    let path = dir.join(format!("kubeconfig-{name}"));
     std::fs::write(&path, config.to_string()).unwrap();
     path
 }
@@ -451,12 +473,26 @@ async fn run_seed(
     let upstream: SocketAddr = (Ipv4Addr::LOCALHOST, store.port).into();
     let agent_endpoint = format!("http://{}", proxy.proxy(AGENT_S3, upstream));
     let controller_store = s3_store(&format!("http://{}", proxy.proxy(CONTROLLER_S3, upstream)));
-    let agent_kubeconfig = proxied_kubeconfig(cluster.server, &proxy, kubelet_root.path());
+    let agent_kubeconfig =
+        proxied_kubeconfig(cluster.server, &proxy, AGENT_API, kubelet_root.path());
+    let controller_client = {
+        let path = proxied_kubeconfig(cluster.server, &proxy, CONTROLLER_API, kubelet_root.path());
+        let config = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let options = kube::config::KubeConfigOptions {
+            context: Some(User::Admin.name().into()),
+            ..Default::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(config, &options)
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    };
     let mut world = World {
         proxy,
         agent_endpoint,
         controller_store,
         agent_kubeconfig,
+        controller_client,
         store,
         ns: ns.clone(),
         node,
