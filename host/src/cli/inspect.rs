@@ -1,5 +1,6 @@
 use anyhow::Context;
 use iar::plugin::Interface;
+use iar::plugin::SettingsFile;
 use iar::select::ResourceSelector;
 use iar::{Plugin, PluginSettings, Runtime, RuntimeConfig};
 use std::path::PathBuf;
@@ -9,11 +10,23 @@ use std::process::ExitCode;
 pub struct InspectArgs {
     /// The plugin's .wasm file.
     plugin: PathBuf,
+    /// Its settings file (default: NAME.yaml beside it, as `iar backup`
+    /// reads it): the grants and limits shown are the ones in force.
+    #[arg(long, value_name = "FILE")]
+    settings: Option<PathBuf>,
 }
 
 pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
-    let plugin = Plugin::from_file(&runtime, &args.plugin, PluginSettings::default())?;
+    let sidecar = args
+        .settings
+        .clone()
+        .unwrap_or_else(|| args.plugin.with_extension("yaml"));
+    let settings: PluginSettings = SettingsFile::read_or_default(&sidecar)?
+        .into_settings(Vec::new())
+        .map_err(anyhow::Error::msg)?;
+    let plugin = Plugin::from_file(&runtime, &args.plugin, settings)?;
+    let s = plugin.settings();
     let out = serde_json::json!({
         "name": plugin.name(),
         "contract": format!("{}@{}", iar::contract::PACKAGE, plugin.version()),
@@ -28,18 +41,28 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         "coreInstances": plugin.shape().core_instances,
         "memories": plugin.shape().memories,
         "tables": plugin.shape().tables,
-        // The limits in force for it unless its settings say otherwise:
-        // the CPU deadline and the wall-clock ceiling above it.
-        "limits": {
-            "deadline": humantime::format_duration(plugin.limits().deadline).to_string(),
-            "wallClock": humantime::format_duration(plugin.limits().wall_clock_ceiling()).to_string(),
-            "memoryBytes": plugin.limits().memory_bytes,
+        // What it may read, create and change: an item it returns
+        // changed is a write (allowMutate), as its creates are.
+        "grants": {
+            "allowRead": s.grants.patterns().collect::<Vec<_>>(),
+            "allowWrite": s.write_grants.entries().collect::<Vec<_>>(),
+            "allowMutate": s.mutate_grants.entries().collect::<Vec<_>>(),
         },
+        // Every limit in force, the wall-clock ceiling as it applies.
+        "limits": limits(plugin.limits())?,
         "size": plugin.size(),
         "digest": format!("sha256:{}", plugin.digest()),
     });
     outln!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)
+}
+
+fn limits(l: &iar::Limits) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(l)?;
+    v["wallClock"] = humantime::format_duration(l.wall_clock_ceiling())
+        .to_string()
+        .into();
+    Ok(v)
 }
 
 fn selector(sel: &ResourceSelector) -> serde_json::Value {

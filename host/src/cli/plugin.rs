@@ -1,5 +1,6 @@
 use anyhow::Context;
 use iar::k8s::plugins::configmap::{self, ManifestInput};
+use iar::plugin::SettingsFile;
 use iar::{Plugin, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -91,11 +92,29 @@ fn velero_install(args: VeleroInstallArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         let name = path.file_name().expect("a file has a name");
+        // A settings file that would not load is refused here, at install,
+        // rather than by Velero's first backup.
+        let is_wasm = path.extension().is_some_and(|e| e == "wasm");
+        let settings = match is_wasm {
+            true => Some(
+                SettingsFile::read_or_default(&path.with_extension("yaml"))
+                    .and_then(|f| f.into_settings(Vec::new()))
+                    .map_err(|e| {
+                        let file = path.with_extension("yaml");
+                        anyhow::anyhow!("{}: {e}", file.display())
+                    })?,
+            ),
+            false => None,
+        };
         // Not executable: Velero runs every executable file of its plugin
         // directory as a plugin.
         copy_atomically(&path, &wasm_dir.join(name), 0o644)?;
-        if path.extension().is_some_and(|e| e == "wasm") {
-            installed.push(iar::plugin::name_from_path(&path));
+        if let Some(settings) = settings {
+            let plugin = iar::plugin::name_from_path(&path);
+            // What each plugin may do inside Velero, said where it is
+            // installed (stderr: stdout lists the names Velero registers).
+            eprintln!("iar: iar.dev/{plugin}: {}", settings.grants_summary());
+            installed.push(plugin);
         }
     }
     if installed.is_empty() {

@@ -167,9 +167,41 @@ fn inspect_describes_a_plugin() {
         serde_json::json!(["persistentvolumeclaims"])
     );
     assert!(info["digest"].as_str().unwrap().starts_with("sha256:"));
-    // Both time limits, the ceiling ten deadlines by default.
+    // Both time limits, the ceiling ten deadlines by default, and every
+    // other limit in force.
     assert_eq!(info["limits"]["deadline"], "10s");
     assert_eq!(info["limits"]["wallClock"], "1m 40s");
+    assert_eq!(info["limits"]["maxReadyWait"], "10m");
+    // No settings: reads all but Secrets, writes and changes nothing.
+    assert_eq!(
+        info["grants"],
+        serde_json::json!({"allowRead": ["*"], "allowWrite": [], "allowMutate": []})
+    );
+    // With its settings, the grants it runs with.
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("pvc-snapshot.yaml");
+    std::fs::write(
+        &settings,
+        "allowWrite: [volumesnapshots.snapshot.storage.k8s.io]\nallowMutate: [persistentvolumeclaims]\nlimits: {deadline: 2s}\n",
+    )
+    .unwrap();
+    let out = iar(&[
+        "inspect",
+        artifacts::PVC_SNAPSHOT,
+        "--settings",
+        settings.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let info = stdout_json(&out);
+    assert_eq!(
+        info["grants"]["allowWrite"],
+        serde_json::json!(["volumesnapshots.snapshot.storage.k8s.io"])
+    );
+    assert_eq!(
+        info["grants"]["allowMutate"],
+        serde_json::json!(["persistentvolumeclaims"])
+    );
+    assert_eq!(info["limits"]["wallClock"], "20s");
     // A Rust wasm32-wasip2 guest's shape, well inside the load-time bounds.
     assert_eq!(info["memories"], 1);
     assert!(info["coreInstances"].as_u64().unwrap() <= 16, "{info}");

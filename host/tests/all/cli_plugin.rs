@@ -166,3 +166,45 @@ fn the_controller_refuses_a_misspelt_grant_policy() {
     assert!(stderr.contains("deadlines"), "{stderr}");
     assert!(stderr.contains("rule: grant-policy"), "{stderr}");
 }
+
+/// `iar plugin velero-install` says what each plugin may do inside Velero
+/// (stderr; stdout stays the names Velero registers), and refuses a
+/// settings file that would not load rather than leave it to Velero's
+/// first backup.
+#[test]
+fn velero_install_shows_each_plugin_s_grants_and_refuses_bad_settings() {
+    let image = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    std::fs::copy(artifacts::LABELS, image.path().join("labels.wasm")).unwrap();
+    std::fs::write(image.path().join("labels.yaml"), "allowMutate: [\"*\"]\n").unwrap();
+    let install = || {
+        iar(&[
+            "plugin",
+            "velero-install",
+            "--to",
+            target.path().to_str().unwrap(),
+            "--plugins",
+            image.path().to_str().unwrap(),
+        ])
+    };
+    let out = install();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "iar.dev/labels\n");
+    assert!(
+        text(&out.stderr).contains("iar.dev/labels: reads [*], creates [], changes [*]"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(
+        image.path().join("labels.yaml"),
+        "allowMutate: [\"pods/x\"]\n",
+    )
+    .unwrap();
+    let out = install();
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("labels.yaml") && text(&out.stderr).contains("pods/x"),
+        "{}",
+        text(&out.stderr)
+    );
+}

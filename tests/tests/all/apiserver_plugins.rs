@@ -661,7 +661,15 @@ async fn status_writes_do_not_reload_and_a_reference_path_loads() {
 /// serialized the same way), applied server-side, loads Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_manifest_applies_and_loads_ready() {
-    let Some(h) = start("plugins-manifest").await else {
+    // The operator lets plugins create VolumeSnapshots, as pvc-snapshot asks.
+    let options = WatchOptions {
+        grant_policy: iar::k8s::plugins::GrantPolicy {
+            writable: vec!["volumesnapshots.snapshot.storage.k8s.io".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let Some(h) = start_with_options("plugins-manifest", runtime(), options).await else {
         return;
     };
     let yaml = iar::yaml::to_string(
@@ -669,7 +677,9 @@ async fn the_printed_manifest_applies_and_loads_ready() {
             name: "pvc-snapshot".into(),
             namespace: h.namespace.clone(),
             component: bytes(artifacts::PVC_SNAPSHOT),
-            settings: Some("limits: {deadline: 2s}\n".into()),
+            settings: Some(
+                "limits: {deadline: 2s}\nallowWrite: [volumesnapshots.snapshot.storage.k8s.io]\nallowMutate: [persistentvolumeclaims]\n".into(),
+            ),
             order: Some(3),
             reference: None,
         })
@@ -685,7 +695,15 @@ async fn the_printed_manifest_applies_and_loads_ready() {
         set.get("pvc-snapshot").unwrap().limits().deadline,
         Duration::from_secs(2)
     );
-    h.wait_status("pvc-snapshot", "Ready").await;
+    // Its status says what it was granted, for the operator to see.
+    let annotations = h.wait_status("pvc-snapshot", "Ready").await;
+    let message = &annotations["iar.dev/status-message"];
+    assert!(
+        message.ends_with(
+            "reads [*], creates [volumesnapshots.snapshot.storage.k8s.io], changes [persistentvolumeclaims]"
+        ),
+        "{message}"
+    );
 }
 
 /// How long a ConfigMap change takes to become a loaded generation: a cold

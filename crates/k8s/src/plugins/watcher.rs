@@ -548,12 +548,13 @@ impl State {
             Outcome::Loaded(entry, took) => {
                 let plugin = &entry.plugin;
                 let message = format!(
-                    "plugin {:?} loaded: contract {}, sha256:{}, order {}, in {} ms",
+                    "plugin {:?} loaded: contract {}, sha256:{}, order {}, in {} ms; {}",
                     plugin.name(),
                     plugin.version(),
                     plugin.digest(),
                     entry.order,
-                    took.as_millis()
+                    took.as_millis(),
+                    plugin.settings().grants_summary()
                 );
                 tracing::info!(configmap = %cm_name, "{message}");
                 self.loaded.insert(cm_name.to_string(), entry);

@@ -345,6 +345,11 @@ impl Plugin {
         &self.0.shape
     }
 
+    /// The settings it was loaded with: limits, config and its grants.
+    pub fn settings(&self) -> &PluginSettings {
+        &self.0.settings
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.0.settings.limits
     }

@@ -28,6 +28,20 @@ pub struct PluginSettings {
     pub mutate_grants: MutateGrants,
 }
 
+impl PluginSettings {
+    /// The grants in one line, as the ConfigMap's status and `iar plugin
+    /// velero-install` show them: `reads [*], creates [], changes []`.
+    pub fn grants_summary(&self) -> String {
+        let list = |v: Vec<&str>| format!("[{}]", v.join(", "));
+        format!(
+            "reads {}, creates {}, changes {}",
+            list(self.grants.patterns().collect()),
+            list(self.write_grants.entries().collect()),
+            list(self.mutate_grants.entries().collect()),
+        )
+    }
+}
+
 /// `config`, `limits`, `allowRead`, `allowWrite` and `allowMutate`; unknown fields are errors, so a typo
 /// is not silently a default.
 #[derive(Clone, Debug, Default, Deserialize)]
