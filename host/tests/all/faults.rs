@@ -533,13 +533,24 @@ async fn run_seed(
             .await
             .map_err(violation)?;
         let recovery = ended.saturating_duration_since(last_fault);
+        // Why it did not complete, for the report (Failed: the backup's
+        // reason; PartiallyFailed: its stored log's errors are counted).
+        let why = Api::<Backup>::namespaced(world.admin.clone(), &ns)
+            .get(&name)
+            .await
+            .ok()
+            .and_then(|b| b.status)
+            .map(|s| s.failure_reason)
+            .filter(|r| !r.is_empty())
+            .map(|r| format!(" why={r:?}"))
+            .unwrap_or_default();
         if phase == BackupPhase::Completed {
             check_restore(&world.store.store, &name, &frozen)
                 .await
                 .map_err(violation)?;
         }
         println!(
-            "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={}",
+            "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={}{why}",
             faults.iter().map(|f| f.0).collect::<Vec<_>>(),
             recovery.as_millis()
         );
