@@ -124,6 +124,9 @@ pub(crate) enum Fault {
     /// `iar repository prune --instant` (deletes unused packs at once),
     /// likewise.
     IarPrune,
+    /// A second writer: restic's own `backup` of another directory into
+    /// the same repository, tagged `foreign`, while iar may be writing.
+    ResticBackup,
     /// Latency (toxiproxy) on every connection of the agent and the
     /// controller to the store, for a few seconds.
     StoreSlow,
@@ -149,7 +152,7 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 15] = [
+    pub(crate) const ALL: [Fault; 16] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
@@ -158,6 +161,7 @@ impl Fault {
         Fault::ControllerRestart,
         Fault::ResticPrune,
         Fault::IarPrune,
+        Fault::ResticBackup,
         Fault::StoreSlow,
         Fault::StoreReset,
         Fault::AgentStorePartition,

@@ -10,8 +10,9 @@
 //! - a Completed backup's volume restores byte for byte to what the
 //!   generator left, but for the entries its record names as left out;
 //! - after the campaign, restic's own `check --read-data` and iar's find
-//!   the repository sound, and once every backup is deleted no snapshot is
-//!   left (nothing outlives its backup).
+//!   the repository sound, and once every backup is deleted no snapshot of
+//!   iar's is left (nothing outlives its backup), while restic's own
+//!   backups into the same repository (a second writer) stay.
 //!
 //! `IAR_FAULT_SEEDS` (`1,2`) and `IAR_FAULT_ROUNDS` (3) choose the run;
 //! `bench/faults.sh` runs many. A violation names its seed and round, so
@@ -269,6 +270,18 @@ impl World {
                     Duration::from_millis(2000 + dice.below(13_000)),
                 )
                 .await;
+            }
+            Fault::ResticBackup => {
+                let dir = self.kubelet_root.path().join("foreign");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(
+                    dir.join(format!("f{}", dice.below(1000))),
+                    iar_tests::fixtures::noise(dice.next(), 64 << 10),
+                )
+                .unwrap();
+                let mut backup = self.restic(&["backup", "--tag", "foreign"]);
+                backup.arg(&dir);
+                tokio::task::block_in_place(|| backup.output()).unwrap();
             }
             Fault::IarPrune => {
                 let mut prune = Command::new(env!("CARGO_BIN_EXE_iar"));
@@ -599,7 +612,14 @@ async fn run_seed(
         match VolumeRepository::open(&store, &ns, &password, &runtime) {
             Ok(repo) => repo
                 .snapshots()
-                .map(|s| s.iter().map(|s| s.tags.to_string()).collect::<Vec<_>>())
+                .map(|s| {
+                    s.iter()
+                        .map(|s| s.tags.to_string())
+                        // restic's own backups (the second writer) are not
+                        // iar's to delete.
+                        .filter(|tags| tags != "foreign")
+                        .collect::<Vec<_>>()
+                })
                 .map_err(|e| e.to_string()),
             Err(iar::repository::RepositoryError::Missing { .. }) => Ok(Vec::new()),
             Err(e) => Err(e.to_string()),
