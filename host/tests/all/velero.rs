@@ -1185,9 +1185,25 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     )
     .unwrap();
     std::fs::write(image.join("restorer.yaml"), "config: {mode: rename}\n").unwrap();
+    // And one that names a ClusterRoleBinding as an additional item of
+    // every Pod it restores: Velero itself would restore it on a restore
+    // of one namespace (it admits cluster-scoped additional items unless
+    // includeClusterResources is false).
+    std::fs::copy(
+        iar_tests::artifacts::RESTORE_HOSTILE,
+        image.join("escalator.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        image.join("escalator.yaml"),
+        "config: {mode: bring-binding, resources: pods}\n",
+    )
+    .unwrap();
     let installed = install();
     assert!(
-        installed.contains("iar.dev/crash") && installed.contains("iar.dev/restorer"),
+        installed.contains("iar.dev/crash")
+            && installed.contains("iar.dev/restorer")
+            && installed.contains("iar.dev/escalator"),
         "{installed}"
     );
     let since = std::time::SystemTime::now() - Duration::from_secs(1);
@@ -1237,6 +1253,27 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         results.contains("restorer")
             && results.contains("app-config")
             && results.contains("item-identity-unchanged"),
+        "the restore's errors name the plugin, the item and the rule: {results}"
+    );
+    // A restore of the namespace's Pods: the escalator's additional item is
+    // refused inside the plugin process, by rule, before Velero sees it.
+    let (status, results) = velero_restore(
+        &client,
+        velero_ns,
+        "via-velero-3",
+        json!({"backupName": "via-velero",
+            "includedNamespaces": [app],
+            "namespaceMapping": {app: format!("{app}-third")},
+            "includedResources": ["pods"]}),
+        &work.path().join("s3"),
+        &log,
+    )
+    .await;
+    assert_eq!(status["phase"], "PartiallyFailed", "{status}\n{results}");
+    assert!(
+        results.contains("escalator")
+            && results.contains("attacker-admin")
+            && results.contains("additional-item-outside-restore"),
         "the restore's errors name the plugin, the item and the rule: {results}"
     );
     assert!(
