@@ -154,11 +154,25 @@ pub(crate) async fn start_controller(
     plugins: Vec<Plugin>,
     registry: Arc<PluginRegistry>,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let identity = format!("{namespace}-in-process");
+    start_replica(client, namespace, store, plugins, registry, &identity).await
+}
+
+/// [`start_controller`] as replica `identity`: several share the
+/// namespace's lease.
+pub(crate) async fn start_replica(
+    client: Client,
+    namespace: &str,
+    store: BackupStore,
+    plugins: Vec<Plugin>,
+    registry: Arc<PluginRegistry>,
+    identity: &str,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let options = Options {
         namespace: namespace.into(),
         listen: "127.0.0.1:0".parse().unwrap(),
         lease_name: "iar-controller".into(),
-        identity: format!("{namespace}-in-process"),
+        identity: identity.into(),
         leader_lease: Duration::from_secs(3),
         settings: settings(),
         store,

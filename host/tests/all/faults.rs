@@ -1,5 +1,6 @@
 //! A seeded fault campaign over the real components: the kube-apiserver
-//! (kwok's node), the controller, a real `iar node-agent` process, and
+//! (kwok's node), two controller replicas sharing the lease, a real `iar
+//! node-agent` process, and
 //! versitygw as the S3 store, writing pod volume data into the
 //! namespace's restic repository, with Shopify's toxiproxy between them
 //! for network faults. Each round the volume changes (a seeded
@@ -19,7 +20,7 @@
 //! it replays. Each round's line (`fault-campaign ...`) is printed for the
 //! bench to count faults and recovery times.
 
-use crate::controller::{create_backup, start_controller};
+use crate::controller::{create_backup, start_replica};
 use crate::fault_workload::{Dice, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
@@ -51,6 +52,17 @@ const AGENT_S3: &str = "agent-s3";
 const CONTROLLER_S3: &str = "controller-s3";
 const AGENT_API: &str = "agent-api";
 const CONTROLLER_API: &str = "controller-api";
+/// Controller replicas sharing the namespace's lease; each reaches the
+/// store and the API server through proxies of its own
+/// (`controller-s3-<i>`, `controller-api-<i>`).
+const REPLICAS: usize = 2;
+
+/// One controller replica: its clients, and its task while it runs.
+struct Replica {
+    client: kube::Client,
+    store: BackupStore,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
 
 fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
@@ -120,12 +132,11 @@ struct World {
     proxy: Toxiproxy,
     /// The store's endpoint as the agent reaches it.
     agent_endpoint: String,
-    /// The store as the controller reaches it.
-    controller_store: BackupStore,
+    /// The controller replicas.
+    replicas: Vec<Replica>,
     /// The agent's kubeconfig, naming the API server's proxy.
     agent_kubeconfig: PathBuf,
-    /// The controller's client, through its own proxy to the API server.
-    controller_client: kube::Client,
+
     ns: String,
     node: String,
     kubelet_root: tempfile::TempDir,
@@ -133,7 +144,6 @@ struct World {
     password_file: PathBuf,
     store: Store,
     agent: Option<Agent>,
-    controller: Option<tokio::task::JoinHandle<()>>,
     admin: kube::Client,
     server: &'static iar_apiserver::ApiServer,
     restic: PathBuf,
@@ -159,16 +169,26 @@ impl World {
         ));
     }
 
-    async fn start_controller(&mut self) {
-        let (_, task) = start_controller(
-            self.controller_client.clone(),
+    async fn start_controller(&mut self, replica: usize) {
+        let r = &mut self.replicas[replica];
+        let (_, task) = start_replica(
+            r.client.clone(),
             &self.ns,
-            self.controller_store.clone(),
+            r.store.clone(),
             Vec::new(),
             PluginRegistry::new(),
+            &format!("{}-replica-{replica}", self.ns),
         )
         .await;
-        self.controller = Some(task);
+        r.task = Some(task);
+    }
+
+    /// The proxies of every replica's connection named `kind`
+    /// ([`CONTROLLER_S3`] or [`CONTROLLER_API`]).
+    fn replica_proxies(&self, kind: &str) -> Vec<String> {
+        (0..self.replicas.len())
+            .map(|i| format!("{kind}-{i}"))
+            .collect()
     }
 
     async fn inject(&mut self, fault: Fault, dice: &mut Dice) {
@@ -203,10 +223,11 @@ impl World {
                 signal(pid, libc::SIGCONT);
             }
             Fault::ControllerRestart => {
-                let task = self.controller.take().unwrap();
+                let replica = dice.below(self.replicas.len() as u64) as usize;
+                let task = self.replicas[replica].task.take().unwrap();
                 task.abort();
                 let _ = task.await;
-                self.start_controller().await;
+                self.start_controller(replica).await;
             }
             // Refused while the backup holds its lock ("already
             // locked"), run otherwise: either is fine; what counts is
@@ -217,7 +238,8 @@ impl World {
             }
             Fault::StoreSlow => {
                 let latency = 100 + dice.below(900);
-                let proxies = [AGENT_S3, CONTROLLER_S3];
+                let mut proxies = self.replica_proxies(CONTROLLER_S3);
+                proxies.push(AGENT_S3.into());
                 self.toxic_for(
                     &proxies,
                     "latency",
@@ -228,7 +250,8 @@ impl World {
                 .await;
             }
             Fault::StoreReset => {
-                let proxies = [AGENT_S3, CONTROLLER_S3];
+                let mut proxies = self.replica_proxies(CONTROLLER_S3);
+                proxies.push(AGENT_S3.into());
                 let after = dice.below(300);
                 self.toxic_for(
                     &proxies,
@@ -241,8 +264,10 @@ impl World {
             }
             Fault::ApiServerDown => {
                 let lasting = Duration::from_millis(1000 + dice.below(4000));
+                let mut proxies = self.replica_proxies(CONTROLLER_API);
+                proxies.push(AGENT_API.into());
                 self.toxic_for(
-                    &[AGENT_API, CONTROLLER_API],
+                    &proxies,
                     "reset_peer",
                     Stream::Upstream,
                     serde_json::json!({"timeout": 0}),
@@ -254,11 +279,13 @@ impl World {
             | Fault::AgentApiPartition
             | Fault::ControllerStorePartition
             | Fault::ControllerApiPartition => {
+                // One replica cut off while the others run.
+                let replica = dice.below(self.replicas.len() as u64);
                 let proxy = match fault {
-                    Fault::AgentStorePartition => AGENT_S3,
-                    Fault::AgentApiPartition => AGENT_API,
-                    Fault::ControllerApiPartition => CONTROLLER_API,
-                    _ => CONTROLLER_S3,
+                    Fault::AgentStorePartition => AGENT_S3.to_string(),
+                    Fault::AgentApiPartition => AGENT_API.to_string(),
+                    Fault::ControllerApiPartition => format!("{CONTROLLER_API}-{replica}"),
+                    _ => format!("{CONTROLLER_S3}-{replica}"),
                 };
                 // `timeout` 0: nothing passes and nothing is closed until
                 // the toxic goes, as when a network drops a node's packets.
@@ -299,18 +326,19 @@ impl World {
     /// Toxic `kind` on each of `proxies` for `lasting`, then removed.
     async fn toxic_for(
         &self,
-        proxies: &[&str],
+        proxies: &[impl AsRef<str>],
         kind: &str,
         stream: Stream,
         attributes: serde_json::Value,
         lasting: Duration,
     ) {
         for p in proxies {
-            self.proxy.add(p, kind, kind, stream, attributes.clone());
+            self.proxy
+                .add(p.as_ref(), kind, kind, stream, attributes.clone());
         }
         tokio::time::sleep(lasting).await;
         for p in proxies {
-            self.proxy.remove(p, kind);
+            self.proxy.remove(p.as_ref(), kind);
         }
     }
 
@@ -485,11 +513,20 @@ async fn run_seed(
     let proxy = Toxiproxy::start(toxiproxy, seed);
     let upstream: SocketAddr = (Ipv4Addr::LOCALHOST, store.port).into();
     let agent_endpoint = format!("http://{}", proxy.proxy(AGENT_S3, upstream));
-    let controller_store = s3_store(&format!("http://{}", proxy.proxy(CONTROLLER_S3, upstream)));
     let agent_kubeconfig =
         proxied_kubeconfig(cluster.server, &proxy, AGENT_API, kubelet_root.path());
-    let controller_client = {
-        let path = proxied_kubeconfig(cluster.server, &proxy, CONTROLLER_API, kubelet_root.path());
+    let mut replicas = Vec::new();
+    for i in 0..REPLICAS {
+        let store = s3_store(&format!(
+            "http://{}",
+            proxy.proxy(&format!("{CONTROLLER_S3}-{i}"), upstream)
+        ));
+        let path = proxied_kubeconfig(
+            cluster.server,
+            &proxy,
+            &format!("{CONTROLLER_API}-{i}"),
+            kubelet_root.path(),
+        );
         let config = kube::config::Kubeconfig::read_from(&path).unwrap();
         let options = kube::config::KubeConfigOptions {
             context: Some(User::Admin.name().into()),
@@ -498,14 +535,17 @@ async fn run_seed(
         let config = kube::Config::from_custom_kubeconfig(config, &options)
             .await
             .unwrap();
-        kube::Client::try_from(config).unwrap()
-    };
+        replicas.push(Replica {
+            client: kube::Client::try_from(config).unwrap(),
+            store,
+            task: None,
+        });
+    }
     let mut world = World {
         proxy,
         agent_endpoint,
-        controller_store,
+        replicas,
         agent_kubeconfig,
-        controller_client,
         store,
         ns: ns.clone(),
         node,
@@ -513,13 +553,14 @@ async fn run_seed(
         volume,
         password_file,
         agent: None,
-        controller: None,
         admin: cluster.admin.clone(),
         server: cluster.server,
         restic: restic.to_path_buf(),
     };
     world.start_agent();
-    world.start_controller().await;
+    for replica in 0..REPLICAS {
+        world.start_controller(replica).await;
+    }
     let mut done = Vec::new();
     for round in 0..rounds {
         let changes = 1 + dice.below(12);
@@ -583,8 +624,10 @@ async fn run_seed(
     }
     // Every backup deleted: no snapshot outlives its backup.
     world.agent = None;
-    if let Some(task) = world.controller.take() {
-        task.abort();
+    for r in &mut world.replicas {
+        if let Some(task) = r.task.take() {
+            task.abort();
+        }
     }
     for round in 0..rounds {
         let mut delete = Command::new(env!("CARGO_BIN_EXE_iar"));
