@@ -1484,3 +1484,41 @@ fn logs_and_delete_work_on_a_backup_taken_without_plugins() {
     assert_eq!(again.status.code(), Some(1), "{}", text(&again));
     assert!(String::from_utf8_lossy(&again.stdout).contains("no backup plain"));
 }
+
+/// A misspelt filter in `--spec` (`includeNamespaces`) is refused by name,
+/// with the key it meant, before the backup exists: nothing is written, so
+/// the name stays free for the corrected run (ignoring the key would have
+/// backed up every namespace).
+#[test]
+fn a_misspelt_spec_key_is_refused_before_the_backup_exists() {
+    let store = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, "includeNamespaces: [shop]\n").unwrap();
+    let backup = || {
+        iar(&[
+            "backup",
+            "nightly",
+            "--items",
+            "examples/items",
+            "--spec",
+            spec.to_str().unwrap(),
+            "--store",
+            store.path().to_str().unwrap(),
+        ])
+    };
+    let out = backup();
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"includeNamespaces\"") && err.contains("did you mean includedNamespaces?"),
+        "{err}"
+    );
+    assert!(
+        !store.path().join("backups/nightly").exists(),
+        "nothing written for a refused spec"
+    );
+    std::fs::write(&spec, "includedNamespaces: [shop]\n").unwrap();
+    let out = backup();
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -11,6 +11,81 @@ use std::time::Duration;
 /// stores `spec.ttl`: "720h0m0s", "1m30s", "1.5s", "250ms", "0s".
 pub use iar_core::duration::format_std as format_go_duration;
 
+/// Every key of Velero's `BackupSpec` (v1.18.3,
+/// `pkg/apis/velero/v1/backup_types.go`): what a Backup spec may hold.
+/// Whether iar honours each is decided elsewhere (the filters it does not
+/// implement are refused by name there).
+pub const BACKUP_SPEC_KEYS: &[&str] = &[
+    "metadata",
+    "includedNamespaces",
+    "excludedNamespaces",
+    "includedResources",
+    "excludedResources",
+    "includedClusterScopedResources",
+    "excludedClusterScopedResources",
+    "includedNamespaceScopedResources",
+    "excludedNamespaceScopedResources",
+    "labelSelector",
+    "orLabelSelectors",
+    "snapshotVolumes",
+    "ttl",
+    "volumeGroupSnapshotLabelKey",
+    "includeClusterResources",
+    "hooks",
+    "storageLocation",
+    "volumeSnapshotLocations",
+    "defaultVolumesToRestic",
+    "defaultVolumesToFsBackup",
+    "orderedResources",
+    "csiSnapshotTimeout",
+    "itemOperationTimeout",
+    "resourcePolicy",
+    "snapshotMoveData",
+    "datamover",
+    "uploaderConfig",
+];
+
+/// Refuses a key Velero's BackupSpec does not have, naming it and the key
+/// it most likely meant: a misspelt filter (`includeNamespaces`) is not a
+/// filter, and ignoring it would back up everything.
+pub fn known_keys(spec: &Value) -> Result<(), String> {
+    let Some(map) = spec.as_object() else {
+        return Ok(());
+    };
+    for key in map.keys() {
+        if BACKUP_SPEC_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let nearest = BACKUP_SPEC_KEYS
+            .iter()
+            .map(|k| (edit_distance(k, key), *k))
+            .min()
+            .filter(|(d, _)| *d <= 3)
+            .map(|(_, k)| format!(" (did you mean {k}?)"))
+            .unwrap_or_default();
+        return Err(format!(
+            "unknown key {key:?}{nearest}: not a field of Velero's Backup spec, and a filter iar ignored would widen the backup"
+        ));
+    }
+    Ok(())
+}
+
+/// Levenshtein's distance, over bytes (spec keys are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
 /// The spec's `itemOperationTimeout`, if set.
 pub fn operation_timeout(spec: &Value) -> Result<Option<Duration>, String> {
     match spec.get("itemOperationTimeout") {
@@ -41,6 +116,21 @@ pub fn ttl(spec: &Value) -> Result<Option<Duration>, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_misspelt_key_is_refused_naming_the_key_it_meant() {
+        let e = known_keys(&json!({"includeNamespaces": ["shop"]})).unwrap_err();
+        assert!(e.contains("\"includeNamespaces\""), "{e}");
+        assert!(e.contains("did you mean includedNamespaces?"), "{e}");
+        let e = known_keys(&json!({"colour": "blue"})).unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
+        let every: serde_json::Map<String, Value> = BACKUP_SPEC_KEYS
+            .iter()
+            .map(|k| (k.to_string(), Value::Null))
+            .collect();
+        assert_eq!(known_keys(&Value::Object(every)), Ok(()));
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 
     #[test]
     fn ttl_zero_is_unset_and_a_bad_ttl_names_the_field() {

@@ -69,6 +69,7 @@ pub(super) fn validate(
 ) -> Result<BackupFilter, PhaseError> {
     store.check_backup_name(&req.name)?;
     let spec_error = |reason: String| PhaseError::invalid(&req.name, Invalid::Spec(reason));
+    crate::backup::spec::known_keys(&req.spec).map_err(spec_error)?;
     let filter = BackupFilter::from_spec(&req.spec).map_err(spec_error)?;
     spec::operation_timeout(&req.spec).map_err(spec_error)?;
     expiry::effective_ttl(&req.spec, default_ttl).map_err(|e| PhaseError::invalid(&req.name, e))?;
