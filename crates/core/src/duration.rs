@@ -79,7 +79,17 @@ pub enum DurationError {
         format(*nanos)
     )]
     Negative { input: String, nanos: i64 },
+    /// A period, lease or timeout of zero: a poll that never sleeps, a
+    /// lease already expired, a timeout already past.
+    #[error(
+        "{} is zero: it must be more than that (rule: {POSITIVE_RULE})",
+        Quoted(input)
+    )]
+    Zero { input: String },
 }
+
+/// The rule a zero period, lease or timeout breaks.
+pub const POSITIVE_RULE: &str = "duration-positive";
 
 /// Go's `time.ParseDuration`: the signed number of nanoseconds `s` means.
 ///
@@ -192,6 +202,17 @@ pub fn parse_non_negative(s: &str) -> Result<Duration, DurationError> {
             input: s.into(),
             nanos,
         })
+}
+
+/// [`parse_non_negative`], and more than zero: for periods, leases and
+/// timeouts, where zero is a panic, a lease lost at once or a timeout
+/// already past, not a choice.
+pub fn parse_positive(s: &str) -> Result<Duration, DurationError> {
+    let d = parse_non_negative(s)?;
+    if d.is_zero() {
+        return Err(DurationError::Zero { input: s.into() });
+    }
+    Ok(d)
 }
 
 /// Go's `leadingInt`: the leading `[0-9]*` of `s` and what follows it;

@@ -110,10 +110,10 @@ pub struct RunnerArgs {
     #[command(flatten)]
     store: StoreArg,
     /// How often operation progress is polled and persisted.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "10s")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "10s")]
     sync_period: Duration,
     /// Operation timeout, unless the spec sets itemOperationTimeout.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "4h")]
     operation_timeout: Duration,
     /// A plugin setting, `key=value` for every plugin or `PLUGIN:key=value` for one
     /// (added to the plugin's NAME.yaml settings).
@@ -122,7 +122,7 @@ pub struct RunnerArgs {
     /// How long this process's lease on the backup lasts without renewal
     /// (renewed every third of it). Another process may take over a backup
     /// whose holder died this long after its last renewal.
-    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_non_negative, default_value = "15s")]
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_positive, default_value = "15s")]
     lease_duration: Duration,
     /// Item-block workers: how many blocks have their actions run at once
     /// (default: the number of cores).
@@ -141,7 +141,7 @@ pub struct RunnerArgs {
     /// The longest one volume backup may take (Velero's
     /// --fs-backup-timeout); past it the volume fails (rule
     /// fs-backup-timeout).
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "4h")]
     fs_backup_timeout: Duration,
     /// Run backup hooks as local processes (argv as given, in DIR of
     /// --volume-data); without it hooks are recorded as skipped, with a warning.
@@ -191,7 +191,7 @@ pub struct GcArgs {
     dry_run: bool,
     /// How long this process's lease on a backup it deletes lasts
     /// without renewal.
-    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_non_negative, default_value = "15s")]
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_positive, default_value = "15s")]
     lease_duration: Duration,
     #[command(flatten)]
     store: StoreArg,
@@ -490,6 +490,15 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("shorter than 1s"), "{err}");
+        // A zero period or lease is refused before a backup exists (a
+        // zero sync period panicked mid-backup, a zero lease failed it).
+        for flag in ["--sync-period", "--lease-duration", "--operation-timeout"] {
+            let err = parse(&[flag, "0s"]).err().unwrap().to_string();
+            assert!(
+                err.contains(flag) && err.contains("rule: duration-positive"),
+                "{err}"
+            );
+        }
     }
 
     /// A store with the old top-level `cluster-overlay/` (which Velero

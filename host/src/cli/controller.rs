@@ -36,11 +36,11 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "DIR")]
     plugin_reference_dir: Option<PathBuf>,
     /// How long reading one plugin's component (https or file) may take.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "60s")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "60s")]
     plugin_read_timeout: Duration,
     /// How long verifying, compiling and calling applies-to of one plugin
     /// may take, once a compile slot is free.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "5m")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "5m")]
     plugin_compile_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served: `IP:PORT`, or an
     /// IP alone for port 8080 (what deploy/ passes: the pod's IP, from the
@@ -59,7 +59,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// How long leadership lasts unrenewed (renewed every third of it).
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "15s")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "15s")]
     leader_lease: Duration,
     /// On SIGTERM, how long the backup steps running may finish before
     /// the replica exits (a first pass cut short ends its backup Failed);
@@ -67,13 +67,13 @@ pub struct ControllerArgs {
     #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "25s")]
     drain: Duration,
     /// How long a backup's lease in the store lasts unrenewed.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "15s")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "15s")]
     lease_duration: Duration,
     /// How often operation progress is polled and persisted.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "10s")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "10s")]
     sync_period: Duration,
     /// Operation timeout, unless the spec sets itemOperationTimeout.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "4h")]
     operation_timeout: Duration,
     /// Item-block workers per backup (default: the number of cores).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -84,11 +84,11 @@ pub struct ControllerArgs {
     default_backup_ttl: Duration,
     /// How often the leader deletes expired backups from the store, and
     /// their Backup resources.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "1h")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "1h")]
     gc_period: Duration,
     /// How often the leader prunes the volume repositories (Velero's full
     /// repository maintenance: weekly). Put off while a backup runs.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "168h")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "168h")]
     repository_maintenance_period: Duration,
     /// For the volume snapshots of the backups the leader deletes, and
     /// for the repositories' maintenance.
@@ -354,7 +354,7 @@ pub struct NodeAgentArgs {
     /// The longest one volume backup may take (Velero's
     /// --fs-backup-timeout); past it the volume fails (rule
     /// fs-backup-timeout) and its permit is free.
-    #[arg(long, value_parser = iar::duration::parse_non_negative, default_value = "4h")]
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "4h")]
     fs_backup_timeout: Duration,
     #[command(flatten)]
     repository: super::backup::RepositoryArg,

@@ -23,7 +23,7 @@ pub struct DeleteArgs {
     #[arg(long)]
     dry_run: bool,
     /// How long this process's lease on the backup lasts without renewal.
-    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_non_negative, default_value = "15s")]
+    #[arg(long, env = "IAR_LEASE_DURATION", value_parser = iar::duration::parse_positive, default_value = "15s")]
     lease_duration: Duration,
     #[command(flatten)]
     store: StoreArg,
