@@ -334,6 +334,49 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     Ok(exit_for(object.status.phase))
 }
 
+/// Refuses a resume whose `--plugins` lacks a plugin (by name and digest)
+/// the backup recorded when it started.
+fn missing_plugins(
+    rt: &tokio::runtime::Runtime,
+    store: &BackupStore,
+    args: &ResumeArgs,
+) -> anyhow::Result<()> {
+    let Some(recorded) = rt.block_on(iar::phases::recorded_plugins(store, &args.name))? else {
+        return Ok(());
+    };
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let loaded: Vec<(String, String)> = match &args.runner.plugins {
+        Some(dir) => {
+            let runtime =
+                Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
+            load_plugins(&runtime, dir, &args.runner.config)?
+                .iter()
+                .map(|p| (p.name().to_string(), p.digest().to_string()))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let missing: Vec<String> = recorded
+        .iter()
+        .filter(|r| !loaded.contains(r))
+        .map(|(name, digest)| format!("{name} (sha256:{digest})"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "backup {:?} started with plugins {} that {}: pass the --plugins directory it ran with; without them its pending operations would fail for good (rule: pinned-plugin-set). Nothing was changed",
+        args.name,
+        missing.join(", "),
+        match &args.runner.plugins {
+            Some(dir) => format!("{} does not hold", dir.display()),
+            None => "are not loaded (no --plugins)".to_string(),
+        }
+    )
+}
+
 pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
     let store = BackupStore::open(&args.runner.store.store)?;
@@ -369,6 +412,18 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
         name: args.name,
         runner,
     };
+    // Waiting and finalizing poll and finalize through the plugins the
+    // backup started with: without them every pending operation would
+    // fail for good (rule pinned-plugin-set). Refused before anything
+    // changes, naming what is missing.
+    if object.status.phase.is_running()
+        && !matches!(
+            object.status.phase,
+            BackupPhase::New | BackupPhase::InProgress
+        )
+    {
+        missing_plugins(&rt, &store, &args)?;
+    }
     let c = controller(&args.runner, sources)?;
     let object = rt.block_on(c.resume(&args.name));
     super::progress::finish();

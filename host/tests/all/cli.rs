@@ -343,6 +343,17 @@ fn a_killed_backup_resumes_after_a_real_restart() {
     let _snapshots = ready_snapshot(store.path(), "killme");
 
     wait_for_lease_expiry(&backup_dir, "killme");
+    // A resume without the plugins it ran with would fail the pending
+    // operation for good: refused, naming the plugins, changing nothing.
+    let out = iar(&["resume", "killme", "--store", store_dir]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("iar_plugin_pvc_snapshot (sha256:") && err.contains("rule: pinned-plugin-set"),
+        "{err}"
+    );
+    assert_eq!(read_gz_json(&operations_file), before, "nothing changed");
+    assert_eq!(phase(), Some(Value::from("WaitingForPluginOperations")));
     let out = iar_command(&[
         "resume",
         "killme",

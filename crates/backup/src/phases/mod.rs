@@ -53,6 +53,7 @@ pub use dispatch::{Plan, plan};
 pub use errors::{ExpiryError, GcFailure, Invalid, PhaseError, PolicyError, SourcesError};
 pub use first_pass::StartClaim;
 pub use machine::PhaseMachine;
+pub use plugin_set::recorded_plugins;
 pub use resume::recorded_sources;
 pub use settings::Settings;
 

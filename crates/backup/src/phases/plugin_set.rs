@@ -27,6 +27,17 @@ impl PinnedPlugin {
     }
 }
 
+/// The plugins (name, sha256 hex) `backup` recorded when it started, or
+/// `None` for a backup recorded before iar kept sets: what a process
+/// taking it over must load for its operations to go on.
+pub async fn recorded_plugins(
+    store: &BackupStore,
+    backup: &str,
+) -> Result<Option<Vec<(String, String)>>, StoreError> {
+    let recorded: Option<Vec<PinnedPlugin>> = store.get_json(backup, BackupFile::PluginSet).await?;
+    Ok(recorded.map(|r| r.into_iter().map(|p| (p.name, p.digest)).collect()))
+}
+
 /// Where plugins come from, and the set each running backup is pinned to.
 pub(super) struct PluginSets {
     pub(super) source: PluginSource,
