@@ -5,7 +5,7 @@ use iar::backup::object::{BackupObject, BackupPhase};
 use iar::phases::{BackupRequest, PhaseMachine, Settings};
 use iar::plugin::SettingsFile;
 use iar::store::{BackupFile, BackupStore};
-use iar::{ManifestCluster, Plugin, Runtime, RuntimeConfig};
+use iar::{ClusterReader, ManifestCluster, Plugin, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -169,9 +169,11 @@ pub(super) fn parse_max_hook_timeout(s: &str) -> Result<Duration, String> {
 pub struct BackupArgs {
     /// The backup's name.
     name: String,
-    /// Manifest files or directories: the items to back up, and the cluster
+    /// A manifest file or directory: the items to back up, and the cluster
     /// that cluster-get and finalize read (edit them to play a controller).
-    #[arg(long, required = true, num_args = 1..)]
+    /// Repeat the flag for more (`--items a --items b`): one value each, so
+    /// that `--items DIR NAME` does not take the name for a second path.
+    #[arg(long, required = true, num_args = 1)]
     items: Vec<PathBuf>,
     /// A Velero Backup object, or just its spec (YAML or JSON).
     #[arg(long)]
@@ -307,6 +309,14 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
             iar::backup::spec::format_go_duration(ttl).into(),
         );
     }
+    // Every item file is read now, before the backup exists: a mistyped
+    // path or a file that does not parse would otherwise leave a Failed
+    // backup holding the name until it expires.
+    let rt = tokio_runtime()?;
+    let everything =
+        iar::select::BackupFilter::from_spec(&serde_json::json!({})).map_err(anyhow::Error::msg)?;
+    rt.block_on(ManifestCluster::new(args.items.clone()).list(&everything))
+        .map_err(|e| anyhow::anyhow!("--items: {e}; no backup was created"))?;
     let c = controller(&args.runner, args.items.clone())?;
     let request = BackupRequest {
         name: args.name.clone(),
@@ -319,7 +329,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
         )]
         .into(),
     };
-    let object = tokio_runtime()?.block_on(c.run_backup(request));
+    let object = rt.block_on(c.run_backup(request));
     super::progress::finish();
     let object = object?;
     outln!(

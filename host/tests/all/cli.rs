@@ -1533,3 +1533,42 @@ fn a_misspelt_spec_key_is_refused_before_the_backup_exists() {
     let out = backup();
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// A mistyped `--items` path, or an item file that does not parse, is
+/// refused before the backup exists, so the name stays free; `--items DIR
+/// NAME` takes NAME for the name; "already exists" says how to delete.
+#[test]
+fn bad_items_are_refused_before_the_backup_exists() {
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let bad = tempfile::tempdir().unwrap();
+    std::fs::write(bad.path().join("x.yaml"), "kind: [\n").unwrap();
+    for items in ["/nonexistent/items", bad.path().to_str().unwrap()] {
+        let out = iar(&["backup", "nightly", "--items", items, "--store", store_dir]);
+        assert!(!out.status.success(), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no backup was created"), "{err}");
+        assert!(!store.path().join("backups/nightly").exists(), "{items}");
+    }
+    // The name after --items is the name.
+    let out = iar(&[
+        "backup",
+        "--items",
+        "examples/items",
+        "nightly",
+        "--store",
+        store_dir,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = iar(&[
+        "backup",
+        "--items",
+        "examples/items",
+        "nightly",
+        "--store",
+        store_dir,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("iar delete nightly --store"), "{err}");
+}

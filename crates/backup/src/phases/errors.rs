@@ -16,7 +16,9 @@ pub enum PhaseError {
     Store(#[from] StoreError),
     #[error("backup {0:?} not found in the store")]
     NotFound(String),
-    #[error("backup {name:?} already exists in {store}; choose another name")]
+    #[error(
+        "backup {name:?} already exists in {store}; choose another name, or delete it first (iar delete {name} --store {store})"
+    )]
     Exists { name: String, store: String },
     #[error("backup {name:?}: {source}")]
     Invalid {
