@@ -83,7 +83,7 @@ impl Resume<'_> {
         // its blocks left unfinished is failed and said.
         self.blocks.interrupted_blocks(run).await?;
         run.object.status.failure_reason = format!(
-            "found in phase {} after a restart: the process running it ended before its items were written",
+            "found in phase {} by a process taking it over: the one running its first pass ended, or lost the backup's lease, before its items were written",
             run.object.status.phase
         );
         self.recorder.set_phase(run, BackupPhase::Failed).await?;

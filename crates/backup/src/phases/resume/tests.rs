@@ -61,7 +61,7 @@ async fn an_interrupted_first_pass_fails_the_backup_and_its_unfinished_volumes()
     assert_eq!(stored.status.phase, BackupPhase::Failed);
     assert_eq!(
         stored.status.failure_reason,
-        "found in phase InProgress after a restart: the process running it ended before its items were written"
+        "found in phase InProgress by a process taking it over: the one running its first pass ended, or lost the backup's lease, before its items were written"
     );
     assert_eq!(
         stored.status.completion_timestamp,
