@@ -357,7 +357,7 @@ async fn a_backup_found_in_progress_after_a_restart_is_failed() {
         resumed
             .status
             .failure_reason
-            .starts_with("found in phase InProgress after a restart")
+            .starts_with("found in phase InProgress by a process taking it over")
     );
     let persisted_object: BackupObject = store
         .get_json("crashed", BackupFile::Metadata)
