@@ -1572,3 +1572,25 @@ fn bad_items_are_refused_before_the_backup_exists() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("iar delete nightly --store"), "{err}");
 }
+
+/// A backup name Velero could not sync into a Backup resource (`Nightly`,
+/// `a_b`), or that is not one store key (`a/b`), is refused by rule before
+/// anything is written.
+#[test]
+fn a_backup_name_velero_cannot_sync_is_refused() {
+    let store = tempfile::tempdir().unwrap();
+    for name in ["Nightly", "a_b", "a/b"] {
+        let out = iar(&[
+            "backup",
+            name,
+            "--items",
+            "examples/items",
+            "--store",
+            store.path().to_str().unwrap(),
+        ]);
+        assert!(!out.status.success(), "{name}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("rule: backup-name"), "{name}: {err}");
+    }
+    assert!(!store.path().join("backups").exists());
+}

@@ -110,6 +110,11 @@ pub enum NameProblem {
     /// Not one path segment.
     #[error("{0}")]
     Segment(#[source] object_store::path::InvalidPart),
+    /// Not a name a Backup resource can have.
+    #[error(
+        "{0}: a backup name is a Kubernetes object name (lowercase letters, digits, '-' and '.'), as Velero names the Backup it syncs from the store (rule: backup-name)"
+    )]
+    NotAnObjectName(String),
     /// A free-form key outside `backups/<backup name>/`.
     #[error("{0} (rule: keys stay under {BACKUPS}/<backup name>/)")]
     Key(&'static str),
@@ -375,9 +380,20 @@ impl BackupStore {
     /// Kubernetes' [`MAX_BACKUP_NAME`], or so long that one of its file
     /// names (its lease's, `<name>-lease-<20 digits>.json`, or a file set
     /// aside as `<name>-itemoperations.json.gz.corrupt-<seconds>`) would be
-    /// over [`MAX_FILE_NAME`] bytes, which a local store cannot create. A
-    /// name refused here is refused for good: retrying cannot help.
+    /// over [`MAX_FILE_NAME`] bytes, which a local store cannot create; or
+    /// not a Kubernetes object name (rule `backup-name`). A name refused
+    /// here is refused for good: retrying cannot help.
     pub fn check_backup_name(&self, backup: &str) -> Result<(), StoreError> {
+        // Velero syncs every backup of a store into a Backup resource of
+        // its name: one Kubernetes would refuse is a backup Velero never
+        // shows (and `a/b` is not one key segment). Lengths are the
+        // checks below, with their own rule.
+        if backup.len() <= MAX_BACKUP_NAME {
+            crate::names::dns_subdomain(backup).map_err(|e| StoreError::Name {
+                name: backup.to_string(),
+                reason: NameProblem::NotAnObjectName(e.to_string()),
+            })?;
+        }
         self.path(backup, BackupFile::Metadata)?;
         lease::check_lease_key(backup)?;
         let longest = [
