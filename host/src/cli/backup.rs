@@ -223,6 +223,11 @@ pub fn load_plugins(
         .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
         .collect();
     paths.sort();
+    let names: Vec<String> = paths
+        .iter()
+        .map(|p| iar::plugin::name_from_path(p))
+        .collect();
+    super::run::check_config_plugins(config, &names)?;
     let mut plugins = Vec::new();
     for path in paths {
         let sidecar = path.with_extension("yaml");

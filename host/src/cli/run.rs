@@ -170,6 +170,30 @@ pub(crate) fn plugin_config(
     Ok(out)
 }
 
+/// Refuses a `PLUGIN:KEY=VALUE` whose PLUGIN is none of `names` (the
+/// plugins this command runs): a setting for a plugin that is not there
+/// would otherwise be dropped without a word.
+pub(crate) fn check_config_plugins(pairs: &[String], names: &[String]) -> anyhow::Result<()> {
+    for pair in pairs {
+        let Some((key, _)) = pair.split_once('=') else {
+            continue;
+        };
+        if let Some((plugin, _)) = key.split_once(':')
+            && !names.iter().any(|n| n == plugin)
+        {
+            anyhow::bail!(
+                "--config {pair:?}: no plugin named {plugin:?} here (plugins: {}); a plugin is named after its file, labels.wasm is \"labels\"",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
 fn error_json(e: &CallError) -> Value {
     json!({ "rule": e.violation.rule(), "message": e.to_string() })
 }
@@ -225,6 +249,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mutate_grants =
         iar::cluster::mutate::MutateGrants::only(&args.allow_mutate).map_err(anyhow::Error::msg)?;
 
+    let names: Vec<String> = args
+        .plugins
+        .iter()
+        .map(|p| iar::plugin::name_from_path(p))
+        .collect();
+    check_config_plugins(&args.config, &names)?;
     let mut results = Vec::new();
     let mut failed = Vec::new();
     for path in &args.plugins {

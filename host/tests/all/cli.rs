@@ -1594,3 +1594,36 @@ fn a_backup_name_velero_cannot_sync_is_refused() {
     }
     assert!(!store.path().join("backups").exists());
 }
+
+/// `--config PLUGIN:KEY=VALUE` for a plugin that is not there is refused,
+/// naming the plugins that are (it was dropped without a word).
+#[test]
+fn a_config_for_a_plugin_that_is_not_there_is_refused() {
+    let out = iar(&[
+        "run",
+        "--plugin",
+        artifacts::LABELS,
+        "--item",
+        "examples/items/pod.yaml",
+        "--config",
+        "labels:labels=team=a",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no plugin named \"labels\"") && err.contains("iar_plugin_labels"),
+        "{err}"
+    );
+    let out = iar(&[
+        "run",
+        "--plugin",
+        artifacts::LABELS,
+        "--item",
+        "examples/items/pod.yaml",
+        "--allow-mutate",
+        "pods",
+        "--config",
+        "iar_plugin_labels:labels=team=a",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
