@@ -1627,3 +1627,40 @@ fn a_config_for_a_plugin_that_is_not_there_is_refused() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// An item's error is in the backup's log (`iar logs`) and on stderr at
+/// ERROR, not only in `iar describe`.
+#[test]
+fn item_errors_reach_the_log_and_stderr() {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(artifacts::LABELS, plugins.path().join("labels.wasm")).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let out = iar(&[
+        "backup",
+        "errs",
+        "--items",
+        "examples/items/pod.yaml",
+        "--plugins",
+        plugins.path().to_str().unwrap(),
+        "--store",
+        store_dir,
+        "--config",
+        "labels:labels=a=b",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("ERROR") && l.contains("item-change-not-granted")),
+        "{stderr}"
+    );
+    let out = iar(&["logs", "errs", "--store", store_dir]);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.lines().any(
+            |l| l.contains("error: plugin \"labels\"") && l.contains("item-change-not-granted")
+        ),
+        "{log}"
+    );
+}

@@ -316,15 +316,14 @@ impl Blocks<'_> {
                 run.results.warnings.add(&v.pod_namespace, w);
             }
             if v.phase != VolumePhase::Completed {
-                run.results.errors.add(
-                    &v.pod_namespace,
-                    format!(
-                        "volume backup {}: {:?}: {}",
-                        v.describe(),
-                        v.phase,
-                        v.error.as_deref().unwrap_or("no reason given")
-                    ),
+                let m = format!(
+                    "volume backup {}: {:?}: {}",
+                    v.describe(),
+                    v.phase,
+                    v.error.as_deref().unwrap_or("no reason given")
                 );
+                self.journal.line(&name, format!("error: {m}"));
+                run.results.errors.add(&v.pod_namespace, m);
             }
         }
         if !report.volumes.is_empty() {

@@ -102,7 +102,11 @@ impl Finalize<'_> {
                         };
                         listed.push((resource_key(value), entry));
                     }
-                    Err(e) => run.results.errors.add(&outcome.id.namespace, e),
+                    Err(e) => {
+                        self.journal
+                            .line(&run.object.metadata.name, format!("error: {e}"));
+                        run.results.errors.add(&outcome.id.namespace, e)
+                    }
                 }
             }
         }

@@ -274,7 +274,11 @@ impl FirstPass<'_> {
         for item in items.into_iter().filter(|i| filtered || filter.matches(i)) {
             match tarball::item_path(&item.id) {
                 Ok(_) => selected.push(item),
-                Err(e) => run.results.errors.add(&item.id.namespace, e),
+                Err(e) => {
+                    self.journal
+                        .line(&run.object.metadata.name, format!("error: {e}"));
+                    run.results.errors.add(&item.id.namespace, e)
+                }
             }
         }
         self.add_namespace_objects(run, filter, &mut selected).await;

@@ -119,9 +119,11 @@ pub(super) fn record_messages(
         journal.record(backup, line.clone());
     }
     for e in &outcome.errors {
+        journal.line(backup, format!("error: {e}"));
         results.errors.add(&outcome.id.namespace, e.clone());
     }
     for w in &outcome.warnings {
+        journal.line(backup, format!("warning: {w}"));
         results.warnings.add(&outcome.id.namespace, w.clone());
     }
 }

@@ -108,9 +108,18 @@ impl BackupLog {
 }
 
 impl Journal {
+    /// A line of the backup's log, and of the host log at its level: a
+    /// line starting `error: ` or `warning: ` is an error or a warning
+    /// there too (stderr shows them at the default level).
     pub(super) fn line(&self, backup: &str, message: impl Into<String>) {
         let message = message.into();
-        tracing::info!(backup, "{message}");
+        if message.starts_with("error: ") {
+            tracing::error!(backup, "{}", &message["error: ".len()..]);
+        } else if message.starts_with("warning: ") {
+            tracing::warn!(backup, "{}", &message["warning: ".len()..]);
+        } else {
+            tracing::info!(backup, "{message}");
+        }
         self.record(backup, message);
     }
 
