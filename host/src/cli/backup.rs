@@ -394,7 +394,7 @@ fn missing_plugins(
 
 pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
-    let store = BackupStore::open(&args.runner.store.store)?;
+    let store = BackupStore::open_existing(&args.runner.store.store)?;
     let object: BackupObject = rt
         .block_on(store.get_json(&args.name, BackupFile::Metadata))?
         .with_context(|| {

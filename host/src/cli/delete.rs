@@ -34,7 +34,7 @@ pub struct DeleteArgs {
 
 /// Prints a backup's log from the store, one line per line written.
 pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
-    let store = BackupStore::open(&args.store.store)?;
+    let store = BackupStore::open_existing(&args.store.store)?;
     let lines = tokio_runtime()?.block_on(store.get_logs(&args.name))?;
     let Some(lines) = lines else {
         anyhow::bail!("backup {:?} has no log in {}", args.name, store.url());

@@ -25,7 +25,7 @@ pub struct GetArgs {
 
 pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
-    let store = BackupStore::open(&args.store.store)?;
+    let store = BackupStore::open_existing(&args.store.store)?;
     let name = &args.name;
     let (object, results, ops, volumes, created) = rt.block_on(async {
         let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
@@ -168,7 +168,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
 
 pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
-    let store = BackupStore::open(&args.store.store)?;
+    let store = BackupStore::open_existing(&args.store.store)?;
     let rows = rt.block_on(async {
         let mut rows = Vec::new();
         for name in store.list_backups().await? {

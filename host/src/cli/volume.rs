@@ -64,7 +64,7 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     if args.preserve_owner && !rustix::process::geteuid().is_root() {
         bail!("--preserve-owner restores owners, which only root can do");
     }
-    let store = BackupStore::open(&args.store.store)?;
+    let store = BackupStore::open_existing(&args.store.store)?;
     let rt = tokio_runtime()?;
     let backups: Vec<VolumeBackup> = rt
         .block_on(store.get_json(&args.backup, BackupFile::VolumeBackups))?

@@ -1664,3 +1664,23 @@ fn item_errors_reach_the_log_and_stderr() {
         "{log}"
     );
 }
+
+/// A read of a mistyped local store is refused (it was created, and listed
+/// as empty); `file://relative` says how to write a relative store.
+#[test]
+fn a_mistyped_store_is_refused_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo");
+    for command in [&["get"][..], &["describe", "nightly"], &["logs", "nightly"]] {
+        let mut args = command.to_vec();
+        args.extend(["--store", missing.to_str().unwrap()]);
+        let out = iar(&args);
+        assert!(!out.status.success(), "{command:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no such directory"), "{command:?}: {err}");
+        assert!(!missing.exists(), "{command:?} created the store");
+    }
+    let out = iar(&["get", "--store", "file://relative/store"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("file:///path/to/store"), "{err}");
+}

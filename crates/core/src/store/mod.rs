@@ -33,7 +33,7 @@ pub enum StoreError {
         #[source]
         reason: UrlProblem,
     },
-    #[error("backup store {url}: {key}: {source}")]
+    #[error("backup store {url}: {key}: {source}{}", credentials_hint(source))]
     Io {
         url: String,
         key: String,
@@ -77,11 +77,31 @@ pub enum UrlProblem {
     Unsupported,
     #[error("not a local file path")]
     NotALocalPath,
+    /// `file://` with a host: a relative path written as a URL.
+    #[error(
+        "a file:// URL names an absolute path (file:///path/to/store); give a relative path alone, without file://"
+    )]
+    FileHost,
+    /// A read of a local store that is not there: a mistyped path.
+    #[error("no such directory: nothing was ever backed up here (a mistyped --store?)")]
+    NoSuchStore,
     #[error("cannot create directory: {0}")]
     CreateDir(#[source] std::io::Error),
     /// The object_store client refused the location.
     #[error("{0}")]
     Client(#[source] object_store::Error),
+}
+
+/// What to do when the error is the cloud SDK's last resort failing: with
+/// no credentials in the environment, object_store asks the instance
+/// metadata endpoint, whose refusal says nothing about the cause.
+fn credentials_hint(e: &object_store::Error) -> &'static str {
+    let text = e.to_string();
+    if text.contains("169.254.169.254") || text.contains("credential") {
+        "; no usable cloud credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_ENDPOINT, and AWS_ALLOW_HTTP=true for an http:// endpoint such as MinIO's), or GOOGLE_*/AZURE_* for gs:// and az://"
+    } else {
+        ""
+    }
 }
 
 /// Why a store file cannot be read (or written) as what it should be.
@@ -234,6 +254,29 @@ impl BackupStore {
     /// `file://`, `s3://bucket/prefix`, `gs://`, `az://`. Cloud credentials
     /// come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`); building a
     /// client does not connect.
+    /// [`BackupStore::open`] for a command that only reads: a local store
+    /// that does not exist is refused (a mistyped path would otherwise be
+    /// created, and listed as empty).
+    pub fn open_existing(location: &str) -> Result<Self, StoreError> {
+        let dir = if !location.contains("://") {
+            Some(std::path::PathBuf::from(location))
+        } else {
+            url::Url::parse(location)
+                .ok()
+                .filter(|u| u.scheme() == "file")
+                .and_then(|u| u.to_file_path().ok())
+        };
+        if let Some(dir) = dir
+            && !dir.is_dir()
+        {
+            return Err(StoreError::Url {
+                url: location.to_string(),
+                reason: UrlProblem::NoSuchStore,
+            });
+        }
+        Self::open(location)
+    }
+
     pub fn open(location: &str) -> Result<Self, StoreError> {
         let url_err = |reason| StoreError::Url {
             url: location.to_string(),
@@ -243,6 +286,13 @@ impl BackupStore {
             return Self::open_dir(std::path::Path::new(location), location);
         }
         let url = url::Url::parse(location).map_err(|e| url_err(UrlProblem::NotAUrl(e)))?;
+        if url.scheme() == "file"
+            && url
+                .host_str()
+                .is_some_and(|h| !h.is_empty() && h != "localhost")
+        {
+            return Err(url_err(UrlProblem::FileHost));
+        }
         let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|_| match url.scheme() {
             s @ ("s3" | "gs" | "az") => url_err(UrlProblem::NoBucket {
                 scheme: s.to_string(),

@@ -273,3 +273,17 @@ fn s3_opens_without_network() {
     assert_eq!(store.url(), "s3://bucket/some/prefix");
     assert_eq!(store.puts(), 0);
 }
+
+#[test]
+fn a_credentials_failure_says_what_to_set() {
+    let e = object_store::Error::Generic {
+        store: "S3",
+        source: "Error performing PUT http://169.254.169.254/latest/api/token: 403".into(),
+    };
+    assert!(super::credentials_hint(&e).contains("AWS_ACCESS_KEY_ID"));
+    let other = object_store::Error::Generic {
+        store: "S3",
+        source: "connection refused".into(),
+    };
+    assert_eq!(super::credentials_hint(&other), "");
+}
