@@ -113,10 +113,10 @@ impl Journal {
     /// there too (stderr shows them at the default level).
     pub(super) fn line(&self, backup: &str, message: impl Into<String>) {
         let message = message.into();
-        if message.starts_with("error: ") {
-            tracing::error!(backup, "{}", &message["error: ".len()..]);
-        } else if message.starts_with("warning: ") {
-            tracing::warn!(backup, "{}", &message["warning: ".len()..]);
+        if let Some(error) = message.strip_prefix("error: ") {
+            tracing::error!(backup, "{error}");
+        } else if let Some(warning) = message.strip_prefix("warning: ") {
+            tracing::warn!(backup, "{warning}");
         } else {
             tracing::info!(backup, "{message}");
         }
