@@ -4,7 +4,8 @@
 //! kube-controller-manager, kube-scheduler, kubectl, kwok, the
 //! snapshot-controller), `tools/velero/build.sh` (Velero's server and
 //! plugin client, its AWS plugin, versitygw) and `tools/restic/build.sh`
-//! (restic's CLI), with Go; and, as root (the
+//! (restic's CLI) and `tools/toxiproxy/build.sh` (the fault campaign's
+//! network faults), with Go; and, as root (the
 //! install test that uses them needs a real node, so root),
 //! `tools/images/build.sh` (iar's images: a static iar built by a cargo of
 //! its own, in a target directory of its own).
@@ -28,10 +29,11 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-const SCRIPTS: [(&str, &str); 3] = [
+const SCRIPTS: [(&str, &str); 4] = [
     ("kubernetes", "tools/kubernetes/build.sh"),
     ("velero", "tools/velero/build.sh"),
     ("restic", "tools/restic/build.sh"),
+    ("toxiproxy", "tools/toxiproxy/build.sh"),
 ];
 
 /// Builds iar's images (a cargo build of its own).
