@@ -127,6 +127,10 @@ pub(crate) enum Fault {
     /// A second writer: restic's own `backup` of another directory into
     /// the same repository, tagged `foreign`, while iar may be writing.
     ResticBackup,
+    /// The file system under the store and the agent's cache (a tmpfs
+    /// the campaign mounts) filled to its last few KiB for a few seconds.
+    /// Without root (no mount), not injected, and said.
+    DiskFull,
     /// Latency (toxiproxy) on every connection of the agent and the
     /// controller to the store, for a few seconds.
     StoreSlow,
@@ -152,7 +156,7 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 16] = [
+    pub(crate) const ALL: [Fault; 17] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
@@ -162,6 +166,7 @@ impl Fault {
         Fault::ResticPrune,
         Fault::IarPrune,
         Fault::ResticBackup,
+        Fault::DiskFull,
         Fault::StoreSlow,
         Fault::StoreReset,
         Fault::AgentStorePartition,

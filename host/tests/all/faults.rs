@@ -3,7 +3,8 @@
 //! node-agent` process, and
 //! versitygw as the S3 store, writing pod volume data into the
 //! namespace's restic repository, with Shopify's toxiproxy between them
-//! for network faults. Each round the volume changes (a seeded
+//! for network faults, and the store and the agent's cache on a tmpfs the
+//! campaign can fill (when run as root). Each round the volume changes (a seeded
 //! generator), a Backup is created and faults are injected at seeded
 //! moments (see [`Fault`]); then the invariants are checked:
 //!
@@ -77,6 +78,61 @@ fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// A tmpfs the campaign mounts (as root) for the store and the agent's
+/// cache, so that a full disk can be made and undone; unmounted (lazily:
+/// a process may still hold a file) when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount() -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        ok.then_some(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the file system to its last `leave` bytes; the filler's path.
+    fn fill(&self, leave: u64) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        // SAFETY: statvfs on a path this process made, into a local.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(self.path().as_os_str().as_encoded_bytes()).unwrap();
+        unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        let free = st.f_bavail as u64 * st.f_frsize as u64;
+        let filler = self.path().join("filler");
+        let file = std::fs::File::create(&filler).unwrap();
+        // Allocated, not sparse: tmpfs counts only pages it holds.
+        // SAFETY: fallocate on a file this process just created.
+        unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                0,
+                0,
+                free.saturating_sub(leave) as libc::off_t,
+            )
+        };
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
 /// The store and what serves it, restartable on its port.
 struct Store {
     tools: PathBuf,
@@ -140,6 +196,8 @@ struct World {
     ns: String,
     node: String,
     kubelet_root: tempfile::TempDir,
+    /// Under the store and the agent's cache, when it could be mounted.
+    tmpfs: Option<Tmpfs>,
     volume: PathBuf,
     password_file: PathBuf,
     store: Store,
@@ -154,6 +212,7 @@ impl World {
         let endpoint = self.agent_endpoint.clone();
         let file = self.password_file.clone();
         let kubeconfig = self.agent_kubeconfig.clone();
+        let cache = self.tmpfs.as_ref().map(|t| t.path().join("agent-cache"));
         self.agent = Some(Agent::start_with(
             self.server,
             User::Admin,
@@ -165,6 +224,9 @@ impl World {
                 s3_env(c, &endpoint);
                 c.arg("--repository-password-file").arg(file);
                 c.env("KUBECONFIG", kubeconfig);
+                if let Some(cache) = &cache {
+                    c.env("XDG_CACHE_HOME", cache);
+                }
             },
         ));
     }
@@ -297,6 +359,15 @@ impl World {
                     Duration::from_millis(2000 + dice.below(13_000)),
                 )
                 .await;
+            }
+            Fault::DiskFull => {
+                let Some(tmpfs) = &self.tmpfs else {
+                    println!("fault-campaign note: DiskFull not injected (no tmpfs: not root)");
+                    return;
+                };
+                let filler = tmpfs.fill(16 << 10);
+                tokio::time::sleep(Duration::from_millis(2000 + dice.below(6000))).await;
+                std::fs::remove_file(filler).unwrap();
             }
             Fault::ResticBackup => {
                 let dir = self.kubelet_root.path().join("foreign");
@@ -508,8 +579,11 @@ async fn run_seed(
     .await;
     let password_file = kubelet_root.path().join("repository-password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
-    let store_root = tempfile::tempdir().unwrap();
-    let store = Store::start(tools, store_root.path());
+    let tmpfs = Tmpfs::mount();
+    let scratch = tempfile::tempdir().unwrap();
+    let under = tmpfs.as_ref().map_or(scratch.path(), Tmpfs::path);
+    let store_root = under.join("store");
+    let store = Store::start(tools, &store_root);
     let proxy = Toxiproxy::start(toxiproxy, seed);
     let upstream: SocketAddr = (Ipv4Addr::LOCALHOST, store.port).into();
     let agent_endpoint = format!("http://{}", proxy.proxy(AGENT_S3, upstream));
@@ -550,6 +624,7 @@ async fn run_seed(
         ns: ns.clone(),
         node,
         kubelet_root,
+        tmpfs,
         volume,
         password_file,
         agent: None,
