@@ -89,6 +89,8 @@ pub(crate) fn s3_store(endpoint: &str) -> iar::store::BackupStore {
         .with_region("us-east-1")
         .with_access_key_id(ACCESS_KEY)
         .with_secret_access_key(SECRET_KEY)
+        // As `BackupStore::open` retries.
+        .with_retry(iar::store::retry_config())
         .build()
         .unwrap();
     iar::store::BackupStore::from_object_store(std::sync::Arc::new(s3), &format!("s3://{BUCKET}"))
