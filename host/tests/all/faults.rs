@@ -9,6 +9,9 @@
 //! moments (see [`Fault`]); then the invariants are checked:
 //!
 //! - the Backup reaches exactly one terminal phase and never leaves it;
+//! - the pod's pre and post hooks (which append to a ledger) ran at most
+//!   once each for it, exactly once for a Completed backup, and the post
+//!   hook never before the block's volume ended;
 //! - a Completed backup's volume restores byte for byte to what the
 //!   generator left, but for the entries its record names as left out;
 //! - after the campaign, restic's own `check --read-data` and iar's find
@@ -552,6 +555,75 @@ fn proxied_kubeconfig(
     path
 }
 
+/// A hook (Velero's annotation form) appending `what` and the time to
+/// `ledger`.
+fn hook_command(what: &str, ledger: &Path) -> String {
+    let line = format!("echo {what} $(date +%s%N) >> {}", ledger.display());
+    serde_json::json!(["sh", "-c", line]).to_string()
+}
+
+/// The hook ledger's lines: (`pre` or `post`, when in ns since the epoch).
+fn ledger_lines(ledger: &Path) -> Vec<(String, u128)> {
+    std::fs::read_to_string(ledger)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (what, at) = l.split_once(' ')?;
+            Some((what.to_string(), at.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The hook invariants of one round, once its backup is terminal: each
+/// hook ran at most once for it (a Completed backup: exactly once each),
+/// and the post hook never before its block's volume ended (the volume
+/// record's completion time, on this machine's clock as the hook's).
+async fn check_hooks(
+    store: &BackupStore,
+    name: &str,
+    phase: BackupPhase,
+    ledger: &Path,
+    before: Vec<(String, u128)>,
+) -> Result<(), String> {
+    let lines = ledger_lines(ledger);
+    let new = &lines[before.len().min(lines.len())..];
+    let count = |what: &str| new.iter().filter(|(w, _)| w == what).count();
+    let (pre, post) = (count("pre"), count("post"));
+    if pre > 1 || post > 1 {
+        return Err(format!(
+            "hooks ran {pre} pre and {post} post times: {new:?}"
+        ));
+    }
+    if phase == BackupPhase::Completed && (pre, post) != (1, 1) {
+        return Err(format!(
+            "Completed with {pre} pre and {post} post hook runs: {new:?}"
+        ));
+    }
+    let Some((_, post_at)) = new.iter().find(|(w, _)| w == "post") else {
+        return Ok(());
+    };
+    let records: Vec<Record> = store
+        .get_json(name, BackupFile::VolumeBackups)
+        .await
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    for r in &records {
+        if let Some(done) = r.completed {
+            let done = done
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            if *post_at < done {
+                return Err(format!(
+                    "the post hook ran {} ms before its block's volume ended",
+                    (done - post_at) / 1_000_000
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn run_seed(
     cluster: &KwokCluster,
     tools: &Path,
@@ -566,6 +638,7 @@ async fn run_seed(
     cluster.kwok.add_node(&cluster.admin, &node).await;
     iar_apiserver::create_namespace(&cluster.admin, &ns).await;
     let kubelet_root = tempfile::tempdir().unwrap();
+    let ledger = kubelet_root.path().join("hook-ledger");
     let volume = pod_with_volume(
         cluster.kwok,
         &cluster.admin,
@@ -574,7 +647,13 @@ async fn run_seed(
         &node,
         &format!("pv-faults-{seed}"),
         kubelet_root.path(),
-        serde_json::json!({}),
+        // Each hook appends to a ledger, outside the volume (kwok runs the
+        // pod's execs in the volume's directory), what it is and when, in
+        // nanoseconds.
+        serde_json::json!({
+            "pre.hook.backup.velero.io/command": hook_command("pre", &ledger),
+            "post.hook.backup.velero.io/command": hook_command("post", &ledger),
+        }),
     )
     .await;
     let password_file = kubelet_root.path().join("repository-password");
@@ -644,6 +723,7 @@ async fn run_seed(
         let name = format!("b{round}");
         let mut faults = Fault::draw(&mut dice);
         faults.sort_by_key(|(_, at)| *at);
+        let hooks_before = ledger_lines(&ledger);
         create_backup(&world.admin, &ns, &name, fs_backup_spec(&ns)).await;
         let created = Instant::now();
         let mut last_fault = created;
@@ -678,6 +758,9 @@ async fn run_seed(
                 .await
                 .map_err(violation)?;
         }
+        check_hooks(&world.store.store, &name, phase, &ledger, hooks_before)
+            .await
+            .map_err(violation)?;
         println!(
             "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={}{why}",
             faults.iter().map(|f| f.0).collect::<Vec<_>>(),
