@@ -261,6 +261,26 @@ fn read_json(path: &Path) -> Option<Value> {
     }))
 }
 
+/// The items of a backup tarball: its `resources/` JSON entries, each item
+/// once (not its `-preferredversion` copy, nor an entry finalize replaced
+/// by appending it again).
+fn tarball_items(path: &Path) -> u64 {
+    let gz = std::fs::read(path).unwrap();
+    // Several gzip members: finalize rewrites only the tarball's tail.
+    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(&gz[..]));
+    let paths: std::collections::BTreeSet<String> = archive
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .filter(|path| {
+            path.starts_with("resources/")
+                && path.ends_with(".json")
+                && !path.contains("-preferredversion/")
+        })
+        .collect();
+    paths.len() as u64
+}
+
 fn read_gz_json(path: &Path) -> Value {
     let gz = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut text = String::new();
@@ -377,6 +397,15 @@ fn a_killed_backup_resumes_after_a_real_restart() {
 
     let after = read_gz_json(&operations_file);
     assert_eq!(after[0]["status"]["phase"], "Completed", "{after}");
+    // The progress counts what finalize added (the snapshot) as the
+    // tarball holds it.
+    let object = read_json(&object_file).unwrap();
+    assert_eq!(
+        object["status"]["progress"]["itemsBackedUp"],
+        tarball_items(&backup_dir.join("killme.tar.gz")),
+        "{}",
+        object["status"]["progress"]
+    );
     assert_eq!(
         after[0]["status"]["created"], created,
         "the operation keeps its original creation time (its timeout counts from it)"

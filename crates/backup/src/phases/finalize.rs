@@ -127,39 +127,46 @@ impl Finalize<'_> {
             self.store
                 .put(&name, BackupFile::Contents, rewritten.into())
                 .await?;
-            self.list_finalized(&name, listed).await?;
+            // Items finalize added (a snapshot a plugin created, its
+            // content and class) are backed up too: counted, as Velero's
+            // finalize counts them, so the status matches the tarball.
+            let added = self.list_finalized(&name, listed).await?;
+            let progress = &mut run.object.status.progress;
+            progress.items_backed_up += added;
+            progress.total_items = progress.total_items.max(progress.items_backed_up);
         }
         Ok(())
     }
 
     /// Adds what finalize backed up to the resource list: a post-operation
     /// item may not have existed in the first pass (a snapshot a plugin
-    /// created), and Velero's list names every item of the tarball.
+    /// created), and Velero's list names every item of the tarball. How
+    /// many were new.
     async fn list_finalized(
         &self,
         name: &str,
         listed: Vec<(String, String)>,
-    ) -> Result<(), PhaseError> {
+    ) -> Result<u64, PhaseError> {
         let mut resources: BTreeMap<String, Vec<String>> = self
             .store
             .get_json(name, BackupFile::ResourceList)
             .await?
             .unwrap_or_default();
-        let mut changed = false;
+        let mut added = 0;
         for (key, entry) in listed {
             let list = resources.entry(key).or_default();
             if !list.contains(&entry) {
                 list.push(entry);
                 list.sort();
-                changed = true;
+                added += 1;
             }
         }
-        if changed {
+        if added > 0 {
             self.store
                 .put_json(name, BackupFile::ResourceList, &resources)
                 .await?;
         }
-        Ok(())
+        Ok(added)
     }
 }
 
