@@ -139,7 +139,15 @@ pub struct Item {
     /// apiVersion, kind, metadata.namespace and metadata.name as the object
     /// has them (which the boundary compares), known without a parse.
     fields: Arc<Identity<'static>>,
+    /// Its pod security fields as the item-change check reads them
+    /// ([`SecurityFields`]), once: the output one plugin's check read is
+    /// the input of the next plugin's.
+    security: OnceLock<Option<Arc<SecurityFields>>>,
 }
+
+/// A pod spec's security fields by path (`cluster::mutate`'s reading);
+/// `None` where the text's shape was left to a full comparison.
+pub type SecurityFields = std::collections::BTreeMap<String, Value>;
 
 impl PartialEq for Item {
     fn eq(&self, other: &Self) -> bool {
@@ -191,6 +199,7 @@ impl Item {
             value: OnceLock::from(Arc::new(value)),
             text: OnceLock::new(),
             spooled: None,
+            security: OnceLock::new(),
         })
     }
 
@@ -203,6 +212,7 @@ impl Item {
             value: OnceLock::from(Arc::new(value)),
             text: OnceLock::new(),
             spooled: None,
+            security: OnceLock::new(),
         }
     }
 
@@ -215,7 +225,26 @@ impl Item {
             text: OnceLock::from(text),
             fields: Arc::new(fields),
             spooled: None,
+            security: OnceLock::new(),
         }
+    }
+
+    /// Its security fields, read by `read` the first time they are asked
+    /// for (or set by [`Item::with_security`]).
+    pub fn security(
+        &self,
+        read: impl FnOnce() -> Option<SecurityFields>,
+    ) -> Option<&Arc<SecurityFields>> {
+        self.security.get_or_init(|| read().map(Arc::new)).as_ref()
+    }
+
+    /// The item with its security fields known (read from its text by the
+    /// check that accepted it); `None` leaves them to be read when asked.
+    pub fn with_security(self, fields: Option<Arc<SecurityFields>>) -> Item {
+        if let Some(fields) = fields {
+            let _ = self.security.set(Some(fields));
+        }
+        self
     }
 
     /// The object, parsed from its text on first use.
@@ -247,6 +276,7 @@ impl Item {
             text: OnceLock::from(text),
             fields: self.fields,
             spooled: None,
+            security: self.security,
         }
     }
 
@@ -265,6 +295,8 @@ impl Item {
                 text: OnceLock::new(),
                 fields: self.fields,
                 spooled: Some(spooled),
+                // Kept small: a spooled item's fields are read again.
+                security: OnceLock::new(),
             },
             Err(e) => {
                 tracing::warn!("item {}: kept in memory, not spooled: {e}", self.id);

@@ -7,7 +7,9 @@
 //! no glob, however broad, covers it.
 
 use crate::catalog::GroupResource;
+use crate::item::{Item, SecurityFields};
 use serde_json::Value;
+use std::sync::Arc;
 
 mod diff;
 mod pod_security;
@@ -164,26 +166,39 @@ impl MutateGrants {
 }
 
 impl MutateGrants {
-    /// [`MutateGrants::check`] from the items' JSON text: a granted change
-    /// is told apart by reading only the security fields from the text; a
-    /// refusal, or a shape that reading leaves open, parses `after` and
-    /// compares whole values (`before` is asked for only then).
-    pub fn check_text<'v>(
+    /// [`MutateGrants::check`] of `after_text` (what a plugin returned)
+    /// against `before` (the item it was handed): a granted change is told
+    /// apart by reading only the security fields from the texts, each
+    /// item's once ([`Item::security`]: the output read here is the next
+    /// plugin's input); a refusal, or a shape that reading leaves open,
+    /// parses `after` and compares whole values. On success, the security
+    /// fields read from `after_text`, for the item made of it.
+    pub fn check_item(
         &self,
-        gr: &GroupResource,
-        before_text: &str,
-        before: impl FnOnce() -> &'v Value,
+        before: &Item,
         after_text: &str,
-    ) -> Result<(), MutateRefused> {
+    ) -> Result<Option<Arc<SecurityFields>>, MutateRefused> {
+        let gr = before.id.group_resource();
         let name = gr.to_string();
-        let security_same = self.allows_security(gr)
-            || !pod_security::holds_pod(&name)
-            || pod_security::first_change_text(&name, before_text, after_text) == Some(None);
-        if security_same && self.allows(gr) {
-            return Ok(());
+        let mut read_after = None;
+        let security_same = self.allows_security(&gr)
+            || match pod_security::read_text(&name, after_text) {
+                None => true,
+                Some(after) => {
+                    let after = after.map(Arc::new);
+                    let before_read =
+                        before.security(|| pod_security::read_text(&name, before.json()).flatten());
+                    let same = matches!((before_read, &after), (Some(b), Some(a))
+                        if pod_security::first_change_read(&name, b, a).is_none());
+                    read_after = after;
+                    same
+                }
+            };
+        if security_same && self.allows(&gr) {
+            return Ok(read_after);
         }
         let after: Value = serde_json::from_str(after_text).unwrap_or_default();
-        self.check(gr, before(), &after)
+        self.check(&gr, before.value(), &after).map(|()| read_after)
     }
 }
 

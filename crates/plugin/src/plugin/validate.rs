@@ -5,6 +5,7 @@ use super::error::Violation;
 use crate::contract::latest::types;
 use crate::limits::Limits;
 use iar_core::cluster::mutate::MutateGrants;
+use iar_core::item::SecurityFields;
 use iar_core::item::{Item, ItemRef, group_of};
 use iar_core::item_scan::{self, Identity, Scanned};
 use iar_core::manifests::json_type;
@@ -136,26 +137,27 @@ fn changed_item(
         Err(e) => return Err(Violation::ItemNotJson(e.to_string())),
     };
     same_identity(input.fields(), &fields, &json)?;
-    changes_granted(&json, input, grants)?;
-    Ok(input.changed_to(Arc::from(json), fields))
+    let security = changes_granted(&json, input, grants)?;
+    Ok(input
+        .changed_to(Arc::from(json), fields)
+        .with_security(security))
 }
 
 /// A returned item differing from the one handed in is a write (a restore
 /// creates it; a backup stores it for a restore to create): the grants
 /// must cover the change. Compared as JSON values, so key order and
 /// spacing are not changes.
-fn changes_granted(json: &str, input: &Item, grants: &MutateGrants) -> Result<(), Violation> {
+fn changes_granted(
+    json: &str,
+    input: &Item,
+    grants: &MutateGrants,
+) -> Result<Option<Arc<SecurityFields>>, Violation> {
     if **input.json() == *json {
-        return Ok(());
+        return Ok(None);
     }
     // `changed_item`'s scan accepted exactly what `Value` parses.
     grants
-        .check_text(
-            &input.id.group_resource(),
-            input.json(),
-            || input.value(),
-            json,
-        )
+        .check_item(input, json)
         .map_err(|r| Violation::ChangeNotGranted {
             rule: r.rule,
             path: r.path,

@@ -2,6 +2,7 @@
 //! workloads: what makes a pod privileged, puts it in the host's
 //! namespaces or file system, or gives it another identity or node.
 
+pub use crate::item::SecurityFields;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -102,25 +103,38 @@ fn named<'a>(spec: &'a Map<String, Value>, list: &str) -> Vec<(String, &'a Value
         .collect()
 }
 
-/// [`first_change`] read from the two items' JSON text, building only the
-/// security fields (serde skips the rest without allocating): the cost a
-/// granted change pays on every item. `None` when the text does not have
-/// the plain shape read here (a spec or list of another type, a duplicate
-/// key, a non-string name): the caller then compares parsed values, which
-/// decide every such case exactly.
-pub fn first_change_text(resource: &str, before: &str, after: &str) -> Option<Option<String>> {
+/// The security fields of `resource`'s pod spec read from an item's JSON
+/// text, building only them (serde skips the rest without allocating): the
+/// cost a granted change pays. `None` when `resource` holds no pod;
+/// `Some(None)` when the text does not have the plain shape read here (a
+/// spec or list of another type, a duplicate key, a non-string name): the
+/// caller then compares parsed values, which decide every such case
+/// exactly.
+pub fn read_text(resource: &str, text: &str) -> Option<Option<SecurityFields>> {
     let (_, at) = POD_SPECS.iter().find(|(r, _)| *r == resource)?;
-    let (b, a) = (
-        typed::fields(at.len(), before)?,
-        typed::fields(at.len(), after)?,
-    );
+    Some(typed::fields(at.len(), text))
+}
+
+/// [`first_change`] between two readings of [`read_text`].
+pub fn first_change_read(
+    resource: &str,
+    before: &SecurityFields,
+    after: &SecurityFields,
+) -> Option<String> {
+    let (_, at) = POD_SPECS.iter().find(|(r, _)| *r == resource)?;
     let prefix: String = at.iter().map(|k| format!(".{k}")).collect();
-    let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
-    Some(
-        keys.into_iter()
-            .find(|k| b.get(*k) != a.get(*k))
-            .map(|k| format!("{prefix}{k}")),
-    )
+    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .find(|k| before.get(*k) != after.get(*k))
+        .map(|k| format!("{prefix}{k}"))
+}
+
+/// [`first_change`] from the two items' JSON text ([`read_text`]); `None`
+/// when either text's shape is left to the values.
+#[cfg(test)]
+fn first_change_text(resource: &str, before: &str, after: &str) -> Option<Option<String>> {
+    let (b, a) = (read_text(resource, before)??, read_text(resource, after)??);
+    Some(first_change_read(resource, &b, &a))
 }
 
 /// The security fields as serde structs, each mapping to [`fields`]' keys.

@@ -206,3 +206,49 @@ fn first_change_names_keys_indexes_and_dotted_keys() {
     );
     assert_eq!(first_change(&json!(1), &json!("1")).unwrap(), "");
 }
+
+/// `check_item` decides as `check` does, and the fields it read from an
+/// accepted output serve the next check of that item: a chain of plugins
+/// reads each item's security fields once.
+#[test]
+fn check_item_reads_each_item_s_security_fields_once_and_decides_as_check() {
+    use crate::item::Item;
+    let catalog = crate::catalog::Catalog::builtin();
+    let first = Item::from_value(pod(), catalog).unwrap();
+    let mut labelled = pod();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    let all = grants(&["*"]);
+    let read = all
+        .check_item(&first, &labelled.to_string())
+        .unwrap()
+        .expect("a pod's fields were read");
+    let second = Item::from_value(labelled.clone(), catalog)
+        .unwrap()
+        .with_security(Some(read.clone()));
+    assert!(std::sync::Arc::ptr_eq(
+        second.security(|| panic!("read again")).unwrap(),
+        &read
+    ));
+    let mut privileged = labelled.clone();
+    privileged["spec"]["hostPID"] = json!(true);
+    let err = all
+        .check_item(&second, &privileged.to_string())
+        .unwrap_err();
+    assert_eq!(
+        (err.rule, err.path.as_str()),
+        (rule::RIGHTS, ".spec.hostPID")
+    );
+    assert_eq!(
+        all.check(&gr("pods"), second.value(), &privileged)
+            .unwrap_err(),
+        err
+    );
+    // Without a grant the change is refused with its path, as by `check`.
+    let err = MutateGrants::none()
+        .check_item(&first, &labelled.to_string())
+        .unwrap_err();
+    assert_eq!(
+        (err.rule, err.path.as_str()),
+        (rule::NOT_GRANTED, ".metadata.labels")
+    );
+}
