@@ -33,6 +33,9 @@ pub struct BlockWork {
     pub runtime: tokio::runtime::Handle,
     /// Where the hook ledger is written; `None` keeps no ledger (tests).
     pub ledger_store: Option<BackupStore>,
+    /// The backup's uid ([`BlockWork::with_uid`]): what its post hooks'
+    /// claims in this process are keyed by.
+    pub backup_key: String,
     /// `--max-hook-timeout`: no hook runs longer, whatever its annotation
     /// or spec asks (see [`cap_timeouts`]).
     pub max_hook_timeout: Duration,
@@ -125,6 +128,29 @@ pub struct BlockReport {
     pub warnings: Vec<(String, String)>,
 }
 
+/// Post hooks started in this process, by (backup uid, pod): each pod's
+/// runs at most once per backup here, whichever path asks (the block's own
+/// wait, or a resume of the backup by the same process after a failed
+/// step), even when the ledger's "started" could not be written (a store
+/// unreachable for the moment). Across processes the ledger decides. A
+/// few bytes per pod and backup, never cleared, as `maxCreatesPerBackup`'s
+/// count.
+static POST_CLAIMED: std::sync::LazyLock<Mutex<std::collections::HashSet<(String, ItemRef)>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Claims `pod`'s post hooks of backup `uid` for this process: false when
+/// they were claimed before. Work without a backup uid (a test's bare
+/// block) claims nothing.
+fn claim_post(uid: &str, pod: &ItemRef) -> bool {
+    if uid.is_empty() {
+        return true;
+    }
+    POST_CLAIMED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert((uid.to_string(), pod.clone()))
+}
+
 impl BlockWork {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -147,11 +173,19 @@ impl BlockWork {
             default_volumes_to_fs_backup,
             runtime,
             ledger_store: None,
+            backup_key: String::new(),
             max_hook_timeout: DEFAULT_MAX_TIMEOUT,
             clock: iar_core::clock::RealClock::shared(),
             state: Mutex::new(State::default()),
             ledger: tokio::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The backup's uid, which keys its post hooks' claims in this
+    /// process (every backup the phase machine runs has one).
+    pub fn with_uid(mut self, uid: &str) -> Self {
+        self.backup_key = uid.to_string();
+        self
     }
 
     /// Keeps the hook ledger in `store`.
@@ -322,7 +356,7 @@ impl BlockWork {
                 }
                 if post_hooks_allowed(&p.pre) {
                     let hooks = work.runnable_hooks(&p.pod, HookPhase::Post);
-                    if hooks.is_empty() {
+                    if hooks.is_empty() || !claim_post(&work.backup_key, &p.pod.id) {
                         continue;
                     }
                     let started = LedgerEntry {
@@ -440,6 +474,16 @@ impl BlockWork {
                     };
                     let hooks = self.runnable_hooks(pod, HookPhase::Post);
                     if hooks.is_empty() {
+                        continue;
+                    }
+                    if !claim_post(&self.backup_key, &pod.id) {
+                        report.warnings.push((
+                            pod.id.namespace.clone(),
+                            format!(
+                                "post hooks of pod {}: already started by this process (its ledger entry could not be written); not run again",
+                                pod.id
+                            ),
+                        ));
                         continue;
                     }
                     self.ledger(LedgerEntry {

@@ -140,6 +140,7 @@ impl Blocks<'_> {
                 tokio::runtime::Handle::current(),
             )
             .with_ledger(self.store.clone())
+            .with_uid(run.object.work_uid())
             .with_max_hook_timeout(self.max_hook_timeout)
             .with_clock(self.clock.clone()),
         ))

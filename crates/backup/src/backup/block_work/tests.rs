@@ -276,3 +276,55 @@ fn a_restart_reports_each_pod_by_its_ledger() {
     assert_eq!(volumes[0].completed, Some(restarted), "ended when found");
     assert_eq!(volumes[2].error, None);
 }
+
+/// A backup's block ran a pod's post hook, its ledger entry was lost (the
+/// store unreachable for the moment), and the same process resumes the
+/// backup: the post hook is not run a second time (the fault campaign's
+/// finding: the unfreeze ran twice, 11 ms apart). Another backup's claim
+/// is its own.
+#[test]
+fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let runner = Arc::new(Scripted {
+        pre: HookStatus::Succeeded,
+        ran: Mutex::new(Vec::new()),
+    });
+    let work = |uid: &str| {
+        Arc::new(
+            BlockWork::new(
+                "b".into(),
+                BackupHooks::default(),
+                runner.clone(),
+                None,
+                None,
+                None,
+                false,
+                runtime.handle().clone(),
+            )
+            .with_uid(uid),
+        )
+    };
+    let pods = [hooked_pod("db-0", "Continue", "3s")];
+    let first = work("u-post-once");
+    let block = first.pre(&pods);
+    first.start_volumes(block, &pods);
+    runtime.block_on(first.finish());
+    // The ledger as the store kept it: the pre hook's entry, no post.
+    let ledger = [entry("db-0", "pre", "succeeded")];
+    let report = runtime.block_on(work("u-post-once").resume(&ledger, Vec::new(), &pods));
+    let posts = |ran: &[(HookPhase, String, Duration)]| {
+        ran.iter().filter(|(p, _, _)| *p == HookPhase::Post).count()
+    };
+    assert_eq!(posts(&runner.ran.lock().unwrap()), 1);
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|(_, w)| w.contains("already started by this process")),
+        "{:?}",
+        report.warnings
+    );
+    // Another backup of the same pod owes its own.
+    runtime.block_on(work("u-post-other").resume(&ledger, Vec::new(), &pods));
+    assert_eq!(posts(&runner.ran.lock().unwrap()), 2);
+}
