@@ -865,7 +865,11 @@ async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
                     worst.as_millis()
                 );
             }
-            Err(v) => violations.push(v),
+            Err(v) => {
+                // Said at once: a long run stopped early still shows it.
+                println!("fault-campaign violation: {v}");
+                violations.push(v)
+            }
         }
     }
     println!(
