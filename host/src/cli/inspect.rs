@@ -18,13 +18,18 @@ pub struct InspectArgs {
 
 pub fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
-    let sidecar = args
-        .settings
-        .clone()
-        .unwrap_or_else(|| args.plugin.with_extension("yaml"));
-    let settings: PluginSettings = SettingsFile::read_or_default(&sidecar)?
-        .into_settings(Vec::new())
-        .map_err(anyhow::Error::msg)?;
+    // The sidecar of NAME.wasm is NAME.yaml; a file that is itself NAME.yaml
+    // (not a component, which loading says) has none.
+    let sidecar = match &args.settings {
+        Some(path) => Some(path.clone()),
+        None => Some(args.plugin.with_extension("yaml")).filter(|s| *s != args.plugin),
+    };
+    let settings: PluginSettings = match sidecar {
+        Some(path) => SettingsFile::read_or_default(&path)?
+            .into_settings(Vec::new())
+            .map_err(anyhow::Error::msg)?,
+        None => PluginSettings::default(),
+    };
     let plugin = Plugin::from_file(&runtime, &args.plugin, settings)?;
     let s = plugin.settings();
     let out = serde_json::json!({

@@ -1201,6 +1201,20 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "config: {mode: bring-binding, resources: pods}\n",
     )
     .unwrap();
+    // And one that makes every Pod it restores privileged, in the host's
+    // PID namespace, mounting the host's `/`: Velero would create it with
+    // its own rights. It holds `allowMutate: ["*"]`, which no glob lets
+    // reach a pod's security fields.
+    std::fs::copy(
+        iar_tests::artifacts::RESTORE_HOSTILE,
+        image.join("privileger.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        image.join("privileger.yaml"),
+        "config: {mode: privileged-pod, resources: pods}\nallowMutate: [\"*\"]\n",
+    )
+    .unwrap();
     let installed = install();
     assert!(
         installed.contains("iar.dev/crash")
@@ -1272,12 +1286,25 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     )
     .await;
     assert_eq!(status["phase"], "PartiallyFailed", "{status}\n{results}");
+    // Velero stops at the first action that fails an item: one of the two
+    // hostile actions' refusals names the Pod, each with its rule.
     assert!(
-        results.contains("escalator")
+        (results.contains("escalator")
             && results.contains("attacker-admin")
-            && results.contains("additional-item-outside-restore"),
+            && results.contains("additional-item-outside-restore"))
+            || (results.contains("privileger") && results.contains("rights-change-not-granted")),
         "the restore's errors name the plugin, the item and the rule: {results}"
     );
+    // And the cluster holds no Pod the restore made privileged.
+    let pods =
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &format!("{app}-third"))
+            .list(&Default::default())
+            .await
+            .unwrap();
+    for pod in pods {
+        let spec = serde_json::to_value(pod.spec).unwrap();
+        assert_ne!(spec["hostPID"], true, "{spec}");
+    }
     assert!(
         velero.0.try_wait().unwrap().is_none(),
         "the Velero server is still running"
