@@ -43,8 +43,9 @@ impl From<wit::Restore> for Restore {
 /// What a restore action's `execute` is given.
 #[derive(Debug)]
 pub struct RestoreInput {
-    /// The item as it will be created: in its target namespace, without
-    /// status, with the changes of the restore actions that ran before.
+    /// The item as it will be created, without status, with the changes of
+    /// the restore actions that ran before; still in its backed-up
+    /// namespace, as Velero hands it over (the mapping comes after).
     pub item: Item,
     /// The item as it was backed up.
     pub item_from_backup: Item,

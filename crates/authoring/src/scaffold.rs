@@ -187,7 +187,8 @@ impl RestoreItemAction for Plugin {
     }
 
     /// Called for each selected item of a restore, before it is created:
-    /// `input.item` as it will be created (in its target namespace),
+    /// `input.item` as it will be created (still in its backed-up
+    /// namespace, as Velero hands it over: the restore maps it after),
     /// `input.item_from_backup` as it was saved.
     fn execute(input: RestoreInput) -> Result<RestoreOutput> {
         let (key, _) = label()?;

@@ -156,7 +156,8 @@ func (p *restorePlugin) AppliesTo() (velero.ResourceSelector, error) {
 }
 
 // Execute is called for each selected item of a restore, before it is
-// created: input.Item as it will be created (in its target namespace),
+// created: input.Item as it will be created (still in its backed-up
+// namespace, as Velero hands it over: the restore maps it after),
 // input.ItemFromBackup as it was saved.
 func (p *restorePlugin) Execute(input *velero.RestoreItemActionExecuteInput) (*velero.RestoreItemActionExecuteOutput, error) {
 	k, _, err := label()
