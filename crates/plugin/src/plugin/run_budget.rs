@@ -54,8 +54,9 @@ pub(crate) fn reserve(
     items: usize,
     ready_wait: Duration,
 ) -> Result<Reserved, Violation> {
-    if items == 0 && ready_wait.is_zero() {
-        // Most calls name nothing: no lock, no key.
+    // Most calls name nothing: no lock, no key. A call over the per-call
+    // bound is refused by that rule (output-size), next, and claims nothing.
+    if (items == 0 && ready_wait.is_zero()) || items > limits.max_related_items {
         return Ok(Reserved {
             key: None,
             spent: Spent::default(),
