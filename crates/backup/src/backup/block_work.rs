@@ -126,6 +126,10 @@ pub struct BlockReport {
     pub volumes: Vec<VolumeBackup>,
     /// `(namespace, message)`.
     pub warnings: Vec<(String, String)>,
+    /// `(namespace, message)`: post hooks that may not have run (an
+    /// unfreeze owed and not known to be done), which fail the backup
+    /// partially rather than pass as a warning.
+    pub errors: Vec<(String, String)>,
 }
 
 /// Post hooks started in this process, by (backup uid, pod): each pod's
@@ -456,10 +460,10 @@ impl BlockWork {
                 .iter()
                 .find(|e| e.phase == "post" && e.pod == pre.pod);
             match post.map(|e| e.state.as_str()) {
-                Some("started") => report.warnings.push((
+                Some("started") => report.errors.push((
                     pre.pod.namespace.clone(),
                     format!(
-                        "post hooks of pod {}: interrupted by restart while running; not run again",
+                        "post hooks of pod {}: interrupted by restart while running; not run again, so they may not have run (rule: hook-ledger)",
                         pre.pod
                     ),
                 )),
@@ -477,10 +481,10 @@ impl BlockWork {
                         continue;
                     }
                     if !claim_post(&self.backup_key, &pod.id) {
-                        report.warnings.push((
+                        report.errors.push((
                             pod.id.namespace.clone(),
                             format!(
-                                "post hooks of pod {}: already started by this process (its ledger entry could not be written); not run again",
+                                "post hooks of pod {}: already started by this process (its ledger entry could not be written); not run again, so they may not have run (rule: hook-ledger)",
                                 pod.id
                             ),
                         ));

@@ -299,6 +299,10 @@ impl Blocks<'_> {
             self.journal.line(&name, format!("warning: {w}"));
             run.results.warnings.add(&ns, w);
         }
+        for (ns, e) in report.errors {
+            self.journal.line(&name, format!("error: {e}"));
+            run.results.errors.add(&ns, e);
+        }
         for v in &report.volumes {
             self.journal.line(
                 &name,
