@@ -595,8 +595,23 @@ async fn check_hooks(
         ));
     }
     if phase == BackupPhase::Completed && (pre, post) != (1, 1) {
+        // The backup's own account of its hooks and hand-overs, to replay
+        // with.
+        let log: Vec<String> = store
+            .get_logs(name)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|l| {
+                ["hook", "driven by", "resumed", "taking", "lease"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            })
+            .collect();
         return Err(format!(
-            "Completed with {pre} pre and {post} post hook runs: {new:?}"
+            "Completed with {pre} pre and {post} post hook runs: {new:?}; its log: {log:#?}"
         ));
     }
     let Some((_, post_at)) = new.iter().find(|(w, _)| w == "post") else {
