@@ -277,14 +277,15 @@ pub(super) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn controller(args: &RunnerArgs, sources: Vec<PathBuf>) -> anyhow::Result<PhaseMachine> {
+/// The phase machine over `cluster` (the manifests the backup reads).
+fn controller(args: &RunnerArgs, cluster: ManifestCluster) -> anyhow::Result<PhaseMachine> {
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the wasm runtime")?;
     let plugins = match &args.plugins {
         Some(dir) => load_plugins(&runtime, dir, &args.config)?,
         None => Vec::new(),
     };
     let store = BackupStore::open(&args.store.store)?;
-    let cluster = Arc::new(args.store.cluster(sources));
+    let cluster = Arc::new(cluster);
     let defaults = Settings::default();
     let settings = Settings {
         sync_period: args.sync_period,
@@ -320,9 +321,12 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio_runtime()?;
     let everything =
         iar::select::BackupFilter::from_spec(&serde_json::json!({})).map_err(anyhow::Error::msg)?;
-    rt.block_on(ManifestCluster::new(args.items.clone()).list(&everything))
+    // Read into the cluster the backup then lists: its parse cache keeps
+    // them, so the first pass does not read them again.
+    let cluster = args.runner.store.cluster(args.items.clone());
+    rt.block_on(cluster.list(&everything))
         .map_err(|e| anyhow::anyhow!("--items: {e}; no backup was created"))?;
-    let c = controller(&args.runner, args.items.clone())?;
+    let c = controller(&args.runner, cluster)?;
     let request = BackupRequest {
         name: args.name.clone(),
         namespace: "velero".into(),
@@ -439,7 +443,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     {
         missing_plugins(&rt, &store, &args)?;
     }
-    let c = controller(&args.runner, sources)?;
+    let c = controller(&args.runner, args.runner.store.cluster(sources))?;
     let object = rt.block_on(c.resume(&args.name));
     super::progress::finish();
     let object = object?;

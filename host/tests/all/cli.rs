@@ -1580,23 +1580,19 @@ fn bad_items_are_refused_before_the_backup_exists() {
         assert!(!store.path().join("backups/nightly").exists(), "{items}");
     }
     // The name after --items is the name.
-    let out = iar(&[
-        "backup",
-        "--items",
-        "examples/items",
-        "nightly",
-        "--store",
-        store_dir,
-    ]);
+    let backup = || {
+        iar(&[
+            "backup",
+            "--items",
+            "examples/items",
+            "nightly",
+            "--store",
+            store_dir,
+        ])
+    };
+    let out = backup();
     assert!(out.status.success(), "{}", text(&out));
-    let out = iar(&[
-        "backup",
-        "--items",
-        "examples/items",
-        "nightly",
-        "--store",
-        store_dir,
-    ]);
+    let out = backup();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("iar delete nightly --store"), "{err}");

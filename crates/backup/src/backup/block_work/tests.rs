@@ -39,6 +39,20 @@ fn hooked_pod(name: &str, on_error: &str, timeout: &str) -> Item {
     .unwrap()
 }
 
+/// Block work of backup "b" whose hooks `runner` plays, with no volumes.
+fn block_work(runtime: &tokio::runtime::Runtime, runner: &Arc<Scripted>) -> BlockWork {
+    BlockWork::new(
+        "b".into(),
+        BackupHooks::default(),
+        runner.clone(),
+        None,
+        None,
+        None,
+        false,
+        runtime.handle().clone(),
+    )
+}
+
 /// One block of `pods` through pre hooks, items and post hooks, as the
 /// pass drives it: the hooks run and the report.
 fn run_block(
@@ -51,19 +65,7 @@ fn run_block(
         pre,
         ran: Mutex::new(Vec::new()),
     });
-    let work = Arc::new(
-        BlockWork::new(
-            "b".into(),
-            BackupHooks::default(),
-            runner.clone(),
-            None,
-            None,
-            None,
-            false,
-            runtime.handle().clone(),
-        )
-        .with_max_hook_timeout(max_hook_timeout),
-    );
+    let work = Arc::new(block_work(&runtime, &runner).with_max_hook_timeout(max_hook_timeout));
     let block = work.pre(pods);
     work.start_volumes(block, pods);
     let report = runtime.block_on(work.finish());
@@ -289,21 +291,7 @@ fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
         pre: HookStatus::Succeeded,
         ran: Mutex::new(Vec::new()),
     });
-    let work = |uid: &str| {
-        Arc::new(
-            BlockWork::new(
-                "b".into(),
-                BackupHooks::default(),
-                runner.clone(),
-                None,
-                None,
-                None,
-                false,
-                runtime.handle().clone(),
-            )
-            .with_uid(uid),
-        )
-    };
+    let work = |uid: &str| Arc::new(block_work(&runtime, &runner).with_uid(uid));
     let pods = [hooked_pod("db-0", "Continue", "3s")];
     let first = work("u-post-once");
     let block = first.pre(&pods);

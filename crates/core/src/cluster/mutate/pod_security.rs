@@ -47,12 +47,21 @@ pub fn holds_pod(resource: &str) -> bool {
 pub fn first_change(resource: &str, before: &Value, after: &Value) -> Option<String> {
     let (_, at) = POD_SPECS.iter().find(|(r, _)| *r == resource)?;
     let spec = |v| at.iter().try_fold(v, |v: &Value, k| v.get(k));
+    first_differing(at, &fields(spec(before)), &fields(spec(after)))
+}
+
+/// The first key whose value differs between two readings of a pod spec
+/// at path `at`, as a path from the item's root. Every key of either side,
+/// in order: an added field is a change too.
+fn first_differing<V: PartialEq>(
+    at: &[&str],
+    before: &BTreeMap<String, V>,
+    after: &BTreeMap<String, V>,
+) -> Option<String> {
     let prefix: String = at.iter().map(|k| format!(".{k}")).collect();
-    let (b, a) = (fields(spec(before)), fields(spec(after)));
-    // Every key of either side, in order: an added field is a change too.
-    let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     keys.into_iter()
-        .find(|k| b.get(*k) != a.get(*k))
+        .find(|k| before.get(*k) != after.get(*k))
         .map(|k| format!("{prefix}{k}"))
 }
 
@@ -122,11 +131,7 @@ pub fn first_change_read(
     after: &SecurityFields,
 ) -> Option<String> {
     let (_, at) = POD_SPECS.iter().find(|(r, _)| *r == resource)?;
-    let prefix: String = at.iter().map(|k| format!(".{k}")).collect();
-    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    keys.into_iter()
-        .find(|k| before.get(*k) != after.get(*k))
-        .map(|k| format!("{prefix}{k}"))
+    first_differing(at, before, after)
 }
 
 /// [`first_change`] from the two items' JSON text ([`read_text`]); `None`
