@@ -45,6 +45,8 @@ pub struct BlockWork {
     /// The hook ledger as last written. An async lock held across its PUT:
     /// each write must carry every entry before it, so writes are serial.
     ledger: tokio::sync::Mutex<Vec<LedgerEntry>>,
+    /// Told each time a block's volume wait and post hooks end.
+    tail_ended: tokio::sync::Notify,
 }
 
 /// One pod's hooks of one phase in the hook ledger
@@ -66,10 +68,12 @@ pub struct LedgerEntry {
 
 /// Whether a pre entry's state leaves the pod's post hooks owed: its pre
 /// hooks succeeded, or failed only with `onError: Continue` (see
-/// [`post_hooks_allowed`]). A ledger written before `continued` existed
-/// says `failed` for those: their post hooks are not owed, as then.
+/// [`post_hooks_allowed`]), or started and never said how they ended (a
+/// freeze that may have happened is undone rather than left). A ledger
+/// written before `continued` existed says `failed` for those: their post
+/// hooks are not owed, as then.
 fn owes_post(pre: &LedgerEntry) -> bool {
-    pre.phase == "pre" && matches!(pre.state.as_str(), "succeeded" | "continued")
+    pre.phase == "pre" && matches!(pre.state.as_str(), "succeeded" | "continued" | "started")
 }
 
 impl LedgerEntry {
@@ -101,8 +105,44 @@ struct State {
     /// Problems that are not a hook run: hook definitions that do not parse,
     /// volumes chosen for a backup that cannot be done here.
     warnings: Vec<(String, String)>,
-    tails: Vec<tokio::task::JoinHandle<Vec<VolumeBackup>>>,
+    /// `(namespace, message)`: what fails the backup partially (pre hooks
+    /// not run because the ledger could not say they would).
+    errors: Vec<(String, String)>,
+    /// Blocks whose volume wait and post hooks still run.
+    pending_tails: usize,
+    /// The volume backups of the blocks whose tails ended.
+    volumes: Vec<VolumeBackup>,
     watchers: Vec<watch::Receiver<VolumeBackup>>,
+}
+
+/// Counts a block's tail as ended when dropped, whether it returned or
+/// panicked, so [`BlockWork::finish`] never waits for a tail that is gone.
+struct TailEnded {
+    work: Arc<BlockWork>,
+    volumes: Option<Vec<VolumeBackup>>,
+}
+
+impl TailEnded {
+    fn returned(&mut self, volumes: Vec<VolumeBackup>) {
+        self.volumes = Some(volumes);
+    }
+}
+
+impl Drop for TailEnded {
+    fn drop(&mut self) {
+        {
+            let mut state = self.work.state();
+            state.pending_tails -= 1;
+            match self.volumes.take() {
+                Some(v) => state.volumes.extend(v),
+                None => state.warnings.push((
+                    String::new(),
+                    "a block's volume wait or post hooks ended before they finished (a panic, or the runtime's shutdown)".into(),
+                )),
+            }
+        }
+        self.work.tail_ended.notify_waiters();
+    }
 }
 
 /// A pod of a block, after its pre hooks.
@@ -182,6 +222,7 @@ impl BlockWork {
             clock: iar_core::clock::RealClock::shared(),
             state: Mutex::new(State::default()),
             ledger: tokio::sync::Mutex::new(Vec::new()),
+            tail_ended: tokio::sync::Notify::new(),
         }
     }
 
@@ -214,8 +255,17 @@ impl BlockWork {
     /// writes the whole ledger. A failed write is a warning: the hooks
     /// themselves went as recorded.
     async fn ledger(&self, entry: LedgerEntry) {
+        if let Err(e) = self.try_ledger(entry).await {
+            self.state()
+                .warnings
+                .push((String::new(), format!("hook ledger: {e}")));
+        }
+    }
+
+    /// Sets `entry` and writes the whole ledger, saying whether it could.
+    async fn try_ledger(&self, entry: LedgerEntry) -> Result<(), iar_core::store::StoreError> {
         let Some(store) = &self.ledger_store else {
-            return;
+            return Ok(());
         };
         let mut ledger = self.ledger.lock().await;
         match ledger
@@ -225,14 +275,9 @@ impl BlockWork {
             Some(e) => *e = entry,
             None => ledger.push(entry),
         }
-        if let Err(e) = store
+        store
             .put_json(&self.backup, BackupFile::HookLedger, &*ledger)
             .await
-        {
-            self.state()
-                .warnings
-                .push((String::new(), format!("hook ledger: {e}")));
-        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -282,6 +327,14 @@ impl BlockWork {
             // hooks: after a restart, its post hooks are known to be owed.
             let has_post = !self.hooks_for(pod, HookPhase::Post).is_empty();
             let pre = self.runtime.block_on(async {
+                // A freeze is recorded as started before it runs: a
+                // process that takes the backup over then owes its
+                // unfreeze. One the ledger cannot record is not run.
+                if !hooks.is_empty()
+                    && let Err(e) = self.try_ledger(started(&pod.id, "pre")).await
+                {
+                    return self.unrecorded(pod, &hooks, &e);
+                }
                 let pre = run_hooks(self.runner.as_ref(), &target, &hooks, &*self.clock).await;
                 if !pre.is_empty() || has_post {
                     self.ledger(LedgerEntry::of(&pod.id, "pre", &pre)).await;
@@ -301,6 +354,40 @@ impl BlockWork {
             });
         }
         out
+    }
+
+    /// Pre hooks not run because the ledger could not record them as
+    /// started: each skipped (so the pod's post hooks are not owed), and
+    /// an error of the backup (its volumes are backed up unfrozen).
+    fn unrecorded(
+        &self,
+        pod: &Item,
+        hooks: &[crate::backup::hooks::ResolvedHook],
+        e: &iar_core::store::StoreError,
+    ) -> Vec<HookRecord> {
+        use crate::backup::hooks::HookStatus;
+        let reason = format!("the hook ledger could not record them as started: {e}");
+        self.state().errors.push((
+            pod.id.namespace.clone(),
+            format!(
+                "pre hooks of pod {}: not run: {reason} (rule: hook-ledger)",
+                pod.id
+            ),
+        ));
+        let now = self.clock.system_now();
+        hooks
+            .iter()
+            .map(|hook| HookRecord {
+                pod: pod.id.clone(),
+                hook: hook.clone(),
+                status: HookStatus::Skipped {
+                    reason: reason.clone(),
+                },
+                output: Default::default(),
+                started: Some(now),
+                ended: Some(now),
+            })
+            .collect()
     }
 
     /// After the block's items: decides each pod's volumes, starts the
@@ -351,8 +438,13 @@ impl BlockWork {
         if pods.is_empty() {
             return;
         }
-        let work = self.clone();
-        let tail = self.runtime.spawn(async move {
+        self.state().pending_tails += 1;
+        let mut ended = TailEnded {
+            work: self.clone(),
+            volumes: None,
+        };
+        self.runtime.spawn(async move {
+            let work = ended.work.clone();
             let mut volumes = Vec::new();
             for (p, handles) in pods {
                 for h in &handles {
@@ -363,21 +455,15 @@ impl BlockWork {
                     if hooks.is_empty() || !claim_post(&work.backup_key, &p.pod.id) {
                         continue;
                     }
-                    let started = LedgerEntry {
-                        pod: p.pod.id.clone(),
-                        phase: "post".into(),
-                        state: "started".into(),
-                    };
-                    work.ledger(started).await;
+                    work.ledger(started(&p.pod.id, "post")).await;
                     let post =
                         run_hooks(work.runner.as_ref(), &p.target, &hooks, &*work.clock).await;
                     work.ledger(LedgerEntry::of(&p.pod.id, "post", &post)).await;
                     work.state().records.extend(post);
                 }
             }
-            volumes
+            ended.returned(volumes);
         });
-        self.state().tails.push(tail);
     }
 
     /// The latest state of every volume backup started so far.
@@ -389,23 +475,27 @@ impl BlockWork {
             .collect()
     }
 
-    /// Waits for every block's volumes and post hooks (call after the pass).
+    /// Waits for every block's volumes and post hooks (call after the
+    /// pass), and reports all they did. It may be called again, and by
+    /// whoever holds the work: a step that failed while it waited leaves
+    /// the blocks running, and a resume of the backup in this process
+    /// waits for them rather than start again from the ledger (which may
+    /// lack what a failed write did not record).
     pub async fn finish(&self) -> BlockReport {
-        let tails = std::mem::take(&mut self.state().tails);
-        let mut report = BlockReport::default();
-        for t in tails {
-            match t.await {
-                Ok(v) => report.volumes.extend(v),
-                Err(e) => report.warnings.push((
-                    String::new(),
-                    format!("a block's volume wait or post hooks panicked: {e}"),
-                )),
+        loop {
+            let ended = self.tail_ended.notified();
+            if self.state().pending_tails == 0 {
+                break;
             }
+            ended.await;
         }
-        let mut state = self.state();
-        report.hooks = std::mem::take(&mut state.records);
-        report.warnings.append(&mut state.warnings);
-        report
+        let state = self.state();
+        BlockReport {
+            hooks: state.records.clone(),
+            volumes: state.volumes.clone(),
+            warnings: state.warnings.clone(),
+            errors: state.errors.clone(),
+        }
     }
 }
 
@@ -490,12 +580,7 @@ impl BlockWork {
                         ));
                         continue;
                     }
-                    self.ledger(LedgerEntry {
-                        pod: pod.id.clone(),
-                        phase: "post".into(),
-                        state: "started".into(),
-                    })
-                    .await;
+                    self.ledger(started(&pod.id, "post")).await;
                     let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
                     let post = run_hooks(self.runner.as_ref(), &target, &hooks, &*self.clock).await;
                     self.ledger(LedgerEntry::of(&pod.id, "post", &post)).await;
@@ -503,7 +588,9 @@ impl BlockWork {
                 }
             }
         }
-        report.warnings.append(&mut self.state().warnings);
+        let mut state = self.state();
+        report.warnings.append(&mut state.warnings);
+        report.errors.append(&mut state.errors);
         report
     }
 
@@ -534,6 +621,15 @@ impl BlockWork {
             .filter(|pre| !ledger.iter().any(|e| e.phase == "post" && e.pod == pre.pod))
             .map(|e| e.pod.clone())
             .collect()
+    }
+}
+
+/// A pod's hooks of `phase`, about to run.
+fn started(pod: &ItemRef, phase: &str) -> LedgerEntry {
+    LedgerEntry {
+        pod: pod.clone(),
+        phase: phase.into(),
+        state: "started".into(),
     }
 }
 

@@ -6,6 +6,7 @@
 use super::StatusSink;
 use super::errors::PhaseError;
 use super::journal::Journal;
+use super::live_blocks::LiveBlocks;
 use super::record::Run;
 use super::{CancelProbe, Settings};
 use crate::backup::block_work::{BlockWork, LedgerEntry};
@@ -46,6 +47,7 @@ pub(super) struct Blocks<'a> {
     pub(super) max_hook_timeout: Duration,
     /// How often volume progress is persisted while blocks wait.
     pub(super) sync_period: Duration,
+    pub(super) live: &'a LiveBlocks,
 }
 
 impl<'a> Blocks<'a> {
@@ -61,6 +63,7 @@ impl<'a> Blocks<'a> {
         hook_runner: Option<&'a Arc<dyn HookRunner>>,
         volume_backupper: Option<&'a Arc<dyn VolumeBackupper>>,
         clock: &'a Arc<dyn Clock>,
+        live: &'a LiveBlocks,
     ) -> Self {
         Blocks {
             store,
@@ -78,6 +81,7 @@ impl<'a> Blocks<'a> {
             fs_backup_timeout: settings.fs_backup_timeout,
             max_hook_timeout: settings.max_hook_timeout,
             sync_period: settings.sync_period,
+            live,
         }
     }
 }
@@ -128,7 +132,7 @@ impl Blocks<'_> {
             ) as Arc<dyn VolumeBackupper>),
             None => self.volume_backupper.cloned(),
         };
-        Ok(Arc::new(
+        let work = Arc::new(
             BlockWork::new(
                 run.object.metadata.name.clone(),
                 hooks,
@@ -143,7 +147,9 @@ impl Blocks<'_> {
             .with_uid(run.object.work_uid())
             .with_max_hook_timeout(self.max_hook_timeout)
             .with_clock(self.clock.clone()),
-        ))
+        );
+        self.live.insert(run.object.work_uid(), &work);
+        Ok(work)
     }
 
     /// Asks the node agents to stop every unfinished volume backup of
@@ -210,7 +216,9 @@ impl Blocks<'_> {
         // The report holds every hook run: it replaces the counts of the
         // pre hooks persisted before the wait.
         run.object.status.hook_status = None;
-        self.record_blocks(run, report).await
+        self.record_blocks(run, report).await?;
+        self.live.remove(run.object.work_uid());
+        Ok(())
     }
 
     /// The volume backups' counts and bytes on the backup's status, told
@@ -360,6 +368,13 @@ impl Blocks<'_> {
     /// records it all as [`Blocks::finish_blocks`] does.
     pub(super) async fn resume_blocks(&self, run: &mut Run) -> Result<(), PhaseError> {
         let name = run.name().to_string();
+        if let Some(work) = self.live.get(run.object.work_uid()) {
+            self.journal.line(
+                &name,
+                "resumed by the process that runs its blocks: waiting for them as they go on",
+            );
+            return self.finish_blocks(run, &work).await;
+        }
         let ledger: Vec<LedgerEntry> = self
             .store
             .get_json(&name, BackupFile::HookLedger)

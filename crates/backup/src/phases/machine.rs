@@ -62,6 +62,8 @@ pub struct PhaseMachine {
     turns: PassTurns,
     /// Leases kept between the steps of the backups this process drives.
     pub(super) kept: Kept,
+    /// Block work this machine started and has not recorded.
+    live_blocks: super::live_blocks::LiveBlocks,
 }
 
 impl PhaseMachine {
@@ -86,6 +88,7 @@ impl PhaseMachine {
             volume_backupper: None,
             turns: PassTurns::default(),
             kept: Kept::default(),
+            live_blocks: Default::default(),
         }
     }
 
@@ -180,6 +183,7 @@ impl PhaseMachine {
             self.hook_runner.as_ref(),
             self.volume_backupper.as_ref(),
             &self.clock,
+            &self.live_blocks,
         )
     }
 

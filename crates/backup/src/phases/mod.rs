@@ -37,6 +37,7 @@ pub mod gc;
 mod item_pass;
 mod journal;
 mod leases;
+mod live_blocks;
 mod load;
 mod machine;
 pub mod maintenance;

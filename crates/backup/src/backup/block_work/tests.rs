@@ -318,3 +318,83 @@ fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
     runtime.block_on(work("u-post-other").resume(&ledger, Vec::new(), &pods));
     assert_eq!(posts(&runner.ran.lock().unwrap()), 2);
 }
+
+/// A store whose puts can be made to fail, and the backup store on it.
+fn faulty_ledger() -> (
+    tempfile::TempDir,
+    Arc<iar_core::store::faulty::FaultyStore>,
+    BackupStore,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let faulty = Arc::new(iar_core::store::faulty::FaultyStore::new(Arc::new(fs)));
+    let store = BackupStore::from_object_store(faulty.clone(), "faulty://ledger");
+    (dir, faulty, store)
+}
+
+/// A freeze the hook ledger cannot record as started is not run: a process
+/// that took the backup over would not know an unfreeze is owed. The pod's
+/// post hooks are not run either, and the backup carries an error naming
+/// the rule (its volumes are backed up unfrozen).
+#[test]
+fn a_pre_hook_the_ledger_cannot_record_is_not_run() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let runner = Arc::new(Scripted {
+        pre: HookStatus::Succeeded,
+        ran: Mutex::new(Vec::new()),
+    });
+    let (_dir, faulty, store) = faulty_ledger();
+    faulty.fail_puts(true);
+    let work = Arc::new(
+        block_work(&runtime, &runner)
+            .with_uid("u-unrecorded")
+            .with_ledger(store),
+    );
+    let pods = [hooked_pod("db-0", "Fail", "3s")];
+    let block = work.pre(&pods);
+    assert!(block.failed.is_empty(), "{:?}", block.failed);
+    work.start_volumes(block, &pods);
+    let report = runtime.block_on(work.finish());
+    assert_eq!(runner.ran.lock().unwrap().len(), 0, "no hook may run");
+    assert!(
+        report.errors.iter().any(|(ns, e)| ns == "shop"
+            && e.contains("pre hooks of pod")
+            && e.contains("rule: hook-ledger")),
+        "{:?}",
+        report.errors
+    );
+}
+
+/// A pre entry still `started` (its outcome never written) owes the pod's
+/// post hooks: the freeze may have happened, and is undone.
+#[test]
+fn a_pre_hook_started_and_never_recorded_owes_its_post_hook() {
+    let ledger = [entry("db-0", "pre", "started")];
+    assert_eq!(BlockWork::owed_post_hooks(&ledger), vec![pod("db-0")]);
+}
+
+/// The step waiting for a block failed (its future dropped) while the
+/// block's volume wait and post hooks went on; the report is not lost: a
+/// later `finish` of the same work (a resume by the same machine) holds
+/// the post hook that ran, and the same report again when asked twice.
+#[test]
+fn a_dropped_wait_loses_nothing_the_block_did() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let runner = Arc::new(Scripted {
+        pre: HookStatus::Succeeded,
+        ran: Mutex::new(Vec::new()),
+    });
+    let work = Arc::new(block_work(&runtime, &runner).with_uid("u-dropped-wait"));
+    let pods = [hooked_pod("db-0", "Continue", "3s")];
+    let block = work.pre(&pods);
+    work.start_volumes(block, &pods);
+    // A wait given up at once, as a failed step gives it up.
+    runtime.block_on(async {
+        let _ = tokio::time::timeout(Duration::ZERO, work.finish()).await;
+    });
+    let report = runtime.block_on(work.finish());
+    let phases: Vec<HookPhase> = report.hooks.iter().map(|r| r.hook.phase).collect();
+    assert_eq!(phases, [HookPhase::Pre, HookPhase::Post]);
+    let again = runtime.block_on(work.finish());
+    assert_eq!(again.hooks.len(), 2);
+}

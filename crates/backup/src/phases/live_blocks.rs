@@ -1,0 +1,41 @@
+//! The block work this phase machine started, by backup uid, until its
+//! report is recorded. A step that fails while blocks still run (a lost
+//! API connection, a store restart) leaves them running; when the same
+//! machine resumes the backup it waits for that work and records what it
+//! did, rather than start again from the hook ledger, which lacks what a
+//! failed ledger write did not record (a post hook then never ran: the
+//! fault campaign's seed 710). Each replica has its own: another process
+//! has only the ledger.
+
+use crate::backup::block_work::BlockWork;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+pub(super) struct LiveBlocks(Mutex<HashMap<String, Arc<BlockWork>>>);
+
+impl LiveBlocks {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<BlockWork>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `work` as backup `uid`'s, replacing an earlier attempt's.
+    pub(super) fn insert(&self, uid: &str, work: &Arc<BlockWork>) {
+        if !uid.is_empty() {
+            self.map().insert(uid.to_string(), work.clone());
+        }
+    }
+
+    /// Backup `uid`'s block work started by this machine and not yet
+    /// recorded.
+    pub(super) fn get(&self, uid: &str) -> Option<Arc<BlockWork>> {
+        self.map().get(uid).cloned()
+    }
+
+    /// Forgets backup `uid`'s work once its report is recorded (a few
+    /// records per pod: what a backup this machine stopped driving keeps
+    /// until the process ends).
+    pub(super) fn remove(&self, uid: &str) {
+        self.map().remove(uid);
+    }
+}
