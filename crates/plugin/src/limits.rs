@@ -59,6 +59,12 @@ pub struct Limits {
     /// a time, so every wait holds up the whole restore and the next one.
     #[serde(with = "humantime_serde_compat")]
     pub max_ready_wait_per_run: Duration,
+    /// Bytes of error text (its own error messages, and the stderr of its
+    /// failed calls) one plugin may put into one backup's or restore's
+    /// results, in this process; later errors are still reported, with
+    /// their text withheld (rule `run-budget`). Inside Velero each error
+    /// is kept in the server's memory until the restore ends.
+    pub max_error_bytes_per_run: usize,
 }
 
 /// How long one wasm instance lives, and so how far a guest's global state
@@ -112,6 +118,7 @@ impl Default for Limits {
             max_ready_wait: Duration::from_secs(600),
             max_items_per_run: 100_000,
             max_ready_wait_per_run: Duration::from_secs(1800),
+            max_error_bytes_per_run: 1 << 20,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::support::*;
 use iar::plugin::{ActionError, Call, Target, Violation};
-use iar::{CallError, Limits, NoCluster, Phase};
+use iar::{BackupRef, CallError, Limits, NoCluster, Phase};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -264,6 +264,58 @@ fn a_plugin_error_is_reported_as_its_own() {
     );
     let (_, result) = execute_hostile("retryable", Limits::default(), Phase::Backup);
     assert!(result.unwrap_err().is_retryable());
+}
+
+/// A plugin failing every item with 60 KB of text cannot fill a backup's results (inside Velero, the server's memory):
+/// past `maxErrorBytesPerRun` each item still fails, naming plugin and
+/// item, with its text withheld (rule run-budget). Another backup has its
+/// own budget.
+#[test]
+fn error_text_is_bounded_across_a_backups_calls() {
+    let runtime = runtime();
+    let limits = Limits {
+        max_error_bytes_per_run: 100_000,
+        ..Limits::default()
+    };
+    let plugin = load_with(
+        &runtime,
+        artifacts::HOSTILE,
+        &[("behavior", "fail-loud")],
+        limits,
+    );
+    let mut instance = plugin.instance(Arc::new(NoCluster));
+    let run = |instance: &mut iar::plugin::PluginInstance, uid: &str, name: &str| {
+        let backup = BackupRef {
+            uid: uid.into(),
+            ..backup(Phase::Backup)
+        };
+        instance
+            .execute(&pod(name), &backup, &never_seen)
+            .expect_err("fail-loud fails")
+    };
+    // 60 KB a call: the first fits, the second would pass 100 KB.
+    let first = run(&mut instance, "u-loud-1", "web-0");
+    assert_eq!(first.violation.rule(), "plugin-error");
+    assert!(first.to_string().contains(&"x".repeat(60_000)));
+    for name in ["web-1", "web-2"] {
+        let later = run(&mut instance, "u-loud-1", name);
+        let text = later.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "plugin \"iar_guest_hostile\": execute of pods shop/{name}: "
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("maxErrorBytesPerRun; rule: run-budget"),
+            "{text}"
+        );
+        assert!(!text.contains("xxxx"), "the text is withheld");
+        assert!(later.stderr.is_empty());
+    }
+    let other = run(&mut instance, "u-loud-2", "web-0");
+    assert!(other.to_string().contains(&"x".repeat(60_000)));
+    host_still_works(&runtime);
 }
 
 /// A guest writing 1 MiB to each of stdout and stderr keeps running, and

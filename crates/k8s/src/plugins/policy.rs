@@ -81,6 +81,7 @@ pub struct MaxLimits {
     pub max_items_per_run: usize,
     #[serde(with = "iar_plugin::limits::humantime_serde_compat")]
     pub max_ready_wait_per_run: Duration,
+    pub max_error_bytes_per_run: usize,
 }
 
 impl Default for GrantPolicy {
@@ -127,6 +128,7 @@ impl MaxLimits {
             max_ready_wait: limits.max_ready_wait.saturating_mul(times),
             max_items_per_run: n(limits.max_items_per_run),
             max_ready_wait_per_run: limits.max_ready_wait_per_run.saturating_mul(times),
+            max_error_bytes_per_run: n(limits.max_error_bytes_per_run),
         }
     }
 
@@ -157,6 +159,7 @@ impl MaxLimits {
             max_ready_wait,
             max_items_per_run,
             max_ready_wait_per_run,
+            max_error_bytes_per_run,
         } = asked;
         let MaxLimits {
             deadline: max_deadline,
@@ -174,6 +177,7 @@ impl MaxLimits {
             max_ready_wait: max_max_ready_wait,
             max_items_per_run: max_max_items_per_run,
             max_ready_wait_per_run: max_max_ready_wait_per_run,
+            max_error_bytes_per_run: max_max_error_bytes_per_run,
         } = self;
         let mut over = Vec::new();
         let mut check = |key: &str, asked: usize, max: usize| {
@@ -208,6 +212,11 @@ impl MaxLimits {
         );
         check("maxResources", *max_resources, *max_max_resources);
         check("maxItemsPerRun", *max_items_per_run, *max_max_items_per_run);
+        check(
+            "maxErrorBytesPerRun",
+            *max_error_bytes_per_run,
+            *max_max_error_bytes_per_run,
+        );
         let mut check_duration = |key: &str, asked: Duration, max: Duration| {
             if asked > max {
                 over.push(format!(
@@ -599,6 +608,9 @@ mod tests {
             ("maxReadyWaitPerRun", |l, m, by| {
                 l.max_ready_wait_per_run =
                     m.max_ready_wait_per_run + Duration::from_millis(by.into())
+            }),
+            ("maxErrorBytesPerRun", |l, m, by| {
+                l.max_error_bytes_per_run = m.max_error_bytes_per_run + by as usize
             }),
         ];
         let keys = |v: serde_json::Value| -> Vec<String> {

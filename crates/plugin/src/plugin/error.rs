@@ -20,6 +20,26 @@ pub enum ActionError {
     UnknownOperation(String),
 }
 
+impl ActionError {
+    /// The plugin's own words.
+    pub fn message(&self) -> &str {
+        match self {
+            ActionError::Failed(m)
+            | ActionError::Retryable(m)
+            | ActionError::UnknownOperation(m) => m,
+        }
+    }
+
+    /// The same answer with other words.
+    pub fn with_message(self, m: String) -> Self {
+        match self {
+            ActionError::Failed(_) => ActionError::Failed(m),
+            ActionError::Retryable(_) => ActionError::Retryable(m),
+            ActionError::UnknownOperation(_) => ActionError::UnknownOperation(m),
+        }
+    }
+}
+
 /// The rule a call broke. Display is one sentence, ending in the rule's name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {

@@ -78,6 +78,9 @@ pub struct PluginInstance {
     stdio: StdioCounts,
     /// The metric series of this plugin's successful calls, by call.
     ok_metrics: Vec<(Call, iar_core::metrics::CallOk)>,
+    /// The backup or restore (kind, uid) of the current call: what its
+    /// error text is counted against.
+    run: Option<(&'static str, String)>,
 }
 
 /// What the guest wrote to stdout and stderr during the last call: bytes
@@ -116,6 +119,7 @@ impl PluginInstance {
             instantiations: 0,
             stdio: StdioCounts::default(),
             ok_metrics: Vec::new(),
+            run: None,
         }
     }
 
@@ -182,6 +186,7 @@ impl PluginInstance {
         if !matches!(violation, Violation::Action(_)) {
             iar_core::metrics::global().violation(self.plugin.name(), violation.rule());
         }
+        let (violation, stderr) = self.within_error_budget(violation, stderr);
         CallError {
             plugin: self.plugin.name().to_string(),
             call,
@@ -189,6 +194,38 @@ impl PluginInstance {
             violation,
             stderr,
         }
+    }
+
+    /// The plugin's own text (its error message, the call's stderr),
+    /// counted against the run's `maxErrorBytesPerRun`; over it, withheld.
+    /// The host's own messages are bounded by their shape and pass as
+    /// they are.
+    fn within_error_budget(&self, violation: Violation, stderr: String) -> (Violation, String) {
+        let Some((run, uid)) = &self.run else {
+            return (violation, stderr);
+        };
+        let message = match &violation {
+            Violation::Action(a) => a.message().len(),
+            _ => 0,
+        };
+        let limits = self.plugin.limits();
+        if message + stderr.len() == 0
+            || super::run_budget::claim_error_bytes(
+                run,
+                uid,
+                self.plugin.name(),
+                limits,
+                message + stderr.len(),
+            )
+        {
+            return (violation, stderr);
+        }
+        let text = super::run_budget::withheld(run, limits);
+        let violation = match violation {
+            Violation::Action(a) => Violation::Action(a.with_message(text)),
+            other => other,
+        };
+        (violation, String::new())
     }
 
     fn instantiate(&mut self, pass: Option<PassKey>) -> Result<(), Violation> {
@@ -301,6 +338,11 @@ impl PluginInstance {
             let violation = Violation::NotExported(interface);
             return Err(self.error(call, target, violation, String::new()));
         }
+        self.run = match &pass {
+            Some(PassKey::Backup(_, _, uid, _)) => Some(("backup", uid.clone())),
+            Some(PassKey::Restore(_, _, uid)) => Some(("restore", uid.clone())),
+            None => None,
+        };
         self.isolate(pass.as_ref());
         if self.live.is_none()
             && let Err(violation) = self.instantiate(pass)

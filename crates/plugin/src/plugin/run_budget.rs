@@ -1,7 +1,8 @@
-//! What one plugin may name and make a restore wait for across all its
-//! calls of one backup or restore, in this process: a bound per call
-//! (`maxRelatedItems`) does not stop 10,000 calls each naming 10,000
-//! items, nor a restore action asking every item's restore to wait.
+//! What one plugin may name, make a restore wait for, and say in its
+//! errors across all its calls of one backup or restore, in this process:
+//! a bound per call (`maxRelatedItems`, `maxMessageBytes`) does not stop
+//! 10,000 calls each naming 10,000 items or failing with 64 KiB, nor a
+//! restore action asking every item's restore to wait.
 //! Counted like `maxCreatesPerBackup` (iar-core's `CREATES`): by run uid
 //! and plugin, a few bytes each, never cleared, so reloading a plugin does
 //! not reset its count.
@@ -17,6 +18,7 @@ use std::time::Duration;
 struct Spent {
     items: usize,
     ready_wait: Duration,
+    error_bytes: usize,
 }
 
 /// (run kind, run uid, plugin) -> spent.
@@ -90,8 +92,43 @@ pub(crate) fn reserve(
     spent.ready_wait = total_wait;
     Ok(Reserved {
         key: Some(key),
-        spent: Spent { items, ready_wait },
+        spent: Spent {
+            items,
+            ready_wait,
+            error_bytes: 0,
+        },
     })
+}
+
+/// Claims `bytes` of error text (a plugin's own error message and the
+/// stderr of the failed call) from `plugin`'s budget in the run: false
+/// once the run's total would pass `maxErrorBytesPerRun`, and the text is
+/// then withheld (see [`withheld`]) and claims nothing.
+pub(crate) fn claim_error_bytes(
+    run: &'static str,
+    uid: &str,
+    plugin: &str,
+    limits: &Limits,
+    bytes: usize,
+) -> bool {
+    let key = (run, uid.to_string(), plugin.to_string());
+    let mut all = SPENT.lock().unwrap_or_else(|p| p.into_inner());
+    let spent = all.entry(key).or_default();
+    let total = spent.error_bytes.saturating_add(bytes);
+    if total > limits.max_error_bytes_per_run {
+        return false;
+    }
+    spent.error_bytes = total;
+    true
+}
+
+/// What stands for an error message over the run's budget: the failure is
+/// still reported, item by item; its text is not.
+pub(crate) fn withheld(run: &'static str, limits: &Limits) -> String {
+    format!(
+        "message withheld: this plugin's error text in this {run} passed {} bytes (maxErrorBytesPerRun; rule: run-budget)",
+        limits.max_error_bytes_per_run
+    )
 }
 
 #[cfg(test)]
@@ -128,6 +165,23 @@ mod tests {
         assert!(reserve("restore", "u-refund", "p", &l, 1, Duration::ZERO).is_err());
         r.refund();
         reserve("restore", "u-refund", "p", &l, 10, Duration::from_secs(60)).unwrap();
+    }
+
+    /// Error text is counted across calls; over the budget it is
+    /// withheld, and a shorter message that still fits is kept.
+    #[test]
+    fn error_text_adds_up_to_the_run_budget() {
+        let l = Limits {
+            max_error_bytes_per_run: 100,
+            ..Limits::default()
+        };
+        assert!(claim_error_bytes("restore", "u-err", "p", &l, 60));
+        assert!(!claim_error_bytes("restore", "u-err", "p", &l, 60));
+        assert!(claim_error_bytes("restore", "u-err", "p", &l, 40));
+        assert!(!claim_error_bytes("restore", "u-err", "p", &l, 1));
+        // Another plugin's text is its own.
+        assert!(claim_error_bytes("restore", "u-err", "q", &l, 100));
+        assert!(withheld("restore", &l).contains("rule: run-budget"));
     }
 
     #[test]

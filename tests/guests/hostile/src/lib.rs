@@ -29,6 +29,7 @@
 //! | `many-additional` | names 100 000 additional items |
 //! | `stdout` | writes 1 MiB to stdout and 1 MiB to stderr, then returns the item unchanged |
 //! | `fail` | fails with `failed("refused on purpose")` |
+//! | `fail-loud` | fails with a message of `fail-bytes` (config, default 60000) bytes of `x`, and as many on stderr |
 //! | `retryable` | fails with `retryable("try again")` |
 //! | `log` | logs `hello from hostile` once at each level, then returns the item unchanged |
 //! | `resources` | opens WASI stdout streams in a loop and never drops them |
@@ -446,6 +447,13 @@ impl Guest for Hostile {
                 Ok(unchanged())
             }
             "fail" => Err(failed("refused on purpose")),
+            "fail-loud" => {
+                let n = config("fail-bytes")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(60_000);
+                eprint!("{}", "e".repeat(n));
+                Err(failed("x".repeat(n)))
+            }
             "retryable" => Err(ActionError::Retryable("try again".to_string())),
             "log" => {
                 for level in [
