@@ -484,6 +484,97 @@ fn restore_actions_are_served_as_velero_restore_item_actions() {
     );
 }
 
+/// A restore action that stalls or floods, through Velero's own client:
+/// one that asks every item's restore to wait ~292 years gets each wait
+/// cut to its `maxReadyWait`, and once its waits in one restore add up to
+/// `maxReadyWaitPerRun` the next item is refused (rule run-budget) rather
+/// than held; one naming hundreds of additional items per item is refused
+/// past `maxItemsPerRun`. The next restore (another uid) has its own
+/// budget: nothing one restore's action did holds up the one after it.
+#[test]
+fn a_stalling_or_flooding_restore_action_is_bounded_per_restore() {
+    let Some(client) = client() else { return };
+    let dir = plugin_dir(&[
+        (
+            "staller",
+            artifacts::RESTORE_HOSTILE,
+            "config: {mode: wait-forever, ready: 'false'}
+limits: {maxReadyWait: 5s, maxReadyWaitPerRun: 12s}
+",
+        ),
+        (
+            "flooder",
+            artifacts::RESTORE_HOSTILE,
+            "config: {mode: many, count: '600'}
+limits: {maxItemsPerRun: 1000}
+",
+        ),
+    ]);
+    let next_restore = {
+        let mut r = velero_restore();
+        r["metadata"]["name"] = json!("next-restore");
+        r["metadata"]["uid"] = json!("00000000-0000-0000-0000-0000000000dd");
+        r
+    };
+    let call = |action: &str, name: &str, restore: &Value| {
+        json!({"op": "restoreExecute", "action": action,
+            "item": config_map_item(name, json!({})), "restore": restore})
+    };
+    let results = drive(
+        &client,
+        dir.path(),
+        &[
+            call("iar.dev/staller", "a", &velero_restore()),
+            call("iar.dev/staller", "b", &velero_restore()),
+            call("iar.dev/staller", "c", &velero_restore()),
+            call("iar.dev/staller", "a", &next_restore),
+            call("iar.dev/flooder", "a", &velero_restore()),
+            call("iar.dev/flooder", "b", &velero_restore()),
+            call("iar.dev/flooder", "a", &next_restore),
+        ],
+    );
+    for r in &results[..2] {
+        assert_eq!(r["waitForAdditionalItems"], true, "{r}");
+        assert_eq!(
+            r["additionalItemsReadyTimeout"], "5s",
+            "cut to maxReadyWait: {r}"
+        );
+    }
+    let e = error_of(&results[2]);
+    assert!(
+        e.contains("\"staller\"")
+            && e.contains("configmaps shop/c")
+            && e.contains("maxReadyWaitPerRun")
+            && e.contains("run-budget"),
+        "{e}"
+    );
+    assert_eq!(
+        results[3]["additionalItemsReadyTimeout"], "5s",
+        "{}",
+        results[3]
+    );
+    assert_eq!(
+        results[4]["additionalItems"].as_array().map(Vec::len),
+        Some(600),
+        "{}",
+        results[4]
+    );
+    let e = error_of(&results[5]);
+    assert!(
+        e.contains("\"flooder\"")
+            && e.contains("configmaps shop/b")
+            && e.contains("maxItemsPerRun")
+            && e.contains("run-budget"),
+        "{e}"
+    );
+    assert_eq!(
+        results[6]["additionalItems"].as_array().map(Vec::len),
+        Some(600),
+        "another restore's budget is its own: {}",
+        results[6]
+    );
+}
+
 #[test]
 fn a_hostile_wasm_plugin_fails_its_item_and_the_plugin_process_keeps_serving() {
     let Some(client) = client() else { return };
