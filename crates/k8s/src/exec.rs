@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
 
+use crate::reach::until_reached;
+
 use iar_backup::backup::hooks::{
     DEFAULT_TIMEOUT, HookOutput, HookRun, HookRunner, HookStatus, HookTarget, ResolvedHook, Tail,
 };
@@ -109,17 +111,18 @@ impl HookRunner for PodExecRunner {
         // within the hook's timeout: an unfreeze owed is not given up to a
         // dropped connection.
         let exec = async {
-            let pod = until_reached(|| pods.get_opt(&target.pod.name))
+            let pod = until_reached(Duration::MAX, || pods.get_opt(&target.pod.name))
                 .await
                 .map_err(|e| format!("reading the pod: {e}"))?
                 .ok_or_else(|| "pod not found".to_string())?;
             if let Some(reason) = refusal(&pod, &h.container) {
                 return Err(reason);
             }
-            let mut process =
-                until_reached(|| pods.exec(&target.pod.name, h.command.clone(), &params))
-                    .await
-                    .map_err(|e| format!("starting the exec: {e}"))?;
+            let mut process = until_reached(Duration::MAX, || {
+                pods.exec(&target.pod.name, h.command.clone(), &params)
+            })
+            .await
+            .map_err(|e| format!("starting the exec: {e}"))?;
             let stdout = process.stdout().map(Tail::of);
             let stderr = process.stderr().map(Tail::of);
             let status = process.take_status();
@@ -161,42 +164,6 @@ impl HookRunner for PodExecRunner {
                 status: exit_status(status.as_ref(), &output),
                 output,
             },
-        }
-    }
-}
-
-/// Whether `e` says the API server was not reached, or could not answer
-/// for the moment (so a request that changes nothing, or starts nothing
-/// until it succeeds, may be sent again).
-pub fn unreached(e: &kube::Error) -> bool {
-    use kube::client::UpgradeConnectionError as Upgrade;
-    match e {
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        kube::Error::UpgradeConnection(Upgrade::ProtocolSwitch(code)) => {
-            code.is_server_error() || code.as_u16() == 429
-        }
-        kube::Error::UpgradeConnection(Upgrade::GetPendingUpgrade(_)) => true,
-        _ => false,
-    }
-}
-
-/// `attempt` until it reaches the API server, waiting 0.5 s and then
-/// twice as long each time up to 5 s; the caller's timeout bounds it.
-async fn until_reached<T, F, Fut>(mut attempt: F) -> Result<T, kube::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
-{
-    let mut wait = Duration::from_millis(500);
-    loop {
-        match attempt().await {
-            Err(e) if unreached(&e) => {
-                tracing::debug!("API server not reached, trying again in {wait:?}: {e}");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
-            }
-            other => return other,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod live;
 pub mod node_agent;
 pub mod plugins;
+pub mod reach;
 pub mod reconcile;
 pub mod resource;
 pub mod serve;

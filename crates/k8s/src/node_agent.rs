@@ -155,8 +155,8 @@ pub async fn check_backup(
     spec: &super::volume_backup::VolumeBackupSpec,
 ) -> Result<super::crd::Backup, String> {
     let fence = |why: String| format!("{why}; nothing is written for it (rule: backup-fence)");
-    let backup = Api::<super::crd::Backup>::namespaced(client.clone(), namespace)
-        .get_opt(&spec.backup_name)
+    let backups = Api::<super::crd::Backup>::namespaced(client.clone(), namespace);
+    let backup = crate::reach::get_opt(&backups, &spec.backup_name)
         .await
         .map_err(|e| format!("reading backup {}: {e}", spec.backup_name))?
         .ok_or_else(|| fence(format!("backup {} does not exist", spec.backup_name)))?;
@@ -250,16 +250,18 @@ pub async fn check_request(
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
     let mismatch = |why: String| format!("{why} (rule: request-mismatch)");
     let pod_ref = &spec.pod;
-    let pod = Api::<Pod>::namespaced(client.clone(), &pod_ref.namespace)
-        .get_opt(&pod_ref.name)
-        .await
-        .map_err(|e| format!("reading pod {}/{}: {e}", pod_ref.namespace, pod_ref.name))?
-        .ok_or_else(|| {
-            mismatch(format!(
-                "pod {}/{} does not exist",
-                pod_ref.namespace, pod_ref.name
-            ))
-        })?;
+    let pod = crate::reach::get_opt(
+        &Api::<Pod>::namespaced(client.clone(), &pod_ref.namespace),
+        &pod_ref.name,
+    )
+    .await
+    .map_err(|e| format!("reading pod {}/{}: {e}", pod_ref.namespace, pod_ref.name))?
+    .ok_or_else(|| {
+        mismatch(format!(
+            "pod {}/{} does not exist",
+            pod_ref.namespace, pod_ref.name
+        ))
+    })?;
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     if uid != pod_ref.uid {
         return Err(mismatch(format!(
@@ -301,17 +303,18 @@ pub async fn check_request(
             spec.volume.clone()
         }
         Some(claim) => {
-            let pv_name =
-                Api::<PersistentVolumeClaim>::namespaced(client.clone(), &pod_ref.namespace)
-                    .get_opt(claim)
-                    .await
-                    .map_err(|e| format!("reading pvc {claim}: {e}"))?
-                    .and_then(|c| c.spec.and_then(|s| s.volume_name))
-                    .ok_or_else(|| mismatch(format!("pvc {claim} is not bound to a volume")))?;
+            let pv_name = crate::reach::get_opt(
+                &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &pod_ref.namespace),
+                claim,
+            )
+            .await
+            .map_err(|e| format!("reading pvc {claim}: {e}"))?
+            .and_then(|c| c.spec.and_then(|s| s.volume_name))
+            .ok_or_else(|| mismatch(format!("pvc {claim} is not bound to a volume")))?;
             // The PV's source is the volume's type for a claim (a hostPath
             // PV is the node's files), as the controller's policy sees it.
-            let pv = Api::<PersistentVolume>::all(client.clone())
-                .get_opt(&pv_name)
+            let pvs = Api::<PersistentVolume>::all(client.clone());
+            let pv = crate::reach::get_opt(&pvs, &pv_name)
                 .await
                 .map_err(|e| format!("reading pv {pv_name}: {e}"))?
                 .ok_or_else(|| mismatch(format!("pv {pv_name} of pvc {claim} does not exist")))?;

@@ -49,11 +49,13 @@ impl RequestBackupper {
     /// its claim (the bound PV names the volume's directory).
     async fn request(&self, volume: &VolumeRequest) -> Result<VolumeBackup, String> {
         let ns = &volume.pod.namespace;
-        let pod = Api::<Pod>::namespaced(self.client.clone(), ns)
-            .get_opt(&volume.pod.name)
-            .await
-            .map_err(|e| format!("reading the pod: {e}"))?
-            .ok_or("the pod is gone")?;
+        let pod = crate::reach::get_opt(
+            &Api::<Pod>::namespaced(self.client.clone(), ns),
+            &volume.pod.name,
+        )
+        .await
+        .map_err(|e| format!("reading the pod: {e}"))?
+        .ok_or("the pod is gone")?;
         let node = pod
             .spec
             .as_ref()
@@ -62,17 +64,19 @@ impl RequestBackupper {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let volume_dir = match &volume.pvc {
             None => volume.volume.clone(),
-            Some(claim) => Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
-                .get_opt(claim)
-                .await
-                .map_err(|e| format!("reading pvc {claim}: {e}"))?
-                .and_then(|c| c.spec.and_then(|s| s.volume_name))
-                .ok_or_else(|| format!("pvc {claim} is not bound to a volume"))?,
+            Some(claim) => crate::reach::get_opt(
+                &Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns),
+                claim,
+            )
+            .await
+            .map_err(|e| format!("reading pvc {claim}: {e}"))?
+            .and_then(|c| c.spec.and_then(|s| s.volume_name))
+            .ok_or_else(|| format!("pvc {claim} is not bound to a volume"))?,
         };
         // The Backup owns its requests: Kubernetes deletes them with it,
         // and its uid names them (see `request_name`).
-        let owner = Api::<Backup>::namespaced(self.client.clone(), &self.namespace)
-            .get_opt(&volume.backup)
+        let backups = Api::<Backup>::namespaced(self.client.clone(), &self.namespace);
+        let owner = crate::reach::get_opt(&backups, &volume.backup)
             .await
             .map_err(|e| format!("reading backup {}: {e}", volume.backup))?
             .ok_or_else(|| {

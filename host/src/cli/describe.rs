@@ -141,7 +141,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
                 format!("{:?}", v.phase),
                 format!("{}/{}", v.bytes_done, v.bytes_total),
                 snapshot,
-                v.error.as_deref().unwrap_or("")
+                v.error.as_ref().map_or("", |_| v.reason())
             );
             // What it left out, each with its rule: a restore lacks it.
             for line in v.skipped_lines() {

@@ -96,7 +96,7 @@ fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             "volume backup {} did not complete ({:?}: {}); nothing to restore",
             found.describe(),
             found.phase,
-            found.error.as_deref().unwrap_or("no reason given")
+            found.reason()
         );
     }
     std::fs::create_dir_all(&args.to).with_context(|| format!("creating {}", args.to.display()))?;

@@ -562,6 +562,22 @@ fn hook_command(what: &str, ledger: &Path) -> String {
     serde_json::json!(["sh", "-c", line]).to_string()
 }
 
+/// The first errors of a backup's stored log, shortened: what made a
+/// round PartiallyFailed, for the report.
+async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {
+    store
+        .get_logs(name)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l.contains("error:"))
+        .take(2)
+        .map(|l| l.chars().take(240).collect())
+        .collect()
+}
+
 /// The hook ledger's lines: (`pre` or `post`, when in ns since the epoch).
 fn ledger_lines(ledger: &Path) -> Vec<(String, u128)> {
     std::fs::read_to_string(ledger)
@@ -759,7 +775,7 @@ async fn run_seed(
         let recovery = ended.saturating_duration_since(last_fault);
         // Why it did not complete, for the report (Failed: the backup's
         // reason; PartiallyFailed: its stored log's errors are counted).
-        let why = Api::<Backup>::namespaced(world.admin.clone(), &ns)
+        let mut why = Api::<Backup>::namespaced(world.admin.clone(), &ns)
             .get(&name)
             .await
             .ok()
@@ -768,6 +784,9 @@ async fn run_seed(
             .filter(|r| !r.is_empty())
             .map(|r| format!(" why={r:?}"))
             .unwrap_or_default();
+        if phase == BackupPhase::PartiallyFailed {
+            why = format!(" why={:?}", first_errors(&world.store.store, &name).await);
+        }
         if phase == BackupPhase::Completed {
             check_restore(&world.store.store, &name, &frozen)
                 .await

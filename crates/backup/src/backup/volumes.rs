@@ -212,6 +212,21 @@ impl VolumeBackup {
             self.volume, self.pod_namespace, self.pod_name
         )
     }
+
+    /// Why it did not complete, without the volume's description that the
+    /// agent, the controller or the backupper may have put before it (each
+    /// names the volume where the error arose): said once by whoever shows
+    /// it.
+    pub fn reason(&self) -> &str {
+        let Some(mut error) = self.error.as_deref() else {
+            return "no reason given";
+        };
+        let prefix = format!("{}: ", self.describe());
+        while let Some(rest) = error.strip_prefix(&prefix) {
+            error = rest;
+        }
+        error
+    }
 }
 
 /// RFC 3339 timestamps, as the other persisted files write them.

@@ -333,7 +333,7 @@ impl Blocks<'_> {
                     "volume backup {}: {:?}: {}",
                     v.describe(),
                     v.phase,
-                    v.error.as_deref().unwrap_or("no reason given")
+                    v.reason()
                 );
                 self.journal.line(&name, format!("error: {m}"));
                 run.results.errors.add(&v.pod_namespace, m);

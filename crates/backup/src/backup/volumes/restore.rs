@@ -361,7 +361,7 @@ impl RestoreOptions {
                 "volume backup {} did not complete ({:?}: {}); nothing to restore",
                 record.describe(),
                 record.phase,
-                record.error.as_deref().unwrap_or("no reason given")
+                record.reason()
             ));
         };
         let mut restored = if let Some((namespace, id)) = parse_snapshot_key(key) {
