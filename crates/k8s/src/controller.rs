@@ -226,7 +226,8 @@ pub async fn run(
     );
     // However this ends (the future dropped included), the leases kept
     // for the backups it drives are let go, not renewed by their keepers
-    // for a controller that no longer steps them.
+    // for a controller that no longer steps them, and their block work
+    // stops as it would with the process.
     let _abandon = AbandonKept(controller.clone());
     let context = Arc::new(Context::new(controller, api.clone()));
     let registry = plugins.registry.clone();
@@ -302,6 +303,7 @@ struct AbandonKept(Arc<PhaseMachine>);
 impl Drop for AbandonKept {
     fn drop(&mut self) {
         self.0.abandon_kept_leases();
+        self.0.abandon_block_work();
     }
 }
 

@@ -110,6 +110,8 @@ struct State {
     errors: Vec<(String, String)>,
     /// Blocks whose volume wait and post hooks still run.
     pending_tails: usize,
+    /// What stops them ([`BlockWork::abort`]).
+    aborts: Vec<tokio::task::AbortHandle>,
     /// The volume backups of the blocks whose tails ended.
     volumes: Vec<VolumeBackup>,
     watchers: Vec<watch::Receiver<VolumeBackup>>,
@@ -443,7 +445,7 @@ impl BlockWork {
             work: self.clone(),
             volumes: None,
         };
-        self.runtime.spawn(async move {
+        let tail = self.runtime.spawn(async move {
             let work = ended.work.clone();
             let mut volumes = Vec::new();
             for (p, handles) in pods {
@@ -464,6 +466,15 @@ impl BlockWork {
             }
             ended.returned(volumes);
         });
+        self.state().aborts.push(tail.abort_handle());
+    }
+
+    /// Stops every block's volume wait and post hooks, as the end of the
+    /// process would: for a machine that stops driving its backups.
+    pub fn abort(&self) {
+        for tail in std::mem::take(&mut self.state().aborts) {
+            tail.abort();
+        }
     }
 
     /// The latest state of every volume backup started so far.

@@ -32,6 +32,13 @@ impl LiveBlocks {
         self.map().get(uid).cloned()
     }
 
+    /// Stops every block work kept here, and forgets it.
+    pub(super) fn abort_all(&self) {
+        for (_, work) in self.map().drain() {
+            work.abort();
+        }
+    }
+
     /// Forgets backup `uid`'s work once its report is recorded (a few
     /// records per pod: what a backup this machine stopped driving keeps
     /// until the process ends).

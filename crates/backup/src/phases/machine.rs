@@ -385,6 +385,14 @@ impl PhaseMachine {
         self.kept.abandon_all();
     }
 
+    /// Stops the block work (volume waits, post hooks) this machine
+    /// started and has not recorded: for a controller that stops driving,
+    /// as if its process ended. Whoever takes its backups over follows
+    /// their volume backups again and runs the post hooks the ledger owes.
+    pub fn abandon_block_work(&self) {
+        self.live_blocks.abort_all();
+    }
+
     /// Gives back (releases in the store) the leases kept between steps,
     /// and forgets their backups: what a controller replica does when it
     /// is stopped, so that another takes its backups at once instead of
