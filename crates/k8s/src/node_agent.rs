@@ -358,7 +358,9 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
         let name = request.metadata.name.clone().unwrap_or_default();
         let mut running_now = running.lock().await;
         if let Some(cancel) = running_now.get(&name) {
-            if request.spec.cancel {
+            // Canceled, or failed by the controller (silent, or its backup
+            // given up): stopped, and fenced (`request_fence`).
+            if request.spec.cancel || ended_by_another(&request) {
                 cancel.send_replace(true);
             }
             continue;
@@ -382,6 +384,40 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
         });
     }
     Err(AgentError::WatchEnded)
+}
+
+/// Whether the request ended while this agent still serves it: only the
+/// controller ends a request this agent runs (it failed it as silent, or
+/// as unwatchable), and what the agent then writes no record names.
+fn ended_by_another(request: &VolumeBackup) -> bool {
+    request
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(|p| p.is_terminal())
+}
+
+/// The request itself, read again: it must not have been canceled, nor
+/// ended by the controller (rule `backup-fence`). Checked with the Backup
+/// before the snapshot is written: a controller that failed the request
+/// may already have run the pod's post hooks, so a snapshot written after
+/// them would be recorded Completed with its unfreeze before its end.
+async fn request_fence(api: &Api<VolumeBackup>, name: &str) -> Result<(), String> {
+    let fence = |why: String| format!("{why}; nothing is written for it (rule: backup-fence)");
+    let request = crate::reach::get_opt(api, name)
+        .await
+        .map_err(|e| format!("reading request {name}: {e}"))?
+        .ok_or_else(|| fence(format!("request {name} is gone")))?;
+    if request.spec.cancel {
+        return Err(fence(format!("request {name} was canceled")));
+    }
+    if ended_by_another(&request) {
+        let message = request.status.and_then(|s| s.message).unwrap_or_default();
+        return Err(fence(format!(
+            "request {name} was ended by the controller ({message})"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether nobody has started `request` yet.
@@ -448,11 +484,11 @@ const REPORT_END_FOR: Duration = Duration::from_secs(300);
 /// server refuses or is away (a snapshot no status names is data the
 /// backup does not know it has): a lost last patch used to leave the
 /// request InProgress until the controller failed it as silent.
-async fn report_end(api: &Api<VolumeBackup>, name: &str, status: &VolumeBackupStatus) {
+pub async fn report_end(api: &Api<VolumeBackup>, name: &str, status: &VolumeBackupStatus) {
     let started = tokio::time::Instant::now();
     let mut pause = Duration::from_millis(250);
     loop {
-        match patch(api, name, status).await {
+        match patch_unless_ended(api, name, status).await {
             Ok(()) => return,
             // The request is gone (its backup deleted): nobody to tell.
             Err(kube::Error::Api(e)) if e.code == 404 => return,
@@ -465,6 +501,37 @@ async fn report_end(api: &Api<VolumeBackup>, name: &str, status: &VolumeBackupSt
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(10));
             }
+        }
+    }
+}
+
+/// Patches the request's status unless the controller has ended it
+/// meanwhile (its Failed stands: it may have run the pod's post hooks on
+/// it). The read and the patch are tied by the request's resourceVersion,
+/// so a change between them is a conflict, and read again.
+async fn patch_unless_ended(
+    api: &Api<VolumeBackup>,
+    name: &str,
+    status: &VolumeBackupStatus,
+) -> Result<(), kube::Error> {
+    loop {
+        let Some(current) = api.get_opt(name).await? else {
+            return Ok(());
+        };
+        if ended_by_another(&current) {
+            tracing::warn!(request = %name, phase = ?status.phase, "not reporting the volume backup's end: the controller ended the request first");
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "status": status,
+        });
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            other => return other.map(|_| ()),
         }
     }
 }
@@ -558,9 +625,14 @@ async fn serve(
     // manifest.
     let fence: iar_backup::backup::volumes::Fence = {
         let (client, namespace, spec) = (client.clone(), options.namespace.clone(), spec.clone());
+        let (api, name) = (api.clone(), name.clone());
         Arc::new(move || {
             let (client, namespace, spec) = (client.clone(), namespace.clone(), spec.clone());
-            Box::pin(async move { check_backup(&client, &namespace, &spec).await.map(|_| ()) })
+            let (api, name) = (api.clone(), name.clone());
+            Box::pin(async move {
+                request_fence(&api, &name).await?;
+                check_backup(&client, &namespace, &spec).await.map(|_| ())
+            })
         })
     };
     let limits = VolumeLimits {

@@ -374,22 +374,72 @@ async fn fail_with(
     name: &str,
     why: String,
 ) {
-    if let Some(api) = api {
-        let stamp = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
-        let patch = json!({"status": {
-            "phase": VolumePhase::Failed,
-            "message": why,
-            "completionTimestamp": stamp,
-            "lastUpdate": stamp,
-        }});
-        if let Err(e) = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            tracing::warn!(request = %name, "failing volume backup request: {e}");
-        }
+    if let Some(api) = api
+        && let Some(ended) = fail_request(api, name, &why).await
+    {
+        // The agent ended it first: its word stands.
+        let record = record_of(progress.borrow().clone(), Some(&ended));
+        progress.send_replace(record);
+        return;
     }
     end_failed(progress, why);
+}
+
+/// How long the controller keeps trying to fail a request in the API
+/// before it ends the volume Failed all the same.
+const FAIL_FOR: Duration = Duration::from_secs(300);
+
+/// Fails the request in the API, so that its agent stops and writes no
+/// snapshot ([`crate::node_agent`]'s fence reads the request), before the
+/// volume is taken as ended (the pod's post hooks wait for that). Tried
+/// again while the API server is away; tied to the request's
+/// resourceVersion, so an agent's end that comes first is not
+/// overwritten: it is returned, and stands.
+pub async fn fail_request(
+    api: &Api<VolumeBackup>,
+    name: &str,
+    why: &str,
+) -> Option<VolumeBackupStatus> {
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(500);
+    loop {
+        let attempt = async {
+            let Some(current) = crate::reach::get_opt(api, name).await? else {
+                return Ok(None);
+            };
+            if let Some(status) = current.status.as_ref()
+                && status.phase.is_some_and(|p| p.is_terminal())
+            {
+                return Ok(Some(status.clone()));
+            }
+            let stamp = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+            let patch = json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "status": {
+                    "phase": VolumePhase::Failed,
+                    "message": why,
+                    "completionTimestamp": stamp,
+                    "lastUpdate": stamp,
+                },
+            });
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(|_| None)
+        };
+        match attempt.await {
+            Ok(ended) => return ended,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) if crate::reach::unreached(&e) && started.elapsed() + pause < FAIL_FOR => {
+                tracing::warn!(request = %name, "failing volume backup request (retrying in {pause:?}): {e}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(10));
+            }
+            Err(e) => {
+                tracing::warn!(request = %name, "failing volume backup request: {e}");
+                return None;
+            }
+        }
+    }
 }
 
 /// Ends the handle Failed with `why`, after the volume's description.

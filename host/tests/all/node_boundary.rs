@@ -294,6 +294,75 @@ async fn a_forged_request_is_refused_before_anything_is_read() {
     assert!(exit.success(), "{exit:?}\n{}", agent.log());
 }
 
+/// Who ends a request, in the real API server: a request the controller
+/// failed (its agent silent) stays Failed when the agent comes back and
+/// reports its end (the controller may have run the pod's post hooks on
+/// that failure: a Completed written after them would be a snapshot whose
+/// unfreeze ran before its end, as the fault campaign saw); and an end
+/// the agent reported first is not overwritten by the controller's
+/// failure, which takes the agent's word instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_first_end_of_a_request_stands() {
+    use iar::k8s::volume_backup::VolumeBackupStatus;
+    let ns = "boundary-first-end";
+    let Some(KwokCluster { admin, .. }) = kwok_cluster(ns, &[]).await else {
+        return;
+    };
+    let api = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let request = |name: &str| VolumeBackup {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: VolumeBackupSpec {
+            backup_name: "b".into(),
+            backup_uid: "u".into(),
+            backup_storage_location: "file:///nowhere".into(),
+            node: "kwok-a".into(),
+            pod: PodReference {
+                namespace: ns.into(),
+                name: "db-0".into(),
+                uid: "p".into(),
+            },
+            volume: "data".into(),
+            pvc: None,
+            volume_dir: "data".into(),
+            cancel: false,
+        },
+        status: None,
+    };
+    let in_progress = VolumeBackupStatus {
+        phase: Some(VolumePhase::InProgress),
+        ..VolumeBackupStatus::default()
+    };
+    let completed = VolumeBackupStatus {
+        phase: Some(VolumePhase::Completed),
+        snapshot_id: Some("restic/ns/snap".into()),
+        ..VolumeBackupStatus::default()
+    };
+    for name in ["failed-first", "completed-first"] {
+        api.create(&PostParams::default(), &request(name))
+            .await
+            .unwrap();
+        iar::k8s::node_agent::report_end(&api, name, &in_progress).await;
+    }
+    // The controller fails a silent request; the agent's late end is
+    // dropped.
+    let ended = iar::k8s::volume_requests::fail_request(&api, "failed-first", "silent").await;
+    assert_eq!(ended, None);
+    iar::k8s::node_agent::report_end(&api, "failed-first", &completed).await;
+    let status = api.get("failed-first").await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(VolumePhase::Failed), "{status:?}");
+    assert_eq!(status.message.as_deref(), Some("silent"));
+    assert_eq!(status.snapshot_id, None);
+    // The agent's end came first: the controller takes it, writes nothing.
+    iar::k8s::node_agent::report_end(&api, "completed-first", &completed).await;
+    let ended = iar::k8s::volume_requests::fail_request(&api, "completed-first", "silent").await;
+    assert_eq!(ended.and_then(|s| s.phase), Some(VolumePhase::Completed));
+    let status = api.get("completed-first").await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(VolumePhase::Completed), "{status:?}");
+}
+
 /// deploy/node-agent.yaml's ValidatingAdmissionPolicy, in the real API
 /// server: an agent authenticated by its pod's service-account token (the
 /// token carries the pod's node) writes the status of its own node's
