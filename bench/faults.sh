@@ -12,7 +12,7 @@ seeds="$(seq -s, "$first" "$((first + count - 1))")"
 IAR_KUBE_APISERVER="$(tools/kubernetes/build.sh kube-apiserver)"
 export IAR_KUBE_APISERVER
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+trap 'cp "$log" "${IAR_FAULT_LOG:-/dev/null}" 2>/dev/null; rm -f "$log"' EXIT
 start=$SECONDS
 IAR_FAULT_SEEDS="$seeds" IAR_FAULT_ROUNDS="$rounds" \
   cargo test -p iar --test all seeded_faults -- --nocapture 2>&1 | tee "$log" |

@@ -93,6 +93,18 @@ impl ItemRef {
     }
 }
 
+impl ItemRef {
+    /// `namespace/name`, or the name of a cluster-scoped object: what
+    /// follows a kind word ("pod shop/db-0") in a message.
+    pub fn path(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
 impl fmt::Display for ItemRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.group_resource())?;

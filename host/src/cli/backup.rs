@@ -130,8 +130,9 @@ pub struct RunnerArgs {
     workers: Option<u16>,
     /// Pod volume data: one directory per `namespace/pvc` (and
     /// `namespace/.pods/POD/VOLUME` for other volumes). Volumes chosen for a
-    /// file-system backup are read from here into the store.
-    #[arg(long, value_name = "DIR")]
+    /// file-system backup are read from here into the store. A relative
+    /// path is taken from the current directory (hooks run inside it).
+    #[arg(long, value_name = "DIR", value_parser = absolute)]
     volume_data: Option<PathBuf>,
     #[command(flatten)]
     repository: RepositoryArg,
@@ -342,11 +343,11 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     super::progress::finish();
     let object = object?;
     outln!(
-        "Backup {:?} {}: {} errors, {} warnings (iar describe {} --store {})",
+        "Backup {:?} {}: {}, {} (iar describe {} --store {})",
         object.metadata.name,
         object.status.phase,
-        object.status.errors,
-        object.status.warnings,
+        counted(object.status.errors, "error"),
+        counted(object.status.warnings, "warning"),
         object.metadata.name,
         args.runner.store.store
     );
@@ -448,11 +449,11 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     super::progress::finish();
     let object = object?;
     outln!(
-        "Backup {:?} {}: {} errors, {} warnings",
+        "Backup {:?} {}: {}, {}",
         object.metadata.name,
         object.status.phase,
-        object.status.errors,
-        object.status.warnings
+        counted(object.status.errors, "error"),
+        counted(object.status.warnings, "warning")
     );
     Ok(exit_for(object.status.phase))
 }
@@ -528,6 +529,23 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `path` from the current directory: hooks run inside `--volume-data`
+/// and get its volumes' directories in `$IAR_VOLUME_DIR_*`, which a
+/// relative path would point nowhere from there.
+fn absolute(path: &str) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("{path}: {e}"))
+}
+
+/// `n` and `noun`, plural unless one: "1 error", "0 warnings".
+pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 #[cfg(test)]
@@ -607,5 +625,12 @@ mod tests {
             overlay: None,
         };
         assert_eq!(remote.overlay(), std::path::Path::new("iar-overlay"));
+    }
+
+    #[test]
+    fn counts_read_as_english() {
+        assert_eq!(super::counted(1u64, "error"), "1 error");
+        assert_eq!(super::counted(0u64, "warning"), "0 warnings");
+        assert_eq!(super::counted(2u64, "error"), "2 errors");
     }
 }

@@ -1620,6 +1620,56 @@ fn a_backup_name_velero_cannot_sync_is_refused() {
     assert!(!store.path().join("backups").exists());
 }
 
+/// A relative `--volume-data` works as an absolute one: the hooks, run
+/// inside it, find their volume through `$IAR_VOLUME_DIR_*` (it pointed
+/// nowhere from there), and the volume backed up holds the pre hook's
+/// marker.
+#[test]
+fn a_relative_volume_data_reaches_the_hooks() {
+    let work = tempfile::tempdir().unwrap();
+    let items = work.path().join("items");
+    std::fs::create_dir_all(&items).unwrap();
+    std::fs::create_dir_all(work.path().join("data/shop/db-data")).unwrap();
+    let pre = "echo quiesced > \"$IAR_VOLUME_DIR_DATA/pre-marker\"";
+    let docs = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "db-0", "namespace": "shop", "annotations": {
+            "backup.velero.io/backup-volumes": "data",
+            "pre.hook.backup.velero.io/command": serde_json::to_string(&["sh", "-c", pre]).unwrap(),
+         }},
+         "spec": {"containers": [{"name": "db", "image": "db"}],
+                  "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "db-data"}}]}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": "db-data", "namespace": "shop"}, "spec": {}}
+    ]});
+    std::fs::write(items.join("db.json"), docs.to_string()).unwrap();
+    let out = iar_command(&[
+        "backup",
+        "rel",
+        "--items",
+        "items",
+        "--store",
+        "store",
+        "--volume-data",
+        "data",
+        "--exec-hooks-locally",
+    ])
+    .current_dir(work.path())
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Completed: 0 errors, 0 warnings"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("data/shop/db-data/pre-marker")).unwrap(),
+        "quiesced\n"
+    );
+}
+
 /// `--config PLUGIN:KEY=VALUE` for a plugin that is not there is refused,
 /// naming the plugins that are (it was dropped without a word).
 #[test]

@@ -292,7 +292,7 @@ impl BlockWork {
             Err(e) => {
                 self.state().warnings.push((
                     pod.id.namespace.clone(),
-                    format!("{phase:?} hooks of pod {}: not run: {e}", pod.id),
+                    format!("{phase:?} hooks of pod {}: not run: {e}", pod.id.path()),
                 ));
                 Vec::new()
             }
@@ -373,7 +373,7 @@ impl BlockWork {
             pod.id.namespace.clone(),
             format!(
                 "pre hooks of pod {}: not run: {reason} (rule: hook-ledger)",
-                pod.id
+                pod.id.path()
             ),
         ));
         let now = self.clock.system_now();
@@ -417,7 +417,7 @@ impl BlockWork {
                             p.pod.id.namespace.clone(),
                             format!(
                                 "volume {} of pod {}: chosen for a file-system backup ({}) but no --volume-data was given; not backed up",
-                                d.volume, p.pod.id, d.reason
+                                d.volume, p.pod.id.path(), d.reason
                             ),
                         ));
                         continue;
@@ -565,7 +565,7 @@ impl BlockWork {
                     pre.pod.namespace.clone(),
                     format!(
                         "post hooks of pod {}: interrupted by restart while running; not run again, so they may not have run (rule: hook-ledger)",
-                        pre.pod
+                        pre.pod.path()
                     ),
                 )),
                 Some(_) => {}
@@ -573,7 +573,7 @@ impl BlockWork {
                     let Some(pod) = pods.iter().find(|p| p.id == pre.pod) else {
                         report.warnings.push((
                             pre.pod.namespace.clone(),
-                            format!("post hooks of pod {}: not run: the pod is gone", pre.pod),
+                            format!("post hooks of pod {}: not run: the pod is gone", pre.pod.path()),
                         ));
                         continue;
                     };
@@ -586,7 +586,7 @@ impl BlockWork {
                             pod.id.namespace.clone(),
                             format!(
                                 "post hooks of pod {}: already started by this process (its ledger entry could not be written); not run again, so they may not have run (rule: hook-ledger)",
-                                pod.id
+                                pod.id.path()
                             ),
                         ));
                         continue;
@@ -696,7 +696,7 @@ pub fn interrupted(
         let message = match post.map(|e| e.state.as_str()) {
             Some("started") => format!(
                 "post hooks of pod {}: interrupted by restart while running; not run again",
-                pre.pod
+                pre.pod.path()
             ),
             Some(_) => continue,
             None => format!(

@@ -392,7 +392,7 @@ impl Blocks<'_> {
                 Ok(None) => {}
                 Err(e) => run.results.warnings.add(
                     &pod.namespace,
-                    format!("reading pod {pod} for its post hooks: {e}"),
+                    format!("reading pod {} for its post hooks: {e}", pod.path()),
                 ),
             }
         }

@@ -180,7 +180,7 @@ pub fn annotation_hook(pod: &Item, phase: HookPhase) -> Result<Option<ExecHook>,
             key,
         )
     };
-    let at = |key: &str| format!("pod {}: annotation {key}", pod.id);
+    let at = |key: &str| format!("pod {}: annotation {key}", pod.id.path());
     let (Some(command), key) = get("command") else {
         return Ok(None);
     };
