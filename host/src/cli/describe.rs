@@ -15,12 +15,37 @@ pub struct DescribeArgs {
     name: String,
     #[command(flatten)]
     store: StoreArg,
+    /// `json` or `yaml`: the Backup as stored (Velero's
+    /// `velero-backup.json`), as `velero backup describe -o` prints it.
+    #[arg(short, long, value_enum, default_value_t = Output::Text)]
+    output: Output,
 }
 
 #[derive(clap::Args)]
 pub struct GetArgs {
     #[command(flatten)]
     store: StoreArg,
+    /// `json` or `yaml`: a BackupList of every stored Backup.
+    #[arg(short, long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+/// How `describe` and `get` print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+    Yaml,
+}
+
+/// Prints `value` as `output` asks (never `Text`).
+fn print_as(output: Output, value: &serde_json::Value) -> anyhow::Result<()> {
+    match output {
+        Output::Json => outln!("{}", serde_json::to_string_pretty(value)?),
+        Output::Yaml => out!("{}", iar::yaml::to_string(value)?),
+        Output::Text => unreachable!("text is printed by its command"),
+    }
+    Ok(())
 }
 
 pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
@@ -45,9 +70,29 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     })?;
     let object =
         object.with_context(|| format!("backup {name:?} not found in {}", args.store.store))?;
+    if args.output != Output::Text {
+        print_as(args.output, &serde_json::to_value(&object)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = &object.status;
     outln!("Name:         {}", object.metadata.name);
     outln!("Phase:        {}", s.phase);
+    for (label, key) in [
+        ("Namespaces:", "includedNamespaces"),
+        ("Excluded:", "excludedNamespaces"),
+        ("Resources:", "includedResources"),
+        ("Excluded:", "excludedResources"),
+    ] {
+        if let Some(list) = object.spec.get(key).and_then(|v| v.as_array())
+            && !list.is_empty()
+        {
+            let names: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
+            outln!("{label:<13} {}", names.join(", "));
+        }
+    }
+    if let Some(selector) = object.spec.get("labelSelector").filter(|v| !v.is_null()) {
+        outln!("Selector:     {selector}");
+    }
     if !s.failure_reason.is_empty() {
         outln!("Failure:      {}", s.failure_reason);
     }
@@ -59,7 +104,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         "Completed:    {}",
         s.completion_timestamp.as_deref().unwrap_or("-")
     );
-    outln!("Expires:      {}", expires(&object));
+    outln!("Expires:      {}", expires_in(&object));
     if let Some(hooks) = &s.hook_status {
         outln!(
             "Hooks:        {} attempted, {} failed",
@@ -177,6 +222,20 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(rows)
     })?;
+    if args.output != Output::Text {
+        let items: Vec<serde_json::Value> = rows
+            .iter()
+            .filter_map(|(_, o)| o.as_ref())
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?;
+        let list = serde_json::json!({
+            "apiVersion": "velero.io/v1",
+            "kind": "BackupList",
+            "items": items,
+        });
+        print_as(args.output, &list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     outln!(
         "{:<24} {:<42} {:>6} {:>8}  {:<20}  EXPIRES",
         "NAME",
@@ -206,4 +265,29 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
 /// stored before iar had expiry.
 fn expires(object: &BackupObject) -> &str {
     object.status.expiration.as_deref().unwrap_or("never")
+}
+
+/// The expiration with how far off it is, as `velero backup describe`
+/// says it ("… (in 29d 23h)", "… (expired)").
+fn expires_in(object: &BackupObject) -> String {
+    let at = expires(object);
+    let Ok(when) = humantime::parse_rfc3339_weak(at) else {
+        return at.to_string();
+    };
+    match when.duration_since(std::time::SystemTime::now()) {
+        Ok(left) => format!("{at} (in {})", rough(left)),
+        Err(_) => format!("{at} (expired)"),
+    }
+}
+
+/// A duration to its two largest units: "29d 23h", "5m 2s".
+fn rough(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    let (days, hours, minutes, seconds) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s"),
+        (0, 0, _) => format!("{minutes}m {seconds}s"),
+        (0, _, _) => format!("{hours}h {minutes}m"),
+        _ => format!("{days}d {hours}h"),
+    }
 }

@@ -1670,6 +1670,44 @@ fn a_relative_volume_data_reaches_the_hooks() {
     );
 }
 
+/// `describe` and `get` as Velero's: the spec's scope and how far off the
+/// expiry is in the text, and `-o json|yaml` printing the Backup (and a
+/// BackupList of them) as stored.
+#[test]
+fn describe_and_get_print_as_velero_does() {
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let spec = store.path().join("spec.yaml");
+    std::fs::write(&spec, "includedNamespaces: [shop]\nttl: 720h\n").unwrap();
+    let out = iar(&[
+        "backup",
+        "scoped",
+        "--items",
+        "examples/items",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--store",
+        store_dir,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = iar(&["describe", "scoped", "--store", store_dir]);
+    let described = String::from_utf8_lossy(&out.stdout);
+    assert!(described.contains("Namespaces:   shop"), "{described}");
+    assert!(described.contains("(in 29d 23h)"), "{described}");
+    let out = iar(&["describe", "scoped", "--store", store_dir, "-o", "json"]);
+    let backup = stdout_json(&out);
+    assert_eq!(backup["metadata"]["name"], "scoped", "{backup}");
+    assert_eq!(
+        backup["spec"]["includedNamespaces"],
+        serde_json::json!(["shop"])
+    );
+    let out = iar(&["get", "--store", store_dir, "-o", "yaml"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let list: serde_json::Value = iar::yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["kind"], "BackupList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "scoped", "{list}");
+}
+
 /// `--config PLUGIN:KEY=VALUE` for a plugin that is not there is refused,
 /// naming the plugins that are (it was dropped without a word).
 #[test]
