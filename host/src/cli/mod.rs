@@ -20,6 +20,7 @@ mod controller;
 mod delete;
 mod describe;
 mod inspect;
+mod install;
 mod new;
 mod plugin;
 mod progress;
@@ -95,6 +96,10 @@ enum Command {
     Crd(controller::CrdArgs),
     /// Plugin packaging: `iar plugin configmap` prints a plugin ConfigMap.
     Plugin(plugin::PluginArgs),
+    /// Print every manifest of an install (namespace, RBAC, CRDs, grant
+    /// policy, Secrets, controller, node agents) for one namespace, image
+    /// and store: `iar install --print --store s3://B | kubectl apply -f -`.
+    Install(install::InstallArgs),
 }
 
 /// iar's own crates, by their names in log targets (`iar_k8s::controller`).
@@ -154,6 +159,7 @@ pub fn main() -> ExitCode {
         Command::Describe(args) => describe::describe(args),
         Command::Get(args) => describe::get(args),
         Command::Gc(args) => backup::gc(args),
+        Command::Install(args) => install::install(args),
         Command::Logs(args) => delete::logs(args),
         Command::Delete(args) => delete::delete(args),
         Command::Volume(args) => volume::volume(args),

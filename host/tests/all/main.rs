@@ -18,6 +18,7 @@ mod go_sdk;
 mod iar_bench;
 mod iar_new;
 mod iar_test;
+mod install_print;
 mod live_bench;
 mod log_bound;
 mod node_agent;
