@@ -189,3 +189,29 @@ impl Fault {
             .collect()
     }
 }
+
+/// What becomes of a round's backup besides its faults, drawn from its
+/// own dice (so a seed's faults are the ones it drew before fates
+/// existed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Kept until the seed ends, and restored again then: nothing the
+    /// later rounds' deletions, expiries and prunes did may take its data.
+    Kept,
+    /// A 3 s TTL: the controller's garbage collection deletes it once it
+    /// has ended, mid-campaign.
+    Expires,
+    /// Its Backup resource deleted 0–1.5 s after its creation, often while
+    /// it runs (a small backup may have ended).
+    DeletedMidFlight,
+}
+
+impl Fate {
+    pub(crate) fn draw(dice: &mut Dice) -> Fate {
+        match dice.below(6) {
+            0 => Fate::Expires,
+            1 => Fate::DeletedMidFlight,
+            _ => Fate::Kept,
+        }
+    }
+}

@@ -25,7 +25,7 @@
 //! bench to count faults and recovery times.
 
 use crate::controller::{create_backup, start_replica};
-use crate::fault_workload::{Dice, Fault, change_volume};
+use crate::fault_workload::{Dice, Fate, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
 use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_env, s3_store, tools};
@@ -441,6 +441,121 @@ struct Round {
     recovery: Duration,
 }
 
+/// Waits until Backup `name`'s resource is gone and the freezes it made
+/// are undone. Expired (`fate` Expires), nothing of it may be left: no
+/// record in the store, no snapshot tagged with its uid. Its resource
+/// deleted while it ran, its data stays, as Velero's does (a backup is
+/// deleted with `iar delete`), and the stored backup must have ended: a
+/// deleted resource leaves no backup running for ever. Returns the last
+/// phase it was seen in, and when it was gone.
+#[allow(clippy::too_many_arguments)]
+async fn check_gone(
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    store: &BackupStore,
+    ledger: &Path,
+    hooks_before: usize,
+    fate: Fate,
+) -> Result<(BackupPhase, Instant), String> {
+    let api = Api::<Backup>::namespaced(admin.clone(), ns);
+    let started = Instant::now();
+    let mut last = BackupPhase::New;
+    let gone = loop {
+        match api.get_opt(name).await {
+            Ok(None) => break Instant::now(),
+            Ok(Some(b)) => {
+                if let Some(s) = b.status {
+                    last = s.phase;
+                }
+            }
+            Err(_) => {}
+        }
+        if started.elapsed() > ROUND_BUDGET {
+            return Err(format!(
+                "not gone within {ROUND_BUDGET:?} (last seen {last:?})"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Every freeze is undone, if not at once then within 30 s: a deleted
+    // backup must not leave its application frozen.
+    let count = |what: &str| {
+        ledger_lines(ledger)[hooks_before.min(ledger_lines(ledger).len())..]
+            .iter()
+            .filter(|(w, _)| w == what)
+            .count()
+    };
+    let undone = Instant::now();
+    while count("post") < count("pre") {
+        if undone.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "gone with {} pre and {} post hook runs: a freeze left in place",
+                count("pre"),
+                count("post")
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if count("pre") > 1 || count("post") > 1 {
+        return Err(format!(
+            "hooks ran {} pre and {} post times",
+            count("pre"),
+            count("post")
+        ));
+    }
+    if fate == Fate::DeletedMidFlight {
+        let stored: Option<iar::backup::object::BackupObject> = store
+            .get_json(name, BackupFile::Metadata)
+            .await
+            .map_err(|e| e.to_string())?;
+        return match stored.map(|o| o.status.phase) {
+            Some(p) if p.is_running() => Err(format!(
+                "its resource is gone and the stored backup is still {p:?}"
+            )),
+            Some(p) => Ok((p, gone)),
+            None => Ok((last, gone)),
+        };
+    }
+    for file in [BackupFile::Metadata, BackupFile::Contents] {
+        if store
+            .get(name, file)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some()
+        {
+            return Err(format!("gone, and its {file:?} is still in the store"));
+        }
+    }
+    let (store, ns, uid) = (store.clone(), ns.to_string(), uid.to_string());
+    let tagged = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Handle::current();
+        let password = Password::new(PASSWORD).unwrap();
+        match VolumeRepository::open(&store, &ns, &password, &runtime) {
+            Ok(repo) => repo
+                .snapshots()
+                .map(|s| {
+                    s.iter()
+                        .map(|s| s.tags.to_string())
+                        .filter(|tags| tags.contains(&uid))
+                        .collect::<Vec<_>>()
+                })
+                .map_err(|e| e.to_string()),
+            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .unwrap()?;
+    if !tagged.is_empty() {
+        return Err(format!(
+            "gone, and snapshots tagged with its uid remain: {tagged:?}"
+        ));
+    }
+    Ok((last, gone))
+}
+
 /// Polls the Backup until a terminal phase, then 2 s longer to see it
 /// stay there; the phase, and when it was first seen.
 async fn terminal_phase(
@@ -747,6 +862,12 @@ async fn run_seed(
         world.start_controller(replica).await;
     }
     let mut done = Vec::new();
+    // The fates have their own dice: each seed's faults are the ones it
+    // drew before fates existed.
+    let mut fates = Dice::new(seed ^ 0x5eed_fa7e);
+    // Kept backups that Completed, with what their volume held: restored
+    // again once every other round's deletion, expiry and prune is done.
+    let mut kept = Vec::new();
     for round in 0..rounds {
         let changes = 1 + dice.below(12);
         change_volume(&world.volume, &mut dice, changes);
@@ -755,8 +876,29 @@ async fn run_seed(
         let mut faults = Fault::draw(&mut dice);
         faults.sort_by_key(|(_, at)| *at);
         let hooks_before = ledger_lines(&ledger);
-        create_backup(&world.admin, &ns, &name, fs_backup_spec(&ns)).await;
+        let fate = Fate::draw(&mut fates);
+        let mut spec = fs_backup_spec(&ns);
+        if fate == Fate::Expires {
+            spec.ttl = Some("3s".into());
+        }
+        create_backup(&world.admin, &ns, &name, spec).await;
         let created = Instant::now();
+        let backups = Api::<Backup>::namespaced(world.admin.clone(), &ns);
+        let uid = backups
+            .get(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .metadata
+            .uid
+            .unwrap_or_default();
+        if fate == Fate::DeletedMidFlight {
+            let (backups, name) = (backups.clone(), name.clone());
+            let at = Duration::from_millis(fates.below(1_500));
+            tokio::spawn(async move {
+                tokio::time::sleep(at).await;
+                let _ = backups.delete(&name, &Default::default()).await;
+            });
+        }
         let mut last_fault = created;
         for (fault, at) in &faults {
             tokio::time::sleep(at.saturating_sub(created.elapsed())).await;
@@ -765,10 +907,35 @@ async fn run_seed(
         }
         let violation = |why: String| {
             format!(
-                "seed {seed} round {round} (faults {:?}): {why}",
+                "seed {seed} round {round} (faults {:?}, {fate:?}): {why}",
                 faults.iter().map(|f| f.0).collect::<Vec<_>>()
             )
         };
+        if fate != Fate::Kept {
+            let (phase, gone) = check_gone(
+                &world.admin,
+                &ns,
+                &name,
+                &uid,
+                &world.store.store,
+                &ledger,
+                hooks_before.len(),
+                fate,
+            )
+            .await
+            .map_err(violation)?;
+            println!(
+                "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={} fate={fate:?}",
+                faults.iter().map(|f| f.0).collect::<Vec<_>>(),
+                gone.saturating_duration_since(last_fault).as_millis()
+            );
+            done.push(Round {
+                faults: faults.into_iter().map(|f| f.0).collect(),
+                phase,
+                recovery: gone.saturating_duration_since(last_fault),
+            });
+            continue;
+        }
         let (phase, ended) = terminal_phase(&world.admin, &ns, &name)
             .await
             .map_err(violation)?;
@@ -791,6 +958,7 @@ async fn run_seed(
             check_restore(&world.store.store, &name, &frozen)
                 .await
                 .map_err(violation)?;
+            kept.push((name.clone(), frozen));
         }
         check_hooks(&world.store.store, &name, phase, &ledger, hooks_before)
             .await
@@ -805,6 +973,13 @@ async fn run_seed(
             phase,
             recovery,
         });
+    }
+    // What the other rounds deleted, collected and pruned took nothing a
+    // kept backup needs.
+    for (name, frozen) in &kept {
+        check_restore(&world.store.store, name, frozen)
+            .await
+            .map_err(|e| format!("seed {seed}: {name} again at the end: {e}"))?;
     }
     // The repository as restic's own CLI reads it.
     let out = world.restic(&["check", "--read-data"]).output().unwrap();
@@ -821,22 +996,23 @@ async fn run_seed(
             task.abort();
         }
     }
-    for round in 0..rounds {
+    let stored = world
+        .store
+        .store
+        .list_backups()
+        .await
+        .map_err(|e| e.to_string())?;
+    for name in stored {
         let mut delete = Command::new(env!("CARGO_BIN_EXE_iar"));
         delete
-            .args([
-                "delete",
-                &format!("b{round}"),
-                "--store",
-                &format!("s3://{BUCKET}"),
-            ])
+            .args(["delete", &name, "--store", &format!("s3://{BUCKET}")])
             .arg("--repository-password-file")
             .arg(&world.password_file);
         s3_env(&mut delete, &world.store.endpoint);
         let out = delete.output().unwrap();
         if !out.status.success() {
             return Err(format!(
-                "seed {seed}: iar delete b{round}: {}",
+                "seed {seed}: iar delete {name}: {}",
                 crate::support::text(&out)
             ));
         }
