@@ -217,6 +217,7 @@ pub async fn run(
         });
     }
 
+    let schedule_client = client.clone();
     let elector = Elector::new(
         client,
         &options.namespace,
@@ -257,12 +258,20 @@ pub async fn run(
                 tracing::debug!("reconcile: {e}");
             }
         });
-    // Only the garbage-collection sweep is singular: the leader runs it.
-    // A replica that loses the Lease stops sweeping and stands for it
-    // again; its backups go on.
+    // Only the garbage-collection sweep and the schedules are singular:
+    // the leader runs them. A replica that loses the Lease stops both and
+    // stands for it again; its backups go on.
     let sweeping = async {
         loop {
-            match elector.run(super::sweep::sweep_forever(&context)).await {
+            let leading = async {
+                let schedules = super::schedules::schedule_forever(
+                    schedule_client.clone(),
+                    options.namespace.clone(),
+                );
+                let (never, _) = tokio::join!(super::sweep::sweep_forever(&context), schedules);
+                never
+            };
+            match elector.run(leading).await {
                 Ok(never) => match never {},
                 Err(e) => {
                     tracing::warn!("{e}; no longer sweeping, standing for the lease again");

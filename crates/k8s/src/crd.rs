@@ -57,6 +57,66 @@ pub struct BackupSpec {
     /// A ConfigMap in the Backup's namespace holding a volume policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_policy: Option<TypedLocalObjectReference>,
+    /// Velero's `metadata`: in a Schedule's template, the labels its
+    /// backups get (instead of the Schedule's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<SpecMetadata>,
+}
+
+/// Velero's `BackupSpec.metadata`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SpecMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// A Velero Schedule (`schedules.iar.dev`): a Backup made from `template`
+/// each time `schedule` comes round, named and labelled as Velero names
+/// and labels them.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "iar.dev",
+    version = "v1",
+    kind = "Schedule",
+    namespaced,
+    status = "ScheduleStatus",
+    shortname = "iars",
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Schedule","type":"string","jsonPath":".spec.schedule"}"#,
+    printcolumn = r#"{"name":"LastBackup","type":"date","jsonPath":".status.lastBackup"}"#,
+    printcolumn = r#"{"name":"Paused","type":"boolean","jsonPath":".spec.paused"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleSpec {
+    /// The Backup spec of every backup it makes.
+    pub template: BackupSpec,
+    /// A cron expression (five fields, `@daily`, `@every 6h`), UTC.
+    pub schedule: String,
+    /// Its backups are owned by the Schedule: deleting it deletes their
+    /// resources (their data stays in the store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_owner_references_in_backup: Option<bool>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Skip the run due now (after a pause, or at creation): counted
+    /// from now instead. Set back to false once applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_immediately: Option<bool>,
+}
+
+/// What the controller says of a Schedule.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    /// `Enabled`, or `FailedValidation` (see `validationErrors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_skipped: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_errors: Option<Vec<String>>,
 }
 
 fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -118,12 +178,22 @@ pub fn volume_backup_definition()
     serde_json::from_value(crd).expect("only formats changed")
 }
 
-/// Both of iar's CRDs, as `iar crd` prints them (deploy/crd.yaml).
+/// The `schedules.iar.dev` CRD, formats as [`definition`]'s.
+pub fn schedule_definition()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(Schedule::crd()).expect("a CRD serializes");
+    kubernetes_formats(&mut crd);
+    serde_json::from_value(crd).expect("only formats changed")
+}
+
+/// iar's CRDs, as `iar crd` prints them (deploy/crd.yaml).
 pub fn definitions_yaml() -> String {
     format!(
-        "{}---\n{}",
+        "{}---\n{}---\n{}",
         definition_yaml(),
-        iar_core::yaml::to_string(&volume_backup_definition()).expect("a CRD serializes")
+        iar_core::yaml::to_string(&volume_backup_definition()).expect("a CRD serializes"),
+        iar_core::yaml::to_string(&schedule_definition()).expect("a CRD serializes")
     )
 }
 

@@ -20,6 +20,7 @@ pub mod plugins;
 pub mod reach;
 pub mod reconcile;
 pub mod resource;
+pub mod schedules;
 pub mod serve;
 pub mod sweep;
 pub mod volume_backup;

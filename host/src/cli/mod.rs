@@ -26,6 +26,7 @@ mod plugin;
 mod progress;
 mod repository;
 mod run;
+mod schedule;
 mod test;
 mod velero;
 mod volume;
@@ -96,6 +97,10 @@ enum Command {
     Crd(controller::CrdArgs),
     /// Plugin packaging: `iar plugin configmap` prints a plugin ConfigMap.
     Plugin(plugin::PluginArgs),
+    /// Velero's schedules without a cluster: print the backup due now
+    /// (`NAME-<timestamp>`, exit 0) or when the next is (exit 3), for a
+    /// CronJob or a timer to run `iar backup` with.
+    Schedule(schedule::ScheduleArgs),
     /// Print every manifest of an install (namespace, RBAC, CRDs, grant
     /// policy, Secrets, controller, node agents) for one namespace, image
     /// and store: `iar install --print --store s3://B | kubectl apply -f -`.
@@ -160,6 +165,7 @@ pub fn main() -> ExitCode {
         Command::Get(args) => describe::get(args),
         Command::Gc(args) => backup::gc(args),
         Command::Install(args) => install::install(args),
+        Command::Schedule(args) => schedule::schedule(args),
         Command::Logs(args) => delete::logs(args),
         Command::Delete(args) => delete::delete(args),
         Command::Volume(args) => volume::volume(args),

@@ -1708,6 +1708,74 @@ fn describe_and_get_print_as_velero_does() {
     assert_eq!(list["items"][0]["metadata"]["name"], "scoped", "{list}");
 }
 
+/// `iar schedule` for a CronJob: the first run is due at once and named
+/// as Velero names it; once that backup is in the store the next is not
+/// due (exit 3, saying when); a bad expression is refused with Velero's
+/// words.
+#[test]
+fn schedule_says_which_backup_is_due() {
+    let store = tempfile::tempdir().unwrap();
+    let store_dir = store.path().to_str().unwrap();
+    let out = iar(&[
+        "schedule",
+        "nightly",
+        "--schedule",
+        "@daily",
+        "--store",
+        store_dir,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let name = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    let stamp = name.strip_prefix("nightly-").unwrap();
+    assert!(
+        stamp.len() == 14 && stamp.bytes().all(|b| b.is_ascii_digit()),
+        "{name}"
+    );
+    let out = iar(&[
+        "backup",
+        &name,
+        "--items",
+        "examples/items",
+        "--store",
+        store_dir,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = iar(&[
+        "schedule",
+        "nightly",
+        "--schedule",
+        "@daily",
+        "--store",
+        store_dir,
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not due; next run at"));
+    // Another schedule's backups are not this one's.
+    let out = iar(&[
+        "schedule",
+        "weekly",
+        "--schedule",
+        "@weekly",
+        "--store",
+        store_dir,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = iar(&[
+        "schedule",
+        "nightly",
+        "--schedule",
+        "0 0 1 * * *",
+        "--store",
+        store_dir,
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid schedule"));
+}
+
 /// `--config PLUGIN:KEY=VALUE` for a plugin that is not there is refused,
 /// naming the plugins that are (it was dropped without a word).
 #[test]

@@ -41,6 +41,7 @@ pub(crate) async fn install_crds(client: &Client) {
         for crd in [
             iar::k8s::crd::definition(),
             iar::k8s::crd::volume_backup_definition(),
+            iar::k8s::crd::schedule_definition(),
         ] {
             let name = crd.metadata.name.clone().unwrap();
             match crds.create(&PostParams::default(), &crd).await {

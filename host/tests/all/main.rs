@@ -28,6 +28,7 @@ mod pod_hooks;
 mod polyglot;
 mod real_node;
 mod replicas;
+mod schedules;
 mod support;
 mod velero;
 mod velero_bench;

@@ -7,6 +7,7 @@ pub mod expiry;
 pub mod hooks;
 pub mod object;
 pub mod pass;
+pub mod schedule;
 pub mod spec;
 pub mod volume_policy;
 pub mod volumes;
