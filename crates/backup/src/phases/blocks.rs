@@ -387,13 +387,19 @@ impl Blocks<'_> {
             .unwrap_or_default();
         let mut pods = Vec::new();
         for pod in BlockWork::owed_post_hooks(&ledger) {
+            // A pod that cannot be read now is not a pod that is gone: the
+            // step fails and is tried again, its unfreeze still owed (the
+            // fault campaign's seed 753 took an API server out of reach
+            // for a deleted pod, and completed with the freeze in place).
             match self.cluster.get_item_async(&pod).await {
                 Ok(Some(item)) => pods.push(item),
                 Ok(None) => {}
-                Err(e) => run.results.warnings.add(
-                    &pod.namespace,
-                    format!("reading pod {} for its post hooks: {e}", pod.path()),
-                ),
+                Err(source) => {
+                    return Err(PhaseError::Items {
+                        name: name.clone(),
+                        source,
+                    });
+                }
             }
         }
         let unfinished = volumes.iter().filter(|v| !v.phase.is_terminal()).count();
