@@ -21,6 +21,7 @@ pub mod artifacts {
 }
 
 pub mod fixtures;
+pub mod http_faults;
 pub mod snapshots;
 pub mod toxiproxy;
 

@@ -169,13 +169,28 @@ pub(crate) async fn start_replica(
     registry: Arc<PluginRegistry>,
     identity: &str,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    start_replica_with(client, namespace, store, plugins, registry, identity, settings()).await
+}
+
+/// [`start_replica`] with its own settings (a repository password: as
+/// deploy/deployment.yaml gives the controller, so that it can forget a
+/// deleted backup's volume snapshots).
+pub(crate) async fn start_replica_with(
+    client: Client,
+    namespace: &str,
+    store: BackupStore,
+    plugins: Vec<Plugin>,
+    registry: Arc<PluginRegistry>,
+    identity: &str,
+    settings: Settings,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let options = Options {
         namespace: namespace.into(),
         listen: "127.0.0.1:0".parse().unwrap(),
         lease_name: "iar-controller".into(),
         identity: identity.into(),
         leader_lease: Duration::from_secs(3),
-        settings: settings(),
+        settings,
         store,
         // Above the agents' 5 s heartbeat, short enough for a test.
         volume_agent_silence: Duration::from_secs(10),

@@ -153,10 +153,14 @@ pub(crate) enum Fault {
     /// restart looks like from iar's side (the test's API server is shared
     /// with the other tests of the binary and is not restarted itself).
     ApiServerDown,
+    /// The store answers every request 500 or 503 (S3's `InternalError`,
+    /// `SlowDown`) for 1–6 s, through an HTTP hop before it; the
+    /// connections open then are closed.
+    StoreUnavailable,
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 17] = [
+    pub(crate) const ALL: [Fault; 18] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
@@ -174,6 +178,7 @@ impl Fault {
         Fault::ControllerStorePartition,
         Fault::ControllerApiPartition,
         Fault::ApiServerDown,
+        Fault::StoreUnavailable,
     ];
 
     /// A round's faults: none to three (1.5 on average), with their

@@ -24,7 +24,7 @@
 //! it replays. Each round's line (`fault-campaign ...`) is printed for the
 //! bench to count faults and recovery times.
 
-use crate::controller::{create_backup, start_replica};
+use crate::controller::{create_backup, start_replica_with};
 use crate::fault_workload::{Dice, Fate, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
@@ -189,6 +189,8 @@ impl Store {
 /// connections.
 struct World {
     proxy: Toxiproxy,
+    /// Between toxiproxy and the store: answers 500/503 on command.
+    http_faults: iar_tests::http_faults::HttpFaults,
     /// The store's endpoint as the agent reaches it.
     agent_endpoint: String,
     /// The controller replicas.
@@ -236,13 +238,20 @@ impl World {
 
     async fn start_controller(&mut self, replica: usize) {
         let r = &mut self.replicas[replica];
-        let (_, task) = start_replica(
+        // The repository password, as deploy/deployment.yaml gives it: a
+        // deleted or expired backup's snapshots are forgotten with it.
+        let settings = iar::phases::Settings {
+            repository_password: Some(Password::new(PASSWORD).unwrap()),
+            ..crate::controller::settings()
+        };
+        let (_, task) = start_replica_with(
             r.client.clone(),
             &self.ns,
             r.store.clone(),
             Vec::new(),
             PluginRegistry::new(),
             &format!("{}-replica-{replica}", self.ns),
+            settings,
         )
         .await;
         r.task = Some(task);
@@ -300,6 +309,12 @@ impl World {
             Fault::ResticPrune => {
                 let mut prune = self.restic(&["prune"]);
                 tokio::task::block_in_place(|| prune.output()).unwrap();
+            }
+            Fault::StoreUnavailable => {
+                let status = if dice.below(2) == 0 { 500 } else { 503 };
+                let lasting = Duration::from_millis(1000 + dice.below(5000));
+                self.http_faults.fail_for(status, lasting);
+                tokio::time::sleep(lasting).await;
             }
             Fault::StoreSlow => {
                 let latency = 100 + dice.below(900);
@@ -715,6 +730,7 @@ async fn check_hooks(
     phase: BackupPhase,
     ledger: &Path,
     before: Vec<(String, u128)>,
+    requests: &Api<iar::k8s::volume_backup::VolumeBackup>,
 ) -> Result<(), String> {
     let lines = ledger_lines(ledger);
     let new = &lines[before.len().min(lines.len())..];
@@ -760,9 +776,20 @@ async fn check_hooks(
                 .unwrap()
                 .as_nanos();
             if *post_at < done {
+                let statuses: Vec<_> = requests
+                    .list(&kube::api::ListParams::default().labels(&format!(
+                        "{}={name}",
+                        iar::k8s::volume_backup::BACKUP_LABEL
+                    )))
+                    .await
+                    .map(|l| l.items.into_iter().map(|r| r.status).collect())
+                    .unwrap_or_default();
                 return Err(format!(
-                    "the post hook ran {} ms before its block's volume ended",
-                    (done - post_at) / 1_000_000
+                    "the post hook ran {} ms before its block's volume ended (backup {phase:?}; volume {:?}: {:?}); its requests: {statuses:?}; its log: {:#?}",
+                    (done - post_at) / 1_000_000,
+                    r.phase,
+                    r.error,
+                    first_errors(store, name).await
                 ));
             }
         }
@@ -810,7 +837,9 @@ async fn run_seed(
     let store_root = under.join("store");
     let store = Store::start(tools, &store_root);
     let proxy = Toxiproxy::start(toxiproxy, seed);
-    let upstream: SocketAddr = (Ipv4Addr::LOCALHOST, store.port).into();
+    let http_faults =
+        iar_tests::http_faults::HttpFaults::start((Ipv4Addr::LOCALHOST, store.port).into());
+    let upstream: SocketAddr = http_faults.addr();
     let agent_endpoint = format!("http://{}", proxy.proxy(AGENT_S3, upstream));
     let agent_kubeconfig =
         proxied_kubeconfig(cluster.server, &proxy, AGENT_API, kubelet_root.path());
@@ -842,6 +871,7 @@ async fn run_seed(
     }
     let mut world = World {
         proxy,
+        http_faults,
         agent_endpoint,
         replicas,
         agent_kubeconfig,
@@ -960,9 +990,17 @@ async fn run_seed(
                 .map_err(violation)?;
             kept.push((name.clone(), frozen));
         }
-        check_hooks(&world.store.store, &name, phase, &ledger, hooks_before)
-            .await
-            .map_err(violation)?;
+        let requests = Api::namespaced(world.admin.clone(), &ns);
+        check_hooks(
+            &world.store.store,
+            &name,
+            phase,
+            &ledger,
+            hooks_before,
+            &requests,
+        )
+        .await
+        .map_err(violation)?;
         println!(
             "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={}{why}",
             faults.iter().map(|f| f.0).collect::<Vec<_>>(),
