@@ -24,7 +24,9 @@ struct Shared {
 impl Shared {
     fn failing_now(&self) -> Option<u16> {
         let failing = self.failing.lock().unwrap();
-        failing.filter(|(_, until)| Instant::now() < *until).map(|(s, _)| s)
+        failing
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(s, _)| s)
     }
 }
 
@@ -165,7 +167,9 @@ mod tests {
                 let mut c = c.unwrap();
                 let mut buf = [0u8; 1024];
                 let _ = c.read(&mut buf);
-                let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+                let _ = c.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
             }
         });
         let hop = HttpFaults::start(up);

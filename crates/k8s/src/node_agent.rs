@@ -454,25 +454,11 @@ async fn fail_interrupted(
         status.completion_timestamp = Some(now());
         status.last_update = Some(now());
         tracing::warn!(request = %name, "failing an interrupted volume backup");
-        if let Err(e) = patch(api, &name, &status).await {
+        if let Err(e) = patch_unless_ended(api, &name, &status).await {
             tracing::warn!(request = %name, "failing an interrupted volume backup: {e}");
         }
     }
     Ok(())
-}
-
-async fn patch(
-    api: &Api<VolumeBackup>,
-    name: &str,
-    status: &VolumeBackupStatus,
-) -> Result<(), kube::Error> {
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": status })),
-    )
-    .await
-    .map(|_| ())
 }
 
 /// How long an agent keeps trying to report a volume backup's end: past
@@ -489,7 +475,7 @@ pub async fn report_end(api: &Api<VolumeBackup>, name: &str, status: &VolumeBack
     let mut pause = Duration::from_millis(250);
     loop {
         match patch_unless_ended(api, name, status).await {
-            Ok(()) => return,
+            Ok(_) => return,
             // The request is gone (its backup deleted): nobody to tell.
             Err(kube::Error::Api(e)) if e.code == 404 => return,
             Err(e) if started.elapsed() + pause > REPORT_END_FOR => {
@@ -505,22 +491,23 @@ pub async fn report_end(api: &Api<VolumeBackup>, name: &str, status: &VolumeBack
     }
 }
 
-/// Patches the request's status unless the controller has ended it
-/// meanwhile (its Failed stands: it may have run the pod's post hooks on
-/// it). The read and the patch are tied by the request's resourceVersion,
-/// so a change between them is a conflict, and read again.
+/// Patches the request's status unless it has ended meanwhile (the
+/// controller's Failed stands: it may have run the pod's post hooks on
+/// it); false when it had. The read and the patch are tied by the
+/// request's resourceVersion, so a change between them is a conflict, and
+/// read again. Every status the agent writes goes through here.
 async fn patch_unless_ended(
     api: &Api<VolumeBackup>,
     name: &str,
     status: &VolumeBackupStatus,
-) -> Result<(), kube::Error> {
+) -> Result<bool, kube::Error> {
     loop {
         let Some(current) = api.get_opt(name).await? else {
-            return Ok(());
+            return Ok(false);
         };
         if ended_by_another(&current) {
-            tracing::warn!(request = %name, phase = ?status.phase, "not reporting the volume backup's end: the controller ended the request first");
-            return Ok(());
+            tracing::warn!(request = %name, phase = ?status.phase, "not reporting: the request was ended first (by the controller)");
+            return Ok(false);
         }
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": current.metadata.resource_version},
@@ -531,7 +518,7 @@ async fn patch_unless_ended(
             .await
         {
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            other => return other.map(|_| ()),
+            other => return other.map(|_| true),
         }
     }
 }
@@ -653,8 +640,12 @@ async fn serve(
             report_end(api, &name, &status_of(&record, path.as_deref())).await;
         } else if due {
             let status = status_of(&record, path.as_deref());
-            match patch(api, &name, &status).await {
-                Ok(()) => last_report = Some(tokio::time::Instant::now()),
+            // Not over an end the controller wrote: an InProgress over its
+            // Failed made the request look alive again, and the agent's
+            // later end then stood (campaign seed 901).
+            match patch_unless_ended(api, &name, &status).await {
+                Ok(true) => last_report = Some(tokio::time::Instant::now()),
+                Ok(false) => handle.cancel(),
                 Err(e) => tracing::warn!(request = %name, "reporting progress: {e}"),
             }
         }

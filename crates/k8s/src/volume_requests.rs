@@ -428,7 +428,7 @@ pub async fn fail_request(
         };
         match attempt.await {
             Ok(ended) => return ended,
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(kube::Error::Api(e)) if e.code == 409 && started.elapsed() < FAIL_FOR => continue,
             Err(e) if crate::reach::unreached(&e) && started.elapsed() + pause < FAIL_FOR => {
                 tracing::warn!(request = %name, "failing volume backup request (retrying in {pause:?}): {e}");
                 tokio::time::sleep(pause).await;

@@ -169,7 +169,16 @@ pub(crate) async fn start_replica(
     registry: Arc<PluginRegistry>,
     identity: &str,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    start_replica_with(client, namespace, store, plugins, registry, identity, settings()).await
+    start_replica_with(
+        client,
+        namespace,
+        store,
+        plugins,
+        registry,
+        identity,
+        settings(),
+    )
+    .await
 }
 
 /// [`start_replica`] with its own settings (a repository password: as

@@ -732,10 +732,27 @@ async fn check_hooks(
     before: Vec<(String, u128)>,
     requests: &Api<iar::k8s::volume_backup::VolumeBackup>,
 ) -> Result<(), String> {
-    let lines = ledger_lines(ledger);
-    let new = &lines[before.len().min(lines.len())..];
-    let count = |what: &str| new.iter().filter(|(w, _)| w == what).count();
-    let (pre, post) = (count("pre"), count("post"));
+    // Every freeze is undone, whatever the phase (the pod's hooks always
+    // succeed here, so a post hook is owed once the pre hook ran), if not
+    // at once then within 30 s.
+    let waited = Instant::now();
+    let (new, pre, post) = loop {
+        let lines = ledger_lines(ledger);
+        let new = lines[before.len().min(lines.len())..].to_vec();
+        let count = |what: &str| new.iter().filter(|(w, _)| w == what).count();
+        let (pre, post) = (count("pre"), count("post"));
+        if post >= pre || waited.elapsed() > Duration::from_secs(30) {
+            break (new, pre, post);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let new = &new[..];
+    if pre > post {
+        return Err(format!(
+            "{phase:?} with {pre} pre and {post} post hook runs: a freeze left in place; its log: {:#?}",
+            first_errors(store, name).await
+        ));
+    }
     if pre > 1 || post > 1 {
         return Err(format!(
             "hooks ran {pre} pre and {post} post times: {new:?}"
@@ -777,10 +794,10 @@ async fn check_hooks(
                 .as_nanos();
             if *post_at < done {
                 let statuses: Vec<_> = requests
-                    .list(&kube::api::ListParams::default().labels(&format!(
-                        "{}={name}",
-                        iar::k8s::volume_backup::BACKUP_LABEL
-                    )))
+                    .list(
+                        &kube::api::ListParams::default()
+                            .labels(&format!("{}={name}", iar::k8s::volume_backup::BACKUP_LABEL)),
+                    )
                     .await
                     .map(|l| l.items.into_iter().map(|r| r.status).collect())
                     .unwrap_or_default();

@@ -350,6 +350,9 @@ async fn the_first_end_of_a_request_stands() {
     // dropped.
     let ended = iar::k8s::volume_requests::fail_request(&api, "failed-first", "silent").await;
     assert_eq!(ended, None);
+    // Neither a progress report (the agent's heartbeat, which used to put
+    // the request back InProgress) nor its end overwrites the failure.
+    iar::k8s::node_agent::report_end(&api, "failed-first", &in_progress).await;
     iar::k8s::node_agent::report_end(&api, "failed-first", &completed).await;
     let status = api.get("failed-first").await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(VolumePhase::Failed), "{status:?}");

@@ -34,8 +34,13 @@ pub struct BlockWork {
     /// Where the hook ledger is written; `None` keeps no ledger (tests).
     pub ledger_store: Option<BackupStore>,
     /// The backup's uid ([`BlockWork::with_uid`]): what its post hooks'
-    /// claims in this process are keyed by.
+    /// claims are keyed by.
     pub backup_key: String,
+    /// The machine's claims on post hooks ([`BlockWork::with_uid`]).
+    claims: Arc<PostClaims>,
+    /// Asked before a block's post hooks run: whether this machine still
+    /// drives the backup ([`BlockWork::with_driver_check`]).
+    driver_check: Option<DriverCheck>,
     /// `--max-hook-timeout`: no hook runs longer, whatever its annotation
     /// or spec asks (see [`cap_timeouts`]).
     pub max_hook_timeout: Duration,
@@ -174,27 +179,38 @@ pub struct BlockReport {
     pub errors: Vec<(String, String)>,
 }
 
-/// Post hooks started in this process, by (backup uid, pod): each pod's
-/// runs at most once per backup here, whichever path asks (the block's own
-/// wait, or a resume of the backup by the same process after a failed
-/// step), even when the ledger's "started" could not be written (a store
-/// unreachable for the moment). Across processes the ledger decides. A
-/// few bytes per pod and backup, never cleared, as `maxCreatesPerBackup`'s
-/// count.
-static POST_CLAIMED: std::sync::LazyLock<Mutex<std::collections::HashSet<(String, ItemRef)>>> =
-    std::sync::LazyLock::new(Default::default);
+/// Whether the machine still drives the backup: `Err(why)` when another
+/// took it over (or that cannot be told).
+pub type DriverCheck = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
 
-/// Claims `pod`'s post hooks of backup `uid` for this process: false when
-/// they were claimed before. Work without a backup uid (a test's bare
-/// block) claims nothing.
-fn claim_post(uid: &str, pod: &ItemRef) -> bool {
-    if uid.is_empty() {
-        return true;
+/// Post hooks started by one phase machine (one per process in a
+/// deployment), by (backup uid, pod): each pod's run at most once per
+/// backup there, whichever path asks (the block's own wait, or a resume of
+/// the backup by the same machine after a failed step), even when the
+/// ledger's "started" could not be written (a store unreachable for the
+/// moment). Across machines the ledger decides, and a machine that loses
+/// a backup's lease stops its block work. A few bytes per pod and backup,
+/// never cleared, as `maxCreatesPerBackup`'s count.
+#[derive(Default)]
+pub struct PostClaims(Mutex<std::collections::HashSet<(String, ItemRef)>>);
+
+impl PostClaims {
+    /// Claims `pod`'s post hooks of backup `uid`: false when they were
+    /// claimed before. Work without a backup uid (a test's bare block)
+    /// claims nothing.
+    fn claim(&self, uid: &str, pod: &ItemRef) -> bool {
+        if uid.is_empty() {
+            return true;
+        }
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((uid.to_string(), pod.clone()))
     }
-    POST_CLAIMED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert((uid.to_string(), pod.clone()))
 }
 
 impl BlockWork {
@@ -220,6 +236,8 @@ impl BlockWork {
             runtime,
             ledger_store: None,
             backup_key: String::new(),
+            claims: Arc::default(),
+            driver_check: None,
             max_hook_timeout: DEFAULT_MAX_TIMEOUT,
             clock: iar_core::clock::RealClock::shared(),
             state: Mutex::new(State::default()),
@@ -228,10 +246,20 @@ impl BlockWork {
         }
     }
 
-    /// The backup's uid, which keys its post hooks' claims in this
-    /// process (every backup the phase machine runs has one).
-    pub fn with_uid(mut self, uid: &str) -> Self {
+    /// The backup's uid, which keys its post hooks' claims in `claims`,
+    /// the machine's (every backup the phase machine runs has one).
+    pub fn with_uid(mut self, uid: &str, claims: Arc<PostClaims>) -> Self {
         self.backup_key = uid.to_string();
+        self.claims = claims;
+        self
+    }
+
+    /// Asks `check` before running a block's post hooks: a machine whose
+    /// backup was taken over (its lease expired while it still waited on
+    /// the volume) must not unfreeze beside the one that took it, which
+    /// runs them from the ledger (the campaign saw both, 9 ms apart).
+    pub fn with_driver_check(mut self, check: DriverCheck) -> Self {
+        self.driver_check = Some(check);
         self
     }
 
@@ -454,7 +482,22 @@ impl BlockWork {
                 }
                 if post_hooks_allowed(&p.pre) {
                     let hooks = work.runnable_hooks(&p.pod, HookPhase::Post);
-                    if hooks.is_empty() || !claim_post(&work.backup_key, &p.pod.id) {
+                    if hooks.is_empty() {
+                        continue;
+                    }
+                    if let Some(check) = &work.driver_check
+                        && let Err(why) = check().await
+                    {
+                        work.state().errors.push((
+                            p.pod.id.namespace.clone(),
+                            format!(
+                                "post hooks of pod {}: not run here: {why}; whoever drives the backup runs them from the hook ledger (rule: hook-ledger)",
+                                p.pod.id.path()
+                            ),
+                        ));
+                        continue;
+                    }
+                    if !work.claims.claim(&work.backup_key, &p.pod.id) {
                         continue;
                     }
                     work.ledger(started(&p.pod.id, "post")).await;
@@ -581,11 +624,11 @@ impl BlockWork {
                     if hooks.is_empty() {
                         continue;
                     }
-                    if !claim_post(&self.backup_key, &pod.id) {
+                    if !self.claims.claim(&self.backup_key, &pod.id) {
                         report.errors.push((
                             pod.id.namespace.clone(),
                             format!(
-                                "post hooks of pod {}: already started by this process (its ledger entry could not be written); not run again, so they may not have run (rule: hook-ledger)",
+                                "post hooks of pod {}: already started here (their ledger entry could not be written, or the run was stopped); not run again, so they may not have run (rule: hook-ledger)",
                                 pod.id.path()
                             ),
                         ));

@@ -144,7 +144,8 @@ impl Blocks<'_> {
                 tokio::runtime::Handle::current(),
             )
             .with_ledger(self.store.clone())
-            .with_uid(run.object.work_uid())
+            .with_uid(run.object.work_uid(), self.live.claims())
+            .with_driver_check(driver_check(self.store, run.name()))
             .with_max_hook_timeout(self.max_hook_timeout)
             .with_clock(self.clock.clone()),
         );
@@ -443,6 +444,27 @@ impl Blocks<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether this machine still holds backup `name`'s lease in the store:
+/// another holder means the backup was taken over; a store that cannot be
+/// read leaves it unknown, and the post hooks to whoever can.
+fn driver_check(store: &BackupStore, name: &str) -> crate::backup::block_work::DriverCheck {
+    let (store, name) = (store.clone(), name.to_string());
+    Arc::new(move || {
+        let (store, name) = (store.clone(), name.clone());
+        Box::pin(async move {
+            match store.current_lease(&name).await {
+                Ok(Some(lease)) if lease.holder != store.holder() => {
+                    Err(format!("the backup was taken over by {}", lease.holder))
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(format!(
+                    "whether this replica still drives the backup cannot be read: {e}"
+                )),
+            }
+        })
+    })
 }
 
 /// Why a backup's `spec.resourcePolicy` cannot be used (the backup then

@@ -195,6 +195,8 @@ pub(super) struct Leases<'a> {
     /// How long a lease lasts unrenewed (`Settings::lease_duration`).
     pub(super) duration: Duration,
     pub(super) kept: &'a Kept,
+    /// The block work this machine runs: a backup's stops with its lease.
+    pub(super) live: &'a super::live_blocks::LiveBlocks,
 }
 
 impl Leases<'_> {
@@ -264,6 +266,12 @@ impl Leases<'_> {
         keep: bool,
     ) -> Result<T, PhaseError> {
         if matches!(result, Err(PhaseError::Lease(_))) {
+            // Whoever took the lease drives the backup now, its post hooks
+            // included: this machine's block work for it stops, as its
+            // process would (two replicas each running a pod's unfreeze
+            // is what the ledger and the claims cannot see across
+            // processes).
+            self.live.abort_backup(lease.backup());
             return result;
         }
         if keep {

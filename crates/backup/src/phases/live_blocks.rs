@@ -7,16 +7,24 @@
 //! fault campaign's seed 710). Each replica has its own: another process
 //! has only the ledger.
 
-use crate::backup::block_work::BlockWork;
+use crate::backup::block_work::{BlockWork, PostClaims};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
-pub(super) struct LiveBlocks(Mutex<HashMap<String, Arc<BlockWork>>>);
+pub(super) struct LiveBlocks {
+    works: Mutex<HashMap<String, Arc<BlockWork>>>,
+    /// The machine's claims on post hooks, shared by all its block work.
+    claims: Arc<PostClaims>,
+}
 
 impl LiveBlocks {
+    pub(super) fn claims(&self) -> Arc<PostClaims> {
+        self.claims.clone()
+    }
+
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<BlockWork>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.works.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Keeps `work` as backup `uid`'s, replacing an earlier attempt's.
@@ -30,6 +38,18 @@ impl LiveBlocks {
     /// recorded.
     pub(super) fn get(&self, uid: &str) -> Option<Arc<BlockWork>> {
         self.map().get(uid).cloned()
+    }
+
+    /// Stops the block work of backup `name` (its lease went to another
+    /// process), and forgets it.
+    pub(super) fn abort_backup(&self, name: &str) {
+        self.map().retain(|_, work| {
+            let ours = work.backup == name;
+            if ours {
+                work.abort();
+            }
+            !ours
+        });
     }
 
     /// Stops every block work kept here, and forgets it.

@@ -169,6 +169,7 @@ impl PhaseMachine {
             store: &self.store,
             duration: self.settings.lease_duration,
             kept: &self.kept,
+            live: &self.live_blocks,
         }
     }
 

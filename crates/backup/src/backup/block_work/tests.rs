@@ -291,7 +291,8 @@ fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
         pre: HookStatus::Succeeded,
         ran: Mutex::new(Vec::new()),
     });
-    let work = |uid: &str| Arc::new(block_work(&runtime, &runner).with_uid(uid));
+    let claims = Arc::new(PostClaims::default());
+    let work = |uid: &str| Arc::new(block_work(&runtime, &runner).with_uid(uid, claims.clone()));
     let pods = [hooked_pod("db-0", "Continue", "3s")];
     let first = work("u-post-once");
     let block = first.pre(&pods);
@@ -310,7 +311,7 @@ fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
         report
             .errors
             .iter()
-            .any(|(_, e)| e.contains("already started by this process")),
+            .any(|(_, e)| e.contains("already started here")),
         "{:?}",
         report.errors
     );
@@ -347,7 +348,7 @@ fn a_pre_hook_the_ledger_cannot_record_is_not_run() {
     faulty.fail_puts(true);
     let work = Arc::new(
         block_work(&runtime, &runner)
-            .with_uid("u-unrecorded")
+            .with_uid("u-unrecorded", Arc::default())
             .with_ledger(store),
     );
     let pods = [hooked_pod("db-0", "Fail", "3s")];
@@ -384,7 +385,7 @@ fn a_dropped_wait_loses_nothing_the_block_did() {
         pre: HookStatus::Succeeded,
         ran: Mutex::new(Vec::new()),
     });
-    let work = Arc::new(block_work(&runtime, &runner).with_uid("u-dropped-wait"));
+    let work = Arc::new(block_work(&runtime, &runner).with_uid("u-dropped-wait", Arc::default()));
     let pods = [hooked_pod("db-0", "Continue", "3s")];
     let block = work.pre(&pods);
     work.start_volumes(block, &pods);

@@ -78,7 +78,7 @@ fn annotation_hooks_parse() {
         let mut a = json!({"pre.hook.backup.velero.io/command": "true"});
         a[key] = json!(value);
         let e = annotation_hook(&pod("ns", "db", json!({}), a), HookPhase::Pre).unwrap_err();
-        assert_eq!(e.at, format!("pod pods ns/db: annotation {key}"), "{e}");
+        assert_eq!(e.at, format!("pod ns/db: annotation {key}"), "{e}");
     }
 }
 
