@@ -4,7 +4,8 @@
 # and versitygw; prints each round's line, then faults by kind, rounds by
 # terminal phase, recovery times per fault kind (median, max) and the
 # violations. A violation names its seed: `IAR_FAULT_SEEDS=<seed>` replays
-# it. Usage: bash bench/faults.sh [FIRST_SEED] [SEEDS] [ROUNDS]
+# it. Usage: bash bench/faults.sh [FIRST_SEED] [SEEDS] [ROUNDS]; with
+# IAR_FAULT_LOG=FILE the whole log is kept there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 first="${1:-1}" count="${2:-20}" rounds="${3:-10}"

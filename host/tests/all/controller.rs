@@ -1051,7 +1051,8 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
     controller.abort();
 
     // No more: nothing it backs up can be written or deleted, nor a
-    // Backup created.
+    // Schedule created or deleted (it creates the Backups its Schedules
+    // make, and writes a Schedule's status and `skipImmediately` only).
     let forbidden = |r: Result<(), kube::Error>, what: &str| match r {
         Err(kube::Error::Api(e)) if e.code == 403 => {}
         other => panic!("{what}: expected 403, got {other:?}"),
@@ -1076,14 +1077,21 @@ async fn the_deploy_rbac_is_enough_and_no_more() {
         "patch a configmap outside iar-system",
     );
     forbidden(
-        Api::<Backup>::namespaced(sa.clone(), "iar-system")
+        Api::<iar::k8s::crd::Schedule>::namespaced(sa.clone(), "iar-system")
             .create(
                 &PostParams::default(),
-                &Backup::new("forged", BackupSpec::default()),
+                &iar::k8s::crd::Schedule::new("forged", Default::default()),
             )
             .await
             .map(|_| ()),
-        "create a Backup",
+        "create a Schedule",
+    );
+    forbidden(
+        Api::<iar::k8s::crd::Schedule>::namespaced(sa.clone(), "iar-system")
+            .delete("forged", &DeleteParams::default())
+            .await
+            .map(|_| ()),
+        "delete a Schedule",
     );
     forbidden(
         Api::<Namespace>::all(sa.clone())

@@ -240,8 +240,11 @@ impl World {
         let r = &mut self.replicas[replica];
         // The repository password, as deploy/deployment.yaml gives it: a
         // deleted or expired backup's snapshots are forgotten with it.
+        // The leader's repository maintenance (a prune) every 15 s, forced
+        // often as the campaign asks, beside the rounds' own prunes.
         let settings = iar::phases::Settings {
             repository_password: Some(Password::new(PASSWORD).unwrap()),
+            repository_maintenance_period: Duration::from_secs(15),
             ..crate::controller::settings()
         };
         let (_, task) = start_replica_with(
