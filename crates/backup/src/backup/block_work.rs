@@ -744,7 +744,8 @@ pub fn interrupted(
             Some(_) => continue,
             None => format!(
                 "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks ran ({})",
-                pre.pod, pre.state
+                pre.pod.path(),
+                pre.state
             ),
         };
         out.push((pre.pod.namespace.clone(), message));
