@@ -472,7 +472,25 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         "--wait=false",
     ]);
     eprintln!("install: deleted {} mid-backup", replicas.join(", "));
-    let phase = wait_backup(&kubectl, "nightly");
+    let phase = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_backup(&kubectl, "nightly")
+    }))
+    .unwrap_or_else(|panic| {
+        // What the replicas and the agents said, to find why.
+        for app in ["iar", "iar-node-agent"] {
+            let logs = kubectl.run(&[
+                "-n",
+                NS,
+                "logs",
+                "-l",
+                &format!("app.kubernetes.io/name={app}"),
+                "--tail=80",
+                "--prefix",
+            ]);
+            eprintln!("install: the logs of {app}:\n{logs}");
+        }
+        std::panic::resume_unwind(panic)
+    });
     let backup = kubectl.json(&["-n", NS, "get", "backups.iar.dev", "nightly"]);
     assert_eq!(phase, "Completed", "{backup:#}\n{}", cluster.logs());
     // Each deleted replica stopped on its SIGTERM; the one driving the
