@@ -338,11 +338,15 @@ impl PluginInstance {
             let violation = Violation::NotExported(interface);
             return Err(self.error(call, target, violation, String::new()));
         }
-        self.run = match &pass {
-            Some(PassKey::Backup(_, _, uid, _)) => Some(("backup", uid.clone())),
-            Some(PassKey::Restore(_, _, uid)) => Some(("restore", uid.clone())),
+        // Set only when it changes: most calls belong to the run before.
+        let run = match &pass {
+            Some(PassKey::Backup(_, _, uid, _)) => Some(("backup", uid.as_str())),
+            Some(PassKey::Restore(_, _, uid)) => Some(("restore", uid.as_str())),
             None => None,
         };
+        if self.run.as_ref().map(|(kind, uid)| (*kind, uid.as_str())) != run {
+            self.run = run.map(|(kind, uid)| (kind, uid.to_string()));
+        }
         self.isolate(pass.as_ref());
         if self.live.is_none()
             && let Err(violation) = self.instantiate(pass)
