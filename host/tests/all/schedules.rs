@@ -102,9 +102,21 @@ async fn schedules_make_their_backups_as_velero_does() {
         (owner.kind.as_str(), owner.name.as_str()),
         ("Schedule", "often")
     );
-    let status = schedules.get("often").await.unwrap().status.unwrap();
+    // The status is written right after the backup is made.
+    let status = wait_for("the schedule's lastBackup", Duration::from_secs(30), || {
+        let schedules = schedules.clone();
+        async move {
+            let s = schedules.get("often").await.map_err(|e| e.to_string())?;
+            let status = s.status.unwrap_or_default();
+            status
+                .last_backup
+                .is_some()
+                .then_some(status.clone())
+                .ok_or(format!("{status:?}"))
+        }
+    })
+    .await;
     assert_eq!(status.phase.as_deref(), Some("Enabled"));
-    assert!(status.last_backup.is_some());
     // The backup runs to its end, and the next ones come, never two at
     // once (each waits for the one before to leave New and InProgress).
     wait_for("three scheduled backups", Duration::from_secs(90), || {
