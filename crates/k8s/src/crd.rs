@@ -4,6 +4,7 @@
 
 use iar_backup::backup::object::BackupStatus;
 use k8s_openapi::api::core::v1::TypedLocalObjectReference;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -134,10 +135,13 @@ impl BackupSpec {
 }
 
 /// The CustomResourceDefinition, as `iar crd` prints it.
-pub fn definition()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    use kube::CustomResourceExt;
-    let mut crd = serde_json::to_value(Backup::crd()).expect("a CRD serializes");
+pub fn definition() -> CustomResourceDefinition {
+    formatted::<Backup>()
+}
+
+/// `K`'s CRD with Kubernetes' integer formats ([`kubernetes_formats`]).
+fn formatted<K: kube::CustomResourceExt>() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(K::crd()).expect("a CRD serializes");
     kubernetes_formats(&mut crd);
     serde_json::from_value(crd).expect("only formats changed")
 }
@@ -169,22 +173,13 @@ pub fn definition_yaml() -> String {
 }
 
 /// The node agents' `volumebackups.iar.dev` CRD, formats as [`definition`]'s.
-pub fn volume_backup_definition()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    use kube::CustomResourceExt;
-    let mut crd =
-        serde_json::to_value(super::volume_backup::VolumeBackup::crd()).expect("a CRD serializes");
-    kubernetes_formats(&mut crd);
-    serde_json::from_value(crd).expect("only formats changed")
+pub fn volume_backup_definition() -> CustomResourceDefinition {
+    formatted::<super::volume_backup::VolumeBackup>()
 }
 
 /// The `schedules.iar.dev` CRD, formats as [`definition`]'s.
-pub fn schedule_definition()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    use kube::CustomResourceExt;
-    let mut crd = serde_json::to_value(Schedule::crd()).expect("a CRD serializes");
-    kubernetes_formats(&mut crd);
-    serde_json::from_value(crd).expect("only formats changed")
+pub fn schedule_definition() -> CustomResourceDefinition {
+    formatted::<Schedule>()
 }
 
 /// iar's CRDs, as `iar crd` prints them (deploy/crd.yaml).

@@ -1716,14 +1716,9 @@ fn describe_and_get_print_as_velero_does() {
 fn schedule_says_which_backup_is_due() {
     let store = tempfile::tempdir().unwrap();
     let store_dir = store.path().to_str().unwrap();
-    let out = iar(&[
-        "schedule",
-        "nightly",
-        "--schedule",
-        "@daily",
-        "--store",
-        store_dir,
-    ]);
+    let schedule =
+        |name: &str, cron: &str| iar(&["schedule", name, "--schedule", cron, "--store", store_dir]);
+    let out = schedule("nightly", "@daily");
     assert!(out.status.success(), "{}", text(&out));
     let name = String::from_utf8(out.stdout.clone())
         .unwrap()
@@ -1743,35 +1738,14 @@ fn schedule_says_which_backup_is_due() {
         store_dir,
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let out = iar(&[
-        "schedule",
-        "nightly",
-        "--schedule",
-        "@daily",
-        "--store",
-        store_dir,
-    ]);
+    let out = schedule("nightly", "@daily");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not due; next run at"));
     // Another schedule's backups are not this one's.
-    let out = iar(&[
-        "schedule",
-        "weekly",
-        "--schedule",
-        "@weekly",
-        "--store",
-        store_dir,
-    ]);
+    let out = schedule("weekly", "@weekly");
     assert!(out.status.success(), "{}", text(&out));
-    let out = iar(&[
-        "schedule",
-        "nightly",
-        "--schedule",
-        "0 0 1 * * *",
-        "--store",
-        store_dir,
-    ]);
+    let out = schedule("nightly", "0 0 1 * * *");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid schedule"));
 }

@@ -497,31 +497,15 @@ async fn check_gone(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    // Every freeze is undone, if not at once then within 30 s: a deleted
-    // backup must not leave its application frozen.
-    let count = |what: &str| {
-        ledger_lines(ledger)[hooks_before.min(ledger_lines(ledger).len())..]
-            .iter()
-            .filter(|(w, _)| w == what)
-            .count()
-    };
-    let undone = Instant::now();
-    while count("post") < count("pre") {
-        if undone.elapsed() > Duration::from_secs(30) {
-            return Err(format!(
-                "gone with {} pre and {} post hook runs: a freeze left in place",
-                count("pre"),
-                count("post")
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    if count("pre") > 1 || count("post") > 1 {
+    // A deleted backup must not leave its application frozen either.
+    let (_, pre, post) = freezes_undone(ledger, hooks_before).await;
+    if pre > post {
         return Err(format!(
-            "hooks ran {} pre and {} post times",
-            count("pre"),
-            count("post")
+            "gone with {pre} pre and {post} post hook runs: a freeze left in place"
         ));
+    }
+    if pre > 1 || post > 1 {
+        return Err(format!("hooks ran {pre} pre and {post} post times"));
     }
     if fate == Fate::DeletedMidFlight {
         let stored: Option<iar::backup::object::BackupObject> = store
@@ -546,26 +530,11 @@ async fn check_gone(
             return Err(format!("gone, and its {file:?} is still in the store"));
         }
     }
-    let (store, ns, uid) = (store.clone(), ns.to_string(), uid.to_string());
-    let tagged = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Handle::current();
-        let password = Password::new(PASSWORD).unwrap();
-        match VolumeRepository::open(&store, &ns, &password, &runtime) {
-            Ok(repo) => repo
-                .snapshots()
-                .map(|s| {
-                    s.iter()
-                        .map(|s| s.tags.to_string())
-                        .filter(|tags| tags.contains(&uid))
-                        .collect::<Vec<_>>()
-                })
-                .map_err(|e| e.to_string()),
-            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(Vec::new()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await
-    .unwrap()?;
+    let tagged: Vec<String> = snapshot_tags(store, ns)
+        .await?
+        .into_iter()
+        .filter(|tags| tags.contains(uid))
+        .collect();
     if !tagged.is_empty() {
         return Err(format!(
             "gone, and snapshots tagged with its uid remain: {tagged:?}"
@@ -695,6 +664,44 @@ fn hook_command(what: &str, ledger: &Path) -> String {
     serde_json::json!(["sh", "-c", line]).to_string()
 }
 
+/// The ledger's lines after its first `before`, once every freeze among
+/// them is undone (the pod's hooks always succeed here, so a post hook is
+/// owed once the pre hook ran), or after 30 s; with the pre and post
+/// counts.
+async fn freezes_undone(ledger: &Path, before: usize) -> (Vec<(String, u128)>, usize, usize) {
+    let waited = Instant::now();
+    loop {
+        let lines = ledger_lines(ledger);
+        let new = lines[before.min(lines.len())..].to_vec();
+        let count = |what: &str| new.iter().filter(|(w, _)| w == what).count();
+        let (pre, post) = (count("pre"), count("post"));
+        if post >= pre || waited.elapsed() > Duration::from_secs(30) {
+            return (new, pre, post);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The tags of every snapshot in namespace `ns`'s repository (none when
+/// it was never made), each as restic prints them.
+async fn snapshot_tags(store: &BackupStore, ns: &str) -> Result<Vec<String>, String> {
+    let (store, ns) = (store.clone(), ns.to_string());
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Handle::current();
+        let password = Password::new(PASSWORD).unwrap();
+        match VolumeRepository::open(&store, &ns, &password, &runtime) {
+            Ok(repo) => repo
+                .snapshots()
+                .map(|s| s.iter().map(|s| s.tags.to_string()).collect())
+                .map_err(|e| e.to_string()),
+            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .unwrap()
+}
+
 /// The first errors of a backup's stored log, shortened: what made a
 /// round PartiallyFailed, for the report.
 async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {
@@ -735,20 +742,8 @@ async fn check_hooks(
     before: Vec<(String, u128)>,
     requests: &Api<iar::k8s::volume_backup::VolumeBackup>,
 ) -> Result<(), String> {
-    // Every freeze is undone, whatever the phase (the pod's hooks always
-    // succeed here, so a post hook is owed once the pre hook ran), if not
-    // at once then within 30 s.
-    let waited = Instant::now();
-    let (new, pre, post) = loop {
-        let lines = ledger_lines(ledger);
-        let new = lines[before.len().min(lines.len())..].to_vec();
-        let count = |what: &str| new.iter().filter(|(w, _)| w == what).count();
-        let (pre, post) = (count("pre"), count("post"));
-        if post >= pre || waited.elapsed() > Duration::from_secs(30) {
-            break (new, pre, post);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    // Every freeze is undone, whatever the phase.
+    let (new, pre, post) = freezes_undone(ledger, before.len()).await;
     let new = &new[..];
     if pre > post {
         return Err(format!(
@@ -1086,27 +1081,12 @@ async fn run_seed(
             ));
         }
     }
-    let (store, password) = (world.store.store.clone(), Password::new(PASSWORD).unwrap());
-    let left = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Handle::current();
-        match VolumeRepository::open(&store, &ns, &password, &runtime) {
-            Ok(repo) => repo
-                .snapshots()
-                .map(|s| {
-                    s.iter()
-                        .map(|s| s.tags.to_string())
-                        // restic's own backups (the second writer) are not
-                        // iar's to delete.
-                        .filter(|tags| tags != "foreign")
-                        .collect::<Vec<_>>()
-                })
-                .map_err(|e| e.to_string()),
-            Err(iar::repository::RepositoryError::Missing { .. }) => Ok(Vec::new()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await
-    .unwrap();
+    // restic's own backups (the second writer) are not iar's to delete.
+    let left = snapshot_tags(&world.store.store, &ns).await.map(|tags| {
+        tags.into_iter()
+            .filter(|tags| tags != "foreign")
+            .collect::<Vec<_>>()
+    });
     match left {
         Ok(left) if left.is_empty() => Ok(done),
         Ok(left) => Err(format!(
