@@ -357,6 +357,20 @@ impl BlockWork {
             // hooks: after a restart, its post hooks are known to be owed.
             let has_post = !self.hooks_for(pod, HookPhase::Post).is_empty();
             let pre = self.runtime.block_on(async {
+                // An earlier attempt of this backup (a first pass that
+                // failed after its pre hooks, retried by another replica)
+                // froze the pod already: not again. Its post hooks are owed
+                // as that attempt's entry says.
+                let earlier = self
+                    .ledger
+                    .lock()
+                    .await
+                    .iter()
+                    .find(|e| e.pod == pod.id && e.phase == "pre")
+                    .cloned();
+                if let Some(earlier) = earlier {
+                    return self.ran_before(pod, &hooks, &earlier);
+                }
                 // A freeze is recorded as started before it runs: a
                 // process that takes the backup over then owes its
                 // unfreeze. One the ledger cannot record is not run.
@@ -384,6 +398,52 @@ impl BlockWork {
             });
         }
         out
+    }
+
+    /// Pre hooks an earlier attempt of the backup ran (its ledger entry):
+    /// not run again, said as a warning; none recorded when the pod's post
+    /// hooks are owed, skipped ones when not.
+    fn ran_before(
+        &self,
+        pod: &Item,
+        hooks: &[crate::backup::hooks::ResolvedHook],
+        earlier: &LedgerEntry,
+    ) -> Vec<HookRecord> {
+        use crate::backup::hooks::HookStatus;
+        let reason = format!(
+            "an earlier attempt of this backup ran them ({})",
+            earlier.state
+        );
+        self.state().warnings.push((
+            pod.id.namespace.clone(),
+            format!(
+                "pre hooks of pod {}: not run again: {reason}",
+                pod.id.path()
+            ),
+        ));
+        if owes_post(earlier) {
+            return Vec::new();
+        }
+        let now = self.clock.system_now();
+        hooks
+            .iter()
+            .map(|hook| HookRecord {
+                pod: pod.id.clone(),
+                hook: hook.clone(),
+                status: HookStatus::Skipped {
+                    reason: reason.clone(),
+                },
+                output: Default::default(),
+                started: Some(now),
+                ended: Some(now),
+            })
+            .collect()
+    }
+
+    /// Carries on the hook ledger an earlier attempt of the backup wrote:
+    /// each write holds every entry, and its pre entries are not run again.
+    pub async fn continue_ledger(&self, entries: Vec<LedgerEntry>) {
+        *self.ledger.lock().await = entries;
     }
 
     /// Pre hooks not run because the ledger could not record them as

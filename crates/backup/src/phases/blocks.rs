@@ -149,6 +149,16 @@ impl Blocks<'_> {
             .with_max_hook_timeout(self.max_hook_timeout)
             .with_clock(self.clock.clone()),
         );
+        // What an earlier attempt of this backup froze (a retried first
+        // pass) is in its ledger: carried on, so that no pod is frozen
+        // twice (the campaign's seed 1 saw two pre and two post hooks).
+        let earlier: Option<Vec<LedgerEntry>> = self
+            .store
+            .get_json(run.name(), BackupFile::HookLedger)
+            .await?;
+        if let Some(earlier) = earlier {
+            work.continue_ledger(earlier).await;
+        }
         self.live.insert(run.object.work_uid(), &work);
         Ok(work)
     }
