@@ -5,7 +5,8 @@
 # terminal phase, recovery times per fault kind (median, max) and the
 # violations. A violation names its seed: `IAR_FAULT_SEEDS=<seed>` replays
 # it. Usage: bash bench/faults.sh [FIRST_SEED] [SEEDS] [ROUNDS]; with
-# IAR_FAULT_LOG=FILE the whole log is kept there.
+# IAR_FAULT_LOG=FILE the whole log is kept there; IAR_FAULT_PARALLEL
+# seeds (3) run side by side, each with its own API server and store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 first="${1:-1}" count="${2:-20}" rounds="${3:-10}"
@@ -13,10 +14,23 @@ seeds="$(seq -s, "$first" "$((first + count - 1))")"
 IAR_KUBE_APISERVER="$(tools/kubernetes/build.sh kube-apiserver)"
 export IAR_KUBE_APISERVER
 log="$(mktemp)"
-trap 'cp "$log" "${IAR_FAULT_LOG:-/dev/null}" 2>/dev/null; rm -f "$log"' EXIT
+# The test binary and iar are built, then copied: what runs is the code of
+# this moment, whatever is built beside it during a long run.
+frozen="$(mktemp -d)"
+trap 'cp "$log" "${IAR_FAULT_LOG:-/dev/null}" 2>/dev/null; rm -rf "$log" "$frozen"' EXIT
+exe="$(cargo test -q -p iar --test all --no-run --message-format=json |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "all" and m.get("executable"):
+        print(m["executable"])')"
+cp "$exe" "$frozen/all"
+# The `iar` the test binary was built beside (cargo builds it with it).
+cp "$(dirname "$(dirname "$exe")")/iar" "$frozen/iar"
 start=$SECONDS
-IAR_FAULT_SEEDS="$seeds" IAR_FAULT_ROUNDS="$rounds" \
-  cargo test -p iar --test all seeded_faults -- --nocapture 2>&1 | tee "$log" |
+(cd host && IAR_TEST_BIN="$frozen/iar" IAR_FAULT_SEEDS="$seeds" IAR_FAULT_ROUNDS="$rounds" \
+  IAR_FAULT_PARALLEL="${IAR_FAULT_PARALLEL:-3}" \
+  "$frozen/all" seeded_faults --nocapture 2>&1) | tee "$log" |
   grep -E '^fault-campaign' || true
 echo "took $((SECONDS - start)) s"
 python3 - "$log" <<'PY'

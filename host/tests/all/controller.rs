@@ -36,41 +36,45 @@ use std::time::{Duration, Instant};
 /// `csi::snapshots`.)
 pub(crate) async fn install_crds(client: &Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    DONE.get_or_init(|| async {
-        let crds = Api::<CustomResourceDefinition>::all(client.clone());
-        for crd in [
-            iar::k8s::crd::definition(),
-            iar::k8s::crd::volume_backup_definition(),
-            iar::k8s::crd::schedule_definition(),
-        ] {
-            let name = crd.metadata.name.clone().unwrap();
-            match crds.create(&PostParams::default(), &crd).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => panic!("create CRD {name}: {e}"),
-            }
-            wait_for(
-                &format!("CRD {name} established"),
-                Duration::from_secs(30),
-                || {
-                    let crds = crds.clone();
-                    let name = name.clone();
-                    async move {
-                        let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
-                        let established = crd.status.and_then(|s| s.conditions).is_some_and(|c| {
-                            c.iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True")
-                        });
-                        established
-                            .then_some(())
-                            .ok_or_else(|| "not yet".to_string())
-                    }
-                },
-            )
-            .await;
+    DONE.get_or_init(|| install_crds_on(client)).await;
+}
+
+/// iar's CRDs created on the server `client` talks to, established (a
+/// server of the caller's own: [`install_crds`] does it once for the
+/// shared one).
+pub(crate) async fn install_crds_on(client: &Client) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in [
+        iar::k8s::crd::definition(),
+        iar::k8s::crd::volume_backup_definition(),
+        iar::k8s::crd::schedule_definition(),
+    ] {
+        let name = crd.metadata.name.clone().unwrap();
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("create CRD {name}: {e}"),
         }
-    })
-    .await;
+        wait_for(
+            &format!("CRD {name} established"),
+            Duration::from_secs(30),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+                    let established = crd.status.and_then(|s| s.conditions).is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    });
+                    established
+                        .then_some(())
+                        .ok_or_else(|| "not yet".to_string())
+                }
+            },
+        )
+        .await;
+    }
 }
 
 pub(crate) async fn create_config_map(client: &Client, ns: &str, name: &str, app: &str) {
@@ -820,7 +824,7 @@ pub(crate) fn spawn_controller_leased(
     lease: &str,
 ) -> ControllerProcess {
     let log = std::fs::File::create(log).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_iar"))
+    let child = std::process::Command::new(crate::support::iar_bin())
         .args([
             "controller",
             "--namespace",

@@ -149,10 +149,18 @@ pub(crate) enum Fault {
     /// 3 s leader lease: it must stop writing, then take the lease again.
     ControllerApiPartition,
     /// Every connection of the agent and the controller to the API server
-    /// reset, new ones too, for a few seconds: what a kube-apiserver
-    /// restart looks like from iar's side (the test's API server is shared
-    /// with the other tests of the binary and is not restarted itself).
+    /// reset, new ones too, for a few seconds: a load balancer in front of
+    /// the API server dropping everyone.
     ApiServerDown,
+    /// The seed's kube-apiserver killed (SIGKILL) and started again on its
+    /// port 0–2 s later: watches break, clients are refused until it is
+    /// ready (seconds).
+    ApiServerRestart,
+    /// The seed's etcd killed and started again on its data 0.5–3 s
+    /// later: the API server answers errors and timeouts meanwhile.
+    EtcdRestart,
+    /// `iar gc` from the command line, beside the controller's own sweep.
+    IarGc,
     /// The store answers every request 500 or 503 (S3's `InternalError`,
     /// `SlowDown`) for 1–6 s, through an HTTP hop before it; the
     /// connections open then are closed.
@@ -160,7 +168,7 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 18] = [
+    pub(crate) const ALL: [Fault; 21] = [
         Fault::AgentKill,
         Fault::AgentStopPastSilence,
         Fault::AgentStopBrief,
@@ -179,6 +187,9 @@ impl Fault {
         Fault::ControllerApiPartition,
         Fault::ApiServerDown,
         Fault::StoreUnavailable,
+        Fault::ApiServerRestart,
+        Fault::EtcdRestart,
+        Fault::IarGc,
     ];
 
     /// A round's faults: none to three (1.5 on average), with their

@@ -27,7 +27,7 @@
 use crate::controller::{create_backup, start_replica_with};
 use crate::fault_workload::{Dice, Fate, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
-use crate::pod_hooks::{KwokCluster, kwok_cluster};
+use crate::pod_hooks::kwok_cluster;
 use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_env, s3_store, tools};
 use crate::volume_repository::{files, go_tool, restic};
 use iar::backup::object::BackupPhase;
@@ -36,12 +36,14 @@ use iar::k8s::crd::Backup;
 use iar::k8s::plugins::PluginRegistry;
 use iar::repository::{Password, VolumeRepository};
 use iar::store::{BackupFile, BackupStore};
-use iar_apiserver::User;
+use iar_apiserver::kwok::Kwok;
+use iar_apiserver::{ApiServer, Program, User};
 use iar_tests::toxiproxy::{Stream, Toxiproxy};
 use kube::api::Api;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "fault campaign";
@@ -208,7 +210,9 @@ struct World {
     store: Store,
     agent: Option<Agent>,
     admin: kube::Client,
-    server: &'static iar_apiserver::ApiServer,
+    /// The seed's own API server: [`Fault::ApiServerRestart`] and
+    /// [`Fault::EtcdRestart`] restart it under this seed alone.
+    server: Arc<ApiServer>,
     restic: PathBuf,
 }
 
@@ -219,7 +223,7 @@ impl World {
         let kubeconfig = self.agent_kubeconfig.clone();
         let cache = self.tmpfs.as_ref().map(|t| t.path().join("agent-cache"));
         self.agent = Some(Agent::start_with(
-            self.server,
+            &self.server,
             User::Admin,
             &self.ns,
             &self.node,
@@ -402,8 +406,33 @@ impl World {
                 backup.arg(&dir);
                 tokio::task::block_in_place(|| backup.output()).unwrap();
             }
+            Fault::ApiServerRestart | Fault::EtcdRestart => {
+                let (program, down) = if fault == Fault::EtcdRestart {
+                    (Program::Etcd, Duration::from_millis(500 + dice.below(2500)))
+                } else {
+                    (
+                        Program::KubeApiserver,
+                        Duration::from_millis(dice.below(2000)),
+                    )
+                };
+                let server = self.server.clone();
+                tokio::task::spawn_blocking(move || server.restart(program, down))
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("restarting {program:?}: {e}"));
+            }
+            // The command-line sweep beside the controller's own: both
+            // may take an expired backup's lease; one deletes it.
+            Fault::IarGc => {
+                let mut gc = Command::new(crate::support::iar_bin());
+                gc.args(["gc", "--store", &format!("s3://{BUCKET}")])
+                    .arg("--repository-password-file")
+                    .arg(&self.password_file);
+                s3_env(&mut gc, &self.store.endpoint);
+                tokio::task::block_in_place(|| gc.output()).unwrap();
+            }
             Fault::IarPrune => {
-                let mut prune = Command::new(env!("CARGO_BIN_EXE_iar"));
+                let mut prune = Command::new(crate::support::iar_bin());
                 prune
                     .args(["repository", "prune", &self.ns, "--instant"])
                     .args(["--store", &format!("s3://{BUCKET}")])
@@ -449,6 +478,38 @@ impl World {
             .args(args);
         s3_env(&mut restic, &self.store.endpoint);
         restic
+    }
+}
+
+/// A seed's own control plane: etcd, kube-apiserver and kwok, so that
+/// restarting them hits this seed alone (the suite's shared server serves
+/// the binary's other tests), and seeds may run side by side.
+struct SeedCluster {
+    server: Arc<ApiServer>,
+    kwok: Kwok,
+    admin: kube::Client,
+}
+
+impl SeedCluster {
+    async fn start() -> Result<SeedCluster, String> {
+        let server = ApiServer::start()
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no kube-apiserver (the shared one started)")?;
+        let kwok = Kwok::start(&server)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no kwok (the shared one started)")?;
+        let admin = server
+            .client(User::Admin)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::controller::install_crds_on(&admin).await;
+        Ok(SeedCluster {
+            server: Arc::new(server),
+            kwok,
+            admin,
+        })
     }
 }
 
@@ -813,7 +874,6 @@ async fn check_hooks(
 }
 
 async fn run_seed(
-    cluster: &KwokCluster,
     tools: &Path,
     restic: &Path,
     toxiproxy: &Path,
@@ -823,12 +883,13 @@ async fn run_seed(
     let mut dice = Dice::new(seed);
     let ns = format!("faults-{seed}");
     let node = format!("kwok-faults-{seed}");
+    let cluster = SeedCluster::start().await?;
     cluster.kwok.add_node(&cluster.admin, &node).await;
     iar_apiserver::create_namespace(&cluster.admin, &ns).await;
     let kubelet_root = tempfile::tempdir().unwrap();
     let ledger = kubelet_root.path().join("hook-ledger");
     let volume = pod_with_volume(
-        cluster.kwok,
+        &cluster.kwok,
         &cluster.admin,
         &ns,
         "db-0",
@@ -857,7 +918,7 @@ async fn run_seed(
     let upstream: SocketAddr = http_faults.addr();
     let agent_endpoint = format!("http://{}", proxy.proxy(AGENT_S3, upstream));
     let agent_kubeconfig =
-        proxied_kubeconfig(cluster.server, &proxy, AGENT_API, kubelet_root.path());
+        proxied_kubeconfig(&cluster.server, &proxy, AGENT_API, kubelet_root.path());
     let mut replicas = Vec::new();
     for i in 0..REPLICAS {
         let store = s3_store(&format!(
@@ -865,7 +926,7 @@ async fn run_seed(
             proxy.proxy(&format!("{CONTROLLER_S3}-{i}"), upstream)
         ));
         let path = proxied_kubeconfig(
-            cluster.server,
+            &cluster.server,
             &proxy,
             &format!("{CONTROLLER_API}-{i}"),
             kubelet_root.path(),
@@ -899,7 +960,7 @@ async fn run_seed(
         password_file,
         agent: None,
         admin: cluster.admin.clone(),
-        server: cluster.server,
+        server: cluster.server.clone(),
         restic: restic.to_path_buf(),
     };
     world.start_agent();
@@ -1067,7 +1128,7 @@ async fn run_seed(
         .await
         .map_err(|e| e.to_string())?;
     for name in stored {
-        let mut delete = Command::new(env!("CARGO_BIN_EXE_iar"));
+        let mut delete = Command::new(crate::support::iar_bin());
         delete
             .args(["delete", &name, "--store", &format!("s3://{BUCKET}")])
             .arg("--repository-password-file")
@@ -1098,9 +1159,11 @@ async fn run_seed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
-    let Some(cluster) = kwok_cluster("faults", &[]).await else {
+    // The shared cluster only as the gate: it builds kube-apiserver and
+    // kwok, or skips loudly; each seed starts servers of its own.
+    if kwok_cluster("faults", &[]).await.is_none() {
         return;
-    };
+    }
     let Some(tools) = tools() else { return };
     let Some(restic) = restic() else { return };
     let Some(toxiproxy) = go_tool("toxiproxy") else {
@@ -1108,10 +1171,20 @@ async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
     };
     let seeds = env_list("IAR_FAULT_SEEDS", "1,2");
     let rounds = env_list("IAR_FAULT_ROUNDS", "3")[0];
+    // Seeds run side by side in long runs: each has its own servers,
+    // store, proxies and namespace; most of a round is waiting.
+    let parallel = env_list("IAR_FAULT_PARALLEL", "1")[0].max(1) as usize;
     let mut violations = Vec::new();
     let mut injected = 0;
-    for seed in seeds {
-        match run_seed(&cluster, &tools, &restic, &toxiproxy, seed, rounds).await {
+    use futures::StreamExt;
+    let mut runs = futures::stream::iter(seeds)
+        .map(|seed| {
+            let (tools, restic, toxiproxy) = (&tools, &restic, &toxiproxy);
+            async move { (seed, run_seed(tools, restic, toxiproxy, seed, rounds).await) }
+        })
+        .buffer_unordered(parallel);
+    while let Some((seed, outcome)) = runs.next().await {
+        match outcome {
             Ok(done) => {
                 injected += done.iter().map(|r| r.faults.len()).sum::<usize>();
                 let worst = done.iter().map(|r| r.recovery).max().unwrap_or_default();

@@ -380,7 +380,7 @@ fn a_new_go_plugin_builds_outside_the_checkout_and_its_tests_pass() {
         go_mod.contains(&format!("replace iar.dev/sdk => {}", sdk.display())),
         "{go_mod}"
     );
-    let build = Command::new(env!("CARGO_BIN_EXE_iar"))
+    let build = Command::new(crate::support::iar_bin())
         .args(["build", dir.to_str().unwrap()])
         .env("GOPROXY", "off")
         .env("GOFLAGS", "-mod=mod")

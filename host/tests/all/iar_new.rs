@@ -67,7 +67,7 @@ fn a_new_plugin_builds_outside_the_workspace_and_its_tests_pass() {
     let target = repo().join("target/iar-new-test");
     let expected = dir.join("target/wasm32-wasip2/release/team_label.wasm");
     std::fs::create_dir_all(expected.parent().unwrap()).unwrap();
-    let mut build = Command::new(env!("CARGO_BIN_EXE_iar"));
+    let mut build = Command::new(crate::support::iar_bin());
     build
         .args([
             "build",

@@ -77,7 +77,7 @@ impl Agent {
         kubeconfig["current-context"] = user.name().into();
         let kubeconfig_path = root.join(format!("kubeconfig-{node}"));
         std::fs::write(&kubeconfig_path, kubeconfig.to_string()).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_iar"));
+        let mut command = Command::new(crate::support::iar_bin());
         command
             .args(["node-agent", "--namespace", namespace, "--node-name", node])
             .arg("--kubelet-root")

@@ -235,7 +235,7 @@ async fn a_node_agent_backs_volumes_up_into_the_namespaces_repository_on_s3() {
         .join(BUCKET)
         .join(format!("restic/{NS}/data"));
     let before = pack_bytes(&packs);
-    let mut delete = Command::new(env!("CARGO_BIN_EXE_iar"));
+    let mut delete = Command::new(crate::support::iar_bin());
     delete
         .args([
             "delete",

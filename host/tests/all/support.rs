@@ -33,11 +33,20 @@ pub fn cache_dir() -> PathBuf {
 /// [`iar`] runs it, for callers that need the child process itself, other
 /// stdio or more environment.
 pub fn iar_command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iar"));
+    let mut cmd = Command::new(iar_bin());
     cmd.args(args)
         .current_dir(repo())
         .env("IAR_CACHE_DIR", cache_dir());
     cmd
+}
+
+/// The `iar` binary the tests run: cargo's, or `IAR_TEST_BIN`'s (a long
+/// run, `bench/faults.sh`, runs a copy, so that builds beside it change
+/// nothing it runs).
+pub fn iar_bin() -> PathBuf {
+    std::env::var_os("IAR_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_iar").into())
 }
 
 /// A child process killed and reaped when dropped: a test that fails

@@ -97,6 +97,10 @@ fn random_hex() -> Result<String, StartError> {
 pub(crate) fn service_account_key(dir: &Path) -> Result<(PathBuf, PathBuf), StartError> {
     let private = service_account_key_path(dir);
     let public = dir.join("sa.pub");
+    // A restarted server keeps its key: the tokens it signed stay valid.
+    if private.exists() && public.exists() {
+        return Ok((private, public));
+    }
     run_openssl(&[
         "genpkey",
         "-algorithm",

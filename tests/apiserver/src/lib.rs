@@ -56,6 +56,7 @@ const POLL: Duration = Duration::from_millis(100);
 const CRDS_SERVED: Duration = Duration::from_secs(60);
 
 /// Where kube-apiserver listens and what it admits.
+#[derive(Clone)]
 pub(crate) struct Listen {
     /// Its one address (`--bind-address` and `--advertise-address`).
     address: Ipv4Addr,
@@ -91,8 +92,27 @@ pub struct ApiServer {
     /// kube-apiserver first: it is stopped before the etcd it writes to.
     processes: Mutex<Vec<ServerProcess>>,
     startup: Duration,
+    /// What [`ApiServer::restart`] starts again: the same programs on the
+    /// same ports, so every client and proxy keeps its address.
+    relaunch: Mutex<Option<Relaunch>>,
     /// etcd's data, certificates, keys, logs, the kubeconfig.
     dir: tempfile::TempDir,
+}
+
+/// How the two programs were started, to start them again alike.
+#[derive(Clone)]
+struct Relaunch {
+    kube_apiserver: PathBuf,
+    port: u16,
+    etcd_ports: (u16, u16),
+    listen: Listen,
+}
+
+/// A program of the pair, for [`ApiServer::restart`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Program {
+    Etcd,
+    KubeApiserver,
 }
 
 impl ApiServer {
@@ -220,17 +240,58 @@ impl ApiServer {
             kubelet_pki,
             processes: Mutex::new(Vec::new()),
             startup: Duration::ZERO,
+            relaunch: Mutex::new(None),
             dir,
         };
-        let etcd_url = server.start_etcd()?;
+        let etcd_ports = (free_port()?, free_port()?);
+        let etcd_url = server.start_etcd(etcd_ports)?;
         server.start_kube_apiserver(kube_apiserver, port, &etcd_url, listen)?;
         server.startup = begun.elapsed();
+        *lock(&server.relaunch) = Some(Relaunch {
+            kube_apiserver: kube_apiserver.to_path_buf(),
+            port,
+            etcd_ports,
+            listen: listen.clone(),
+        });
         Ok(server)
     }
 
-    /// Starts etcd and waits for its `/health`; returns its client URL.
-    fn start_etcd(&self) -> Result<String, StartError> {
-        let (client, peer) = (free_port()?, free_port()?);
+    /// Kills `program` (SIGKILL, as a crash or an OOM kill does), waits
+    /// `down`, and starts it again on the same ports with the same data,
+    /// certificates and tokens; returns once it is ready again. Blocks
+    /// for the whole restart (seconds). Clients see their connections
+    /// reset, then refused, then answered again: etcd's data outlives
+    /// its process, so nothing stored is lost.
+    pub fn restart(&self, program: Program, down: Duration) -> Result<(), StartError> {
+        let relaunch = lock(&self.relaunch)
+            .clone()
+            .expect("a started server knows how it was started");
+        let name = match program {
+            Program::Etcd => "etcd",
+            Program::KubeApiserver => "kube-apiserver",
+        };
+        {
+            let mut processes = lock(&self.processes);
+            if let Some(at) = processes.iter().position(|p| p.program == name) {
+                processes.remove(at).kill();
+            }
+        }
+        std::thread::sleep(down);
+        let etcd_url = format!("http://127.0.0.1:{}", relaunch.etcd_ports.0);
+        match program {
+            Program::Etcd => self.start_etcd(relaunch.etcd_ports).map(drop),
+            Program::KubeApiserver => self.start_kube_apiserver(
+                &relaunch.kube_apiserver,
+                relaunch.port,
+                &etcd_url,
+                &relaunch.listen,
+            ),
+        }
+    }
+
+    /// Starts etcd on `(client, peer)` ports and waits for its `/health`;
+    /// returns its client URL.
+    fn start_etcd(&self, (client, peer): (u16, u16)) -> Result<String, StartError> {
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let mut command = Command::new(binaries::etcd()?);
@@ -245,6 +306,7 @@ impl ApiServer {
             // Throwaway data: fsync would only slow every write on a shared disk.
             .arg("--unsafe-no-fsync");
         let etcd = ServerProcess::spawn("etcd", command, self.dir().join("etcd.log"))?;
+        // Last: stopped after the kube-apiserver that writes to it.
         lock(&self.processes).push(etcd);
 
         poll::until(

@@ -27,7 +27,12 @@ impl ServerProcess {
         mut command: Command,
         log: PathBuf,
     ) -> Result<ServerProcess, StartError> {
-        let out = File::create(&log).map_err(StartError::io(format!("create {log:?}")))?;
+        // Appended to: a restarted program's log follows its first run's.
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(StartError::io(format!("create {log:?}")))?;
         let err = out
             .try_clone()
             .map_err(StartError::io(format!("clone {log:?}")))?;
