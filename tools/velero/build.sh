@@ -6,6 +6,8 @@
 #   versitygw               an S3 server over a directory (Apache-2.0), v1.8.0
 #   velero-client           Velero's own plugin client driven by a JSON
 #                           script (velero-client/main.go here)
+#   velero-store-reader     every backup of a store read with Velero's own
+#                           persistence code (velero-store-reader/main.go)
 #
 # One go.mod for all four: Go's minimal version selection gives every
 # shared module one version, the highest any of them asks for (versitygw
@@ -25,18 +27,19 @@ log() { echo "velero tools build: $*" >&2; }
 
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
 
-key="$(cat "$here/go.mod" "$here/velero-client/main.go" | sha256sum | cut -c1-12)"
+key="$(cat "$here/go.mod" "$here/velero-client/main.go" "$here/velero-store-reader/main.go" | sha256sum | cut -c1-12)"
 out="${XDG_CACHE_HOME:-$HOME/.cache}/iar/velero-tools-$key"
 declare -A packages=(
   [velero]=github.com/vmware-tanzu/velero/cmd/velero
   [velero-plugin-for-aws]=github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws
   [versitygw]=github.com/versity/versitygw/cmd/versitygw
   [velero-client]=./velero-client
+  [velero-store-reader]=./velero-store-reader
 )
 
 missing() {
   local t
-  for t in velero velero-plugin-for-aws versitygw velero-client; do
+  for t in velero velero-plugin-for-aws versitygw velero-client velero-store-reader; do
     [[ -x "$out/$t" ]] || echo "$t"
   done
 }

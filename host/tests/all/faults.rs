@@ -14,6 +14,8 @@
 //!   hook never before the block's volume ended;
 //! - a Completed backup's volume restores byte for byte to what the
 //!   generator left, but for the entries its record names as left out;
+//! - every backup iar lists in the store is read by Velero's own
+//!   persistence code (`velero-store-reader`), tarball and all;
 //! - after the campaign, restic's own `check --read-data` and iar's find
 //!   the repository sound, and once every backup is deleted no snapshot of
 //!   iar's is left (nothing outlives its backup), while restic's own
@@ -479,6 +481,39 @@ impl World {
         s3_env(&mut restic, &self.store.endpoint);
         restic
     }
+}
+
+/// Every backup iar lists in the store (`stored`), read with Velero's own
+/// persistence code (`velero-store-reader`: its metadata, operations,
+/// volume records and every tarball entry), as Velero's server syncs,
+/// describes and restores it. Velero may list more (a deletion cut short
+/// leaves a backup's directory without its object, which Velero's sync
+/// logs and skips, and iar's `gc` tidies); those are not checked.
+fn velero_reads(tools: &Path, bucket: &Path, stored: &[String]) -> Result<(), String> {
+    let out = Command::new(tools.join("velero-store-reader"))
+        .arg(bucket)
+        .output()
+        .unwrap();
+    let read: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    if !out.status.success() && read.is_empty() {
+        return Err(format!(
+            "Velero's persistence code refuses the store: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    for name in stored {
+        match read.iter().find(|r| r["name"] == name.as_str()) {
+            None => return Err(format!("Velero does not list backup {name}")),
+            Some(r) if r.get("error").is_some() => {
+                return Err(format!("Velero cannot read backup {name}: {}", r["error"]));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// A seed's own control plane: etcd, kube-apiserver and kwok, so that
@@ -1127,6 +1162,8 @@ async fn run_seed(
         .list_backups()
         .await
         .map_err(|e| e.to_string())?;
+    velero_reads(tools, &world.store.root.join(BUCKET), &stored)
+        .map_err(|e| format!("seed {seed}: {e}"))?;
     for name in stored {
         let mut delete = Command::new(crate::support::iar_bin());
         delete
