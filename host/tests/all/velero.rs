@@ -849,6 +849,12 @@ pub(crate) async fn velero_restore(
     s3_root: &Path,
     log: &Path,
 ) -> (Value, String) {
+    start_restore(client, velero_ns, name, spec).await;
+    restore_ended(client, velero_ns, name, s3_root, log).await
+}
+
+/// Creates Velero Restore `name` with `spec`.
+async fn start_restore(client: &kube::Client, velero_ns: &str, name: &str, spec: Value) {
     let ar = resource("velero.io", "v1", "Restore", "restores");
     create(
         client,
@@ -858,6 +864,18 @@ pub(crate) async fn velero_restore(
             "metadata": {"name": name, "namespace": velero_ns}, "spec": spec}),
     )
     .await;
+}
+
+/// Waits for Velero Restore `name` to end; its status and its results
+/// file.
+async fn restore_ended(
+    client: &kube::Client,
+    velero_ns: &str,
+    name: &str,
+    s3_root: &Path,
+    log: &Path,
+) -> (Value, String) {
+    let ar = resource("velero.io", "v1", "Restore", "restores");
     let done = wait_ended(client, velero_ns, &ar, name, log).await;
     let results = gunzip(
         &s3_root
@@ -1215,9 +1233,25 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "config: {mode: privileged-pod, resources: pods}\nallowMutate: [\"*\"]\n",
     )
     .unwrap();
+    // And one that asks Velero to wait ~292 years for its additional item
+    // and never calls it ready (`u64::MAX` ms, which Velero would honour:
+    // it runs one restore at a time, so every later restore would wait).
+    // Its wait is cut to its `maxReadyWait`. It sorts before the others,
+    // so Velero runs it first on a ConfigMap.
+    std::fs::copy(
+        iar_tests::artifacts::RESTORE_HOSTILE,
+        image.join("delayer.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        image.join("delayer.yaml"),
+        "config: {mode: wait-forever, ready: 'false'}\nlimits: {maxReadyWait: 2s}\n",
+    )
+    .unwrap();
     let installed = install();
     assert!(
         installed.contains("iar.dev/crash")
+            && installed.contains("iar.dev/delayer")
             && installed.contains("iar.dev/restorer")
             && installed.contains("iar.dev/escalator"),
         "{installed}"
@@ -1250,20 +1284,57 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "each error names the plugin and the rule:\n{backup_log}"
     );
 
-    // Velero's restore runs the hostile restore action on the ConfigMap:
-    // the item fails with the plugin, the item and the rule named, the
-    // restore ends PartiallyFailed, and the server serves on.
-    let (status, results) = velero_restore(
+    // Velero's restore runs the hostile restore actions on the ConfigMap:
+    // the delayer's wait ends at its bound, the restorer's change fails the
+    // item with the plugin, the item and the rule named, the restore ends
+    // PartiallyFailed, and the server serves on. A restore created while
+    // it waits is not held up: it runs once the first ends (Velero runs one
+    // at a time), and ends too.
+    start_restore(
         &client,
         velero_ns,
         "via-velero-2",
         json!({"backupName": "via-velero",
             "namespaceMapping": {app: format!("{app}-again")},
             "includedResources": ["configmaps"]}),
-        &work.path().join("s3"),
-        &log,
     )
     .await;
+    let restores = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        velero_ns,
+        &resource("velero.io", "v1", "Restore", "restores"),
+    );
+    wait_for_or_log(
+        "via-velero-2 to start",
+        &log,
+        Duration::from_secs(60),
+        || {
+            let restores = restores.clone();
+            async move {
+                restores
+                    .get_opt("via-velero-2")
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|r| {
+                        r.data["status"]["phase"] != Value::Null
+                            && r.data["status"]["phase"] != "New"
+                    })
+            }
+        },
+    )
+    .await;
+    start_restore(
+        &client,
+        velero_ns,
+        "after-the-stall",
+        json!({"backupName": "via-velero",
+            "namespaceMapping": {app: format!("{app}-after")},
+            "includedResources": ["namespaces"]}),
+    )
+    .await;
+    let s3 = work.path().join("s3");
+    let (status, results) = restore_ended(&client, velero_ns, "via-velero-2", &s3, &log).await;
     assert_eq!(status["phase"], "PartiallyFailed", "{status}\n{results}");
     assert!(
         results.contains("restorer")
@@ -1271,6 +1342,12 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
             && results.contains("item-identity-unchanged"),
         "the restore's errors name the plugin, the item and the rule: {results}"
     );
+    assert!(
+        results.contains("error verifying additional items are ready to use"),
+        "the delayer's wait ended at its bound, as an error of the item: {results}"
+    );
+    let (status, results) = restore_ended(&client, velero_ns, "after-the-stall", &s3, &log).await;
+    assert_eq!(status["phase"], "Completed", "{status}\n{results}");
     // A restore of the namespace's Pods: the escalator's additional item is
     // refused inside the plugin process, by rule, before Velero sees it.
     let (status, results) = velero_restore(
