@@ -410,9 +410,12 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
         })?;
     // Waiting and finalizing read the cluster: its recorded sources must
     // still be there. New/InProgress only become Failed, and a terminal
-    // backup is only shown, so neither needs them.
+    // backup is only shown, so neither needs them; but a first pass cut
+    // short may owe its pods' unfreezes, which are resolved on the pods
+    // of its sources while they are there.
     let sources = match object.status.phase {
-        BackupPhase::New | BackupPhase::InProgress => Vec::new(),
+        BackupPhase::New => Vec::new(),
+        BackupPhase::InProgress => iar::phases::recorded_sources(&object).unwrap_or_default(),
         // Ended, or being deleted (resume refuses it, saying so).
         phase if !phase.is_running() => Vec::new(),
         _ => iar::phases::recorded_sources(&object)?,

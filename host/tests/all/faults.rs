@@ -1037,7 +1037,15 @@ async fn run_seed(
             let at = Duration::from_millis(fates.below(1_500));
             tokio::spawn(async move {
                 tokio::time::sleep(at).await;
-                let _ = backups.delete(&name, &Default::default()).await;
+                // Asked until the API server takes it: a restart or a
+                // partition may refuse the first asks.
+                for _ in 0..120 {
+                    match backups.delete(&name, &Default::default()).await {
+                        Ok(_) => return,
+                        Err(kube::Error::Api(e)) if e.code == 404 => return,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    }
+                }
             });
         }
         let mut last_fault = created;
@@ -1142,7 +1150,12 @@ async fn run_seed(
             "seed {seed}: a Completed backup, and no repository for {ns}"
         ));
     }
-    let out = world.restic(&["check", "--read-data"]).output().unwrap();
+    // Waiting for the lock, as an operator's check would: the leader's
+    // maintenance (a prune) may hold it.
+    let out = world
+        .restic(&["check", "--read-data", "--retry-lock", "2m"])
+        .output()
+        .unwrap();
     if exists && !out.status.success() {
         return Err(format!(
             "seed {seed}: restic check --read-data: {}",

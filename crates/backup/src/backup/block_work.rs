@@ -560,11 +560,18 @@ impl BlockWork {
                     if !work.claims.claim(&work.backup_key, &p.pod.id) {
                         continue;
                     }
-                    work.ledger(started(&p.pod.id, "post")).await;
-                    let post =
-                        run_hooks(work.runner.as_ref(), &p.target, &hooks, &*work.clock).await;
-                    work.ledger(LedgerEntry::of(&p.pod.id, "post", &post)).await;
-                    work.state().records.extend(post);
+                    // Not stopped with the block's wait: once claimed, an
+                    // unfreeze runs to its end and says so, even if this
+                    // machine loses the backup meanwhile (whoever takes it
+                    // sees the claim and waits for that end).
+                    let (w, pod) = (work.clone(), p.pod.id.clone());
+                    let run = work.runtime.spawn(async move {
+                        match w.post_once(&pod, &p.target, &hooks).await {
+                            Ok(post) => w.state().records.extend(post),
+                            Err(m) => w.state().errors.push((pod.namespace.clone(), m)),
+                        }
+                    });
+                    let _ = run.await;
                 }
             }
             ended.returned(volumes);
@@ -617,11 +624,8 @@ impl BlockWork {
     /// After a restart of a backup whose items were all written: follows
     /// each unfinished volume backup again through the backupper (its
     /// request outlived the process that made it), then runs, once, the
-    /// post hooks the ledger says are owed: a pod whose pre hooks succeeded
-    /// (or failed only with `onError: Continue`) and whose post hooks never
-    /// started. A post hook that started before
-    /// the restart may have run and is not run again. `pods` are the live
-    /// pods the owed hooks are resolved on.
+    /// post hooks the ledger says are owed ([`BlockWork::run_owed_posts`]).
+    /// `pods` are the live pods the owed hooks are resolved on.
     pub async fn resume(
         &self,
         ledger: &[LedgerEntry],
@@ -659,53 +663,175 @@ impl BlockWork {
             volumes,
             ..BlockReport::default()
         };
-        for pre in ledger.iter().filter(|e| owes_post(e)) {
-            let post = ledger
-                .iter()
-                .find(|e| e.phase == "post" && e.pod == pre.pod);
-            match post.map(|e| e.state.as_str()) {
-                Some("started") => report.errors.push((
-                    pre.pod.namespace.clone(),
-                    format!(
-                        "post hooks of pod {}: interrupted by restart while running; not run again, so they may not have run (rule: hook-ledger)",
-                        pre.pod.path()
-                    ),
-                )),
-                Some(_) => {}
-                None => {
-                    let Some(pod) = pods.iter().find(|p| p.id == pre.pod) else {
-                        report.warnings.push((
-                            pre.pod.namespace.clone(),
-                            format!("post hooks of pod {}: not run: the pod is gone", pre.pod.path()),
-                        ));
-                        continue;
-                    };
-                    let hooks = self.runnable_hooks(pod, HookPhase::Post);
-                    if hooks.is_empty() {
-                        continue;
-                    }
-                    if !self.claims.claim(&self.backup_key, &pod.id) {
-                        report.errors.push((
-                            pod.id.namespace.clone(),
-                            format!(
-                                "post hooks of pod {}: already started here (their ledger entry could not be written, or the run was stopped); not run again, so they may not have run (rule: hook-ledger)",
-                                pod.id.path()
-                            ),
-                        ));
-                        continue;
-                    }
-                    self.ledger(started(&pod.id, "post")).await;
-                    let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
-                    let post = run_hooks(self.runner.as_ref(), &target, &hooks, &*self.clock).await;
-                    self.ledger(LedgerEntry::of(&pod.id, "post", &post)).await;
-                    report.hooks.extend(post);
-                }
-            }
-        }
+        self.run_owed_posts(ledger, pods, &mut report).await;
         let mut state = self.state();
         report.warnings.append(&mut state.warnings);
         report.errors.append(&mut state.errors);
         report
+    }
+
+    /// Runs, once, the post hooks `ledger` says are owed and no run has
+    /// ended: a pod whose pre hooks succeeded (or failed only with
+    /// `onError: Continue`, or started and never said how they ended) and
+    /// whose post hooks have no end recorded. `pods` are the live pods the
+    /// owed hooks are resolved on; one that is gone is a warning. Each
+    /// goes through [`BlockWork::post_once`]: a run another process
+    /// claimed is waited for, never repeated.
+    pub async fn run_owed_posts(
+        &self,
+        ledger: &[LedgerEntry],
+        pods: &[Item],
+        report: &mut BlockReport,
+    ) {
+        for pod_id in BlockWork::owed_post_hooks(ledger) {
+            let Some(pod) = pods.iter().find(|p| p.id == pod_id) else {
+                report.warnings.push((
+                    pod_id.namespace.clone(),
+                    format!(
+                        "post hooks of pod {}: not run: the pod is gone",
+                        pod_id.path()
+                    ),
+                ));
+                continue;
+            };
+            let hooks = self.runnable_hooks(pod, HookPhase::Post);
+            if hooks.is_empty() {
+                continue;
+            }
+            if !self.claims.claim(&self.backup_key, &pod.id) {
+                report.errors.push((
+                    pod.id.namespace.clone(),
+                    format!(
+                        "post hooks of pod {}: already started here (their ledger entry could not be written, or the run was stopped); not run again, so they may not have run (rule: hook-ledger)",
+                        pod.id.path()
+                    ),
+                ));
+                continue;
+            }
+            let target = HookTarget::for_pod(pod, self.volume_data.as_deref());
+            match self.post_once(&pod.id, &target, &hooks).await {
+                Ok(post) => report.hooks.extend(post),
+                Err(m) => report.errors.push((pod.id.namespace.clone(), m)),
+            }
+        }
+    }
+
+    /// Runs `pod`'s post hooks if this run wins their claim in the store
+    /// (created once, [`BackupStore::claim_once`]), so that of every
+    /// process and machine driving the backup, before or after a
+    /// takeover, exactly one runs them; records them in the ledger and in
+    /// the claim. A claim another process holds is waited for until it
+    /// says how the hooks ended (bounded by their timeouts); `Err` is the
+    /// backup's error when they were not run here and their end is not
+    /// known, or they failed there.
+    async fn post_once(
+        &self,
+        pod: &ItemRef,
+        target: &HookTarget,
+        hooks: &[crate::backup::hooks::ResolvedHook],
+    ) -> Result<Vec<HookRecord>, String> {
+        let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
+        let Some(store) = self.ledger_store.clone() else {
+            return Ok(run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await);
+        };
+        let token = claim_token(store.holder());
+        let claim = |state: &str| serde_json::json!({"holder": store.holder(), "token": token, "state": state});
+        let mut unanswered = String::new();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            // Asked again after an error: the token tells our own claim,
+            // created by a try whose answer was lost, from another's.
+            let theirs = match store
+                .claim_once(&self.backup, &what, &claim("started"))
+                .await
+            {
+                Ok(None) => None,
+                Ok(Some(c)) if c["token"] == token.as_str() => None,
+                Ok(Some(c)) => Some(c),
+                Err(e) => {
+                    unanswered = e.to_string();
+                    continue;
+                }
+            };
+            if let Some(theirs) = theirs {
+                return self.await_their_post(pod, hooks, theirs).await;
+            }
+            self.ledger(started(pod, "post")).await;
+            let post = run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await;
+            let entry = LedgerEntry::of(pod, "post", &post);
+            if let Err(e) = store
+                .update_claim(&self.backup, &what, &claim(&entry.state))
+                .await
+            {
+                self.state()
+                    .warnings
+                    .push((pod.namespace.clone(), format!("hook claim: {e}")));
+            }
+            self.ledger(entry).await;
+            return Ok(post);
+        }
+        Err(format!(
+            "post hooks of pod {}: not run: their claim could not be written to the store: {unanswered} (rule: hook-ledger)",
+            pod.path()
+        ))
+    }
+
+    /// Waits for the process holding `pod`'s post-hook claim to say how
+    /// they ended, for as long as they may take and 30 s more.
+    async fn await_their_post(
+        &self,
+        pod: &ItemRef,
+        hooks: &[crate::backup::hooks::ResolvedHook],
+        mut claim: serde_json::Value,
+    ) -> Result<Vec<HookRecord>, String> {
+        let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
+        let bound =
+            hooks.iter().map(|h| h.hook.timeout).sum::<Duration>() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let holder = claim["holder"]
+                .as_str()
+                .unwrap_or("another process")
+                .to_string();
+            match claim["state"].as_str().unwrap_or("started") {
+                "started" => {}
+                "failed" => {
+                    return Err(format!(
+                        "post hooks of pod {}: failed in {holder}, which ran them",
+                        pod.path()
+                    ));
+                }
+                state => {
+                    self.state().warnings.push((
+                        pod.namespace.clone(),
+                        format!(
+                            "post hooks of pod {}: run by {holder} ({state})",
+                            pod.path()
+                        ),
+                    ));
+                    return Ok(Vec::new());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "post hooks of pod {}: started by {holder}, which has not said how they ended within {}s; not run again, so they may not have run (rule: hook-ledger)",
+                    pod.path(),
+                    bound.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Ok(Some(now)) = self
+                .ledger_store
+                .as_ref()
+                .expect("a claim was read from it")
+                .read_claim(&self.backup, &what)
+                .await
+            {
+                claim = now;
+            }
+        }
     }
 
     /// Hooks run so far and how many of them failed (skipped ones are
@@ -727,15 +853,33 @@ impl BlockWork {
         })
     }
 
-    /// The pods whose post hooks [`BlockWork::resume`] would run.
+    /// The pods whose post hooks [`BlockWork::resume`] would run: owed,
+    /// and not ended (a run that only started may still be going on
+    /// elsewhere: its claim says).
     pub fn owed_post_hooks(ledger: &[LedgerEntry]) -> Vec<ItemRef> {
         ledger
             .iter()
             .filter(|e| owes_post(e))
-            .filter(|pre| !ledger.iter().any(|e| e.phase == "post" && e.pod == pre.pod))
+            .filter(|pre| {
+                !ledger
+                    .iter()
+                    .any(|e| e.phase == "post" && e.pod == pre.pod && e.state != "started")
+            })
             .map(|e| e.pod.clone())
             .collect()
     }
+}
+
+/// A token no other claim has: this process's holder, a count and the
+/// time, so a retried claim knows itself.
+fn claim_token(holder: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{holder}/{n}/{nanos}")
 }
 
 /// A pod's hooks of `phase`, about to run.
@@ -771,13 +915,12 @@ fn claim_in(items: &[Item], namespace: &str, name: &str) -> Claim {
     }
 }
 
-/// What a restart found of a backup's blocks: the messages that say which
-/// volume backups and post hooks it interrupted, and the volume records
-/// with every unfinished one failed "interrupted by restart". Nothing is
-/// run again: a post hook that started may have run, and one that never
-/// started belongs to a backup that is now failed.
+/// What a restart found of a backup's unfinished volume backups: each
+/// failed "interrupted by restart" (the process that followed it is gone
+/// and the backup cannot go on), with the message that says so. The post
+/// hooks owed are run by [`BlockWork::run_owed_posts`]: a freeze is undone
+/// whatever becomes of the backup.
 pub fn interrupted(
-    ledger: &[LedgerEntry],
     volumes: &mut [VolumeBackup],
     now: std::time::SystemTime,
 ) -> Vec<(String, String)> {
@@ -791,24 +934,6 @@ pub fn interrupted(
             v.pod_namespace.clone(),
             format!("volume backup {}: interrupted by restart", v.describe()),
         ));
-    }
-    for pre in ledger.iter().filter(|e| owes_post(e)) {
-        let post = ledger
-            .iter()
-            .find(|e| e.phase == "post" && e.pod == pre.pod);
-        let message = match post.map(|e| e.state.as_str()) {
-            Some("started") => format!(
-                "post hooks of pod {}: interrupted by restart while running; not run again",
-                pre.pod.path()
-            ),
-            Some(_) => continue,
-            None => format!(
-                "post hooks of pod {}: not run: the backup was interrupted by a restart after its pre hooks ran ({})",
-                pre.pod.path(),
-                pre.state
-            ),
-        };
-        out.push((pre.pod.namespace.clone(), message));
     }
     out
 }

@@ -396,23 +396,7 @@ impl Blocks<'_> {
             .get_json(&name, BackupFile::VolumeBackups)
             .await?
             .unwrap_or_default();
-        let mut pods = Vec::new();
-        for pod in BlockWork::owed_post_hooks(&ledger) {
-            // A pod that cannot be read now is not a pod that is gone: the
-            // step fails and is tried again, its unfreeze still owed (the
-            // fault campaign's seed 753 took an API server out of reach
-            // for a deleted pod, and completed with the freeze in place).
-            match self.cluster.get_item_async(&pod).await {
-                Ok(Some(item)) => pods.push(item),
-                Ok(None) => {}
-                Err(source) => {
-                    return Err(PhaseError::Items {
-                        name: name.clone(),
-                        source,
-                    });
-                }
-            }
-        }
+        let pods = self.owed_pods(&name, &ledger).await?;
         let unfinished = volumes.iter().filter(|v| !v.phase.is_terminal()).count();
         self.journal.line(
             &name,
@@ -426,10 +410,43 @@ impl Blocks<'_> {
         self.record_blocks(run, report).await
     }
 
-    /// Fails the volume backups a killed process left unfinished and
-    /// reports the post hooks it interrupted or never reached, from the
-    /// hook ledger; runs none of them.
+    /// The live pods whose post hooks `ledger` says are owed. A pod that
+    /// cannot be read now is not a pod that is gone: the step fails and is
+    /// tried again, its unfreeze still owed (the fault campaign's seed 753
+    /// took an API server out of reach for a deleted pod, and completed
+    /// with the freeze in place).
+    async fn owed_pods(
+        &self,
+        name: &str,
+        ledger: &[LedgerEntry],
+    ) -> Result<Vec<iar_core::item::Item>, PhaseError> {
+        let mut pods = Vec::new();
+        for pod in BlockWork::owed_post_hooks(ledger) {
+            match self.cluster.get_item_async(&pod).await {
+                Ok(Some(item)) => pods.push(item),
+                Ok(None) => {}
+                Err(source) => {
+                    return Err(PhaseError::Items {
+                        name: name.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(pods)
+    }
+
+    /// Ends the blocks of a backup that cannot go on (its first pass was
+    /// interrupted, or it is canceled): fails the volume backups a killed
+    /// process left unfinished, and runs the post hooks still owed, once
+    /// ([`BlockWork::run_owed_posts`]): a freeze is undone whatever
+    /// becomes of the backup (the fault campaign found pods left frozen by
+    /// backups failed or canceled after their pre hooks). A machine that
+    /// still runs the blocks itself waits for them instead.
     pub(super) async fn interrupted_blocks(&self, run: &mut Run) -> Result<(), PhaseError> {
+        if let Some(work) = self.live.get(run.object.work_uid()) {
+            return self.finish_blocks(run, &work).await;
+        }
         let name = run.name().to_string();
         let ledger: Vec<LedgerEntry> = self
             .store
@@ -441,8 +458,9 @@ impl Blocks<'_> {
             .get_json(&name, BackupFile::VolumeBackups)
             .await?
             .unwrap_or_default();
+        let pods = self.owed_pods(&name, &ledger).await?;
         let messages =
-            crate::backup::block_work::interrupted(&ledger, &mut volumes, self.clock.system_now());
+            crate::backup::block_work::interrupted(&mut volumes, self.clock.system_now());
         if !volumes.is_empty() {
             self.store
                 .put_json(&name, BackupFile::VolumeBackups, &volumes)
@@ -452,7 +470,14 @@ impl Blocks<'_> {
             self.journal.line(&name, format!("error: {m}"));
             run.results.errors.add(&ns, m);
         }
-        Ok(())
+        if BlockWork::owed_post_hooks(&ledger).is_empty() {
+            return Ok(());
+        }
+        let work = self.block_work(run).await?;
+        work.continue_ledger(ledger.clone()).await;
+        let mut report = crate::backup::block_work::BlockReport::default();
+        work.run_owed_posts(&ledger, &pods, &mut report).await;
+        self.record_blocks(run, report).await
     }
 }
 

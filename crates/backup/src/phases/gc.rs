@@ -171,10 +171,12 @@ impl Gc<'_> {
     ) -> Result<Outcome, PhaseError> {
         // A first look without the lease: taking it writes to the store,
         // and most backups in a sweep stay.
-        // No object: a sweep finishes what an interrupted deletion left; a
-        // deletion asked for names a backup that is not there.
+        // No object: what an interrupted deletion left is finished, by a
+        // sweep or by a deletion asked for (the backup half deleted is
+        // still listed, and its name is what an operator asks to delete);
+        // otherwise the backup is not there.
         let Some(object) = self.stored(name).await? else {
-            return if dry_run || reason == Reason::Asked {
+            return if dry_run {
                 Ok(Outcome::Kept(Kept::NoObject))
             } else {
                 self.tidy(name).await

@@ -694,6 +694,95 @@ impl BackupStore {
         }
     }
 
+    /// The key of claim `what` (path segments, e.g. a hook phase and a
+    /// pod's namespace and name) of backup `backup`:
+    /// `backups/<backup>/<backup>-claims/<what...>`, deleted with the
+    /// backup's other files.
+    fn claim_path(&self, backup: &str, what: &[&str]) -> Result<(Path, String), StoreError> {
+        self.path(backup, BackupFile::Metadata)?;
+        let mut key = format!("{BACKUPS}/{backup}/{backup}-claims");
+        for part in what {
+            PathPart::parse(*part).map_err(|e| StoreError::Name {
+                name: part.to_string(),
+                reason: NameProblem::Segment(e),
+            })?;
+            key.push('/');
+            key.push_str(part);
+        }
+        Ok((Path::from(key.as_str()), key))
+    }
+
+    /// Claims `what` for backup `backup` once across every process and
+    /// machine: the first caller creates the claim holding `value`
+    /// (`PutMode::Create`, as [`BackupStore::create_json`]) and gets
+    /// `Ok(None)`; every later one gets the claim as it is now. A store
+    /// that cannot answer is an `Err`: the claim is then nobody's yet, or
+    /// the caller's own whose answer was lost, which a caller tells by a
+    /// token of its own in `value` when it asks again.
+    pub async fn claim_once(
+        &self,
+        backup: &str,
+        what: &[&str],
+        value: &serde_json::Value,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let (path, key) = self.claim_path(backup, what)?;
+        match self
+            .store
+            .put_opts(
+                &path,
+                value.to_string().into_bytes().into(),
+                PutOptions::from(PutMode::Create),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.puts.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(Some(
+                self.read_claim(backup, what).await?.unwrap_or_default(),
+            )),
+            Err(e) => Err(self.io(key, e)),
+        }
+    }
+
+    /// Claim `what` of backup `backup` as it is now; `None` if nobody has
+    /// it.
+    pub async fn read_claim(
+        &self,
+        backup: &str,
+        what: &[&str],
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let (path, key) = self.claim_path(backup, what)?;
+        match self.store.get(&path).await {
+            Ok(got) => {
+                let bytes = got.bytes().await.map_err(|e| self.io(key.clone(), e))?;
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| self.corrupt(key, Corruption::Json(e)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.io(key, e)),
+        }
+    }
+
+    /// Rewrites claim `what` of backup `backup` (its holder saying how the
+    /// claimed work ended).
+    pub async fn update_claim(
+        &self,
+        backup: &str,
+        what: &[&str],
+        value: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let (path, key) = self.claim_path(backup, what)?;
+        self.store
+            .put(&path, value.to_string().into_bytes().into())
+            .await
+            .map_err(|e| self.io(key, e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Moves a file that cannot be read to `<key>.corrupt-<unix seconds>`
     /// beside it, so it is kept for a person to look at and never
     /// overwritten by a shorter rewrite. Returns the new key.
