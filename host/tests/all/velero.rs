@@ -1248,9 +1248,23 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         "config: {mode: wait-forever, ready: 'false'}\nlimits: {maxReadyWait: 2s}\n",
     )
     .unwrap();
+    // And one that floods: 600 additional items for every claim it
+    // restores, over its `maxItemsPerRun` of 100 (Velero would try to
+    // restore each, and keep a warning per missing one in memory).
+    std::fs::copy(
+        iar_tests::artifacts::RESTORE_HOSTILE,
+        image.join("avalanche.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        image.join("avalanche.yaml"),
+        "config: {mode: many, count: '600', resources: persistentvolumeclaims}\nlimits: {maxItemsPerRun: 100}\n",
+    )
+    .unwrap();
     let installed = install();
     assert!(
         installed.contains("iar.dev/crash")
+            && installed.contains("iar.dev/avalanche")
             && installed.contains("iar.dev/delayer")
             && installed.contains("iar.dev/restorer")
             && installed.contains("iar.dev/escalator"),
@@ -1382,6 +1396,37 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
         let spec = serde_json::to_value(pod.spec).unwrap();
         assert_ne!(spec["hostPID"], true, "{spec}");
     }
+    // A restore of the claim: the flood is refused in the plugin process,
+    // by rule, before Velero restores any of it.
+    let (status, results) = velero_restore(
+        &client,
+        velero_ns,
+        "via-velero-4",
+        json!({"backupName": "via-velero",
+            "namespaceMapping": {app: format!("{app}-fourth")},
+            "includedResources": ["persistentvolumeclaims"]}),
+        &s3,
+        &log,
+    )
+    .await;
+    assert_eq!(status["phase"], "PartiallyFailed", "{status}\n{results}");
+    assert!(
+        results.contains("avalanche")
+            && results.contains("maxItemsPerRun")
+            && results.contains("run-budget"),
+        "the restore's errors name the plugin, the limit and the rule: {results}"
+    );
+    let flooded = Api::<ConfigMap>::namespaced(client.clone(), &format!("{app}-fourth"))
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        flooded
+            .items
+            .iter()
+            .all(|c| !c.metadata.name.as_deref().unwrap_or("").starts_with("cm-")),
+        "nothing of the flood was restored"
+    );
     assert!(
         velero.0.try_wait().unwrap().is_none(),
         "the Velero server is still running"
