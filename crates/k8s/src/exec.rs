@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
 
-use crate::reach::until_reached;
+use crate::reach::{never_started, until, until_reached};
 
 use iar_backup::backup::hooks::{
     DEFAULT_TIMEOUT, HookOutput, HookRun, HookRunner, HookStatus, HookTarget, ResolvedHook, Tail,
@@ -106,10 +106,11 @@ impl HookRunner for PodExecRunner {
             .stdin(false)
             .stdout(true)
             .stderr(true);
-        // The pod's read and the exec's start are tried again while the
-        // API server cannot be reached (the command has not started then),
-        // within the hook's timeout: an unfreeze owed is not given up to a
-        // dropped connection.
+        // The pod's read is tried again while the API server cannot be
+        // reached, and the exec's start while it provably started nothing
+        // (no connection, or no stream), within the hook's timeout: an
+        // unfreeze owed is not given up to a dropped connection, and a
+        // start whose answer was lost is never sent twice.
         let exec = async {
             let pod = until_reached(Duration::MAX, || pods.get_opt(&target.pod.name))
                 .await
@@ -118,7 +119,7 @@ impl HookRunner for PodExecRunner {
             if let Some(reason) = refusal(&pod, &h.container) {
                 return Err(reason);
             }
-            let mut process = until_reached(Duration::MAX, || {
+            let mut process = until(Duration::MAX, never_started, || {
                 pods.exec(&target.pod.name, h.command.clone(), &params)
             })
             .await

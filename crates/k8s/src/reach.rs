@@ -26,9 +26,43 @@ pub fn unreached(e: &kube::Error) -> bool {
     }
 }
 
+/// Whether `e` says a request never started anything: no connection to
+/// the API server could be made, or it answered an upgrade (an exec) with
+/// an error status instead of switching protocols (the kubelet starts a
+/// command only on a switched stream). Only then may a request that
+/// starts something be sent again: a connection lost after the request
+/// went out may follow a start (the fault campaign's seed 1001: an
+/// unfreeze run twice across a kube-apiserver restart).
+pub fn never_started(e: &kube::Error) -> bool {
+    use kube::client::UpgradeConnectionError as Upgrade;
+    match e {
+        kube::Error::Service(source) => source
+            .downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(|e| e.is_connect()),
+        kube::Error::UpgradeConnection(Upgrade::ProtocolSwitch(code)) => {
+            code.is_server_error() || code.as_u16() == 429
+        }
+        _ => false,
+    }
+}
+
 /// `attempt` until it reaches the API server or `patience` has passed,
 /// waiting 0.5 s and then twice as long each time, up to 5 s.
-pub async fn until_reached<T, F, Fut>(patience: Duration, mut attempt: F) -> Result<T, kube::Error>
+pub async fn until_reached<T, F, Fut>(patience: Duration, attempt: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    until(patience, unreached, attempt).await
+}
+
+/// `attempt` while its error is one `again` allows, until `patience` has
+/// passed, waiting 0.5 s and then twice as long each time, up to 5 s.
+pub async fn until<T, F, Fut>(
+    patience: Duration,
+    again: fn(&kube::Error) -> bool,
+    mut attempt: F,
+) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
@@ -37,7 +71,7 @@ where
     let mut wait = Duration::from_millis(500);
     loop {
         match attempt().await {
-            Err(e) if unreached(&e) && started.elapsed() + wait < patience => {
+            Err(e) if again(&e) && started.elapsed() + wait < patience => {
                 tracing::debug!("API server not reached, trying again in {wait:?}: {e}");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
@@ -63,6 +97,36 @@ mod tests {
         let mut status = kube::core::Status::failure("", "");
         status.code = code;
         kube::Error::Api(status.boxed())
+    }
+
+    /// A connection never made started nothing: a start may be sent
+    /// again. An answer (any status) or an upgrade refused with a client
+    /// error is final; a refused upgrade with a server error switched no
+    /// stream, so started nothing either.
+    #[tokio::test]
+    async fn only_a_request_that_never_left_may_start_twice() {
+        use kube::client::UpgradeConnectionError as Upgrade;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // Bound and dropped: nothing listens there now.
+        let config = kube::Config::new(format!("http://127.0.0.1:{port}").parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client, "shop");
+        let refused = pods.get("db-0").await.unwrap_err();
+        assert!(never_started(&refused), "{refused:?}");
+        assert!(unreached(&refused), "{refused:?}");
+        assert!(!never_started(&api(503)));
+        let switch = |code: u16| {
+            kube::Error::UpgradeConnection(Upgrade::ProtocolSwitch(
+                http::StatusCode::from_u16(code).unwrap(),
+            ))
+        };
+        assert!(never_started(&switch(500)));
+        assert!(!never_started(&switch(403)));
     }
 
     #[test]

@@ -587,8 +587,30 @@ async fn check_gone(
             Err(_) => {}
         }
         if started.elapsed() > ROUND_BUDGET {
+            let status = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|b| serde_json::to_string(&b.status).ok());
+            let stored = store
+                .get_json::<serde_json::Value>(name, BackupFile::Metadata)
+                .await
+                .ok()
+                .flatten()
+                .map(|o| o["status"].clone());
+            let log: Vec<String> = store
+                .get_logs(name)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .into_iter()
+                .rev()
+                .take(8)
+                .collect();
             return Err(format!(
-                "not gone within {ROUND_BUDGET:?} (last seen {last:?})"
+                "not gone within {ROUND_BUDGET:?} (last seen {last:?}); resource status {status:?}; stored status {stored:?}; last log lines {log:#?}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
