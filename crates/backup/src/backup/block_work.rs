@@ -142,7 +142,9 @@ impl Drop for TailEnded {
             state.pending_tails -= 1;
             match self.volumes.take() {
                 Some(v) => state.volumes.extend(v),
-                None => state.warnings.push((
+                // An error: its volumes' ends are not known (they are
+                // failed in the report, from their last progress).
+                None => state.errors.push((
                     String::new(),
                     "a block's volume wait or post hooks ended before they finished (a panic, or the runtime's shutdown)".into(),
                 )),

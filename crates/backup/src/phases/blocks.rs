@@ -176,16 +176,31 @@ impl Blocks<'_> {
 
     /// Writes the latest state of every volume backup started so far (none
     /// started: nothing written).
+    /// Best effort, and bounded: a progress write is for the eyes, and
+    /// one still retried (the store's retries last minutes) after this
+    /// machine lost the backup could land over the final records another
+    /// wrote. It never fails the step.
     pub(super) async fn persist_volume_progress(
         &self,
         name: &str,
         work: &BlockWork,
     ) -> Result<(), PhaseError> {
         let progress = work.progress();
-        if !progress.is_empty() {
-            self.store
-                .put_json(name, BackupFile::VolumeBackups, &progress)
-                .await?;
+        if progress.is_empty() {
+            return Ok(());
+        }
+        let bound = self
+            .sync_period
+            .clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let write = self
+            .store
+            .put_json(name, BackupFile::VolumeBackups, &progress);
+        match tokio::time::timeout(bound, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(backup = %name, "volume progress not written: {e}"),
+            Err(_) => {
+                tracing::warn!(backup = %name, "volume progress not written within {bound:?}")
+            }
         }
         Ok(())
     }
@@ -223,6 +238,8 @@ impl Blocks<'_> {
                 }
             }
         };
+        let mut report = report;
+        unfollowed_volumes(&mut report, work.progress(), self.clock.system_now());
         self.show_volume_progress(run, &report.volumes);
         // The report holds every hook run: it replaces the counts of the
         // pre hooks persisted before the wait.
@@ -481,6 +498,32 @@ impl Blocks<'_> {
     }
 }
 
+/// Every volume backup this machine started ends in the report: one whose
+/// wait ended before it did (a block's wait stopped) is failed here, with
+/// the report's error, rather than left as its last progress said (the
+/// fault campaign's seed 1017: a Completed backup whose volume record
+/// stayed InProgress).
+fn unfollowed_volumes(
+    report: &mut crate::backup::block_work::BlockReport,
+    started: Vec<VolumeBackup>,
+    now: std::time::SystemTime,
+) {
+    for mut v in started {
+        let followed = report.volumes.iter().any(|r| {
+            r.pod_namespace == v.pod_namespace && r.pod_name == v.pod_name && r.volume == v.volume
+        });
+        if followed {
+            continue;
+        }
+        if !v.phase.is_terminal() {
+            v.phase = VolumePhase::Failed;
+            v.error = Some("its wait ended before the volume backup did".into());
+            v.completed = Some(now);
+        }
+        report.volumes.push(v);
+    }
+}
+
 /// Whether this machine still holds backup `name`'s lease in the store:
 /// another holder means the backup was taken over; a store that cannot be
 /// read leaves it unknown, and the post hooks to whoever can.
@@ -597,4 +640,65 @@ pub async fn resource_policies(
             key: key.clone(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(pod: &str, phase: VolumePhase) -> VolumeBackup {
+        VolumeBackup {
+            backup: "b".into(),
+            pod_namespace: "shop".into(),
+            pod_name: pod.into(),
+            volume: "data".into(),
+            pvc: None,
+            phase,
+            bytes_done: 0,
+            bytes_total: 0,
+            created: None,
+            started: None,
+            completed: None,
+            error: None,
+            manifest_key: None,
+            files_done: 0,
+            skipped: Vec::new(),
+            skipped_total: 0,
+        }
+    }
+
+    /// A volume whose wait ended before it did is failed in the report, so
+    /// the backup cannot be Completed with it InProgress; one followed to
+    /// its end is left as it ended.
+    #[test]
+    fn a_volume_not_followed_to_its_end_is_failed_in_the_report() {
+        let mut report = crate::backup::block_work::BlockReport {
+            volumes: vec![volume("db-0", VolumePhase::Completed)],
+            ..Default::default()
+        };
+        let started = vec![
+            volume("db-0", VolumePhase::InProgress),
+            volume("db-1", VolumePhase::InProgress),
+        ];
+        unfollowed_volumes(&mut report, started, std::time::SystemTime::UNIX_EPOCH);
+        let phases: Vec<_> = report
+            .volumes
+            .iter()
+            .map(|v| (v.pod_name.as_str(), v.phase))
+            .collect();
+        assert_eq!(
+            phases,
+            [
+                ("db-0", VolumePhase::Completed),
+                ("db-1", VolumePhase::Failed)
+            ]
+        );
+        assert!(
+            report.volumes[1]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("wait ended")
+        );
+    }
 }
