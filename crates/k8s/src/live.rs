@@ -82,10 +82,11 @@ impl LiveCluster {
     /// Every resource at its group's preferred version, from aggregated
     /// discovery (two requests however many groups there are).
     async fn discover(&self) -> Result<Arc<HashMap<GroupResource, Resource>>, ClusterError> {
-        let discovery = Discovery::new(self.client.clone())
-            .run_aggregated()
-            .await
-            .map_err(|e| api_error("discovery".into(), e))?;
+        let discovery = crate::reach::until_reached(crate::reach::READ_PATIENCE, || {
+            Discovery::new(self.client.clone()).run_aggregated()
+        })
+        .await
+        .map_err(|e| api_error("discovery".into(), e))?;
         self.count(2);
         let mut map = HashMap::new();
         for group in discovery.groups() {
@@ -157,14 +158,20 @@ impl LiveCluster {
             params = params.labels(filter.label_selector());
         }
         loop {
-            let page = api.list(&params).await.map_err(|e| {
-                let what = format!(
-                    "listing {}{}",
-                    GroupResource::new(&r.api.group, &r.api.plural),
-                    namespace.map(|n| format!(" in {n}")).unwrap_or_default()
-                );
-                api_error(what, e)
-            })?;
+            // A page is read again while the API server cannot be reached
+            // (a restart, a dropped connection): one lost list failed a
+            // whole backup in the fault campaign.
+            let page =
+                crate::reach::until_reached(crate::reach::READ_PATIENCE, || api.list(&params))
+                    .await
+                    .map_err(|e| {
+                        let what = format!(
+                            "listing {}{}",
+                            GroupResource::new(&r.api.group, &r.api.plural),
+                            namespace.map(|n| format!(" in {n}")).unwrap_or_default()
+                        );
+                        api_error(what, e)
+                    })?;
             self.count(1);
             let mut kept = Vec::with_capacity(page.items.len());
             for object in page.items {
@@ -425,10 +432,10 @@ impl ClusterReader for LiveCluster {
                 params = params.labels(&text);
             }
             self.count(1);
-            let page = api
-                .list(&params)
-                .await
-                .map_err(|e| api_error(format!("listing {gr}"), e))?;
+            let page =
+                crate::reach::until_reached(crate::reach::READ_PATIENCE, || api.list(&params))
+                    .await
+                    .map_err(|e| api_error(format!("listing {gr}"), e))?;
             if page.items.len() > limit || page.metadata.continue_.is_some_and(|c| !c.is_empty()) {
                 return Err(ClusterError::TooMany {
                     what: gr.to_string(),
