@@ -527,7 +527,7 @@ struct SeedCluster {
 
 impl SeedCluster {
     async fn start() -> Result<SeedCluster, String> {
-        let server = ApiServer::start()
+        let server = ApiServer::start_durable()
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no kube-apiserver (the shared one started)")?;
@@ -1050,7 +1050,7 @@ async fn run_seed(
         let uid = backups
             .get(&name)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("seed {seed} round {round}: reading {name} back: {e}"))?
             .metadata
             .uid
             .unwrap_or_default();
@@ -1270,6 +1270,11 @@ async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
                 );
             }
             Err(v) => {
+                let v = if v.starts_with("seed ") {
+                    v
+                } else {
+                    format!("seed {seed}: {v}")
+                };
                 // Said at once: a long run stopped early still shows it.
                 println!("fault-campaign violation: {v}");
                 violations.push(v)

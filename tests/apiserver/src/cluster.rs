@@ -86,6 +86,7 @@ impl Cluster {
                         port: Some(SERVICE_PORT),
                         service_cidr: SERVICE_CIDR,
                         service_accounts: true,
+                        durable: false,
                     },
                 )?;
                 let control_plane = start_control_plane(&server, &programs)?;

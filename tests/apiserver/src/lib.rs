@@ -69,6 +69,10 @@ pub(crate) struct Listen {
     /// pod's token; it refuses pods whose service account does not exist,
     /// so only with a controller-manager creating `default` accounts).
     service_accounts: bool,
+    /// Whether etcd fsyncs its writes: off for throwaway servers (faster
+    /// on a shared disk), on for one whose etcd is killed and started
+    /// again ([`ApiServer::restart`]), as a real one's is.
+    durable: bool,
 }
 
 impl Listen {
@@ -79,6 +83,7 @@ impl Listen {
         port: None,
         service_cidr: "10.0.0.0/24",
         service_accounts: false,
+        durable: false,
     };
 }
 
@@ -125,6 +130,23 @@ impl ApiServer {
                 return Ok(None);
             };
             ApiServer::start_with(&binary).map(Some)
+        })
+        .await
+        .expect("the startup thread does not panic")
+    }
+
+    /// As [`ApiServer::start`], with an etcd that fsyncs every write, for
+    /// a server whose programs are restarted ([`ApiServer::restart`]).
+    pub async fn start_durable() -> Result<Option<ApiServer>, StartError> {
+        tokio::task::spawn_blocking(|| {
+            let Some(binary) = binaries::kube_apiserver()? else {
+                return Ok(None);
+            };
+            let listen = Listen {
+                durable: true,
+                ..Listen::LOOPBACK
+            };
+            ApiServer::start_listening(&binary, &listen).map(Some)
         })
         .await
         .expect("the startup thread does not panic")
@@ -244,7 +266,7 @@ impl ApiServer {
             dir,
         };
         let etcd_ports = (free_port()?, free_port()?);
-        let etcd_url = server.start_etcd(etcd_ports)?;
+        let etcd_url = server.start_etcd(etcd_ports, listen.durable)?;
         server.start_kube_apiserver(kube_apiserver, port, &etcd_url, listen)?;
         server.startup = begun.elapsed();
         *lock(&server.relaunch) = Some(Relaunch {
@@ -279,7 +301,9 @@ impl ApiServer {
         std::thread::sleep(down);
         let etcd_url = format!("http://127.0.0.1:{}", relaunch.etcd_ports.0);
         match program {
-            Program::Etcd => self.start_etcd(relaunch.etcd_ports).map(drop),
+            Program::Etcd => self
+                .start_etcd(relaunch.etcd_ports, relaunch.listen.durable)
+                .map(drop),
             Program::KubeApiserver => self.start_kube_apiserver(
                 &relaunch.kube_apiserver,
                 relaunch.port,
@@ -291,7 +315,7 @@ impl ApiServer {
 
     /// Starts etcd on `(client, peer)` ports and waits for its `/health`;
     /// returns its client URL.
-    fn start_etcd(&self, (client, peer): (u16, u16)) -> Result<String, StartError> {
+    fn start_etcd(&self, (client, peer): (u16, u16), durable: bool) -> Result<String, StartError> {
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let mut command = Command::new(binaries::etcd()?);
@@ -302,9 +326,11 @@ impl ApiServer {
             .arg(format!("--advertise-client-urls={client_url}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=iar-test={peer_url}"))
+            .arg(format!("--initial-cluster=iar-test={peer_url}"));
+        if !durable {
             // Throwaway data: fsync would only slow every write on a shared disk.
-            .arg("--unsafe-no-fsync");
+            command.arg("--unsafe-no-fsync");
+        }
         let etcd = ServerProcess::spawn("etcd", command, self.dir().join("etcd.log"))?;
         // Last: stopped after the kube-apiserver that writes to it.
         lock(&self.processes).push(etcd);

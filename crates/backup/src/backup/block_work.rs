@@ -329,6 +329,12 @@ impl BlockWork {
         }
     }
 
+    /// Whether `pod` has hooks of `phase` (quietly: an annotation that
+    /// does not parse says so where the hooks run).
+    pub fn has_hooks(&self, pod: &Item, phase: HookPhase) -> bool {
+        self.hooks.for_pod(pod, phase).is_ok_and(|h| !h.is_empty())
+    }
+
     /// The hooks about to run for `pod` in `phase`, each timeout capped at
     /// `max_hook_timeout`, with a warning for each one clamped.
     fn runnable_hooks(

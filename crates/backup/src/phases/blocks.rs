@@ -423,8 +423,67 @@ impl Blocks<'_> {
             ),
         );
         let work = self.block_work(run).await?;
-        let report = work.resume(&ledger, volumes, &pods).await;
+        let unrecorded = self
+            .unrecorded_freezes(&work, &name, &ledger, &volumes)
+            .await?;
+        let mut report = work.resume(&ledger, volumes, &pods).await;
+        report.errors.extend(unrecorded);
         self.record_blocks(run, report).await
+    }
+
+    /// The pods whose volumes were backed up while the ledger holds no
+    /// entry for their pre hooks: the freeze was not run, or not recorded
+    /// (the first pass refuses one it cannot record, and its error died
+    /// with the pass when its step failed after the items: the fault
+    /// campaign's seed 1015, a Completed backup whose freeze never ran).
+    /// Each is an error of the backup: its volume may be backed up
+    /// unfrozen.
+    async fn unrecorded_freezes(
+        &self,
+        work: &BlockWork,
+        name: &str,
+        ledger: &[LedgerEntry],
+        volumes: &[VolumeBackup],
+    ) -> Result<Vec<(String, String)>, PhaseError> {
+        let mut pods: Vec<iar_core::item::ItemRef> = volumes
+            .iter()
+            .map(|v| {
+                iar_core::item::ItemRef::new(
+                    "",
+                    "pods",
+                    v.pod_namespace.clone(),
+                    v.pod_name.clone(),
+                )
+            })
+            .collect();
+        pods.sort_by(|a, b| a.path().cmp(&b.path()));
+        pods.dedup();
+        let mut out = Vec::new();
+        for pod in pods {
+            if ledger.iter().any(|e| e.phase == "pre" && e.pod == pod) {
+                continue;
+            }
+            let item = match self.cluster.get_item_async(&pod).await {
+                Ok(Some(item)) => item,
+                Ok(None) => continue,
+                Err(source) => {
+                    return Err(PhaseError::Items {
+                        name: name.to_string(),
+                        source,
+                    });
+                }
+            };
+            if work.has_hooks(&item, crate::backup::hooks::HookPhase::Pre) {
+                out.push((
+                    pod.namespace.clone(),
+                    format!(
+                        "pre hooks of pod {}: no record of them in the hook ledger (not run, or not recorded by an earlier attempt): its volumes may be backed up unfrozen (rule: hook-ledger)",
+                        pod.path()
+                    ),
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// The live pods whose post hooks `ledger` says are owed. A pod that
