@@ -280,7 +280,23 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
     let c = &ctx.controller;
     let stored = read_stored(c, &name).await?;
     let now = SystemTime::now();
-    match decide(backup.status.as_ref(), stored.as_ref(), now) {
+    let mut decision = decide(backup.status.as_ref(), stored.as_ref(), now);
+    // No backup in the store and a status that never left New: started
+    // already, finished and collected (its status writes lost, the fault
+    // campaign's seed 1029 froze the pod a second time), or never.
+    if decision == Decision::Start
+        && let Some(uid) = backup.uid()
+        && c.store
+            .was_collected(&uid)
+            .await
+            .map_err(|source| ReconcileError::Store {
+                name: name.clone(),
+                source,
+            })?
+    {
+        decision = Decision::Collected;
+    }
+    match decision {
         Decision::Start => {
             let request = BackupRequest {
                 name: name.clone(),

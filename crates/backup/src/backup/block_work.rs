@@ -379,13 +379,25 @@ impl BlockWork {
                 if let Some(earlier) = earlier {
                     return self.ran_before(pod, &hooks, &earlier);
                 }
-                // A freeze is recorded as started before it runs: a
-                // process that takes the backup over then owes its
-                // unfreeze. One the ledger cannot record is not run.
-                if !hooks.is_empty()
-                    && let Err(e) = self.try_ledger(started(&pod.id, "pre")).await
-                {
-                    return self.unrecorded(pod, &hooks, &e);
+                // A freeze is claimed in the store, once across machines
+                // (a first pass retried elsewhere may not see the ledger
+                // entry of the one before: the campaign's seed 1029 froze
+                // a pod twice), then recorded as started before it runs:
+                // a process that takes the backup over then owes its
+                // unfreeze. One that cannot be claimed or recorded is not
+                // run.
+                if !hooks.is_empty() {
+                    match self.claim_pre(&pod.id).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let earlier = started(&pod.id, "pre");
+                            return self.ran_before(pod, &hooks, &earlier);
+                        }
+                        Err(e) => return self.unrecorded(pod, &hooks, &e),
+                    }
+                    if let Err(e) = self.try_ledger(started(&pod.id, "pre")).await {
+                        return self.unrecorded(pod, &hooks, &e);
+                    }
                 }
                 let pre = run_hooks(self.runner.as_ref(), &target, &hooks, &*self.clock).await;
                 if !pre.is_empty() || has_post {
@@ -406,6 +418,32 @@ impl BlockWork {
             });
         }
         out
+    }
+
+    /// Claims `pod`'s pre hooks in the store for this run (`Ok(true)`), or
+    /// finds them another's (`Ok(false)`: an earlier attempt of the backup
+    /// ran them, or runs them). Without a store, this run's.
+    async fn claim_pre(&self, pod: &ItemRef) -> Result<bool, iar_core::store::StoreError> {
+        let Some(store) = &self.ledger_store else {
+            return Ok(true);
+        };
+        let what = ["pre", pod.namespace.as_str(), pod.name.as_str()];
+        let token = claim_token(store.holder());
+        let claim = serde_json::json!({"holder": store.holder(), "token": token});
+        let mut last = None;
+        // Asked again after an error: the token tells our own claim,
+        // created by a try whose answer was lost, from another's.
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            match store.claim_once(&self.backup, &what, &claim).await {
+                Ok(None) => return Ok(true),
+                Ok(Some(c)) => return Ok(c["token"] == token.as_str()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("three tries, each an error"))
     }
 
     /// Pre hooks an earlier attempt of the backup ran (its ledger entry):

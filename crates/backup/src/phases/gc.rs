@@ -247,6 +247,16 @@ impl Gc<'_> {
             }
         }
         tracing::info!(backup = %name, expiration = ?found.status.expiration, ?reason, "deleting a backup");
+        // Its resource's uid is recorded as collected before anything
+        // goes: a controller that finds that resource (its status lost,
+        // still New) and no backup must not start it again.
+        if let Some(uid) = found
+            .metadata
+            .annotations
+            .get(crate::backup::object::RESOURCE_UID_ANNOTATION)
+        {
+            self.store.put_collected(uid).await?;
+        }
         // What its plugins created goes first: its record is among the
         // files deleted below.
         // Against the store's name for it and its uid: the labels the

@@ -566,6 +566,44 @@ impl BackupStore {
         }
     }
 
+    /// Where a collected backup's resource uid is recorded
+    /// ([`BackupStore::put_collected`]): under `plugins/`, which Velero's
+    /// store layout admits. The uid is one key segment.
+    fn collected_path(&self, uid: &str) -> Result<(Path, String), StoreError> {
+        PathPart::parse(uid).map_err(|e| StoreError::Name {
+            name: uid.to_string(),
+            reason: NameProblem::Segment(e),
+        })?;
+        let key = format!("plugins/iar/collected/{uid}");
+        Ok((Path::from(key.as_str()), key))
+    }
+
+    /// Records that the backup made for Backup resource `uid` was
+    /// deleted from the store, before its files go: a resource whose
+    /// status never left `New` (its status writes lost) is then known to
+    /// have run, and is never started again once its data is gone. A few
+    /// bytes per deleted backup, kept.
+    pub async fn put_collected(&self, uid: &str) -> Result<(), StoreError> {
+        let (path, key) = self.collected_path(uid)?;
+        self.store
+            .put(&path, Bytes::from_static(b"{}").into())
+            .await
+            .map_err(|e| self.io(key, e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the backup made for Backup resource `uid` was deleted from
+    /// the store ([`BackupStore::put_collected`]).
+    pub async fn was_collected(&self, uid: &str) -> Result<bool, StoreError> {
+        let (path, key) = self.collected_path(uid)?;
+        match self.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.io(key, e)),
+        }
+    }
+
     /// Number of objects under a key prefix (checked like a key).
     pub async fn count_under(&self, prefix: &str) -> Result<usize, StoreError> {
         use futures::TryStreamExt;

@@ -287,3 +287,44 @@ fn a_credentials_failure_says_what_to_set() {
     };
     assert_eq!(super::credentials_hint(&other), "");
 }
+
+/// A collected backup's resource uid is remembered, under `plugins/`
+/// (a key Velero's layout admits), and a uid that is not one key segment
+/// is refused.
+#[tokio::test]
+async fn a_collected_resource_is_remembered() {
+    let (dir, store) = temp_store();
+    let uid = "4f1c2b7e-0000-4000-8000-000000000001";
+    assert!(!store.was_collected(uid).await.unwrap());
+    store.put_collected(uid).await.unwrap();
+    assert!(store.was_collected(uid).await.unwrap());
+    assert!(dir.path().join("plugins/iar/collected").join(uid).exists());
+    assert!(matches!(
+        store.was_collected("a/b").await.unwrap_err(),
+        StoreError::Name { .. }
+    ));
+}
+
+/// A claim is created once: the first caller gets it, the next finds it
+/// with what the first wrote, and its holder may rewrite it.
+#[tokio::test]
+async fn a_claim_is_created_once() {
+    let (_dir, store) = temp_store();
+    let what = ["post", "shop", "db-0"];
+    let mine = serde_json::json!({"token": "a"});
+    assert_eq!(store.claim_once("b", &what, &mine).await.unwrap(), None);
+    let theirs = serde_json::json!({"token": "b"});
+    assert_eq!(
+        store.claim_once("b", &what, &theirs).await.unwrap(),
+        Some(mine)
+    );
+    let ended = serde_json::json!({"token": "a", "state": "succeeded"});
+    store.update_claim("b", &what, &ended).await.unwrap();
+    assert_eq!(store.read_claim("b", &what).await.unwrap(), Some(ended));
+    assert!(
+        store
+            .claim_once("b", &["post", ".."], &theirs)
+            .await
+            .is_err()
+    );
+}

@@ -455,3 +455,43 @@ fn two_machines_owing_one_unfreeze_run_it_once() {
     let rc = runtime.block_on(machine("replica-c").resume(&ledger, Vec::new(), &pods));
     assert!(rc.hooks.is_empty() && rc.errors.is_empty(), "{rc:?}");
 }
+
+/// A first pass retried on another machine, whose ledger read missed the
+/// first attempt's entry, does not freeze the pod again: the pre hooks'
+/// claim in the store is created once (the fault campaign's seed 1029:
+/// two freezes and two unfreezes of one backup). The second machine owes
+/// the unfreeze, as after any freeze it did not see end.
+#[test]
+fn a_retried_first_pass_never_freezes_a_pod_twice() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let runner = Arc::new(Scripted {
+        pre: HookStatus::Succeeded,
+        ran: Mutex::new(Vec::new()),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let machine = |holder: &str| {
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        let store =
+            BackupStore::from_object_store(Arc::new(fs), "file://claims").with_holder_name(holder);
+        block_work(&runtime, &runner)
+            .with_uid("u-pre", Arc::new(PostClaims::default()))
+            .with_ledger(store)
+    };
+    let pods = [hooked_pod("db-0", "Fail", "3s")];
+    let first = machine("replica-a").pre(&pods);
+    let again = machine("replica-b").pre(&pods);
+    let pres = runner
+        .ran
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(p, _, _)| *p == HookPhase::Pre)
+        .count();
+    assert_eq!(pres, 1);
+    assert_eq!(first.pods[0].pre.len(), 1, "the first ran it");
+    assert!(
+        again.pods[0].pre.is_empty(),
+        "the second did not, and owes the unfreeze"
+    );
+    assert!(again.failed.is_empty());
+}
