@@ -56,8 +56,12 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
         let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
         let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
+        // As the blocks ended, or while they wait, as they progress.
         let volumes: Option<Vec<VolumeBackup>> =
-            store.get_json(name, BackupFile::VolumeBackups).await?;
+            match store.get_json(name, BackupFile::VolumeBackups).await? {
+                Some(ended) => Some(ended),
+                None => store.get_json(name, BackupFile::VolumeProgress).await?,
+            };
         let created: Option<Vec<CreatedObject>> =
             store.get_json(name, BackupFile::CreatedObjects).await?;
         anyhow::Ok((

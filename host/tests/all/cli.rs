@@ -1129,6 +1129,7 @@ fn a_backup_killed_while_blocks_wait_for_volumes_runs_its_post_hook_once() {
     let store_dir = store.path().to_str().unwrap();
     let backup_dir = store.path().join("backups/killvol");
     let volumes_file = backup_dir.join("killvol-volumebackups.json.gz");
+    let progress_file = backup_dir.join("killvol-volumeprogress.json.gz");
     let common = [
         "--plugins",
         plugins.path().to_str().unwrap(),
@@ -1158,8 +1159,8 @@ fn a_backup_killed_while_blocks_wait_for_volumes_runs_its_post_hook_once() {
         .spawn()
         .expect("spawning iar backup");
     let db_in_progress = || {
-        volumes_file.exists()
-            && read_gz_json(&volumes_file)
+        progress_file.exists()
+            && read_gz_json(&progress_file)
                 .as_array()
                 .unwrap()
                 .iter()

@@ -194,7 +194,7 @@ impl Blocks<'_> {
             .clamp(Duration::from_secs(1), Duration::from_secs(10));
         let write = self
             .store
-            .put_json(name, BackupFile::VolumeBackups, &progress);
+            .put_json(name, BackupFile::VolumeProgress, &progress);
         match tokio::time::timeout(bound, write).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(backup = %name, "volume progress not written: {e}"),
@@ -408,11 +408,7 @@ impl Blocks<'_> {
             .get_json(&name, BackupFile::HookLedger)
             .await?
             .unwrap_or_default();
-        let volumes: Vec<VolumeBackup> = self
-            .store
-            .get_json(&name, BackupFile::VolumeBackups)
-            .await?
-            .unwrap_or_default();
+        let volumes = self.volume_records(&name).await?;
         let pods = self.owed_pods(&name, &ledger).await?;
         let unfinished = volumes.iter().filter(|v| !v.phase.is_terminal()).count();
         self.journal.line(
@@ -486,6 +482,19 @@ impl Blocks<'_> {
         Ok(out)
     }
 
+    /// Backup `name`'s volume records: as its blocks ended, or else as
+    /// their last progress said.
+    async fn volume_records(&self, name: &str) -> Result<Vec<VolumeBackup>, PhaseError> {
+        if let Some(ended) = self.store.get_json(name, BackupFile::VolumeBackups).await? {
+            return Ok(ended);
+        }
+        Ok(self
+            .store
+            .get_json(name, BackupFile::VolumeProgress)
+            .await?
+            .unwrap_or_default())
+    }
+
     /// The live pods whose post hooks `ledger` says are owed. A pod that
     /// cannot be read now is not a pod that is gone: the step fails and is
     /// tried again, its unfreeze still owed (the fault campaign's seed 753
@@ -529,11 +538,7 @@ impl Blocks<'_> {
             .get_json(&name, BackupFile::HookLedger)
             .await?
             .unwrap_or_default();
-        let mut volumes: Vec<VolumeBackup> = self
-            .store
-            .get_json(&name, BackupFile::VolumeBackups)
-            .await?
-            .unwrap_or_default();
+        let mut volumes = self.volume_records(&name).await?;
         let pods = self.owed_pods(&name, &ledger).await?;
         let messages =
             crate::backup::block_work::interrupted(&mut volumes, self.clock.system_now());

@@ -183,8 +183,13 @@ pub enum BackupFile {
     ItemOperations,
     Results,
     Logs,
-    /// The pod volume backups' records (progress and terminal state).
+    /// The pod volume backups' records as their blocks ended (written
+    /// once the blocks end, or by whoever ends them).
     VolumeBackups,
+    /// Their progress while the blocks wait: a key of its own, so that a
+    /// progress write delayed in the store (a frozen store answers its
+    /// queue late) never lands over the records.
+    VolumeProgress,
     /// One hook record per pod and phase, written before a post hook starts
     /// and again when it ends, so a resumed backup never runs one twice.
     HookLedger,
@@ -209,6 +214,7 @@ impl BackupFile {
             BackupFile::Results => format!("{backup}-results.gz"),
             BackupFile::Logs => format!("{backup}-logs.gz"),
             BackupFile::VolumeBackups => format!("{backup}-volumebackups.json.gz"),
+            BackupFile::VolumeProgress => format!("{backup}-volumeprogress.json.gz"),
             BackupFile::HookLedger => format!("{backup}-hooks.json.gz"),
             BackupFile::PluginSet => format!("{backup}-plugins.json.gz"),
             BackupFile::ResourceList => format!("{backup}-resource-list.json.gz"),
@@ -473,6 +479,7 @@ impl BackupStore {
             BackupFile::Results,
             BackupFile::Logs,
             BackupFile::VolumeBackups,
+            BackupFile::VolumeProgress,
             BackupFile::HookLedger,
             BackupFile::PluginSet,
             BackupFile::ResourceList,
