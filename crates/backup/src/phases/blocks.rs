@@ -452,7 +452,7 @@ impl Blocks<'_> {
                 )
             })
             .collect();
-        pods.sort_by(|a, b| a.path().cmp(&b.path()));
+        pods.sort_by_key(|a| a.path());
         pods.dedup();
         let mut out = Vec::new();
         for pod in pods {

@@ -747,7 +747,7 @@ impl BackupStore {
         self.path(backup, BackupFile::Metadata)?;
         let mut key = format!("{BACKUPS}/{backup}/{backup}-claims");
         for part in what {
-            PathPart::parse(*part).map_err(|e| StoreError::Name {
+            PathPart::parse(part).map_err(|e| StoreError::Name {
                 name: part.to_string(),
                 reason: NameProblem::Segment(e),
             })?;
