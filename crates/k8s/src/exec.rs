@@ -64,7 +64,7 @@ pub fn exit_status(status: Option<&Status>, output: &HookOutput) -> HookStatus {
     let Some(status) = status else {
         return HookStatus::Failed {
             exit_code: None,
-            stderr_tail: "the exec ended without an exit status".into(),
+            stderr_tail: iar_backup::backup::hooks::NO_EXIT_STATUS.into(),
         };
     };
     if status.status.as_deref() == Some("Success") {
@@ -123,7 +123,7 @@ impl HookRunner for PodExecRunner {
                 pods.exec(&target.pod.name, h.command.clone(), &params)
             })
             .await
-            .map_err(|e| format!("starting the exec: {e}"))?;
+            .map_err(|e| format!("{}{e}", iar_backup::backup::hooks::START_UNANSWERED))?;
             let stdout = process.stdout().map(Tail::of);
             let stderr = process.stderr().map(Tail::of);
             let status = process.take_status();

@@ -67,7 +67,9 @@ pub struct LedgerEntry {
     pub phase: String,
     /// `started`, `succeeded`, `continued` (a hook failed or timed out
     /// with `onError: Continue`: the pod's post hooks are still owed, as in
-    /// Velero), `failed` (a failure that fails the block) or `skipped`.
+    /// Velero), `unknown` (pre hooks that failed the block without saying
+    /// how they ended: their unfreeze is owed), `failed` (a failure that
+    /// fails the block) or `skipped`.
     pub state: String,
 }
 
@@ -78,7 +80,11 @@ pub struct LedgerEntry {
 /// written before `continued` existed says `failed` for those: their post
 /// hooks are not owed, as then.
 fn owes_post(pre: &LedgerEntry) -> bool {
-    pre.phase == "pre" && matches!(pre.state.as_str(), "succeeded" | "continued" | "started")
+    pre.phase == "pre"
+        && matches!(
+            pre.state.as_str(),
+            "succeeded" | "continued" | "started" | "unknown"
+        )
 }
 
 impl LedgerEntry {
@@ -93,6 +99,8 @@ impl LedgerEntry {
             "skipped"
         } else if post_hooks_allowed(records) {
             "continued"
+        } else if phase == "pre" && crate::backup::hooks::outcome_unknown(records) {
+            "unknown"
         } else {
             "failed"
         };
@@ -420,6 +428,19 @@ impl BlockWork {
         out
     }
 
+    /// Whether the backup is still in the store and not being deleted (a
+    /// store that cannot answer leaves it so: the claim decides).
+    async fn still_stored(&self, store: &BackupStore) -> bool {
+        match store
+            .get_json::<serde_json::Value>(&self.backup, BackupFile::Metadata)
+            .await
+        {
+            Ok(Some(o)) => o["status"]["phase"] != "Deleting",
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
     /// Claims `pod`'s pre hooks in the store for this run (`Ok(true)`), or
     /// finds them another's (`Ok(false)`: an earlier attempt of the backup
     /// ran them, or runs them). Without a store, this run's.
@@ -586,7 +607,11 @@ impl BlockWork {
                 for h in &handles {
                     volumes.push(h.finished().await);
                 }
-                if post_hooks_allowed(&p.pre) {
+                // Pre hooks that may have frozen the pod without saying so
+                // (the fault campaign's seed 1201: a freeze run while its
+                // exec's answer was cut, left in place) owe their unfreeze,
+                // though they failed the block.
+                if post_hooks_allowed(&p.pre) || crate::backup::hooks::outcome_unknown(&p.pre) {
                     let hooks = work.runnable_hooks(&p.pod, HookPhase::Post);
                     if hooks.is_empty() {
                         continue;
@@ -780,6 +805,15 @@ impl BlockWork {
         let Some(store) = self.ledger_store.clone() else {
             return Ok(run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await);
         };
+        // A backup being deleted (or gone) runs no more hooks: a late
+        // run's claim would outlive the deletion, and the collection of
+        // the claims it races (the fault campaign's seeds 1219, 1231).
+        if !self.still_stored(&store).await {
+            return Err(format!(
+                "post hooks of pod {}: not run: the backup is being deleted, or gone",
+                pod.path()
+            ));
+        }
         let token = claim_token(store.holder());
         let claim = |state: &str| serde_json::json!({"holder": store.holder(), "token": token, "state": state});
         let mut unanswered = String::new();

@@ -406,11 +406,12 @@ impl Gc<'_> {
     /// last step, and the lease files go. Anything else is left.
     async fn tidy(&self, name: &str) -> Result<Outcome, PhaseError> {
         let keys = self.store.backup_keys(name).await?;
-        let only_leases = !keys.is_empty()
-            && keys
-                .iter()
-                .all(|k| matches!(key_role(name, k), KeyRole::Lease(_)));
-        if !only_leases {
+        // Hook claims a late run wrote after the files went are left over
+        // too (the fault campaign's seeds 1212 and 1220).
+        let claims = format!("backups/{name}/{name}-claims/");
+        let leftover =
+            |k: &String| matches!(key_role(name, k), KeyRole::Lease(_)) || k.starts_with(&claims);
+        if keys.is_empty() || !keys.iter().all(leftover) {
             return Ok(Outcome::Kept(Kept::NoObject));
         }
         let taken = self
@@ -425,6 +426,9 @@ impl Gc<'_> {
             .await;
         match taken {
             Ok(Some(generation)) => {
+                for key in keys.iter().filter(|k| k.starts_with(&claims)) {
+                    self.store.delete_key(key).await?;
+                }
                 self.store.delete_leases_through(name, generation).await?;
                 Ok(Outcome::Tidied)
             }

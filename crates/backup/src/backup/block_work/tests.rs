@@ -99,13 +99,20 @@ fn a_continue_pre_hook_that_fails_or_times_out_still_gets_its_post_hook() {
         assert_eq!(report.hooks[1].status, HookStatus::Succeeded);
         assert!(matches!(verdict(&report.hooks[0]), Verdict::Warning(_)));
     }
-    for pre in [failed, HookStatus::TimedOut] {
+    // A Fail hook that answered with its exit code froze nothing: only
+    // the pre hook. One that timed out or never said how it ended may
+    // have frozen the pod: its unfreeze runs, though the block failed.
+    let lost = HookStatus::Failed {
+        exit_code: None,
+        stderr_tail: "the exec ended without an exit status".into(),
+    };
+    for (pre, runs) in [(failed, 1), (HookStatus::TimedOut, 2), (lost, 2)] {
         let (ran, report) = run_block(
             pre.clone(),
             &[hooked_pod("db-0", "Fail", "3s")],
             DEFAULT_MAX_TIMEOUT,
         );
-        assert_eq!(ran.len(), 1, "{pre:?}: only the pre hook: {ran:?}");
+        assert_eq!(ran.len(), runs, "{pre:?}: {ran:?}");
         assert!(matches!(verdict(&report.hooks[0]), Verdict::BlockFailed(_)));
     }
 }
@@ -142,13 +149,31 @@ fn a_restart_owes_post_hooks_after_a_continue_failure() {
     let failed = LedgerEntry::of(
         &pod("db-1"),
         "pre",
-        &[record(HookStatus::TimedOut, OnError::Fail)],
+        &[record(
+            HookStatus::Failed {
+                exit_code: Some(1),
+                stderr_tail: String::new(),
+            },
+            OnError::Fail,
+        )],
     );
     assert_eq!(failed.state, "failed");
-    let ledger = vec![continued, failed, entry("db-2", "pre", "succeeded")];
+    // Timed out with onError Fail: it may have frozen the pod.
+    let unknown = LedgerEntry::of(
+        &pod("db-3"),
+        "pre",
+        &[record(HookStatus::TimedOut, OnError::Fail)],
+    );
+    assert_eq!(unknown.state, "unknown");
+    let ledger = vec![
+        continued,
+        failed,
+        entry("db-2", "pre", "succeeded"),
+        unknown,
+    ];
     assert_eq!(
         BlockWork::owed_post_hooks(&ledger),
-        [pod("db-0"), pod("db-2")]
+        [pod("db-0"), pod("db-2"), pod("db-3")]
     );
 }
 
@@ -420,6 +445,14 @@ fn two_machines_owing_one_unfreeze_run_it_once() {
                 .with_ledger(store(holder)),
         )
     };
+    // The backup as the store holds it while it runs.
+    runtime
+        .block_on(store("writer").put_json(
+            "b",
+            BackupFile::Metadata,
+            &serde_json::json!({"status": {"phase": "InProgress"}}),
+        ))
+        .unwrap();
     let (a, b) = (machine("replica-a"), machine("replica-b"));
     let pods = [hooked_pod("db-0", "Continue", "3s")];
     let ledger = [entry("db-0", "pre", "succeeded")];
@@ -454,6 +487,26 @@ fn two_machines_owing_one_unfreeze_run_it_once() {
     // A third comer, later, finds the claim ended and runs nothing either.
     let rc = runtime.block_on(machine("replica-c").resume(&ledger, Vec::new(), &pods));
     assert!(rc.hooks.is_empty() && rc.errors.is_empty(), "{rc:?}");
+    // Nor does one that comes once the backup is being deleted: a claim
+    // made then would outlive the deletion.
+    runtime
+        .block_on(store("writer").put_json(
+            "b",
+            BackupFile::Metadata,
+            &serde_json::json!({"status": {"phase": "Deleting"}}),
+        ))
+        .unwrap();
+    let rd = runtime.block_on(
+        block_work(&runtime, &runner)
+            .with_uid("u-late", Arc::new(PostClaims::default()))
+            .with_ledger(store("replica-d"))
+            .resume(&ledger, Vec::new(), &pods),
+    );
+    assert!(rd.hooks.is_empty(), "{rd:?}");
+    assert!(
+        rd.errors.iter().any(|(_, e)| e.contains("being deleted")),
+        "{rd:?}"
+    );
 }
 
 /// A first pass retried on another machine, whose ledger read missed the

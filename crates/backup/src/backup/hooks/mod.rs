@@ -138,6 +138,28 @@ pub fn verdict(record: &HookRecord) -> Verdict {
 /// run). A freeze that overran its timeout may still have frozen: the
 /// unfreeze must run. Skipped pre hooks mean hooks are not run here, so
 /// neither are post hooks.
+/// What an exec runner says of a hook whose command may have run though
+/// its end is not known: the stream ended with no exit status, or its
+/// start's answer was lost ([`outcome_unknown`] reads them).
+pub const NO_EXIT_STATUS: &str = "the exec ended without an exit status";
+pub const START_UNANSWERED: &str = "starting the exec: ";
+
+/// Whether hooks that failed may still have done what they do (a pre
+/// hook, frozen the pod) without saying so: one timed out, or its runner
+/// lost its end ([`NO_EXIT_STATUS`], [`START_UNANSWERED`]). A hook that
+/// answered with its exit status, or was refused before its start, did
+/// nothing it did not say.
+pub fn outcome_unknown(records: &[HookRecord]) -> bool {
+    records.iter().any(|r| match &r.status {
+        HookStatus::TimedOut => true,
+        HookStatus::Failed {
+            exit_code: None,
+            stderr_tail,
+        } => stderr_tail == NO_EXIT_STATUS || stderr_tail.starts_with(START_UNANSWERED),
+        _ => false,
+    })
+}
+
 pub fn post_hooks_allowed(pre: &[HookRecord]) -> bool {
     pre.iter().all(|r| match r.status {
         HookStatus::Succeeded => true,
