@@ -60,7 +60,13 @@ fn differences(contract: &Path, contract_name: &str, copy: &Path, copy_name: &st
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    // The directory cargo runs the test from, not the one it was built
+    // in: a build shared between checkouts (CI's cache) keeps the binary
+    // of another path while these files are unchanged.
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+        .join("..")
 }
 
 /// The versioned directories of a contract tree (`v1.1`, `v1.2`, ...), by
