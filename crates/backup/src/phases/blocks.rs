@@ -240,6 +240,14 @@ impl Blocks<'_> {
         };
         let mut report = report;
         unfollowed_volumes(&mut report, work.progress(), self.clock.system_now());
+        // Before the blocks are recorded every unfreeze still owed runs
+        // (once: claimed in the store): a block whose wait found the
+        // backup driven elsewhere left its own.
+        let ledger = work.ledger_entries().await;
+        if !BlockWork::owed_post_hooks(&ledger).is_empty() {
+            let pods = self.owed_pods(&name, &ledger).await?;
+            work.run_owed_posts(&ledger, &pods, &mut report).await;
+        }
         self.show_volume_progress(run, &report.volumes);
         // The report holds every hook run: it replaces the counts of the
         // pre hooks persisted before the wait.
