@@ -599,12 +599,8 @@ async fn check_gone(
                 .ok()
                 .flatten()
                 .map(|o| o["status"].clone());
-            let log: Vec<String> = store
-                .get_logs(name)
+            let log: Vec<String> = log_lines(store, name)
                 .await
-                .ok()
-                .flatten()
-                .unwrap_or_default()
                 .into_iter()
                 .rev()
                 .take(8)
@@ -822,13 +818,20 @@ async fn snapshot_tags(store: &BackupStore, ns: &str) -> Result<Vec<String>, Str
 
 /// The first errors of a backup's stored log, shortened: what made a
 /// round PartiallyFailed, for the report.
-async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {
+/// Backup `name`'s stored log; none when it cannot be read (this is for
+/// the report of a violation).
+async fn log_lines(store: &BackupStore, name: &str) -> Vec<String> {
     store
         .get_logs(name)
         .await
         .ok()
         .flatten()
         .unwrap_or_default()
+}
+
+async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {
+    log_lines(store, name)
+        .await
         .into_iter()
         .filter(|l| l.contains("error:"))
         .take(2)
@@ -877,12 +880,8 @@ async fn check_hooks(
     if phase == BackupPhase::Completed && (pre, post) != (1, 1) {
         // The backup's own account of its hooks and hand-overs, to replay
         // with.
-        let log: Vec<String> = store
-            .get_logs(name)
+        let log: Vec<String> = log_lines(store, name)
             .await
-            .ok()
-            .flatten()
-            .unwrap_or_default()
             .into_iter()
             .filter(|l| {
                 ["hook", "driven by", "resumed", "taking", "lease"]

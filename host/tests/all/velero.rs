@@ -1195,72 +1195,59 @@ async fn velero_server_backs_up_through_iar_s_wasm_plugins() {
     drop(velero);
 
     // A hostile plugin, added later: Velero lists plugins when it starts,
-    // so it is restarted, as for any new plugin.
-    std::fs::copy(iar_tests::artifacts::HOSTILE, image.join("crash.wasm")).unwrap();
-    std::fs::write(image.join("crash.yaml"), "config: {behavior: panic}\n").unwrap();
+    // so it is restarted, as for any new plugin. Each comes with its
+    // settings file.
+    let add = |wasm: &str, name: &str, settings: &str| {
+        std::fs::copy(wasm, image.join(format!("{name}.wasm"))).unwrap();
+        std::fs::write(image.join(format!("{name}.yaml")), settings).unwrap();
+    };
+    add(
+        iar_tests::artifacts::HOSTILE,
+        "crash",
+        "config: {behavior: panic}\n",
+    );
     // And a hostile restore action, which renames every ConfigMap.
-    std::fs::copy(
+    add(
         iar_tests::artifacts::RESTORE_HOSTILE,
-        image.join("restorer.wasm"),
-    )
-    .unwrap();
-    std::fs::write(image.join("restorer.yaml"), "config: {mode: rename}\n").unwrap();
+        "restorer",
+        "config: {mode: rename}\n",
+    );
     // And one that names a ClusterRoleBinding as an additional item of
     // every Pod it restores: Velero itself would restore it on a restore
     // of one namespace (it admits cluster-scoped additional items unless
     // includeClusterResources is false).
-    std::fs::copy(
+    add(
         iar_tests::artifacts::RESTORE_HOSTILE,
-        image.join("escalator.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        image.join("escalator.yaml"),
+        "escalator",
         "config: {mode: bring-binding, resources: pods}\n",
-    )
-    .unwrap();
+    );
     // And one that makes every Pod it restores privileged, in the host's
     // PID namespace, mounting the host's `/`: Velero would create it with
     // its own rights. It holds `allowMutate: ["*"]`, which no glob lets
     // reach a pod's security fields.
-    std::fs::copy(
+    add(
         iar_tests::artifacts::RESTORE_HOSTILE,
-        image.join("privileger.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        image.join("privileger.yaml"),
+        "privileger",
         "config: {mode: privileged-pod, resources: pods}\nallowMutate: [\"*\"]\n",
-    )
-    .unwrap();
+    );
     // And one that asks Velero to wait ~292 years for its additional item
     // and never calls it ready (`u64::MAX` ms, which Velero would honour:
     // it runs one restore at a time, so every later restore would wait).
     // Its wait is cut to its `maxReadyWait`. It sorts before the others,
     // so Velero runs it first on a ConfigMap.
-    std::fs::copy(
+    add(
         iar_tests::artifacts::RESTORE_HOSTILE,
-        image.join("delayer.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        image.join("delayer.yaml"),
+        "delayer",
         "config: {mode: wait-forever, ready: 'false'}\nlimits: {maxReadyWait: 2s}\n",
-    )
-    .unwrap();
+    );
     // And one that floods: 600 additional items for every claim it
     // restores, over its `maxItemsPerRun` of 100 (Velero would try to
     // restore each, and keep a warning per missing one in memory).
-    std::fs::copy(
+    add(
         iar_tests::artifacts::RESTORE_HOSTILE,
-        image.join("avalanche.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        image.join("avalanche.yaml"),
+        "avalanche",
         "config: {mode: many, count: '600', resources: persistentvolumeclaims}\nlimits: {maxItemsPerRun: 100}\n",
-    )
-    .unwrap();
+    );
     let installed = install();
     assert!(
         installed.contains("iar.dev/crash")

@@ -451,20 +451,9 @@ impl BlockWork {
         let what = ["pre", pod.namespace.as_str(), pod.name.as_str()];
         let token = claim_token(store.holder());
         let claim = serde_json::json!({"holder": store.holder(), "token": token});
-        let mut last = None;
-        // Asked again after an error: the token tells our own claim,
-        // created by a try whose answer was lost, from another's.
-        for attempt in 0..3 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            match store.claim_once(&self.backup, &what, &claim).await {
-                Ok(None) => return Ok(true),
-                Ok(Some(c)) => return Ok(c["token"] == token.as_str()),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("three tries, each an error"))
+        Ok(claim_hooks(store, &self.backup, &what, &claim, &token)
+            .await?
+            .is_none())
     }
 
     /// Pre hooks an earlier attempt of the backup ran (its ledger entry):
@@ -476,7 +465,6 @@ impl BlockWork {
         hooks: &[crate::backup::hooks::ResolvedHook],
         earlier: &LedgerEntry,
     ) -> Vec<HookRecord> {
-        use crate::backup::hooks::HookStatus;
         let reason = format!(
             "an earlier attempt of this backup ran them ({})",
             earlier.state
@@ -491,14 +479,24 @@ impl BlockWork {
         if owes_post(earlier) {
             return Vec::new();
         }
+        self.skipped(pod, hooks, &reason)
+    }
+
+    /// `pod`'s `hooks`, each recorded skipped for `reason`, now.
+    fn skipped(
+        &self,
+        pod: &Item,
+        hooks: &[crate::backup::hooks::ResolvedHook],
+        reason: &str,
+    ) -> Vec<HookRecord> {
         let now = self.clock.system_now();
         hooks
             .iter()
             .map(|hook| HookRecord {
                 pod: pod.id.clone(),
                 hook: hook.clone(),
-                status: HookStatus::Skipped {
-                    reason: reason.clone(),
+                status: crate::backup::hooks::HookStatus::Skipped {
+                    reason: reason.to_string(),
                 },
                 output: Default::default(),
                 started: Some(now),
@@ -527,7 +525,6 @@ impl BlockWork {
         hooks: &[crate::backup::hooks::ResolvedHook],
         e: &iar_core::store::StoreError,
     ) -> Vec<HookRecord> {
-        use crate::backup::hooks::HookStatus;
         let reason = format!("the hook ledger could not record them as started: {e}");
         self.state().errors.push((
             pod.id.namespace.clone(),
@@ -536,20 +533,7 @@ impl BlockWork {
                 pod.id.path()
             ),
         ));
-        let now = self.clock.system_now();
-        hooks
-            .iter()
-            .map(|hook| HookRecord {
-                pod: pod.id.clone(),
-                hook: hook.clone(),
-                status: HookStatus::Skipped {
-                    reason: reason.clone(),
-                },
-                output: Default::default(),
-                started: Some(now),
-                ended: Some(now),
-            })
-            .collect()
+        self.skipped(pod, hooks, &reason)
     }
 
     /// After the block's items: decides each pod's volumes, starts the
@@ -825,46 +809,29 @@ impl BlockWork {
         }
         let token = claim_token(store.holder());
         let claim = |state: &str| serde_json::json!({"holder": store.holder(), "token": token, "state": state});
-        let mut unanswered = String::new();
-        for attempt in 0..3 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_secs(2)).await;
+        match claim_hooks(&store, &self.backup, &what, &claim("started"), &token).await {
+            Err(e) => {
+                return Err(format!(
+                    "post hooks of pod {}: not run: their claim could not be written to the store: {e} (rule: hook-ledger)",
+                    pod.path()
+                ));
             }
-            // Asked again after an error: the token tells our own claim,
-            // created by a try whose answer was lost, from another's.
-            let theirs = match store
-                .claim_once(&self.backup, &what, &claim("started"))
-                .await
-            {
-                Ok(None) => None,
-                Ok(Some(c)) if c["token"] == token.as_str() => None,
-                Ok(Some(c)) => Some(c),
-                Err(e) => {
-                    unanswered = e.to_string();
-                    continue;
-                }
-            };
-            if let Some(theirs) = theirs {
-                return self.await_their_post(pod, hooks, theirs).await;
-            }
-            self.ledger(started(pod, "post")).await;
-            let post = run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await;
-            let entry = LedgerEntry::of(pod, "post", &post);
-            if let Err(e) = store
-                .update_claim(&self.backup, &what, &claim(&entry.state))
-                .await
-            {
-                self.state()
-                    .warnings
-                    .push((pod.namespace.clone(), format!("hook claim: {e}")));
-            }
-            self.ledger(entry).await;
-            return Ok(post);
+            Ok(Some(theirs)) => return self.await_their_post(pod, hooks, theirs).await,
+            Ok(None) => {}
         }
-        Err(format!(
-            "post hooks of pod {}: not run: their claim could not be written to the store: {unanswered} (rule: hook-ledger)",
-            pod.path()
-        ))
+        self.ledger(started(pod, "post")).await;
+        let post = run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await;
+        let entry = LedgerEntry::of(pod, "post", &post);
+        if let Err(e) = store
+            .update_claim(&self.backup, &what, &claim(&entry.state))
+            .await
+        {
+            self.state()
+                .warnings
+                .push((pod.namespace.clone(), format!("hook claim: {e}")));
+        }
+        self.ledger(entry).await;
+        Ok(post)
     }
 
     /// Waits for the process holding `pod`'s post-hook claim to say how
@@ -956,6 +923,32 @@ impl BlockWork {
             })
             .map(|e| e.pod.clone())
             .collect()
+    }
+}
+
+/// Claims hooks `what` of `backup` in the store with `claim` (holding
+/// `token`): `Ok(None)` when this run has them, the claim as it is when
+/// another has. Asked again after an error (three tries, 2 s apart): the
+/// token tells our own claim, created by a try whose answer was lost,
+/// from another's.
+async fn claim_hooks(
+    store: &BackupStore,
+    backup: &str,
+    what: &[&str],
+    claim: &serde_json::Value,
+    token: &str,
+) -> Result<Option<serde_json::Value>, iar_core::store::StoreError> {
+    let mut tries = 0;
+    loop {
+        match store.claim_once(backup, what, claim).await {
+            Ok(Some(c)) if c["token"] == token => return Ok(None),
+            Ok(theirs) => return Ok(theirs),
+            Err(e) if tries == 2 => return Err(e),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
     }
 }
 

@@ -718,24 +718,18 @@ pub async fn resource_policies(
 mod tests {
     use super::*;
 
+    /// Pod `pod`'s volume `data` record, in `phase`.
     fn volume(pod: &str, phase: VolumePhase) -> VolumeBackup {
-        VolumeBackup {
+        let request = crate::backup::volumes::VolumeRequest {
             backup: "b".into(),
-            pod_namespace: "shop".into(),
-            pod_name: pod.into(),
+            backup_uid: String::new(),
+            pod: iar_core::item::ItemRef::new("", "pods", "shop", pod),
             volume: "data".into(),
             pvc: None,
+        };
+        VolumeBackup {
             phase,
-            bytes_done: 0,
-            bytes_total: 0,
-            created: None,
-            started: None,
-            completed: None,
-            error: None,
-            manifest_key: None,
-            files_done: 0,
-            skipped: Vec::new(),
-            skipped_total: 0,
+            ..request.record_at(std::time::SystemTime::UNIX_EPOCH)
         }
     }
 

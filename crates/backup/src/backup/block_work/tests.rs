@@ -338,6 +338,12 @@ fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
     assert_eq!(posts(&runner.ran.lock().unwrap()), 2);
 }
 
+/// The store in `dir` as machine `holder` opens it (its claims say so).
+fn store_of(dir: &std::path::Path, holder: &str) -> BackupStore {
+    let fs = object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap();
+    BackupStore::from_object_store(Arc::new(fs), "file://claims").with_holder_name(holder)
+}
+
 /// A store whose puts can be made to fail, and the backup store on it.
 fn faulty_ledger() -> (
     tempfile::TempDir,
@@ -433,10 +439,7 @@ fn two_machines_owing_one_unfreeze_run_it_once() {
         ran: Mutex::new(Vec::new()),
     });
     let dir = tempfile::tempdir().unwrap();
-    let store = |holder: &str| {
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-        BackupStore::from_object_store(Arc::new(fs), "file://claims").with_holder_name(holder)
-    };
+    let store = |holder: &str| store_of(dir.path(), holder);
     // Each machine its own process-wide claims, as two replicas have.
     let machine = |holder: &str| {
         Arc::new(
@@ -523,9 +526,7 @@ fn a_retried_first_pass_never_freezes_a_pod_twice() {
     });
     let dir = tempfile::tempdir().unwrap();
     let machine = |holder: &str| {
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-        let store =
-            BackupStore::from_object_store(Arc::new(fs), "file://claims").with_holder_name(holder);
+        let store = store_of(dir.path(), holder);
         block_work(&runtime, &runner)
             .with_uid("u-pre", Arc::new(PostClaims::default()))
             .with_ledger(store)
