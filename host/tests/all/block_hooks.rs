@@ -416,3 +416,48 @@ async fn the_resource_policy_decides_before_the_opt_in() {
         );
     }
 }
+
+/// The volume backups a pass started are recorded before its tarball, and
+/// a store that refuses that record fails the step: the tarball is not
+/// written, and the backup does not complete. A process that takes over a
+/// backup whose tarball it finds waits for the volumes this record names;
+/// before, the record was best effort, a store fault dropped it while the
+/// tarball landed, and the backup completed with no volume records at all
+/// (the fault campaign's seeds 1222, 1230 and 1321).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_whose_volume_record_is_refused_writes_no_tarball() {
+    let mut e = env();
+    let faulty = Arc::new(iar_core::store::faulty::FaultyStore::new(Arc::new(
+        object_store::local::LocalFileSystem::new_with_prefix(e._dirs[2].path()).unwrap(),
+    )));
+    e.store = BackupStore::from_object_store(faulty.clone(), "faulty://volumes");
+    faulty.fail_puts_to(&BackupFile::VolumeProgress.key("unrecorded"));
+    write_pod(&e.items, "db-0", "data-db-0", false);
+    write_volume(&e.data, "data-db-0", 1000);
+    let settings = Settings {
+        sync_period: Duration::from_millis(50),
+        volume_data: Some(e.data.clone()),
+        exec_hooks_locally: true,
+        ..Settings::default()
+    };
+    let ended = run(&e, "unrecorded", settings, json!({})).await;
+    if let Ok(object) = &ended {
+        assert_ne!(object.status.phase, BackupPhase::Completed, "{object:?}");
+    }
+    assert!(
+        !e.store
+            .exists_key(&BackupFile::Contents.key("unrecorded"))
+            .await
+            .unwrap(),
+        "the tarball was written without the record of its volumes ({ended:?})"
+    );
+    // The freeze is undone all the same, once its volume backup ends.
+    let post = e.data.join("db-0.post");
+    for _ in 0..300 {
+        if post.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(post.exists(), "the pod was left frozen");
+}

@@ -174,6 +174,30 @@ impl Blocks<'_> {
         }
     }
 
+    /// Records every volume backup the pass started, with the store's
+    /// retries, failing the step if it cannot: this write is the one a
+    /// restart that finds the tarball relies on to know the volumes
+    /// exist. Best effort here (as [`Blocks::persist_volume_progress`]
+    /// is) let a store fault drop it while the tarball landed: a process
+    /// that took the backup over then waited for no volume and completed
+    /// it with no volume records at all (the fault campaign's seeds 1222,
+    /// 1230 and 1321). Written before the tarball, no other machine has
+    /// final records yet for it to land over.
+    pub(super) async fn record_started_volumes(
+        &self,
+        name: &str,
+        work: &BlockWork,
+    ) -> Result<(), PhaseError> {
+        let started = work.progress();
+        if started.is_empty() {
+            return Ok(());
+        }
+        self.store
+            .put_json(name, BackupFile::VolumeProgress, &started)
+            .await?;
+        Ok(())
+    }
+
     /// Writes the latest state of every volume backup started so far (none
     /// started: nothing written).
     /// Best effort, and bounded: a progress write is for the eyes, and

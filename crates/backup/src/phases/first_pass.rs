@@ -218,7 +218,7 @@ impl FirstPass<'_> {
         // wait) must find every request too, or it would run owed post
         // hooks before their block's volumes ended and never record them.
         self.blocks
-            .persist_volume_progress(run.name(), &work)
+            .record_started_volumes(run.name(), &work)
             .await?;
         // The items and operations are stored before the blocks' volume
         // backups and post hooks are waited for: a restart during that
