@@ -420,6 +420,43 @@ async fn request_fence(api: &Api<VolumeBackup>, name: &str) -> Result<(), String
     Ok(())
 }
 
+/// The backup as its store records it, read again: it must still be
+/// running there (rule `backup-fence`). The Backup resource's status
+/// follows the store's and may lag it (a status write lost to a
+/// partition or a restarted controller): a backup that ended in the store
+/// and was deleted, its snapshots forgotten, still showed InProgress on
+/// its resource, and the snapshot written then outlived it (the fault
+/// campaign's seed 1215). Read after the snapshot is written: a deletion
+/// that starts later forgets it, one that started earlier marked the
+/// stored backup Deleting first.
+async fn store_fence(
+    store: &BackupStore,
+    spec: &super::volume_backup::VolumeBackupSpec,
+) -> Result<(), String> {
+    use iar_backup::backup::object::BackupObject;
+    use iar_core::store::BackupFile;
+    let fence = |why: String| format!("{why}; nothing is written for it (rule: backup-fence)");
+    let name = &spec.backup_name;
+    let stored: BackupObject = store
+        .get_json(name, BackupFile::Metadata)
+        .await
+        .map_err(|e| format!("reading backup {name} in the store: {e}"))?
+        .ok_or_else(|| fence(format!("backup {name} is not in the store")))?;
+    if let Some(uid) = stored.metadata.annotations.get(super::resource::RESOURCE_UID_ANNOTATION)
+        && *uid != spec.backup_uid
+    {
+        return Err(fence(format!(
+            "the stored backup {name} was made for uid {uid}, the request for uid {:?}",
+            spec.backup_uid
+        )));
+    }
+    let phase = stored.status.phase;
+    if !phase.is_running() {
+        return Err(fence(format!("backup {name} is {phase:?} in the store")));
+    }
+    Ok(())
+}
+
 /// Whether nobody has started `request` yet.
 fn is_new(request: &VolumeBackup) -> bool {
     matches!(
@@ -612,13 +649,14 @@ async fn serve(
     // manifest.
     let fence: iar_backup::backup::volumes::Fence = {
         let (client, namespace, spec) = (client.clone(), options.namespace.clone(), spec.clone());
-        let (api, name) = (api.clone(), name.clone());
+        let (api, name, store) = (api.clone(), name.clone(), options.store.clone());
         Arc::new(move || {
             let (client, namespace, spec) = (client.clone(), namespace.clone(), spec.clone());
-            let (api, name) = (api.clone(), name.clone());
+            let (api, name, store) = (api.clone(), name.clone(), store.clone());
             Box::pin(async move {
                 request_fence(&api, &name).await?;
-                check_backup(&client, &namespace, &spec).await.map(|_| ())
+                check_backup(&client, &namespace, &spec).await?;
+                store_fence(&store, &spec).await
             })
         })
     };

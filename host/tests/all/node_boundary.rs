@@ -175,6 +175,32 @@ async fn a_planted_mount_link_backs_up_only_the_pods_own_volume() {
         "{message}"
     );
 
+    // The resource's status may lag the store's (a status write lost):
+    // with the resource saying InProgress again, a late request reads the
+    // volume, and the store's record still fences its snapshot off; the
+    // snapshot it wrote is forgotten (the fault campaign's seed 1215 found
+    // one outliving its deleted backup).
+    let snapshots = || snapshot_files(store_dir.path());
+    let before = snapshots();
+    Api::<iar::k8s::crd::Backup>::namespaced(admin.clone(), ns)
+        .patch_status(
+            "links",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "InProgress"}})),
+        )
+        .await
+        .unwrap();
+    late.metadata.name = Some("lagging".into());
+    api.create(&PostParams::default(), &late).await.unwrap();
+    let ended = wait_ended(&api, "lagging").await;
+    assert_eq!(ended.phase, Some(VolumePhase::Failed), "{ended:?}");
+    let message = ended.message.unwrap_or_default();
+    assert!(
+        message.contains("rule: backup-fence") && message.contains("Completed in the store"),
+        "{message}"
+    );
+    assert_eq!(snapshots(), before, "the fenced-off snapshot is forgotten");
+
     let restored = tempfile::tempdir().unwrap();
     restore_volume(
         &store,
@@ -691,4 +717,22 @@ async fn a_request_for_a_secret_or_an_uncovered_namespace_is_refused() {
             stack.push(p);
         }
     }
+}
+
+/// The volume repositories' snapshot files under a local store.
+fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.parent().is_some_and(|p| p.ends_with("snapshots")) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
 }
