@@ -442,7 +442,10 @@ async fn store_fence(
         .await
         .map_err(|e| format!("reading backup {name} in the store: {e}"))?
         .ok_or_else(|| fence(format!("backup {name} is not in the store")))?;
-    if let Some(uid) = stored.metadata.annotations.get(super::resource::RESOURCE_UID_ANNOTATION)
+    if let Some(uid) = stored
+        .metadata
+        .annotations
+        .get(super::resource::RESOURCE_UID_ANNOTATION)
         && *uid != spec.backup_uid
     {
         return Err(fence(format!(

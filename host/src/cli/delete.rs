@@ -66,6 +66,12 @@ pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
             outln!("not deleted: no backup {name} in the store");
             return Ok(ExitCode::from(1));
         }
+        Outcome::Kept(Kept::UnfreezeOwed) => {
+            outln!(
+                "not deleted: backup {name}'s hook ledger owes a pod's post hooks (an unfreeze), which this command cannot run; `iar controller` runs them and then deletes it (rule: hook-ledger)"
+            );
+            return Ok(ExitCode::from(1));
+        }
         Outcome::Kept(other) => {
             outln!("not deleted: {other:?}");
             return Ok(ExitCode::from(1));

@@ -593,12 +593,13 @@ async fn check_gone(
                 .ok()
                 .flatten()
                 .and_then(|b| serde_json::to_string(&b.status).ok());
+            // An unreadable record is said as such, not as no record.
             let stored = store
                 .get_json::<serde_json::Value>(name, BackupFile::Metadata)
                 .await
-                .ok()
-                .flatten()
-                .map(|o| o["status"].clone());
+                .map(|o| o.map(|o| o["status"].clone()))
+                .map_err(|e| e.to_string());
+            let keys = store.backup_keys(name).await.map_err(|e| e.to_string());
             let log: Vec<String> = log_lines(store, name)
                 .await
                 .into_iter()
@@ -606,7 +607,7 @@ async fn check_gone(
                 .take(8)
                 .collect();
             return Err(format!(
-                "not gone within {ROUND_BUDGET:?} (last seen {last:?}); resource status {status:?}; stored status {stored:?}; last log lines {log:#?}"
+                "not gone within {ROUND_BUDGET:?} (last seen {last:?}); resource status {status:?}; stored status {stored:?}; its keys in the store {keys:?}; last log lines {log:#?}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -821,12 +822,10 @@ async fn snapshot_tags(store: &BackupStore, ns: &str) -> Result<Vec<String>, Str
 /// Backup `name`'s stored log; none when it cannot be read (this is for
 /// the report of a violation).
 async fn log_lines(store: &BackupStore, name: &str) -> Vec<String> {
-    store
-        .get_logs(name)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+    match store.get_logs(name).await {
+        Ok(lines) => lines.unwrap_or_default(),
+        Err(e) => vec![format!("(its log could not be read: {e})")],
+    }
 }
 
 async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {

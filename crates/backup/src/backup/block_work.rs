@@ -46,6 +46,9 @@ pub struct BlockWork {
     pub max_hook_timeout: Duration,
     /// Stamps hook runs (the phase machine's clock).
     pub clock: Arc<dyn iar_core::clock::Clock>,
+    /// Run by the backup's deletion ([`BlockWork::for_deletion`]): its
+    /// owed unfreezes run although the backup is `Deleting`.
+    deletion: bool,
     state: Mutex<State>,
     /// The hook ledger as last written. An async lock held across its PUT:
     /// each write must carry every entry before it, so writes are serial.
@@ -250,6 +253,7 @@ impl BlockWork {
             driver_check: None,
             max_hook_timeout: DEFAULT_MAX_TIMEOUT,
             clock: iar_core::clock::RealClock::shared(),
+            deletion: false,
             state: Mutex::new(State::default()),
             ledger: tokio::sync::Mutex::new(Vec::new()),
             tail_ended: tokio::sync::Notify::new(),
@@ -270,6 +274,14 @@ impl BlockWork {
     /// runs them from the ledger (the campaign saw both, 9 ms apart).
     pub fn with_driver_check(mut self, check: DriverCheck) -> Self {
         self.driver_check = Some(check);
+        self
+    }
+
+    /// The work of the backup's deletion, which runs the unfreezes the
+    /// backup still owes before its ledger and claims go: a backup marked
+    /// `Deleting` runs no other hooks (see [`BlockWork::post_once`]).
+    pub fn for_deletion(mut self) -> Self {
+        self.deletion = true;
         self
     }
 
@@ -801,7 +813,8 @@ impl BlockWork {
         // A backup being deleted (or gone) runs no more hooks: a late
         // run's claim would outlive the deletion, and the collection of
         // the claims it races (the fault campaign's seeds 1219, 1231).
-        if !self.still_stored(&store).await {
+        // The deletion itself runs what is owed, before the claims go.
+        if !self.deletion && !self.still_stored(&store).await {
             return Err(format!(
                 "post hooks of pod {}: not run: the backup is being deleted, or gone",
                 pod.path()

@@ -95,6 +95,19 @@ impl Blocks<'_> {
     /// missing or does not parse fails the backup, because going on
     /// without it could back up volumes the policy skips.
     pub(super) async fn block_work(&self, run: &mut Run) -> Result<Arc<BlockWork>, PhaseError> {
+        let work = self.new_block_work(run, false).await?;
+        self.live.insert(run.object.work_uid(), &work);
+        Ok(work)
+    }
+
+    /// [`Blocks::block_work`], not yet shared with the machine's live
+    /// blocks; `deletion`: the work of the backup's deletion
+    /// ([`BlockWork::for_deletion`]).
+    async fn new_block_work(
+        &self,
+        run: &mut Run,
+        deletion: bool,
+    ) -> Result<Arc<BlockWork>, PhaseError> {
         let policies = resource_policies(
             &run.object.spec,
             &run.object.metadata.namespace,
@@ -132,23 +145,25 @@ impl Blocks<'_> {
             ) as Arc<dyn VolumeBackupper>),
             None => self.volume_backupper.cloned(),
         };
-        let work = Arc::new(
-            BlockWork::new(
-                run.object.metadata.name.clone(),
-                hooks,
-                runner,
-                backupper,
-                self.volume_data.cloned(),
-                policies,
-                default_volumes_to_fs_backup(spec),
-                tokio::runtime::Handle::current(),
-            )
-            .with_ledger(self.store.clone())
-            .with_uid(run.object.work_uid(), self.live.claims())
-            .with_driver_check(driver_check(self.store, run.name()))
-            .with_max_hook_timeout(self.max_hook_timeout)
-            .with_clock(self.clock.clone()),
-        );
+        let work = BlockWork::new(
+            run.object.metadata.name.clone(),
+            hooks,
+            runner,
+            backupper,
+            self.volume_data.cloned(),
+            policies,
+            default_volumes_to_fs_backup(spec),
+            tokio::runtime::Handle::current(),
+        )
+        .with_ledger(self.store.clone())
+        .with_uid(run.object.work_uid(), self.live.claims())
+        .with_max_hook_timeout(self.max_hook_timeout)
+        .with_clock(self.clock.clone());
+        let work = Arc::new(if deletion {
+            work.for_deletion()
+        } else {
+            work.with_driver_check(driver_check(self.store, run.name()))
+        });
         // What an earlier attempt of this backup froze (a retried first
         // pass) is in its ledger: carried on, so that no pod is frozen
         // twice (the campaign's seed 1 saw two pre and two post hooks).
@@ -159,8 +174,77 @@ impl Blocks<'_> {
         if let Some(earlier) = earlier {
             work.continue_ledger(earlier).await;
         }
-        self.live.insert(run.object.work_uid(), &work);
         Ok(work)
+    }
+
+    /// Runs, once, the unfreezes backup `object` still owes, before its
+    /// deletion takes the ledger and the claims: a backup that ended (or
+    /// expired) while one of its blocks still waited, on a machine that
+    /// then lost it or skipped the hook because the backup was being
+    /// deleted, left its pod frozen for good (the fault campaign's seeds
+    /// 1004, 1404, 1411: short TTLs and API server faults). `Ok(false)`:
+    /// unfreezes are owed, the backup is a controller's and this process
+    /// runs no hooks (`iar gc` with no cluster): it is kept for a
+    /// controller to delete. Each owed
+    /// unfreeze of a live pod must end up claimed in the store (run here,
+    /// or by whoever claimed it), or the deletion stops, to be tried
+    /// again.
+    pub(super) async fn unfreeze_before_deletion(
+        &self,
+        object: &crate::backup::object::BackupObject,
+    ) -> Result<bool, PhaseError> {
+        let name = object.metadata.name.clone();
+        let ledger: Vec<LedgerEntry> = self
+            .store
+            .get_json(&name, BackupFile::HookLedger)
+            .await?
+            .unwrap_or_default();
+        if BlockWork::owed_post_hooks(&ledger).is_empty() {
+            return Ok(true);
+        }
+        if !self.exec_hooks_locally && self.hook_runner.is_none() {
+            // A controller's backup waits for a controller; one `iar
+            // backup` wrote goes, said: its hooks were local processes,
+            // and `iar resume` is what runs them.
+            let controllers = object
+                .metadata
+                .annotations
+                .contains_key(crate::backup::object::RESOURCE_UID_ANNOTATION);
+            if !controllers {
+                tracing::warn!(backup = %name, "deleted with post hooks owed by its hook ledger (rule: hook-ledger)");
+            }
+            return Ok(!controllers);
+        }
+        let pods = self.owed_pods(&name, &ledger).await?;
+        let mut run = Run {
+            object: object.clone(),
+            results: Default::default(),
+        };
+        let work = self.new_block_work(&mut run, true).await?;
+        let mut report = crate::backup::block_work::BlockReport::default();
+        work.run_owed_posts(&ledger, &pods, &mut report).await;
+        for record in &report.hooks {
+            tracing::info!(backup = %name, pod = %record.pod.path(), status = ?record.status, "an owed unfreeze ran before the backup's deletion");
+        }
+        for (_, e) in report.errors.iter().chain(&report.warnings) {
+            tracing::warn!(backup = %name, "before its deletion: {e}");
+        }
+        for pod in pods
+            .iter()
+            .filter(|p| work.has_hooks(p, crate::backup::hooks::HookPhase::Post))
+        {
+            let what = ["post", pod.id.namespace.as_str(), pod.id.name.as_str()];
+            if self.store.read_claim(&name, &what).await?.is_none() {
+                return Err(PhaseError::UnfreezeOwed {
+                    name,
+                    why: format!(
+                        "the post hooks of pod {} are owed and were not run",
+                        pod.id.path()
+                    ),
+                });
+            }
+        }
+        Ok(true)
     }
 
     /// Asks the node agents to stop every unfinished volume backup of

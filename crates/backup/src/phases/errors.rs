@@ -54,6 +54,11 @@ pub enum PhaseError {
         #[source]
         source: SourcesError,
     },
+    /// Unfreezes it owes could not be run (or claimed) before its
+    /// deletion: the deletion stops, to be tried again, rather than take
+    /// the ledger that says a pod is still frozen.
+    #[error("backup {name:?}: before its deletion: {why} (rule: hook-ledger)")]
+    UnfreezeOwed { name: String, why: String },
     /// Its volume snapshots could not be forgotten (a deletion then
     /// stops, to be tried again, rather than leave them in the repository).
     #[error("backup {name:?}: forgetting its volume snapshots: {why}")]

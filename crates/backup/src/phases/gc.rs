@@ -62,6 +62,10 @@ pub enum Kept {
     /// No `velero-backup.json`: a backup being created, or files iar did
     /// not write.
     NoObject,
+    /// Its hook ledger owes unfreezes and this process runs no hooks
+    /// (`iar gc` or `iar delete` without a cluster): a controller, which
+    /// runs them first, deletes it.
+    UnfreezeOwed,
 }
 
 /// What a deletion was asked for: a sweep deletes the backups that have
@@ -119,6 +123,8 @@ pub(super) struct Gc<'a> {
     /// For the volume snapshots a backup holds in its namespaces'
     /// repositories.
     pub(super) repository_password: Option<&'a iar_repository::Password>,
+    /// Runs the unfreezes a backup still owes before it goes.
+    pub(super) blocks: super::blocks::Blocks<'a>,
 }
 
 impl Gc<'_> {
@@ -226,6 +232,12 @@ impl Gc<'_> {
             why_kept_for(&found, now, reason).map_err(|e| PhaseError::invalid(name, e))?
         {
             return Ok(Outcome::Kept(kept));
+        }
+        // Before anything changes: the unfreezes it owes run first (once,
+        // claimed), or it stays for a process that can run them.
+        if !self.blocks.unfreeze_before_deletion(&found).await? {
+            tracing::warn!(backup = %name, "not deleted: its hook ledger owes unfreezes and this process runs no hooks; a controller deletes it (rule: hook-ledger)");
+            return Ok(Outcome::Kept(Kept::UnfreezeOwed));
         }
         // Refused before anything changes when its volume snapshots could
         // not be forgotten.

@@ -288,6 +288,7 @@ impl PhaseMachine {
             status_sink: self.status_sink.as_ref(),
             clock: &*self.clock,
             repository_password: self.settings.repository_password.as_ref(),
+            blocks: self.blocks(),
         }
     }
 

@@ -514,3 +514,91 @@ async fn a_planted_digest_named_backup_deletes_no_long_named_victims_object() {
     assert!(refused[0].contains("shop/victim"), "{refused:?}");
     assert!(refused[1].contains(&victim_name), "{refused:?}");
 }
+
+/// Counts the hooks it is asked to run, by phase and pod; each succeeds.
+#[derive(Default)]
+struct CountingRunner {
+    ran: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::backup::hooks::HookRunner for CountingRunner {
+    async fn run(
+        &self,
+        target: &crate::backup::hooks::HookTarget,
+        hook: &crate::backup::hooks::ResolvedHook,
+    ) -> crate::backup::hooks::HookRun {
+        self.ran
+            .lock()
+            .unwrap()
+            .push(format!("{:?} {}", hook.phase, target.pod.name));
+        crate::backup::hooks::HookStatus::Succeeded.into()
+    }
+}
+
+/// A controller's expired backup whose ledger says pod `db-0` was frozen
+/// and never unfrozen (its block's machine lost it, or skipped the hook
+/// because the backup was being deleted), with the pod in `items`.
+async fn put_frozen_backup(store: &BackupStore, items: &std::path::Path) {
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop", "annotations": {
+            "pre.hook.backup.velero.io/command": "[\"fsfreeze\", \"--freeze\", \"/data\"]",
+            "post.hook.backup.velero.io/command": "[\"fsfreeze\", \"--unfreeze\", \"/data\"]",
+        }},
+        "spec": {"containers": [{"name": "db"}]}});
+    std::fs::write(items.join("pod.json"), pod.to_string()).unwrap();
+    put_backup(store, "frozen", BackupPhase::Failed, Some(t0() - HOUR)).await;
+    let mut object: BackupObject = store
+        .get_json("frozen", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    object.metadata.annotations.insert(
+        crate::backup::object::RESOURCE_UID_ANNOTATION.into(),
+        "resource-uid".into(),
+    );
+    store
+        .put_json("frozen", BackupFile::Metadata, &object)
+        .await
+        .unwrap();
+    let frozen = crate::backup::block_work::LedgerEntry {
+        pod: iar_core::item::ItemRef::new("", "pods", "shop", "db-0"),
+        phase: "pre".into(),
+        state: "succeeded".into(),
+    };
+    store
+        .put_json("frozen", BackupFile::HookLedger, &[frozen])
+        .await
+        .unwrap();
+}
+
+/// A backup that goes while its ledger owes a pod's unfreeze runs that
+/// unfreeze first, once, claimed in the store; a process that runs no
+/// hooks keeps a controller's backup for a controller to delete. Before,
+/// the deletion took the ledger and the pod stayed frozen for good (the
+/// fault campaign's seeds 1004, 1404 and 1411).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_runs_the_unfreeze_its_backup_owes_first() {
+    let (_dir, store) = temp_store();
+    let items = tempfile::tempdir().unwrap();
+    put_frozen_backup(&store, items.path()).await;
+    let cluster = Arc::new(iar_core::ManifestCluster::new(vec![
+        items.path().to_path_buf(),
+    ]));
+    let settings = || Settings {
+        lease_duration: Duration::from_secs(30),
+        ..Settings::default()
+    };
+
+    let no_hooks = PhaseMachine::new(Vec::new(), store.clone(), cluster.clone(), settings());
+    let o = outcomes(&no_hooks.collect_garbage(t0(), false).await.unwrap());
+    assert_eq!(o, [("frozen".to_string(), "kept UnfreezeOwed".to_string())]);
+
+    let runner = Arc::new(CountingRunner::default());
+    let c = PhaseMachine::new(Vec::new(), store.clone(), cluster, settings())
+        .with_hook_runner(runner.clone());
+    let o = outcomes(&c.collect_garbage(t0(), false).await.unwrap());
+    assert_eq!(o, [("frozen".to_string(), "deleted".to_string())]);
+    assert_eq!(*runner.ran.lock().unwrap(), ["Post db-0"]);
+    assert!(store.list_backups().await.unwrap().is_empty());
+}
