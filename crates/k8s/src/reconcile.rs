@@ -283,8 +283,12 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
     let mut decision = decide(backup.status.as_ref(), stored.as_ref(), now);
     // No backup in the store and a status that never left New: started
     // already, finished and collected (its status writes lost, the fault
-    // campaign's seed 1029 froze the pod a second time), or never.
-    if decision == Decision::Start
+    // campaign's seed 1029 froze the pod a second time), or never. One
+    // whose status stayed running while the store's ended (a status
+    // write lost to an API server restart) and whose backup then expired
+    // and was collected is that resource's leftover too: without this it
+    // stayed InProgress for good (seed 1404).
+    if matches!(decision, Decision::Start | Decision::Orphaned)
         && let Some(uid) = backup.uid()
         && c.store
             .was_collected(&uid)

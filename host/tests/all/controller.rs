@@ -710,6 +710,35 @@ async fn an_expired_backup_goes_with_its_resource_once_it_has_ended() {
     .await;
     wait_gone(&admin, system, "leftover").await;
     assert!(stored("leftover").await.is_none(), "nothing was started");
+
+    // A resource whose status stayed running (its status writes lost to
+    // an API server restart) while its backup ended in the store, expired
+    // and was collected: the collection's tombstone for its uid says it is
+    // a leftover, and it goes too (the fault campaign's seed 1404 found
+    // one InProgress for good).
+    controller.abort();
+    let _ = controller.await;
+    create_backup(&admin, system, "stale", spec(shop)).await;
+    let api = Api::<Backup>::namespaced(admin.clone(), system);
+    let status = json!({"status": {"phase": "InProgress"}});
+    let stale = api
+        .patch_status("stale", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    store
+        .put_collected(stale.metadata.uid.as_deref().unwrap())
+        .await
+        .unwrap();
+    let (_, controller) = start_controller(
+        admin.clone(),
+        system,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    wait_gone(&admin, system, "stale").await;
+    assert!(stored("stale").await.is_none(), "nothing was started");
     controller.abort();
 }
 
