@@ -224,6 +224,16 @@ impl PostClaims {
             .unwrap_or_else(|p| p.into_inner())
             .insert((uid.to_string(), pod.clone()))
     }
+
+    /// Gives back a claim whose hooks were not run and not claimed in the
+    /// store, so that whoever runs the owed unfreezes next (the end of
+    /// the blocks, a resume, the deletion) may run them.
+    fn release(&self, uid: &str, pod: &ItemRef) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(uid.to_string(), pod.clone()));
+    }
 }
 
 impl BlockWork {
@@ -815,6 +825,7 @@ impl BlockWork {
         // the claims it races (the fault campaign's seeds 1219, 1231).
         // The deletion itself runs what is owed, before the claims go.
         if !self.deletion && !self.still_stored(&store).await {
+            self.claims.release(&self.backup_key, pod);
             return Err(format!(
                 "post hooks of pod {}: not run: the backup is being deleted, or gone",
                 pod.path()
@@ -824,6 +835,7 @@ impl BlockWork {
         let claim = |state: &str| serde_json::json!({"holder": store.holder(), "token": token, "state": state});
         match claim_hooks(&store, &self.backup, &what, &claim("started"), &token).await {
             Err(e) => {
+                self.claims.release(&self.backup_key, pod);
                 return Err(format!(
                     "post hooks of pod {}: not run: their claim could not be written to the store: {e} (rule: hook-ledger)",
                     pod.path()

@@ -199,7 +199,16 @@ impl Blocks<'_> {
             .get_json(&name, BackupFile::HookLedger)
             .await?
             .unwrap_or_default();
-        if BlockWork::owed_post_hooks(&ledger).is_empty() {
+        // An owed unfreeze already claimed was run, or is run, by its
+        // claimer (its end may be missing from the ledger: a write lost).
+        let mut unclaimed = Vec::new();
+        for pod in BlockWork::owed_post_hooks(&ledger) {
+            let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
+            if self.store.read_claim(&name, &what).await?.is_none() {
+                unclaimed.push(pod);
+            }
+        }
+        if unclaimed.is_empty() {
             return Ok(true);
         }
         if !self.exec_hooks_locally && self.hook_runner.is_none() {

@@ -601,4 +601,17 @@ async fn a_deletion_runs_the_unfreeze_its_backup_owes_first() {
     assert_eq!(o, [("frozen".to_string(), "deleted".to_string())]);
     assert_eq!(*runner.ran.lock().unwrap(), ["Post db-0"]);
     assert!(store.list_backups().await.unwrap().is_empty());
+
+    // Owed by the ledger but claimed (run by its claimer, whose end the
+    // ledger lacks: a write lost): nothing is left to run, and a process
+    // that runs no hooks deletes it.
+    put_frozen_backup(&store, items.path()).await;
+    let claim = serde_json::json!({"holder": "another", "token": "t", "state": "started"});
+    store
+        .claim_once("frozen", &["post", "shop", "db-0"], &claim)
+        .await
+        .unwrap();
+    let o = outcomes(&no_hooks.collect_garbage(t0(), false).await.unwrap());
+    assert_eq!(o, [("frozen".to_string(), "deleted".to_string())]);
+    assert_eq!(runner.ran.lock().unwrap().len(), 1);
 }
