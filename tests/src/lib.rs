@@ -120,12 +120,14 @@ pub mod s3 {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let gateway = versitygw_at(binary, root, ip, port, access_key, secret_key);
+        let gateway = versitygw_at(binary, root, ip, port, access_key, secret_key, None);
         (gateway, format!("http://{ip}:{port}"))
     }
 
     /// [`versitygw`] on a given port: a gateway started again where its
     /// clients still point (a restart of the store, for fault tests).
+    /// With `access_log`, every request it answers is appended there (S3's
+    /// server access log format: time, operation, key, status, user agent).
     pub fn versitygw_at(
         binary: &Path,
         root: &Path,
@@ -133,8 +135,13 @@ pub mod s3 {
         port: u16,
         access_key: &str,
         secret_key: &str,
+        access_log: Option<&Path>,
     ) -> Gateway {
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(log) = access_log {
+            command.arg("--access-log").arg(log);
+        }
+        let child = command
             .args(["--port", &format!("{ip}:{port}"), "posix"])
             .arg(root)
             .env("ROOT_ACCESS_KEY", access_key)

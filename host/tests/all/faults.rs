@@ -30,7 +30,7 @@ use crate::controller::{create_backup, start_replica_with};
 use crate::fault_workload::{Dice, Fate, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::kwok_cluster;
-use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_env, s3_store, tools};
+use crate::velero::{ACCESS_KEY, BUCKET, SECRET_KEY, s3_env, s3_store, s3_store_as, tools};
 use crate::volume_repository::{files, go_tool, restic};
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::{RestoreOptions, VolumeBackup as Record, VolumePhase};
@@ -148,10 +148,14 @@ struct Store {
     gateway: Option<iar_tests::s3::Gateway>,
     endpoint: String,
     store: BackupStore,
+    /// versitygw's access log: every request it answered.
+    access_log: PathBuf,
 }
 
 impl Store {
-    fn start(tools: &Path, root: &Path) -> Store {
+    /// versitygw over `root`, its access log at `access_log` (kept off
+    /// `root`, which may be filled).
+    fn start(tools: &Path, root: &Path, access_log: &Path) -> Store {
         std::fs::create_dir_all(root.join(BUCKET)).unwrap();
         let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|l| l.local_addr())
@@ -165,6 +169,7 @@ impl Store {
             gateway: None,
             store: s3_store(&endpoint),
             endpoint,
+            access_log: access_log.to_path_buf(),
         };
         store.up();
         store
@@ -178,6 +183,7 @@ impl Store {
             self.port,
             ACCESS_KEY,
             SECRET_KEY,
+            Some(&self.access_log),
         ));
     }
 
@@ -966,7 +972,7 @@ async fn run_seed(
     let scratch = tempfile::tempdir().unwrap();
     let under = tmpfs.as_ref().map_or(scratch.path(), Tmpfs::path);
     let store_root = under.join("store");
-    let store = Store::start(tools, &store_root);
+    let store = Store::start(tools, &store_root, &scratch.path().join("access.log"));
     let proxy = Toxiproxy::start(toxiproxy, seed);
     let http_faults =
         iar_tests::http_faults::HttpFaults::start((Ipv4Addr::LOCALHOST, store.port).into());
@@ -976,10 +982,14 @@ async fn run_seed(
         proxied_kubeconfig(&cluster.server, &proxy, AGENT_API, kubelet_root.path());
     let mut replicas = Vec::new();
     for i in 0..REPLICAS {
-        let store = s3_store(&format!(
-            "http://{}",
-            proxy.proxy(&format!("{CONTROLLER_S3}-{i}"), upstream)
-        ));
+        let agent = crate::fault_leases::replica_agent(i);
+        let store = s3_store_as(
+            &format!(
+                "http://{}",
+                proxy.proxy(&format!("{CONTROLLER_S3}-{i}"), upstream)
+            ),
+            Some(&agent),
+        );
         let path = proxied_kubeconfig(
             &cluster.server,
             &proxy,
@@ -991,9 +1001,13 @@ async fn run_seed(
             context: Some(User::Admin.name().into()),
             ..Default::default()
         };
-        let config = kube::Config::from_custom_kubeconfig(config, &options)
+        let mut config = kube::Config::from_custom_kubeconfig(config, &options)
             .await
             .unwrap();
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(&agent).unwrap(),
+        ));
         replicas.push(Replica {
             client: kube::Client::try_from(config).unwrap(),
             store,
@@ -1225,6 +1239,27 @@ async fn run_seed(
                 crate::support::text(&out)
             ));
         }
+    }
+    // No replica wrote a backup after another took its lease from it.
+    let audit = crate::fault_leases::audit(&world.store.access_log, &world.server.audit_log(), &ns);
+    println!(
+        "fault-campaign seed={seed} lease-audit store_writes={} api_writes={} lease_takes={} late_writes={}",
+        audit.store_writes,
+        audit.api_writes,
+        audit.takes,
+        audit.late.len()
+    );
+    if audit.store_writes == 0 || audit.api_writes == 0 || audit.takes == 0 {
+        return Err(format!(
+            "seed {seed}: the lease audit read nothing (store writes {}, status writes {}, lease takes {}): are the logs written?",
+            audit.store_writes, audit.api_writes, audit.takes
+        ));
+    }
+    if !audit.late.is_empty() {
+        return Err(format!(
+            "seed {seed}: writes after a lost lease: {:#?}",
+            &audit.late[..audit.late.len().min(8)]
+        ));
     }
     // restic's own backups (the second writer) are not iar's to delete.
     let left = snapshot_tags(&world.store.store, &ns).await.map(|tags| {

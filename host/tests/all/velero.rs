@@ -82,7 +82,18 @@ pub(crate) fn s3_env(command: &mut std::process::Command, endpoint: &str) {
 /// The backup store `s3://BUCKET` on the S3 server at `endpoint`, as this
 /// process reaches it.
 pub(crate) fn s3_store(endpoint: &str) -> iar::store::BackupStore {
+    s3_store_as(endpoint, None)
+}
+
+/// [`s3_store`], its requests naming `user_agent` (in the store's access
+/// log: the fault campaign tells its replicas apart by it).
+pub(crate) fn s3_store_as(endpoint: &str, user_agent: Option<&str>) -> iar::store::BackupStore {
+    let mut options = object_store::ClientOptions::new();
+    if let Some(agent) = user_agent {
+        options = options.with_user_agent(object_store::HeaderValue::from_str(agent).unwrap());
+    }
     let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_client_options(options)
         .with_bucket_name(BUCKET)
         .with_endpoint(endpoint)
         .with_allow_http(true)

@@ -55,6 +55,21 @@ const APISERVER_READY: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(100);
 const CRDS_SERVED: Duration = Duration::from_secs(60);
 
+/// What a durable server audits: writes to iar's resources and pod execs,
+/// with who made them (user and user agent) and when.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+  resources:
+  - group: iar.dev
+  - group: \"\"
+    resources: [pods/exec]
+- level: None
+";
+
 /// Where kube-apiserver listens and what it admits.
 #[derive(Clone)]
 pub(crate) struct Listen {
@@ -223,6 +238,13 @@ impl ApiServer {
     /// removed by [`ApiServer::shutdown`].
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The audit log of a durable server ([`ApiServer::start_durable`]):
+    /// one JSON event per line, at `Metadata` level, for every write to
+    /// `iar.dev` resources and every pod exec, once answered.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir().join("audit.log")
     }
 
     /// A client authenticated as `user`, for the caller's runtime (a kube
@@ -408,6 +430,21 @@ impl ApiServer {
                 "--kubelet-client-key={}",
                 self.kubelet_pki.client_key.display()
             ));
+        if listen.durable {
+            // The campaign's servers keep an audit log of the writes to
+            // iar's resources: who wrote a Backup's status when, against
+            // who held its lease ([`ApiServer::audit_log`]).
+            let policy = dir.join("audit-policy.yaml");
+            std::fs::write(&policy, AUDIT_POLICY).map_err(|source| StartError::Io {
+                what: "writing the audit policy".into(),
+                source,
+            })?;
+            command
+                .arg(format!("--audit-policy-file={}", policy.display()))
+                .arg(format!("--audit-log-path={}", self.audit_log().display()))
+                .arg("--audit-log-format=json")
+                .arg("--audit-log-mode=blocking");
+        }
         if !listen.service_accounts {
             // No controller-manager runs to create default service
             // accounts, so this plugin would reject every pod.

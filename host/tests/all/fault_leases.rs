@@ -1,0 +1,317 @@
+//! The campaign's lease audit: no controller replica writes a backup's
+//! files in the store, or its Backup resource, after another process took
+//! the backup's lease from it. Read after each seed from what the real
+//! servers logged: versitygw's access log (every answered request, with
+//! its time to the second and the client's user agent) and the API
+//! server's audit log (every write to `iar.dev` resources). Each replica
+//! names itself in its user agent ([`replica_agent`]); the lease history
+//! is the store's own record of who created each lease generation.
+//!
+//! A write is a violation when it landed more than [`SLACK`] after
+//! another holder created a newer generation than the writer's own last
+//! one: a request held up by a partition and delivered late, or a replica
+//! that went on after losing the backup. Hook claims are left out: a
+//! claimed unfreeze runs to its end and says so whoever holds the lease,
+//! by design (docs/decisions.md).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// Between a takeover and a late write: the access log's times are whole
+/// seconds, and a request answered just after a takeover may have been
+/// checked against the lease just before it.
+pub(crate) const SLACK: Duration = Duration::from_secs(3);
+
+/// The user agent replica `i` sends to the store and the API server.
+pub(crate) fn replica_agent(i: usize) -> String {
+    format!("iar-replica-{i}")
+}
+
+/// One answered write: when, by whom (user agent), of which backup, and
+/// what (a key, or the resource and verb).
+#[derive(Clone, Debug)]
+pub(crate) struct Write {
+    pub(crate) at: SystemTime,
+    pub(crate) who: String,
+    pub(crate) backup: String,
+    pub(crate) what: String,
+}
+
+/// A lease generation's creation.
+#[derive(Clone, Debug)]
+struct Take {
+    at: SystemTime,
+    generation: u64,
+    who: String,
+}
+
+/// What versitygw's access log says was written under `backups/`: lease
+/// generations created (by the first successful PUT of each), and every
+/// other successful PUT, COPY or DELETE of a backup's files.
+fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
+    let text = std::fs::read_to_string(access_log).unwrap_or_default();
+    let mut takes: BTreeMap<String, Vec<Take>> = BTreeMap::new();
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        // owner bucket [time zone] ip requester id operation key uri
+        // status ...; an error code may hold spaces, so the user agent is
+        // found by its prefix, and only a replica's or iar's.
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 12 {
+            continue;
+        }
+        let operation = f[7].strip_prefix("s3_").unwrap_or(f[7]);
+        let (Some(at), key, status) = (access_time(f[2]), f[8], f[10]) else {
+            continue;
+        };
+        if !status.starts_with('2')
+            || !matches!(operation, "PutObject" | "CopyObject" | "DeleteObject")
+        {
+            continue;
+        }
+        let Some((backup, file)) = key
+            .strip_prefix("backups/")
+            .and_then(|rest| rest.split_once('/'))
+        else {
+            continue;
+        };
+        let who = f[11..]
+            .iter()
+            .find(|t| t.starts_with("iar-replica-") || t.starts_with("object_store"))
+            .map_or("-", |t| t)
+            .to_string();
+        let lease = file
+            .strip_prefix(&format!("{backup}-lease-"))
+            .and_then(|g| g.strip_suffix(".json"))
+            .and_then(|g| g.parse::<u64>().ok());
+        if let Some(generation) = lease {
+            if operation == "PutObject" {
+                let chain = takes.entry(backup.to_string()).or_default();
+                if !chain.iter().any(|t| t.generation == generation) {
+                    chain.push(Take {
+                        at,
+                        generation,
+                        who,
+                    });
+                }
+            }
+            continue;
+        }
+        if file.starts_with(&format!("{backup}-claims/")) {
+            continue;
+        }
+        writes.push(Write {
+            at,
+            who,
+            backup: backup.to_string(),
+            what: format!("{operation} {key}"),
+        });
+    }
+    (takes, writes)
+}
+
+/// `[06/December/2026:17:14:30` (the access log's time, its zone `+0000`
+/// in the next field) as a time.
+fn access_time(field: &str) -> Option<SystemTime> {
+    let t = field.strip_prefix('[')?;
+    let (date, clock) = t.split_once(':')?;
+    let mut d = date.split('/');
+    let (day, month, year) = (d.next()?, d.next()?, d.next()?);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let month = MONTHS.iter().position(|m| *m == month)? + 1;
+    humantime::parse_rfc3339(&format!("{year}-{month:02}-{day}T{clock}Z")).ok()
+}
+
+/// What the API server's audit log says replicas wrote to Backup
+/// resources of namespace `ns` (their status or the object).
+fn api_writes(audit_log: &Path, ns: &str) -> Vec<Write> {
+    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let object = &e["objectRef"];
+        let who = e["userAgent"].as_str().unwrap_or_default();
+        let code = e["responseStatus"]["code"].as_i64().unwrap_or(0);
+        if object["resource"] != "backups"
+            || object["namespace"] != ns
+            || !who.starts_with("iar-replica-")
+            || !(200..300).contains(&code)
+        {
+            continue;
+        }
+        let Some(at) = e["stageTimestamp"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok())
+        else {
+            continue;
+        };
+        let name = object["name"].as_str().unwrap_or_default();
+        let sub = object["subresource"]
+            .as_str()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        writes.push(Write {
+            at,
+            who: who.to_string(),
+            backup: name.to_string(),
+            what: format!("{} backups/{name}{sub}", e["verb"].as_str().unwrap_or("?")),
+        });
+    }
+    writes
+}
+
+/// What the audit read and found.
+pub(crate) struct Audit {
+    /// Replica writes to the store and to Backup resources, and lease
+    /// generations created: a log that says nothing is not a clean one.
+    pub(crate) store_writes: usize,
+    pub(crate) api_writes: usize,
+    pub(crate) takes: usize,
+    /// Every replica write, to the store or the API server, that landed
+    /// more than [`SLACK`] after another holder took the backup's lease
+    /// from it; each said with its backup, what, who and the takeover.
+    pub(crate) late: Vec<String>,
+}
+
+pub(crate) fn audit(access_log: &Path, audit_log: &Path, ns: &str) -> Audit {
+    let (takes, mut writes) = store_log(access_log);
+    let replica = |w: &Write| w.who.starts_with("iar-replica-");
+    let store_writes = writes.iter().filter(|w| replica(w)).count();
+    let from_api = api_writes(audit_log, ns);
+    let api_writes = from_api.len();
+    writes.extend(from_api);
+    let mut found = Vec::new();
+    for w in writes.iter().filter(|w| w.who.starts_with("iar-replica-")) {
+        let Some(chain) = takes.get(&w.backup) else {
+            continue;
+        };
+        // The writer's own newest generation before the write, and any
+        // newer one another process created well before it.
+        let own = chain
+            .iter()
+            .filter(|t| t.who == w.who && t.at <= w.at)
+            .map(|t| t.generation)
+            .max();
+        let Some(own) = own else { continue };
+        let taken = chain
+            .iter()
+            .filter(|t| t.generation > own && t.who != w.who && t.at + SLACK < w.at)
+            .min_by_key(|t| t.generation);
+        if let Some(t) = taken {
+            let late = w.at.duration_since(t.at).unwrap_or_default();
+            found.push(format!(
+                "backup {}: {} wrote {} {}s after {} took generation {} (its own was {own})",
+                w.backup,
+                w.who,
+                w.what,
+                late.as_secs(),
+                t.who,
+                t.generation
+            ));
+        }
+    }
+    Audit {
+        store_writes,
+        api_writes,
+        takes: takes.values().map(Vec::len).sum(),
+        late: found,
+    }
+}
+
+#[test]
+fn the_access_logs_time_is_read() {
+    let at = access_time("[06/December/2026:17:14:30").unwrap();
+    assert_eq!(
+        humantime::format_rfc3339(at).to_string(),
+        "2026-12-06T17:14:30Z"
+    );
+}
+
+/// The audit on logs written here: replica 0 takes backup b's lease,
+/// replica 1 takes the next generation at :10; replica 0's writes at :11
+/// (within the slack) pass, its PUT at :20 and its status patch at :21
+/// are late; replica 1's own writes and a hook claim pass.
+#[test]
+fn a_write_after_another_took_the_lease_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |time: &str, op: &str, key: &str, agent: &str| {
+        format!(
+            "- bucket [06/December/2026:17:00:{time} +0000] 127.0.0.1 - ID s3_{op} {key} /bucket/{key} 200 - 0 0 1 1 - {agent} - host SigV4 - AuthHeader h - arn Yes\n"
+        )
+    };
+    let lease = |g: u32| format!("backups/b/b-lease-{g:020}.json");
+    let access = [
+        line("01", "PutObject", &lease(1), "iar-replica-0"),
+        line(
+            "02",
+            "PutObject",
+            "backups/b/velero-backup.json",
+            "iar-replica-0",
+        ),
+        line("10", "PutObject", &lease(2), "iar-replica-1"),
+        line("11", "PutObject", "backups/b/b-results.gz", "iar-replica-0"),
+        line(
+            "12",
+            "PutObject",
+            "backups/b/velero-backup.json",
+            "iar-replica-1",
+        ),
+        line(
+            "20",
+            "PutObject",
+            "backups/b/velero-backup.json",
+            "iar-replica-0",
+        ),
+        line(
+            "20",
+            "PutObject",
+            "backups/b/b-claims/post/shop/db-0",
+            "iar-replica-0",
+        ),
+        line(
+            "20",
+            "PutObject",
+            "backups/b/velero-backup.json",
+            "iar-replica-9",
+        ),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("access.log"), access).unwrap();
+    let event = |time: &str, agent: &str| {
+        serde_json::json!({"verb": "patch", "userAgent": agent,
+            "objectRef": {"resource": "backups", "namespace": "ns", "name": "b", "subresource": "status"},
+            "responseStatus": {"code": 200},
+            "stageTimestamp": format!("2026-12-06T17:00:{time}.500000Z")})
+        .to_string()
+    };
+    let audit_log = [event("03", "iar-replica-0"), event("21", "iar-replica-0")].join("\n");
+    std::fs::write(dir.path().join("audit.log"), audit_log).unwrap();
+
+    let found = audit(
+        &dir.path().join("access.log"),
+        &dir.path().join("audit.log"),
+        "ns",
+    );
+    assert_eq!(found.takes, 2);
+    assert_eq!(found.late.len(), 2, "{:#?}", found.late);
+    assert!(
+        found.late[0].contains("PutObject backups/b/velero-backup.json 10s after iar-replica-1")
+    );
+    assert!(found.late[1].contains("patch backups/b/status 11s after iar-replica-1"));
+}
