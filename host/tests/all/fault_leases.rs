@@ -176,6 +176,31 @@ fn api_writes(audit_log: &Path, ns: &str) -> Vec<Write> {
     writes
 }
 
+/// Every audited write to Backup `name` of namespace `ns`: verb, user,
+/// user agent, answer and time (a round's diagnostics).
+pub(crate) fn audit_events_of(audit_log: &Path, ns: &str, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["objectRef"]["resource"] == "backups"
+                && e["objectRef"]["namespace"] == ns
+                && e["objectRef"]["name"] == name
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} by {} ({}): {}",
+                e["stageTimestamp"].as_str().unwrap_or("?"),
+                e["verb"].as_str().unwrap_or("?"),
+                e["objectRef"]["subresource"].as_str().unwrap_or(""),
+                e["user"]["username"].as_str().unwrap_or("?"),
+                e["userAgent"].as_str().unwrap_or("?"),
+                e["responseStatus"]["code"]
+            )
+        })
+        .collect()
+}
+
 /// What the audit read and found.
 pub(crate) struct Audit {
     /// Replica writes to the store and to Backup resources, and lease

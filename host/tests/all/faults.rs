@@ -1062,7 +1062,16 @@ async fn run_seed(
         let uid = backups
             .get(&name)
             .await
-            .map_err(|e| format!("seed {seed} round {round}: reading {name} back: {e}"))?
+            .map_err(|e| {
+                // Who wrote it meanwhile, from the API server's audit log
+                // (seed 1329 found one gone right after its creation).
+                let events = crate::fault_leases::audit_events_of(
+                    &world.server.audit_log(),
+                    &ns,
+                    &name,
+                );
+                format!("seed {seed} round {round}: reading {name} back: {e}; its audit events: {events:#?}")
+            })?
             .metadata
             .uid
             .unwrap_or_default();
