@@ -192,6 +192,12 @@ pub enum Created {
 /// [`writes`] before they get here. A cluster that cannot be written
 /// refuses them (the defaults).
 pub trait ClusterWriter: Send + Sync {
+    /// Whether this is a live API server's cluster (not manifests and
+    /// their overlay): what a controller's backup created is only there.
+    fn is_live(&self) -> bool {
+        false
+    }
+
     /// Creates `object` as `id`; an object of that name already there is
     /// [`Created::Existing`], not an error. Gives up after `budget`.
     fn create_within(

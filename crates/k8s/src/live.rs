@@ -333,6 +333,10 @@ impl LiveCluster {
 }
 
 impl ClusterWriter for LiveCluster {
+    fn is_live(&self) -> bool {
+        true
+    }
+
     fn create_within(
         &self,
         id: &ItemRef,

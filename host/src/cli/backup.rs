@@ -201,6 +201,8 @@ pub struct GcArgs {
     /// For the volume snapshots the deleted backups hold.
     #[command(flatten)]
     repository: RepositoryArg,
+    #[command(flatten)]
+    cluster: ClusterArg,
 }
 
 #[derive(clap::Args)]
@@ -468,6 +470,7 @@ pub(super) fn store_only(
     store_arg: &StoreArg,
     lease_duration: Duration,
     repository: &RepositoryArg,
+    live: Option<&tokio::runtime::Runtime>,
 ) -> anyhow::Result<PhaseMachine> {
     let store = BackupStore::open(&store_arg.store)?;
     let settings = Settings {
@@ -475,12 +478,35 @@ pub(super) fn store_only(
         repository_password: repository.password()?,
         ..Settings::default()
     };
-    Ok(PhaseMachine::new(
-        Vec::new(),
-        store,
-        Arc::new(store_arg.cluster(Vec::new())),
-        settings,
-    ))
+    // With --cluster, what a controller's backups created is deleted from
+    // the cluster the environment's kubeconfig reaches; without, the
+    // manifests' overlay (a controller's backup that created objects is
+    // then refused, rule created-in-cluster).
+    let cluster: Arc<dyn iar::cluster::ClusterReader> = match live {
+        Some(runtime) => {
+            let client = runtime.block_on(iar::k8s::client()).context(
+                "--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account",
+            )?;
+            Arc::new(iar::k8s::live::LiveCluster::new(
+                client,
+                runtime.handle().clone(),
+            ))
+        }
+        None => Arc::new(store_arg.cluster(Vec::new())),
+    };
+    Ok(PhaseMachine::new(Vec::new(), store, cluster, settings))
+}
+
+/// `--cluster` of `iar delete` and `iar gc`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClusterArg {
+    /// Delete what the backups' plugins created (pvc-snapshot's
+    /// VolumeSnapshots) in the cluster the environment reaches (KUBECONFIG,
+    /// ~/.kube/config, or the pod's service account): needed for a
+    /// controller's backups whose plugins created objects, which are
+    /// refused without it (rule created-in-cluster).
+    #[arg(long)]
+    pub(super) cluster: bool,
 }
 
 /// One garbage-collection sweep: each expired backup that has ended is
@@ -488,9 +514,10 @@ pub(super) fn store_only(
 /// Exits 1 if any failed.
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     use iar::phases::gc::Outcome;
-    let c = store_only(&args.store, args.lease_duration, &args.repository)?;
-    let swept =
-        tokio_runtime()?.block_on(c.collect_garbage(std::time::SystemTime::now(), args.dry_run))?;
+    let runtime = tokio_runtime()?;
+    let live = args.cluster.cluster.then_some(&runtime);
+    let c = store_only(&args.store, args.lease_duration, &args.repository, live)?;
+    let swept = runtime.block_on(c.collect_garbage(std::time::SystemTime::now(), args.dry_run))?;
     let (mut deleted, mut failed, mut kept) = (0, 0, 0);
     for collected in &swept {
         let name = &collected.name;

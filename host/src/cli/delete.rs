@@ -30,6 +30,8 @@ pub struct DeleteArgs {
     /// For the volume snapshots the backup holds.
     #[command(flatten)]
     repository: RepositoryArg,
+    #[command(flatten)]
+    cluster: super::backup::ClusterArg,
 }
 
 /// Prints a backup's log from the store, one line per line written.
@@ -49,9 +51,11 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
 /// uses. A backup still running is refused (exit 1); so is one that does
 /// not exist.
 pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
-    let machine = store_only(&args.store, args.lease_duration, &args.repository)?;
+    let runtime = tokio_runtime()?;
+    let live = args.cluster.cluster.then_some(&runtime);
+    let machine = store_only(&args.store, args.lease_duration, &args.repository, live)?;
     let name = &args.name;
-    let outcome = tokio_runtime()?.block_on(machine.delete_backup(name, args.dry_run))?;
+    let outcome = runtime.block_on(machine.delete_backup(name, args.dry_run))?;
     match outcome {
         Outcome::Deleted(o) => outln!("deleted {name} ({})", o.status.phase),
         Outcome::WouldDelete(o) => outln!("would delete {name} ({})", o.status.phase),

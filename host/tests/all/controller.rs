@@ -2082,3 +2082,63 @@ async fn operation_counts_show_while_the_backup_waits() {
     assert_eq!(done.status.unwrap().backup_item_operations_completed, 2);
     controller.abort();
 }
+
+/// A controller's backup whose plugin created a VolumeSnapshot, deleted
+/// from the command line: without `--cluster` the deletion is refused
+/// before anything changes (rule `created-in-cluster`), the backup and
+/// its snapshot kept; with it, the snapshot goes with the backup. Before,
+/// `iar delete` looked for the snapshot in the manifests' overlay, called
+/// it "already gone", and left it in the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_controllers_backup_deleted_from_the_command_line_takes_its_snapshot() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    let (system, shop) = ("ctl-cli-delete", "ctl-cli-delete-shop");
+    let (store_dir, store, controller) = snapshot_scene(&admin, system, shop).await;
+    create_backup(&admin, system, "snap", spec(shop)).await;
+    wait_phase(
+        &admin,
+        system,
+        "snap",
+        BackupPhase::WaitingForPluginOperations,
+    )
+    .await;
+    crate::csi::cut_snapshot(&admin, shop, "data-web-snap").await;
+    wait_phase(&admin, system, "snap", BackupPhase::Completed).await;
+    controller.abort();
+    let _ = controller.await;
+
+    let delete = |cluster: bool| {
+        let mut command = std::process::Command::new(crate::support::iar_bin());
+        command
+            .args(["delete", "snap", "--store"])
+            .arg(store_dir.path())
+            .env("KUBECONFIG", server.kubeconfig());
+        if cluster {
+            command.arg("--cluster");
+        }
+        command.output().unwrap()
+    };
+    let refused = delete(false);
+    let said = crate::support::text(&refused);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("rule: created-in-cluster") && said.contains("data-web-snap"),
+        "{said}"
+    );
+    assert_eq!(store.list_backups().await.unwrap(), ["snap"]);
+    let kept = crate::csi::snapshot_api(&admin, shop)
+        .get_opt("data-web-snap")
+        .await
+        .unwrap();
+    assert!(kept.is_some(), "the snapshot stays with its backup");
+
+    let deleted = delete(true);
+    assert!(
+        deleted.status.success(),
+        "{}",
+        crate::support::text(&deleted)
+    );
+    crate::csi::wait_deleted(&admin, shop, "data-web-snap").await;
+    assert!(store.list_backups().await.unwrap().is_empty());
+}

@@ -100,6 +100,33 @@ impl Created<'_> {
             .unwrap_or_default())
     }
 
+    /// Refuses the deletion of a controller's backup (one that records its
+    /// Backup resource's uid) whose plugins created objects, by a process
+    /// whose cluster is manifests: they are in the controller's cluster,
+    /// where this process would find nothing and call them gone.
+    pub(super) async fn check_reachable(
+        &self,
+        name: &str,
+        object: &crate::backup::object::BackupObject,
+    ) -> Result<(), PhaseError> {
+        let controllers = object
+            .metadata
+            .annotations
+            .contains_key(crate::backup::object::RESOURCE_UID_ANNOTATION);
+        if !controllers || self.cluster.is_live() {
+            return Ok(());
+        }
+        let created = self.list(name).await?;
+        match created.first() {
+            None => Ok(()),
+            Some(first) => Err(PhaseError::CreatedUnreachable {
+                name: name.to_string(),
+                count: created.len(),
+                first: first.id.clone(),
+            }),
+        }
+    }
+
     /// Deletes what the backup stored as `name` (uid `uid`) had its
     /// plugins create. The record is a file in the store, so it is not
     /// trusted: each object is read first and deleted only if its labels

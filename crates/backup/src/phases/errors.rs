@@ -81,6 +81,17 @@ pub enum PhaseError {
         #[source]
         source: ClusterError,
     },
+    /// A controller's backup whose plugins created objects in its cluster,
+    /// deleted by a process that reaches none: refused before anything
+    /// changes, rather than leave them behind as "already gone".
+    #[error(
+        "backup {name:?}: its plugins created {count} objects in the cluster (the first: {first}); this process reaches no cluster to delete them from: run it with --cluster where a kubeconfig reaches that cluster, or let the controller delete the backup (rule: created-in-cluster)"
+    )]
+    CreatedUnreachable {
+        name: String,
+        count: usize,
+        first: ItemRef,
+    },
 }
 
 impl PhaseError {

@@ -233,6 +233,9 @@ impl Gc<'_> {
         {
             return Ok(Outcome::Kept(kept));
         }
+        // Before anything changes: what its plugins created must be
+        // reachable (a controller's backup, deleted from the command line).
+        self.created.check_reachable(name, &found).await?;
         // Before anything changes: the unfreezes it owes run first (once,
         // claimed), or it stays for a process that can run them.
         if !self.blocks.unfreeze_before_deletion(&found).await? {
