@@ -109,22 +109,49 @@ pub async fn run(
         tokio::runtime::Handle::current(),
     ));
 
+    // The store's leases name this replica: which one drives a backup is
+    // read off its lease.
+    let store = options.store.with_holder_name(&options.identity);
     // Every phase change reaches the resource's status, in order, from one
-    // writer task; the phase machine never waits for the API server.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, BackupStatus)>();
+    // writer task; the phase machine never waits for the API server. Each
+    // status carries the lease generation it was made under, and is not
+    // written once another process has taken the backup's lease since:
+    // a status held up by a partition, or queued behind one, would land
+    // over the new holder's (the fault campaign's lease audit found a
+    // replica writing status seconds after a takeover). The reconcile
+    // writes the stored status again if a skipped one was the last.
+    type Queued = (String, BackupStatus, Option<u64>);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Queued>();
+    let sink_store = store.clone();
     let sink: StatusSink = Arc::new(move |object: &BackupObject| {
         iar_core::metrics::global().backup_phase(
             &format!("{}/{}", object.metadata.namespace, object.metadata.name),
             &object.status.phase.to_string(),
         );
-        let _ = tx.send((object.metadata.name.clone(), object.status.clone()));
+        let name = object.metadata.name.clone();
+        let generation = sink_store.fence_generation(&name);
+        let _ = tx.send((name, object.status.clone(), generation));
     });
     let writer_api = api.clone();
+    let writer_store = store.clone();
     tokio::spawn(async move {
         // The phase each backup was last seen in: `kubectl logs` shows a
         // line per phase change, not one per progress update.
         let mut phases = std::collections::HashMap::new();
-        while let Some((name, status)) = rx.recv().await {
+        while let Some((name, status, generation)) = rx.recv().await {
+            if let Some(made_under) = generation {
+                match writer_store.current_lease(&name).await {
+                    Ok(Some(lease)) if lease.generation != made_under => {
+                        tracing::debug!(backup = %name, made_under, now = lease.generation, "status {} not written: the backup's lease was taken since", status.phase);
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(backup = %name, "status {} not written: its lease could not be read: {e}", status.phase);
+                        continue;
+                    }
+                }
+            }
             if phases.get(&name) != Some(&status.phase) {
                 tracing::info!(
                     backup = %name,
@@ -162,10 +189,7 @@ pub async fn run(
         ));
     }
     let registry = plugins.registry.clone();
-    let store_url = options.store.url().to_string();
-    // The store's leases name this replica: which one drives a backup is
-    // read off its lease.
-    let store = options.store.with_holder_name(&options.identity);
+    let store_url = store.url().to_string();
     let controller = Arc::new(
         PhaseMachine::new(Vec::new(), store, cluster, options.settings)
             .with_plugin_source(plugins.source())

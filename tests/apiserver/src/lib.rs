@@ -61,6 +61,11 @@ const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Request
+  verbs: [update, patch]
+  resources:
+  - group: iar.dev
+    resources: [backups/status]
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
   resources:

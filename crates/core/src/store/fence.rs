@@ -60,6 +60,13 @@ impl Fences {
 }
 
 impl BackupStore {
+    /// The generation of this process's lease on `backup`, while it holds
+    /// (or held and never gave back) one: what a write made under it can
+    /// later be checked against ([`BackupStore::current_lease`]).
+    pub fn fence_generation(&self, backup: &str) -> Option<u64> {
+        self.fences.get(backup).map(|f| f.generation)
+    }
+
     /// Refuses a write of `backup`'s files when this process's lease on it
     /// is no longer its own. No fence (no lease taken here): unchecked.
     pub(super) async fn check_fence(&self, backup: &str) -> Result<(), StoreError> {
