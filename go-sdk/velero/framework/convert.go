@@ -1,0 +1,163 @@
+package framework
+
+import (
+	"encoding/json"
+	"fmt"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	vplugin "github.com/vmware-tanzu/velero/pkg/plugin/velero"
+	apiunstructured "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"iar.dev/sdk/unstructured"
+	"iar.dev/sdk/velero"
+)
+
+// item is the SDK's item as Velero's plugin servers hand it over:
+// json.Unmarshal into an *unstructured.Unstructured.
+func item(in *unstructured.Unstructured) (*apiunstructured.Unstructured, error) {
+	if in == nil {
+		return nil, nil
+	}
+	text, err := in.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var out apiunstructured.Unstructured
+	if err := json.Unmarshal(text, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// returned is an item a plugin returned, as Velero's plugin servers send
+// it back (json.Marshal of UnstructuredContent()); nil stays nil (the
+// host keeps the item it has, as Velero sends the request's bytes back).
+// The SDK's item is skimmed from those bytes, not decoded: it goes to
+// the host as the same bytes.
+func returned(out runtime.Unstructured) (*unstructured.Unstructured, error) {
+	if out == nil {
+		return nil, nil
+	}
+	text, err := json.Marshal(out.UnstructuredContent())
+	if err != nil {
+		return nil, fmt.Errorf("the returned item: %w", err)
+	}
+	return unstructured.FromJSONLazy(string(text))
+}
+
+func selector(s vplugin.ResourceSelector) velero.ResourceSelector {
+	return velero.ResourceSelector{
+		IncludedNamespaces: s.IncludedNamespaces,
+		ExcludedNamespaces: s.ExcludedNamespaces,
+		IncludedResources:  s.IncludedResources,
+		ExcludedResources:  s.ExcludedResources,
+		LabelSelector:      s.LabelSelector,
+	}
+}
+
+func ids(in []vplugin.ResourceIdentifier) []velero.ResourceIdentifier {
+	if in == nil {
+		return nil
+	}
+	out := make([]velero.ResourceIdentifier, len(in))
+	for i, id := range in {
+		out[i] = velero.ResourceIdentifier{
+			GroupResource: velero.GroupResource{Group: id.Group, Resource: id.Resource},
+			Namespace:     id.Namespace,
+			Name:          id.Name,
+		}
+	}
+	return out
+}
+
+func veleroIDs(in []velero.ResourceIdentifier) []vplugin.ResourceIdentifier {
+	if in == nil {
+		return nil
+	}
+	out := make([]vplugin.ResourceIdentifier, len(in))
+	for i, id := range in {
+		out[i] = vplugin.ResourceIdentifier{Namespace: id.Namespace, Name: id.Name}
+		out[i].Group, out[i].Resource = id.Group, id.Resource
+	}
+	return out
+}
+
+func progress(p vplugin.OperationProgress) velero.OperationProgress {
+	return velero.OperationProgress{
+		Completed:      p.Completed,
+		Err:            p.Err,
+		NCompleted:     p.NCompleted,
+		NTotal:         p.NTotal,
+		OperationUnits: p.OperationUnits,
+		Description:    p.Description,
+		Started:        p.Started,
+		Updated:        p.Updated,
+	}
+}
+
+// lastObject keeps the last Backup or Restore built, by the contract
+// record it came from: every call of one backup carries the same record,
+// and a plugin gets its own deep copy of it (as Velero's servers decode a
+// fresh one per call).
+type lastObject[T any] struct {
+	key string
+	obj *T
+	err error
+}
+
+var (
+	lastBackup  lastObject[velerov1.Backup]
+	lastRestore lastObject[velerov1.Restore]
+)
+
+// backup is velerov1.Backup as far as contract 1.3 carries it: name,
+// namespace, uid and spec. Its labels, annotations and status (phase,
+// start timestamp) are not in the contract's record before 1.4.0.
+func backup(b *velero.Backup) (*velerov1.Backup, error) {
+	if b == nil {
+		return nil, nil
+	}
+	key := b.Name + "\x00" + b.Namespace + "\x00" + b.UID + "\x00" + b.SpecJSON
+	if lastBackup.obj == nil || lastBackup.key != key {
+		out := &velerov1.Backup{}
+		out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Backup"
+		out.Name, out.Namespace, out.UID = b.Name, b.Namespace, types.UID(b.UID)
+		var err error
+		if b.SpecJSON != "" {
+			if err = json.Unmarshal([]byte(b.SpecJSON), &out.Spec); err != nil {
+				err = fmt.Errorf("backup %s: spec: %w", b.Name, err)
+			}
+		}
+		lastBackup = lastObject[velerov1.Backup]{key, out, err}
+	}
+	if lastBackup.err != nil {
+		return nil, lastBackup.err
+	}
+	return lastBackup.obj.DeepCopy(), nil
+}
+
+// restore is velerov1.Restore as far as contract 1.3 carries it.
+func restore(r *velero.Restore) (*velerov1.Restore, error) {
+	if r == nil {
+		return nil, nil
+	}
+	key := r.Name + "\x00" + r.Namespace + "\x00" + r.UID + "\x00" + r.SpecJSON
+	if lastRestore.obj == nil || lastRestore.key != key {
+		out := &velerov1.Restore{}
+		out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Restore"
+		out.Name, out.Namespace, out.UID = r.Name, r.Namespace, types.UID(r.UID)
+		var err error
+		if r.SpecJSON != "" {
+			if err = json.Unmarshal([]byte(r.SpecJSON), &out.Spec); err != nil {
+				err = fmt.Errorf("restore %s: spec: %w", r.Name, err)
+			}
+		}
+		lastRestore = lastObject[velerov1.Restore]{key, out, err}
+	}
+	if lastRestore.err != nil {
+		return nil, lastRestore.err
+	}
+	return lastRestore.obj.DeepCopy(), nil
+}
