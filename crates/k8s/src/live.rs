@@ -290,7 +290,26 @@ impl LiveCluster {
                     ))
                 })
             }
-            Err(e) => Err(api_error(format!("creating {id}"), e)),
+            // A refusal the API server answered: nothing was created.
+            Err(kube::Error::Api(status)) if status.code < 500 && status.code != 429 => {
+                Err(api_error(format!("creating {id}"), status))
+            }
+            // The answer was lost (a connection cut, an API server
+            // restarting, a 5xx): the create may have landed. Read back,
+            // an object there is returned as found (the caller records
+            // it if it is the plugin's own for this backup), or it would
+            // be left behind, unrecorded, when the backup goes (the fault
+            // campaign found a VolumeSnapshot outliving its backup).
+            Err(e) => {
+                for _ in 0..20 {
+                    match self.get_async(id).await {
+                        Ok(Some(existing)) => return Ok(Created::Existing(existing)),
+                        Ok(None) => break,
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+                    }
+                }
+                Err(api_error(format!("creating {id}"), e))
+            }
         }
     }
 

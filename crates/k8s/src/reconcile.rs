@@ -23,7 +23,9 @@
 //! in the store).
 
 use super::crd::Backup;
-use super::resource::{RESOURCE_UID_ANNOTATION, delete_with_uid, deleted, made_for, patch_status};
+use super::resource::{
+    RESOURCE_UID_ANNOTATION, delete_with_uid, deleted, made_for, patch_status, replace_status,
+};
 use iar_backup::backup::expiry;
 use iar_backup::backup::object::{BackupObject, BackupPhase, BackupStatus};
 use iar_backup::phases::gc::Outcome;
@@ -351,8 +353,32 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
             after_step(ctx, &name, stepped).await
         }
         Decision::Mirror(status) => {
-            write_status(ctx, &name, &status).await?;
-            Ok(until_expiry(c, &status, now))
+            // Under the backup's lease, as every other write of it (a
+            // replica that lost the backup writes nothing of it), and in
+            // full: the status becomes the stored one, not a merge of it
+            // that differs again at the next reconcile.
+            let mut written = None;
+            let leased = c
+                .with_lease(&name, async {
+                    written = Some(
+                        replace_status(&ctx.api, &name, backup.status.as_ref(), &status).await,
+                    );
+                    Ok(())
+                })
+                .await;
+            match (leased, written) {
+                (Ok(()), Some(Ok(()))) => Ok(until_expiry(c, &status, now)),
+                (Ok(()), Some(Err(source))) => Err(ReconcileError::Status {
+                    name: name.clone(),
+                    source,
+                }),
+                // Driven by another process: it writes the status.
+                (Err(PhaseError::Lease(LeaseError::Held { .. })), _) => {
+                    Ok(Action::requeue(held_retry(c)))
+                }
+                (Err(e), _) => Err(e.into()),
+                (Ok(()), None) => Ok(Action::await_change()),
+            }
         }
         Decision::Orphaned => {
             tracing::warn!(backup = %name, "the resource has a status but the store has no such backup; leaving it");

@@ -21,6 +21,45 @@ pub async fn patch_status(
         .map(|_| ())
 }
 
+/// Makes the resource's status `target` exactly: a merge patch that also
+/// clears what `current` has and `target` does not (a field left by an
+/// earlier progress write, which a plain merge patch keeps, so that the
+/// status never equals the stored one and every reconcile wrote it
+/// again: the fault campaign's lease audit saw eight writes in two
+/// seconds).
+pub async fn replace_status(
+    api: &Api<Backup>,
+    name: &str,
+    current: Option<&BackupStatus>,
+    target: &BackupStatus,
+) -> Result<(), kube::Error> {
+    let mut status = serde_json::to_value(target).expect("a status serializes");
+    if let Some(current) = current {
+        let current = serde_json::to_value(current).expect("a status serializes");
+        clear_absent(&mut status, &current);
+    }
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Sets to null, in merge patch `patch`, every key `current` has and
+/// `patch` lacks, at every depth of objects both have.
+fn clear_absent(patch: &mut serde_json::Value, current: &serde_json::Value) {
+    let (Some(patch), Some(current)) = (patch.as_object_mut(), current.as_object()) else {
+        return;
+    };
+    for (key, was) in current {
+        match patch.get_mut(key) {
+            None => {
+                patch.insert(key.clone(), serde_json::Value::Null);
+            }
+            Some(now) => clear_absent(now, was),
+        }
+    }
+}
+
 /// Whether a stored backup was made for the resource with this uid: it
 /// records the uid it was made for; one that records none (made before the
 /// annotation existed) is taken to be this resource's.
@@ -83,5 +122,24 @@ pub async fn delete_with_uid(
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clear_absent;
+    use serde_json::json;
+
+    #[test]
+    fn a_replacing_patch_clears_what_the_target_lacks() {
+        let mut patch = json!({"phase": "Completed", "progress": {"totalItems": 3}});
+        let current = json!({"phase": "InProgress", "volumeBackups": {"attempted": 1},
+            "progress": {"totalItems": 3, "itemsBackedUp": 1}});
+        clear_absent(&mut patch, &current);
+        assert_eq!(
+            patch,
+            json!({"phase": "Completed", "volumeBackups": null,
+                "progress": {"totalItems": 3, "itemsBackedUp": null}})
+        );
     }
 }

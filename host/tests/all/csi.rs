@@ -69,7 +69,7 @@ pub fn content_api(client: &Client) -> Api<DynamicObject> {
 }
 
 /// The class pvc-snapshot chooses for [`DRIVER`], created once.
-async fn snapshot_class(client: &Client) {
+pub(crate) async fn snapshot_class(client: &Client) {
     let api: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &resource("VolumeSnapshotClass", "volumesnapshotclasses"),

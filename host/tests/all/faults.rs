@@ -259,11 +259,13 @@ impl World {
             repository_maintenance_period: Duration::from_secs(15),
             ..crate::controller::settings()
         };
+        // pvc-snapshot snapshots the seed's CSI claim in every backup.
+        let plugins = vec![crate::csi::pvc_snapshot(&crate::support::runtime())];
         let (_, task) = start_replica_with(
             r.client.clone(),
             &self.ns,
             r.store.clone(),
-            Vec::new(),
+            plugins,
             PluginRegistry::new(),
             &format!("{}-replica-{replica}", self.ns),
             settings,
@@ -529,6 +531,9 @@ struct SeedCluster {
     server: Arc<ApiServer>,
     kwok: Kwok,
     admin: kube::Client,
+    /// The external-snapshotter's real controller, for the seed's CSI
+    /// claim ([`CSI_CLAIM`]); the driver's sidecar is [`play_csi_sidecar`].
+    _snapshots: iar_apiserver::snapshot_controller::SnapshotController,
 }
 
 impl SeedCluster {
@@ -546,12 +551,93 @@ impl SeedCluster {
             .await
             .map_err(|e| e.to_string())?;
         crate::controller::install_crds_on(&admin).await;
+        let snapshots = iar_apiserver::snapshot_controller::SnapshotController::start(&server)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no snapshot-controller (no Go to build it)")?;
+        crate::csi::snapshot_class(&admin).await;
         Ok(SeedCluster {
             server: Arc::new(server),
             kwok,
             admin,
+            _snapshots: snapshots,
         })
     }
+}
+
+/// The seed's claim on a CSI volume (of `crate::csi::DRIVER`, whose
+/// class pvc-snapshot chooses): each backup snapshots it through the
+/// plugin's operation.
+const CSI_CLAIM: &str = "csi-data";
+
+/// Plays the CSI driver's sidecar for every VolumeSnapshot of `ns`, for
+/// as long as it runs: a snapshot the real controller has bound to a
+/// content gets the content's status the sidecar writes once the driver
+/// cut it. Errors (an API server restarting) are tried again next time.
+async fn play_csi_sidecar(admin: kube::Client, ns: String) {
+    let snapshots = crate::csi::snapshot_api(&admin, &ns);
+    let contents = crate::csi::content_api(&admin);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let Ok(list) = snapshots.list(&Default::default()).await else {
+            continue;
+        };
+        for vs in list.items {
+            let Some(content) = vs.data["status"]["boundVolumeSnapshotContentName"].as_str() else {
+                continue;
+            };
+            let Ok(Some(c)) = contents.get_opt(content).await else {
+                continue;
+            };
+            if c.data["status"]["readyToUse"] == serde_json::Value::Bool(true) {
+                continue;
+            }
+            let status = serde_json::json!({"status": {
+                "readyToUse": true,
+                "snapshotHandle": format!("snap-{content}"),
+                "creationTime": 1_i64,
+                "restoreSize": 1_073_741_824_i64,
+            }});
+            let _ = contents
+                .patch_status(
+                    content,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(status),
+                )
+                .await;
+        }
+    }
+}
+
+/// Aborts a task when dropped (a spawned task outlives its handle).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The VolumeSnapshot pvc-snapshot made of [`CSI_CLAIM`] for backup
+/// `name`, if it exists and is not being deleted (marked deleted, it is
+/// the snapshot-controller's and the driver's to finish, as in
+/// `crate::csi::wait_deleted`); `Err` if it cannot be read within 60 s.
+async fn csi_snapshot(
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<kube::api::DynamicObject>, String> {
+    let snapshots = crate::csi::snapshot_api(admin, ns);
+    let vs = format!("{CSI_CLAIM}-{name}");
+    let mut last = String::new();
+    for _ in 0..120 {
+        match snapshots.get_opt(&vs).await {
+            Ok(found) => return Ok(found.filter(|v| v.metadata.deletion_timestamp.is_none())),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!("reading VolumeSnapshot {ns}/{vs}: {last}"))
 }
 
 /// A round's outcome, for the report and the invariants.
@@ -947,6 +1033,11 @@ async fn run_seed(
     let cluster = SeedCluster::start().await?;
     cluster.kwok.add_node(&cluster.admin, &node).await;
     iar_apiserver::create_namespace(&cluster.admin, &ns).await;
+    // Labelled as the backups select (`fs_backup_spec`).
+    crate::csi::csi_claim(&cluster.admin, &ns, CSI_CLAIM, "web").await;
+    // Stopped with the seed, however it ends.
+    let sidecar = tokio::spawn(play_csi_sidecar(cluster.admin.clone(), ns.clone()));
+    let _sidecar = AbortOnDrop(sidecar.abort_handle());
     let kubelet_root = tempfile::tempdir().unwrap();
     let ledger = kubelet_root.path().join("hook-ledger");
     let volume = pod_with_volume(
@@ -1115,7 +1206,26 @@ async fn run_seed(
                 fate,
             )
             .await
-            .map_err(violation)?;
+            .map_err(&violation)?;
+            // Expired, its CSI claim's snapshot went with it.
+            if fate == Fate::Expires {
+                let mut left = true;
+                for _ in 0..60 {
+                    left = csi_snapshot(&world.admin, &ns, &name)
+                        .await
+                        .map_err(&violation)?
+                        .is_some();
+                    if !left {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                if left {
+                    return Err(violation(format!(
+                        "gone, and its VolumeSnapshot {CSI_CLAIM}-{name} is still there 30 s later"
+                    )));
+                }
+            }
             println!(
                 "fault-campaign seed={seed} round={round} faults={:?} phase={phase:?} recovery_ms={} fate={fate:?}",
                 faults.iter().map(|f| f.0).collect::<Vec<_>>(),
@@ -1150,6 +1260,24 @@ async fn run_seed(
             check_restore(&world.store.store, &name, &frozen)
                 .await
                 .map_err(violation)?;
+            // Its CSI claim's snapshot stands, ready, while it lives.
+            match csi_snapshot(&world.admin, &ns, &name)
+                .await
+                .map_err(&violation)?
+            {
+                Some(vs) if vs.data["status"]["readyToUse"] == serde_json::Value::Bool(true) => {}
+                Some(vs) => {
+                    return Err(violation(format!(
+                        "Completed, and its VolumeSnapshot is not ready: {}",
+                        vs.data["status"]
+                    )));
+                }
+                None => {
+                    return Err(violation(format!(
+                        "Completed, and no VolumeSnapshot {CSI_CLAIM}-{name} of its CSI claim"
+                    )));
+                }
+            }
             kept.push((name.clone(), frozen));
         }
         let requests = Api::namespaced(world.admin.clone(), &ns);
@@ -1234,12 +1362,46 @@ async fn run_seed(
     }
     velero_reads(tools, &world.store.root.join(BUCKET), &backups)
         .map_err(|e| format!("seed {seed}: {e}"))?;
+    let mut said = Vec::new();
+    for name in &stored {
+        let created: Option<serde_json::Value> = world
+            .store
+            .store
+            .get_json(name, BackupFile::CreatedObjects)
+            .await
+            .unwrap_or_default();
+        let object: Option<serde_json::Value> = world
+            .store
+            .store
+            .get_json(name, BackupFile::Metadata)
+            .await
+            .unwrap_or_default();
+        let lines: Vec<String> = log_lines(&world.store.store, name)
+            .await
+            .into_iter()
+            .filter(|l| l.contains("error") || l.contains("creat") || l.contains(CSI_CLAIM))
+            .map(|l| l.chars().take(400).collect())
+            .collect();
+        said.push(format!(
+            "{name} records created {created:?}; its uid {:?}; its log says {lines:#?}",
+            object.map(|o| o["metadata"]["uid"].clone())
+        ));
+    }
     for name in stored {
         let mut delete = Command::new(crate::support::iar_bin());
+        // --cluster: what the controller's backups created (the CSI
+        // claim's snapshots) is in the seed's cluster.
         delete
-            .args(["delete", &name, "--store", &format!("s3://{BUCKET}")])
+            .args([
+                "delete",
+                &name,
+                "--cluster",
+                "--store",
+                &format!("s3://{BUCKET}"),
+            ])
             .arg("--repository-password-file")
-            .arg(&world.password_file);
+            .arg(&world.password_file)
+            .env("KUBECONFIG", world.server.kubeconfig());
         s3_env(&mut delete, &world.store.endpoint);
         let out = delete.output().unwrap();
         if !out.status.success() {
@@ -1248,6 +1410,7 @@ async fn run_seed(
                 crate::support::text(&out)
             ));
         }
+        said.push(format!("{name}: {}", crate::support::text(&out)));
     }
     // No replica wrote a backup after another took its lease from it.
     let audit = crate::fault_leases::audit(&world.store.access_log, &world.server.audit_log(), &ns);
@@ -1268,6 +1431,39 @@ async fn run_seed(
         return Err(format!(
             "seed {seed}: writes after a lost lease: {:#?}",
             &audit.late[..audit.late.len().min(8)]
+        ));
+    }
+    // Every backup deleted: no VolumeSnapshot of the CSI claim is left
+    // (each was made for a backup; deletion finalizers take a moment).
+    let snapshots = crate::csi::snapshot_api(&world.admin, &ns);
+    let mut left: Vec<String> = Vec::new();
+    for _ in 0..60 {
+        left = match snapshots.list(&Default::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|v| v.metadata.deletion_timestamp.is_none())
+                .filter_map(|v| v.metadata.name.clone())
+                .collect(),
+            Err(e) => vec![format!("(not listed: {e})")],
+        };
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if !left.is_empty() {
+        let mut seen = Vec::new();
+        for vs in &left {
+            if let Ok(Some(v)) = snapshots.get_opt(vs).await {
+                seen.push(format!(
+                    "{vs}: labels {:?}, annotations {:?}, uid {:?}",
+                    v.metadata.labels, v.metadata.annotations, v.metadata.uid
+                ));
+            }
+        }
+        return Err(format!(
+            "seed {seed}: VolumeSnapshots left after every backup was deleted: {seen:#?}; what iar delete said: {said:#?}"
         ));
     }
     // restic's own backups (the second writer) are not iar's to delete.

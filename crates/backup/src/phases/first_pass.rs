@@ -213,6 +213,11 @@ impl FirstPass<'_> {
             self.journal.line(run.name(), format!("error: {e}"));
             run.results.errors.add("", e);
         }
+        // What the plugins created is recorded first of all: a backup
+        // whose tarball exists goes on (a resume), and one whose record
+        // was lost to a store fault after it (the fault campaign: a full
+        // disk) left its VolumeSnapshot behind when it was deleted.
+        self.created.record(run, &pass.outcomes).await?;
         // The volume backups started by the pass are recorded before the
         // tarball: a restart that finds the tarball (and so resumes the
         // wait) must find every request too, or it would run owed post

@@ -89,7 +89,6 @@ impl FirstPass<'_> {
         self.store
             .put_json(run.name(), BackupFile::ResourceList, &resources)
             .await?;
-        self.created.record(run, outcomes).await?;
         self.operations.update(run.name(), |_| true).await;
         self.operations.sync(run.name(), self.store).await?;
         Ok(attempted)
