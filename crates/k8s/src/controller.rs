@@ -152,6 +152,21 @@ pub async fn run(
                     }
                 }
             }
+            // A status queued before the backup ended (a progress write
+            // held up by the store) is not written over the end: the
+            // reconcile that ended it wrote the terminal status at once
+            // (the fault campaign saw Completed turn back to InProgress).
+            if !status.phase.is_terminal()
+                && let Ok(Some(stored)) = writer_store
+                    .get_json::<BackupObject>(&name, iar_core::store::BackupFile::Metadata)
+                    .await
+                && stored.status.phase != status.phase
+                && (stored.status.phase.is_terminal()
+                    || stored.status.phase == iar_backup::backup::object::BackupPhase::Deleting)
+            {
+                tracing::debug!(backup = %name, "status {} not written: the backup is {} in the store", status.phase, stored.status.phase);
+                continue;
+            }
             if phases.get(&name) != Some(&status.phase) {
                 tracing::info!(
                     backup = %name,

@@ -198,10 +198,13 @@ pub(crate) fn audit_events_of(audit_log: &Path, ns: &str, name: &str) -> Vec<Str
         })
         .map(|e| {
             format!(
-                "{} {} {} by {} ({}): {}",
+                "{} {} {} (phase {}) by {} ({}): {}",
                 e["stageTimestamp"].as_str().unwrap_or("?"),
                 e["verb"].as_str().unwrap_or("?"),
                 e["objectRef"]["subresource"].as_str().unwrap_or(""),
+                e["requestObject"]["status"]["phase"]
+                    .as_str()
+                    .unwrap_or("-"),
                 e["user"]["username"].as_str().unwrap_or("?"),
                 e["userAgent"].as_str().unwrap_or("?"),
                 e["responseStatus"]["code"]

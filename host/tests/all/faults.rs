@@ -26,7 +26,7 @@
 //! it replays. Each round's line (`fault-campaign ...`) is printed for the
 //! bench to count faults and recovery times.
 
-use crate::controller::{create_backup, start_replica_with};
+use crate::controller::start_replica_with;
 use crate::fault_workload::{Dice, Fate, Fault, change_volume};
 use crate::node_agent::{Agent, fs_backup_spec, pod_with_volume};
 use crate::pod_hooks::kwok_cluster;
@@ -756,6 +756,7 @@ async fn terminal_phase(
     admin: &kube::Client,
     ns: &str,
     name: &str,
+    audit_log: &Path,
 ) -> Result<(BackupPhase, Instant), String> {
     let api = Api::<Backup>::namespaced(admin.clone(), ns);
     let started = Instant::now();
@@ -783,7 +784,11 @@ async fn terminal_phase(
         tokio::time::sleep(Duration::from_millis(200)).await;
         let now = phase_now().await;
         if now != Some(ended) {
-            return Err(format!("left its terminal phase {ended:?} for {now:?}"));
+            // Who wrote what, from the API server's audit log.
+            let events = crate::fault_leases::audit_events_of(audit_log, ns, name);
+            return Err(format!(
+                "left its terminal phase {ended:?} for {now:?}; its audit events: {events:#?}"
+            ));
         }
     }
     Ok((ended, at))
@@ -1147,25 +1152,19 @@ async fn run_seed(
         if fate == Fate::Expires {
             spec.ttl = Some("3s".into());
         }
-        create_backup(&world.admin, &ns, &name, spec).await;
-        let created = Instant::now();
+        // Its uid from the create's own answer: a short-TTL backup may
+        // complete, expire and be collected before a second read (seeds
+        // 1329, 1605 and 1728 read it back 5 s later, under load, and
+        // found it gone: the audit log showed the collection's delete).
         let backups = Api::<Backup>::namespaced(world.admin.clone(), &ns);
         let uid = backups
-            .get(&name)
+            .create(&Default::default(), &Backup::new(&name, spec))
             .await
-            .map_err(|e| {
-                // Who wrote it meanwhile, from the API server's audit log
-                // (seed 1329 found one gone right after its creation).
-                let events = crate::fault_leases::audit_events_of(
-                    &world.server.audit_log(),
-                    &ns,
-                    &name,
-                );
-                format!("seed {seed} round {round}: reading {name} back: {e}; its audit events: {events:#?}")
-            })?
+            .map_err(|e| format!("seed {seed} round {round}: creating {name}: {e}"))?
             .metadata
             .uid
             .unwrap_or_default();
+        let created = Instant::now();
         if fate == Fate::DeletedMidFlight {
             let (backups, name) = (backups.clone(), name.clone());
             let at = Duration::from_millis(fates.below(1_500));
@@ -1238,7 +1237,7 @@ async fn run_seed(
             });
             continue;
         }
-        let (phase, ended) = terminal_phase(&world.admin, &ns, &name)
+        let (phase, ended) = terminal_phase(&world.admin, &ns, &name, &world.server.audit_log())
             .await
             .map_err(violation)?;
         let recovery = ended.saturating_duration_since(last_fault);
