@@ -723,6 +723,24 @@ fn driver_check(store: &BackupStore, name: &str) -> crate::backup::block_work::D
         Box::pin(async move {
             match store.current_lease(&name).await {
                 Ok(Some(lease)) if lease.holder != store.holder() => {
+                    // A backup that has ended is driven by nobody: its
+                    // lease's holder (a reconcile writing its status, a
+                    // sweep) runs no blocks, so the unfreeze is this
+                    // block's, claimed once (the fault campaign's seeds
+                    // 1617, 1710, 1733: a first pass failed after its
+                    // freeze, and the freeze was left).
+                    let ended = store
+                        .get_json::<crate::backup::object::BackupObject>(
+                            &name,
+                            BackupFile::Metadata,
+                        )
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some_and(|o| o.status.phase.is_terminal());
+                    if ended {
+                        return Ok(());
+                    }
                     Err(format!("the backup was taken over by {}", lease.holder))
                 }
                 Ok(_) => Ok(()),
@@ -834,6 +852,40 @@ pub async fn resource_policies(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block whose backup another process holds leaves the unfreeze to
+    /// it while the backup runs; once the backup has ended (a first pass
+    /// failed after its freeze, then a reconcile or a sweep took the
+    /// lease), nobody else runs blocks, and the unfreeze is the block's.
+    #[tokio::test]
+    async fn an_ended_backup_leaves_its_unfreeze_to_the_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let mine = BackupStore::open(dir.path().to_str().unwrap())
+            .unwrap()
+            .with_holder_name("mine");
+        let theirs = mine.clone().with_holder_name("theirs");
+        let mut object =
+            crate::backup::object::BackupObject::new("b", "velero", "uid", serde_json::json!({}));
+        object.status.phase = BackupPhase::InProgress;
+        mine.put_json("b", BackupFile::Metadata, &object)
+            .await
+            .unwrap();
+        let _held = theirs
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        let check = driver_check(&mine, "b");
+        let refused = check().await.unwrap_err();
+        assert!(refused.contains("taken over"), "{refused}");
+        object.status.phase = BackupPhase::Failed;
+        theirs
+            .put_json("b", BackupFile::Metadata, &object)
+            .await
+            .unwrap();
+        check()
+            .await
+            .expect("an ended backup's unfreeze is the block's");
+    }
 
     /// Pod `pod`'s volume `data` record, in `phase`.
     fn volume(pod: &str, phase: VolumePhase) -> VolumeBackup {
