@@ -210,6 +210,99 @@ impl Created<'_> {
                 Err(e) => return Err(failed("deleting", &object, e)),
             }
         }
+        self.delete_unrecorded(name, uid).await
+    }
+
+    /// The objects the backup's plugins created that its record lacks (a
+    /// pass stopped after a create and before the record: the fault
+    /// campaign's seed 1802 left a VolumeSnapshot so), found by the
+    /// backup's uid label in each resource its pinned plugins could write,
+    /// and deleted under the same checks as the recorded ones. A cluster
+    /// that cannot list (no cluster) searches nothing.
+    async fn delete_unrecorded(&self, name: &str, uid: &str) -> Result<(), PhaseError> {
+        if uid.is_empty() {
+            return Ok(());
+        }
+        let grants = super::plugin_set::recorded_write_grants(self.store, name).await?;
+        // A label value always (a uid that is not one is digested).
+        let Ok(selector) = format!(
+            "{}={}",
+            writes::BACKUP_UID_LABEL,
+            iar_core::names::label_value(uid)
+        )
+        .parse::<iar_core::select::labels::LabelSelector>() else {
+            return Ok(());
+        };
+        for grant in grants {
+            let (resource, group) = grant.split_once('.').unwrap_or((grant.as_str(), ""));
+            let gr = iar_core::catalog::GroupResource {
+                group: group.to_string(),
+                resource: resource.to_string(),
+            };
+            let (cluster, listed_gr, selector) =
+                (self.cluster.clone(), gr.clone(), selector.clone());
+            let listed = tokio::task::spawn_blocking(move || {
+                cluster.list_within(
+                    &listed_gr,
+                    "",
+                    &selector,
+                    1000,
+                    std::time::Duration::from_secs(60),
+                )
+            })
+            .await
+            .map_err(|e| PhaseError::Panicked {
+                name: name.to_string(),
+                what: "listing what its plugins created",
+                source: e,
+            })?;
+            let objects = match listed {
+                Ok(objects) => objects,
+                Err(ClusterError::CannotList | ClusterError::ReadOnly) => continue,
+                Err(source) => {
+                    return Err(PhaseError::CreatedObject {
+                        name: name.to_string(),
+                        what: "listing",
+                        object: iar_core::item::ItemRef::new(gr.group, gr.resource, "", ""),
+                        plugin: "(its plugins)".into(),
+                        source,
+                    });
+                }
+            };
+            for text in objects {
+                let Ok(object) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    continue;
+                };
+                if !writes::created_for(&object, name, uid)
+                    || full_name_matches(&object, name).is_err()
+                {
+                    continue;
+                }
+                let id = iar_core::item::ItemRef::new(
+                    gr.group.clone(),
+                    gr.resource.clone(),
+                    object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    object["metadata"]["name"].as_str().unwrap_or_default(),
+                );
+                let object_uid = writes::uid_of(&object);
+                match self.cluster.delete_async(&id, &object_uid).await {
+                    Ok(true) => self.journal.line(
+                        name,
+                        format!("deleted {id} (labelled for this backup, not in its record)"),
+                    ),
+                    Ok(false) | Err(ClusterError::ReadOnly) => {}
+                    Err(source) => {
+                        return Err(PhaseError::CreatedObject {
+                            name: name.to_string(),
+                            what: "deleting",
+                            object: id,
+                            plugin: "(its plugins)".into(),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -16,6 +16,11 @@ pub(super) struct PinnedPlugin {
     name: String,
     /// sha256 of the component, hex.
     digest: String,
+    /// Its write grants (`resource.group`): where it may have created
+    /// objects for the backup, which the backup's deletion searches by
+    /// the backup's uid label, recorded or not (none recorded before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    writes: Vec<String>,
 }
 
 impl PinnedPlugin {
@@ -23,8 +28,31 @@ impl PinnedPlugin {
         PinnedPlugin {
             name: plugin.name().to_string(),
             digest: plugin.digest().to_string(),
+            writes: plugin
+                .settings()
+                .write_grants
+                .entries()
+                .map(str::to_string)
+                .collect(),
         }
     }
+}
+
+/// The resources (`resource.group`) the plugins pinned to `backup` could
+/// write, sorted, each once.
+pub async fn recorded_write_grants(
+    store: &BackupStore,
+    backup: &str,
+) -> Result<Vec<String>, StoreError> {
+    let recorded: Option<Vec<PinnedPlugin>> = store.get_json(backup, BackupFile::PluginSet).await?;
+    let mut writes: Vec<String> = recorded
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|p| p.writes)
+        .collect();
+    writes.sort();
+    writes.dedup();
+    Ok(writes)
 }
 
 /// The plugins (name, sha256 hex) `backup` recorded when it started, or

@@ -615,3 +615,52 @@ async fn a_deletion_runs_the_unfreeze_its_backup_owes_first() {
     assert_eq!(o, [("frozen".to_string(), "deleted".to_string())]);
     assert_eq!(runner.ran.lock().unwrap().len(), 1);
 }
+
+/// What a plugin created for a backup and the record lacks (a pass stopped
+/// between the create and the record) is found by the backup's uid label
+/// in the resources its pinned plugins could write, and deleted with it;
+/// an object of another backup, or with the uid label and another name,
+/// stays. Before, only the record was read, and the campaign's seed 1802
+/// left a VolumeSnapshot behind.
+#[tokio::test]
+async fn what_the_record_lacks_is_found_by_the_backups_uid_label() {
+    use iar_core::cluster::overlay;
+    use iar_core::cluster::writes::{BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION};
+    use iar_core::item::ItemRef;
+    let (_dir, store) = temp_store();
+    let overlay_dir = tempfile::tempdir().unwrap();
+    let snapshot = |name: &str, backup: &str, backup_uid: &str| {
+        let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
+        let value = serde_json::json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
+                "labels": {BACKUP_NAME_LABEL: iar_core::names::label_value(backup),
+                    BACKUP_UID_LABEL: backup_uid},
+                "annotations": {CREATED_BY_ANNOTATION: "pvc-snapshot"}},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}}});
+        assert!(overlay::create(overlay_dir.path(), &id, &value).unwrap());
+        id
+    };
+    let unrecorded = snapshot("unrecorded", "cut", "uid");
+    let other = snapshot("other", "other", "other-uid");
+    let namesake = snapshot("namesake", "other", "uid");
+    let now = t0();
+    put_backup(&store, "cut", BackupPhase::Failed, Some(now - HOUR)).await;
+    let pinned = serde_json::json!([{"name": "pvc-snapshot", "digest": "00",
+        "writes": ["volumesnapshots.snapshot.storage.k8s.io"]}]);
+    store
+        .put_json("cut", BackupFile::PluginSet, &pinned)
+        .await
+        .unwrap();
+    let (c, _lines) = overlay_controller(&store, overlay_dir.path());
+
+    let o = outcomes(&c.collect_garbage(now, false).await.unwrap());
+    assert_eq!(o, [("cut".to_string(), "deleted".to_string())]);
+    let exists = |id: &ItemRef| overlay::path_of(overlay_dir.path(), id).exists();
+    assert!(!exists(&unrecorded), "its own unrecorded snapshot goes");
+    assert!(exists(&other), "another backup's stays");
+    assert!(
+        exists(&namesake),
+        "its uid under another backup's name stays"
+    );
+}
