@@ -231,8 +231,41 @@ fn finalizer_outcome(
 async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = backup.name_any();
     let c = &ctx.controller;
-    let stored = read_stored(c, &name).await?;
+    let mut stored = read_stored(c, &name).await?;
     let uid = backup.uid();
+    if stored.is_none() {
+        // Not in the store yet, or being created now: a first pass holds
+        // the backup's lease while it creates it. While a live lease
+        // stands, the cleanup waits (a Held error keeps the finalizer and
+        // it is tried again); reading again, a backup created meanwhile
+        // is cancelled too
+        // (the fault campaign's seed 2031: a resource deleted as its first
+        // pass began was gone, its backup still running).
+        // Read, not taken: taking it would leave lease files for a
+        // backup that never was.
+        let lease = c
+            .store
+            .current_lease(&name)
+            .await
+            .map_err(|source| ReconcileError::Store {
+                name: name.clone(),
+                source,
+            })?;
+        if let Some(lease) = lease {
+            let live = !lease.released
+                && humantime::parse_rfc3339(&lease.expires).is_ok_and(|at| at > SystemTime::now());
+            if live {
+                return Err(ReconcileError::Backup(PhaseError::Lease(
+                    LeaseError::Held {
+                        backup: name.clone(),
+                        holder: lease.holder,
+                        expires: lease.expires,
+                    },
+                )));
+            }
+        }
+        stored = read_stored(c, &name).await?;
+    }
     if let Some(o) = stored.filter(|o| o.status.phase.is_running() && made_for(o, uid.as_deref())) {
         let reason = format!(
             "the Backup resource {}/{name} was deleted while the backup was {}: its operations were cancelled; what it wrote is kept",

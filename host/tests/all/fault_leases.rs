@@ -62,9 +62,19 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
             continue;
         }
         let operation = f[7].strip_prefix("s3_").unwrap_or(f[7]);
-        let (Some(at), key, status) = (access_time(f[2]), f[8], f[10]) else {
+        let (Some(answered), key, status) = (access_time(f[2]), f[8], f[10]) else {
             continue;
         };
+        // When the request arrived: its answer's time less the time it
+        // took (a slow store is not a late writer; a request held up on
+        // the way, by a partition, is).
+        // Fields 12-14: bytes sent, object size, total time (ms); fixed
+        // for a 2xx, whose error code is "-".
+        let took = f
+            .get(14)
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .unwrap_or_default();
+        let at = answered - Duration::from_millis(took);
         if !status.starts_with('2')
             || !matches!(operation, "PutObject" | "CopyObject" | "DeleteObject")
         {
@@ -158,7 +168,9 @@ fn api_writes(audit_log: &Path, ns: &str) -> Vec<Write> {
         {
             continue;
         }
-        let Some(at) = e["stageTimestamp"]
+        // When the request arrived (a slow API server is not a late
+        // writer; a request held up on the way, by a partition, is).
+        let Some(at) = e["requestReceivedTimestamp"]
             .as_str()
             .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok())
         else {
@@ -334,7 +346,7 @@ fn a_write_after_another_took_the_lease_is_found() {
         serde_json::json!({"verb": "patch", "userAgent": agent,
             "objectRef": {"resource": "backups", "namespace": "ns", "name": "b", "subresource": "status"},
             "responseStatus": {"code": 200},
-            "stageTimestamp": format!("2026-12-06T17:00:{time}.500000Z")})
+            "requestReceivedTimestamp": format!("2026-12-06T17:00:{time}.500000Z")})
         .to_string()
     };
     let audit_log = [event("03", "iar-replica-0"), event("21", "iar-replica-0")].join("\n");

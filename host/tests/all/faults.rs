@@ -1404,8 +1404,9 @@ async fn run_seed(
         s3_env(&mut delete, &world.store.endpoint);
         let out = delete.output().unwrap();
         if !out.status.success() {
+            let keys = world.store.store.backup_keys(&name).await;
             return Err(format!(
-                "seed {seed}: iar delete {name}: {}",
+                "seed {seed}: iar delete {name}: {}; its keys in the store: {keys:?}",
                 crate::support::text(&out)
             ));
         }
