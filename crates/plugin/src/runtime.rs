@@ -304,6 +304,12 @@ fn pool() -> PoolingAllocationConfig {
         .max_tables_per_component(crate::contract::MAX_TABLES)
         .table_elements(crate::contract::MAX_TABLE_ELEMENTS)
         .max_memory_size(1 << 32)
+        // A core instance's own state grows with its functions (32 bytes
+        // of each function's reference): Velero's restore actions built
+        // for wasip1 (62,867 functions) need 2 MB, over wasmtime's 1 MiB
+        // default, and failed to load after their compile. Address space
+        // only: nothing is committed until an instance uses it.
+        .max_core_instance_size(4 << 20)
         // A dropped instance's slot is reset in place: the kernel's
         // PAGEMAP_SCAN names the pages the guest wrote, and those (up to
         // KEEP_RESIDENT) are copied back from the memory image or zeroed,

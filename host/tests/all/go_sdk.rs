@@ -16,7 +16,7 @@ use iar::{NoCluster, Phase, Plugin};
 use iar_tests::artifacts;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -31,24 +31,11 @@ fn target_dir() -> PathBuf {
 fn built() -> &'static [PathBuf] {
     static BUILT: OnceLock<Vec<PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let script = repo().join("go-sdk/build.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg(target_dir().join("go-sdk"))
-            .env("IAR", env!("CARGO_BIN_EXE_iar"))
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "go-sdk/build.sh failed ({}): its messages are above; it needs Go >= 1.24 on PATH",
-            out.status
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(PathBuf::from)
-            .collect()
+        crate::support::run_build_script(
+            "go-sdk/build.sh",
+            &target_dir().join("go-sdk"),
+            "Go >= 1.24 on PATH",
+        )
     })
 }
 

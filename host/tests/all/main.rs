@@ -33,5 +33,6 @@ mod schedules;
 mod support;
 mod velero;
 mod velero_bench;
+mod velero_builtins;
 mod velero_plugin;
 mod volume_repository;

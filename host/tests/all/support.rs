@@ -253,3 +253,29 @@ pub fn every_change() -> iar::cluster::mutate::MutateGrants {
     all.extend(iar::cluster::mutate::RIGHTS_RESOURCES);
     iar::cluster::mutate::MutateGrants::only(&all).unwrap()
 }
+
+/// Runs a component build script (`go-sdk/build.sh`, `go-sdk/velero/build.sh`)
+/// of the repository into `out_dir` with this test's `iar`, and returns
+/// the paths it printed, one per line; its messages go to the test's
+/// stderr. `needs` says what it needs when it fails.
+pub fn run_build_script(script: &str, out_dir: &Path, needs: &str) -> Vec<PathBuf> {
+    let script = repo().join(script);
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(out_dir)
+        .env("IAR", env!("CARGO_BIN_EXE_iar"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed ({}): its messages are above; it needs {needs}",
+        script.display(),
+        out.status
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(PathBuf::from)
+        .collect()
+}

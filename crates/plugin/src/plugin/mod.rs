@@ -86,15 +86,22 @@ impl RestoreRef {
             .get_mut("metadata")
             .and_then(serde_json::Value::as_object_mut)
         {
+            // Exactly what Velero's restore resets before its actions
+            // (pkg/restore/restore.go resetMetadata, v1.18.3): managedFields
+            // stay (a server-side applied nodePort is kept by Velero's
+            // ServiceAction through them), ownerReferences and generateName
+            // go (Velero's own ServiceAction run in iar against its native run,
+            // host/tests/all/velero_builtins.rs, found both).
             for field in [
+                "generateName",
+                "selfLink",
                 "uid",
                 "resourceVersion",
-                "creationTimestamp",
                 "generation",
-                "managedFields",
-                "selfLink",
+                "creationTimestamp",
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
+                "ownerReferences",
             ] {
                 meta.remove(field);
             }

@@ -1,0 +1,182 @@
+//go:build !wasip1
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework"
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+	riav1 "github.com/vmware-tanzu/velero/pkg/plugin/velero/restoreitemaction/v1"
+)
+
+const usage = `usage: restore-builtins-native -action NAME -restore RESTORE.json [-item ITEM.json] ITEM_FROM_BACKUP.json
+
+Runs one of Velero's built-in restore item actions natively, as Velero's
+server calls a plugin: registered with Velero's framework
+(framework.NewRestoreItemActionPlugin, common.ServerMux), called through
+Velero's own gRPC client (RestoreItemActionGRPCClient) and server
+(RestoreItemActionGRPCServer) over an in-process connection, which is
+everything of Velero's plugin path but the plugin process and go-plugin's
+handshake. Prints one JSON object: {"item", "additionalItems",
+"skipRestore"}, or {"error"} when the action fails.
+
+ITEM_FROM_BACKUP is the object as backed up. The item handed to the action
+is what Velero's restore hands it (pkg/restore/restore.go, restoreItem:
+resetMetadataAndStatus), or ITEM.json when -item is given.
+`
+
+func main() {
+	action := flag.String("action", "", "the registered action to call (velero.io/service, ...)")
+	restorePath := flag.String("restore", "", "the Velero Restore object (JSON)")
+	itemPath := flag.String("item", "", "the item as handed to the action (JSON); default: ITEM_FROM_BACKUP as Velero's restore resets it")
+	flag.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	flag.Parse()
+	if *action == "" || *restorePath == "" || flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	fromBackup := readItem(flag.Arg(0))
+	var item *unstructured.Unstructured
+	if *itemPath != "" {
+		item = readItem(*itemPath)
+	} else {
+		item = fromBackup.DeepCopy()
+		if err := resetMetadataAndStatus(item); err != nil {
+			fail(fmt.Errorf("%s: %w", flag.Arg(0), err))
+		}
+	}
+	restore := &api.Restore{}
+	if err := json.Unmarshal(read(*restorePath), restore); err != nil {
+		fail(fmt.Errorf("%s: %w", *restorePath, err))
+	}
+
+	logger := logrus.New()
+	logger.Out = os.Stderr
+	impl, err := client(logger, *action)
+	if err != nil {
+		fail(err)
+	}
+	out, err := impl.Execute(&velero.RestoreItemActionExecuteInput{
+		Item:           item,
+		ItemFromBackup: fromBackup,
+		Restore:        restore,
+	})
+	result := map[string]any{}
+	if err != nil {
+		result["error"] = err.Error()
+	} else {
+		ids := make([]map[string]string, 0, len(out.AdditionalItems))
+		for _, id := range out.AdditionalItems {
+			ids = append(ids, map[string]string{
+				"group": id.Group, "resource": id.Resource, "namespace": id.Namespace, "name": id.Name,
+			})
+		}
+		result["item"] = out.UpdatedItem.UnstructuredContent()
+		result["additionalItems"] = ids
+		result["skipRestore"] = out.SkipRestore
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(result); err != nil {
+		fail(err)
+	}
+}
+
+// client is the action `name` as Velero's server reaches a plugin's
+// restore item action: Velero's gRPC client for it, talking to Velero's
+// gRPC server for the registered actions.
+func client(logger logrus.FieldLogger, name string) (riav1.RestoreItemAction, error) {
+	plugin := framework.NewRestoreItemActionPlugin(common.ServerLogger(logger), common.ClientLogger(logger))
+	names := make([]string, 0, len(restoreActions))
+	for n := range restoreActions {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		plugin.Register(n, restoreActions[n])
+	}
+	if !slices.Contains(names, name) {
+		return nil, fmt.Errorf("no restore item action %q registered (registered: %v)", name, names)
+	}
+
+	listener := bufconn.Listen(1 << 20)
+	server := grpc.NewServer()
+	if err := plugin.GRPCServer(nil, server); err != nil {
+		return nil, err
+	}
+	go func() { _ = server.Serve(listener) }()
+	conn, err := grpc.NewClient("passthrough:///in-process",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return listener.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	dispenser, err := plugin.GRPCClient(context.Background(), nil, conn)
+	if err != nil {
+		return nil, err
+	}
+	impl, ok := dispenser.(common.ClientDispenser).ClientFor(name).(riav1.RestoreItemAction)
+	if !ok {
+		return nil, fmt.Errorf("velero's client for %s is not a RestoreItemAction", name)
+	}
+	return impl, nil
+}
+
+// resetMetadataAndStatus is what Velero's restore does to an item before
+// its restore item actions see it (pkg/restore/restore.go v1.18.3,
+// resetMetadata and resetStatus, unexported there, so repeated here).
+func resetMetadataAndStatus(obj *unstructured.Unstructured) error {
+	res, ok := obj.Object["metadata"]
+	if !ok {
+		return fmt.Errorf("metadata not found")
+	}
+	metadata, ok := res.(map[string]any)
+	if !ok {
+		return fmt.Errorf("metadata was of type %T, expected map[string]any", res)
+	}
+	for k := range metadata {
+		switch k {
+		case "generateName", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+			"deletionGracePeriodSeconds", "ownerReferences":
+			delete(metadata, k)
+		}
+	}
+	unstructured.RemoveNestedField(obj.UnstructuredContent(), "status")
+	return nil
+}
+
+// readItem decodes an object as Velero's restore decodes a backed-up item
+// (json.Unmarshal into an Unstructured).
+func readItem(path string) *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(read(path), obj); err != nil {
+		fail(fmt.Errorf("%s: %w", path, err))
+	}
+	return obj
+}
+
+func read(path string) []byte {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fail(err)
+	}
+	return b
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "restore-builtins-native:", err)
+	os.Exit(1)
+}
