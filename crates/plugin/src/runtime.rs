@@ -310,6 +310,8 @@ fn pool() -> PoolingAllocationConfig {
         // default, and failed to load after their compile. Address space
         // only: nothing is committed until an instance uses it.
         .max_core_instance_size(4 << 20)
+        // And a component's context with its core instances' state.
+        .max_component_instance_size(4 << 20)
         // A dropped instance's slot is reset in place: the kernel's
         // PAGEMAP_SCAN names the pages the guest wrote, and those (up to
         // KEEP_RESIDENT) are copied back from the memory image or zeroed,

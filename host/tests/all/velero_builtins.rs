@@ -17,13 +17,10 @@
 //! The component links all of Velero's `pkg/restore/actions` (client-go
 //! with it): a 96 MB core module. It runs under the default 64 MiB memory
 //! cap (it needs between 48 and 52 MiB). Its 62,867 functions make a 2 MB
-//! core instance, over wasmtime's default 1 MiB pool slot, and the load
-//! failed after compiling it ("module instance size does not fit in
-//! pooling allocator requirements"); iar's slots are 4 MiB since. These
-//! runs still give `iar run` an address-space limit under which the pool
-//! cannot be reserved, so that iar allocates instances on demand, as it
-//! does wherever the pool cannot be set up (see [`iar_run`]); with the
-//! pool itself they were not run again.
+//! instance, over wasmtime's default 1 MiB pool slots, and its load failed
+//! after the compile ("instance size does not fit in pooling allocator
+//! requirements"): iar's core and component instance slots are 4 MiB
+//! since, and these runs load it from the pool.
 
 use crate::support::{cache_dir, iar_bin, repo, text};
 use serde_json::{Value, json};
@@ -118,16 +115,9 @@ struct Returned {
     logs: Vec<String>,
 }
 
-/// `iar` as `support::iar` runs it, under a virtual address-space limit
-/// of 1 TiB: iar's instance pool reserves about 8 TiB and, refused, iar
-/// allocates instances on demand (logging why), which loads a module too
-/// large for the pool's instance slots (see the module's doc). Remove once
-/// the pool takes such modules.
+/// `iar` as `support::iar` runs it, with the test's compile cache.
 fn iar_run(args: &[&str]) -> Output {
-    Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 1073741824 && exec \"$0\" \"$@\"")
-        .arg(iar_bin())
+    Command::new(iar_bin())
         .args(args)
         .current_dir(repo())
         .env("IAR_CACHE_DIR", cache_dir())
