@@ -180,7 +180,13 @@ async fn a_planted_mount_link_backs_up_only_the_pods_own_volume() {
     // volume, and the store's record still fences its snapshot off; the
     // snapshot it wrote is forgotten (the fault campaign's seed 1215 found
     // one outliving its deleted backup).
-    let snapshots = || snapshot_files(store_dir.path());
+    // The repositories' snapshot files (`restic/<ns>/snapshots/<id>`).
+    let snapshots = || -> Vec<String> {
+        crate::volume_repository::files(store_dir.path())
+            .into_keys()
+            .filter(|k| k.contains("/snapshots/"))
+            .collect()
+    };
     let before = snapshots();
     Api::<iar::k8s::crd::Backup>::namespaced(admin.clone(), ns)
         .patch_status(
@@ -717,22 +723,4 @@ async fn a_request_for_a_secret_or_an_uncovered_namespace_is_refused() {
             stack.push(p);
         }
     }
-}
-
-/// The volume repositories' snapshot files under a local store.
-fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let path = e.unwrap().path();
-            if path.is_dir() {
-                todo.push(path);
-            } else if path.parent().is_some_and(|p| p.ends_with("snapshots")) {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
 }

@@ -105,6 +105,29 @@ fn outcomes(collected: &[Collected]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Plants a VolumeSnapshot `shop/name` in the overlay at `overlay_dir`, as
+/// pvc-snapshot would create it for backup `backup` (uid `backup_uid`): the
+/// host's labels and annotation, uid `u-<name>`.
+fn plant_snapshot(
+    overlay_dir: &std::path::Path,
+    name: &str,
+    backup: &str,
+    backup_uid: &str,
+) -> iar_core::item::ItemRef {
+    use iar_core::cluster::writes::{BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION};
+    let id =
+        iar_core::item::ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
+    let value = serde_json::json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
+            "labels": {BACKUP_NAME_LABEL: iar_core::names::label_value(backup),
+                BACKUP_UID_LABEL: backup_uid},
+            "annotations": {CREATED_BY_ANNOTATION: "pvc-snapshot"}},
+        "spec": {"source": {"persistentVolumeClaimName": "data"}}});
+    assert!(iar_core::cluster::overlay::create(overlay_dir, &id, &value).unwrap());
+    id
+}
+
 /// Expired and ended (Completed or Failed alike) goes, with every key
 /// under it; not yet expired, still running, or stored without an
 /// expiration stays as it was. A dry run says the same and deletes
@@ -276,27 +299,13 @@ async fn lease_files_left_by_a_deletion_are_tidied() {
 #[tokio::test]
 async fn a_planted_created_objects_record_deletes_only_the_backups_own_objects() {
     use iar_core::cluster::overlay;
-    use iar_core::cluster::writes::{
-        BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION, CreatedObject,
-    };
-    use iar_core::item::ItemRef;
+    use iar_core::cluster::writes::CreatedObject;
     let (_dir, store) = temp_store();
     let overlay_dir = tempfile::tempdir().unwrap();
-    let snapshot = |name: &str, backup: &str, backup_uid: &str| {
-        let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
-        let value = serde_json::json!({
-            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
-                "labels": {BACKUP_NAME_LABEL: iar_core::names::label_value(backup),
-                    BACKUP_UID_LABEL: backup_uid},
-                "annotations": {CREATED_BY_ANNOTATION: "pvc-snapshot"}},
-            "spec": {"source": {"persistentVolumeClaimName": "data"}}});
-        assert!(overlay::create(overlay_dir.path(), &id, &value).unwrap());
-        CreatedObject {
-            plugin: "pvc-snapshot".into(),
-            id,
-            uid: format!("u-{name}"),
-        }
+    let snapshot = |name: &str, backup: &str, backup_uid: &str| CreatedObject {
+        plugin: "pvc-snapshot".into(),
+        id: plant_snapshot(overlay_dir.path(), name, backup, backup_uid),
+        uid: format!("u-{name}"),
     };
     // put_backup's backups have the uid "uid".
     let own = snapshot("own", "planted", "uid");
@@ -625,21 +634,11 @@ async fn a_deletion_runs_the_unfreeze_its_backup_owes_first() {
 #[tokio::test]
 async fn what_the_record_lacks_is_found_by_the_backups_uid_label() {
     use iar_core::cluster::overlay;
-    use iar_core::cluster::writes::{BACKUP_NAME_LABEL, BACKUP_UID_LABEL, CREATED_BY_ANNOTATION};
     use iar_core::item::ItemRef;
     let (_dir, store) = temp_store();
     let overlay_dir = tempfile::tempdir().unwrap();
     let snapshot = |name: &str, backup: &str, backup_uid: &str| {
-        let id = ItemRef::new("snapshot.storage.k8s.io", "volumesnapshots", "shop", name);
-        let value = serde_json::json!({
-            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"),
-                "labels": {BACKUP_NAME_LABEL: iar_core::names::label_value(backup),
-                    BACKUP_UID_LABEL: backup_uid},
-                "annotations": {CREATED_BY_ANNOTATION: "pvc-snapshot"}},
-            "spec": {"source": {"persistentVolumeClaimName": "data"}}});
-        assert!(overlay::create(overlay_dir.path(), &id, &value).unwrap());
-        id
+        plant_snapshot(overlay_dir.path(), name, backup, backup_uid)
     };
     let unrecorded = snapshot("unrecorded", "cut", "uid");
     let other = snapshot("other", "other", "other-uid");
