@@ -194,11 +194,7 @@ impl Blocks<'_> {
         object: &crate::backup::object::BackupObject,
     ) -> Result<bool, PhaseError> {
         let name = object.metadata.name.clone();
-        let ledger: Vec<LedgerEntry> = self
-            .store
-            .get_json(&name, BackupFile::HookLedger)
-            .await?
-            .unwrap_or_default();
+        let ledger = self.hook_ledger(&name).await?;
         // An owed unfreeze already claimed was run, or is run, by its
         // claimer (its end may be missing from the ledger: a write lost).
         let mut unclaimed = Vec::new();
@@ -528,11 +524,7 @@ impl Blocks<'_> {
             );
             return self.finish_blocks(run, &work).await;
         }
-        let ledger: Vec<LedgerEntry> = self
-            .store
-            .get_json(&name, BackupFile::HookLedger)
-            .await?
-            .unwrap_or_default();
+        let ledger = self.hook_ledger(&name).await?;
         let volumes = self.volume_records(&name).await?;
         let pods = self.owed_pods(&name, &ledger).await?;
         let unfinished = volumes.iter().filter(|v| !v.phase.is_terminal()).count();
@@ -607,6 +599,15 @@ impl Blocks<'_> {
         Ok(out)
     }
 
+    /// Backup `name`'s hook ledger as stored (none: empty).
+    async fn hook_ledger(&self, name: &str) -> Result<Vec<LedgerEntry>, PhaseError> {
+        Ok(self
+            .store
+            .get_json(name, BackupFile::HookLedger)
+            .await?
+            .unwrap_or_default())
+    }
+
     /// Backup `name`'s volume records: as its blocks ended, or else as
     /// their last progress said.
     async fn volume_records(&self, name: &str) -> Result<Vec<VolumeBackup>, PhaseError> {
@@ -658,11 +659,7 @@ impl Blocks<'_> {
             return self.finish_blocks(run, &work).await;
         }
         let name = run.name().to_string();
-        let ledger: Vec<LedgerEntry> = self
-            .store
-            .get_json(&name, BackupFile::HookLedger)
-            .await?
-            .unwrap_or_default();
+        let ledger = self.hook_ledger(&name).await?;
         let mut volumes = self.volume_records(&name).await?;
         let pods = self.owed_pods(&name, &ledger).await?;
         let messages =
