@@ -62,24 +62,31 @@ func (e *Entry) WithFields(fields Fields) FieldLogger {
 func (e *Entry) WithError(err error) FieldLogger { return e.WithField("error", err) }
 
 func (e *Entry) write(level host.Level, message string) {
-	if len(e.fields) > 0 {
-		keys := make([]string, 0, len(e.fields))
-		for k := range e.fields {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var b strings.Builder
-		b.WriteString(message)
-		for _, k := range keys {
-			v := fmt.Sprint(e.fields[k])
-			if strings.ContainsAny(v, " \"=") {
-				v = fmt.Sprintf("%q", v)
-			}
-			fmt.Fprintf(&b, " %s=%s", k, v)
-		}
-		message = b.String()
+	host.Log(level, Line(message, e.fields))
+}
+
+// Line is message with fields appended as key=value, sorted by key, a
+// value quoted when it holds a space, a quote or '=': the line the host
+// log shows. Also the Velero framework's (logrus) line.
+func Line(message string, fields map[string]any) string {
+	if len(fields) == 0 {
+		return message
 	}
-	host.Log(level, message)
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(message)
+	for _, k := range keys {
+		v := fmt.Sprint(fields[k])
+		if strings.ContainsAny(v, " \"=") {
+			v = fmt.Sprintf("%q", v)
+		}
+		fmt.Fprintf(&b, " %s=%s", k, v)
+	}
+	return b.String()
 }
 
 func (e *Entry) Debugf(f string, a ...any)   { e.write(host.Debug, fmt.Sprintf(f, a...)) }

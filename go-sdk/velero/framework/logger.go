@@ -1,14 +1,12 @@
 package framework
 
 import (
-	"fmt"
 	"io"
-	"sort"
-	"strings"
 
 	"github.com/sirupsen/logrus"
 
 	"iar.dev/sdk/host"
+	"iar.dev/sdk/log"
 )
 
 // LogLevelSetting is the plugin setting for the logger's level (logrus's
@@ -43,25 +41,7 @@ type hostHook struct{}
 func (hostHook) Levels() []logrus.Level { return logrus.AllLevels }
 
 func (hostHook) Fire(e *logrus.Entry) error {
-	message := e.Message
-	if len(e.Data) > 0 {
-		keys := make([]string, 0, len(e.Data))
-		for k := range e.Data {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var b strings.Builder
-		b.WriteString(message)
-		for _, k := range keys {
-			v := fmt.Sprint(e.Data[k])
-			if strings.ContainsAny(v, " \"=") {
-				v = fmt.Sprintf("%q", v)
-			}
-			fmt.Fprintf(&b, " %s=%s", k, v)
-		}
-		message = b.String()
-	}
-	host.Log(hostLevel(e.Level), message)
+	host.Log(hostLevel(e.Level), log.Line(e.Message, e.Data))
 	return nil
 }
 
