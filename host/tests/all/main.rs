@@ -30,6 +30,7 @@ mod polyglot;
 mod real_node;
 mod replicas;
 mod schedules;
+mod store_deadline;
 mod support;
 mod velero;
 mod velero_bench;

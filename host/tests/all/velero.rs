@@ -88,11 +88,12 @@ pub(crate) fn s3_store(endpoint: &str) -> iar::store::BackupStore {
 /// [`s3_store`], its requests naming `user_agent` (in the store's access
 /// log: the fault campaign tells its replicas apart by it).
 pub(crate) fn s3_store_as(endpoint: &str, user_agent: Option<&str>) -> iar::store::BackupStore {
+    let agent = user_agent.map(|a| object_store::HeaderValue::from_str(a).unwrap());
     let mut options = object_store::ClientOptions::new();
-    if let Some(agent) = user_agent {
-        options = options.with_user_agent(object_store::HeaderValue::from_str(agent).unwrap());
+    if let Some(agent) = &agent {
+        options = options.with_user_agent(agent.clone());
     }
-    let s3 = object_store::aws::AmazonS3Builder::new()
+    let builder = object_store::aws::AmazonS3Builder::new()
         .with_client_options(options)
         .with_bucket_name(BUCKET)
         .with_endpoint(endpoint)
@@ -101,10 +102,19 @@ pub(crate) fn s3_store_as(endpoint: &str, user_agent: Option<&str>) -> iar::stor
         .with_access_key_id(ACCESS_KEY)
         .with_secret_access_key(SECRET_KEY)
         // As `BackupStore::open` retries.
-        .with_retry(iar::store::retry_config())
-        .build()
-        .unwrap();
-    iar::store::BackupStore::from_object_store(std::sync::Arc::new(s3), &format!("s3://{BUCKET}"))
+        .with_retry(iar::store::retry_config());
+    let s3 = std::sync::Arc::new(builder.clone().build().unwrap());
+    // As `BackupStore::open`: fenced writes the store refuses after their
+    // lease.
+    let writer = iar::store::deadline::DeadlineWriter::for_s3(
+        &builder,
+        s3.clone(),
+        object_store::path::Path::default(),
+        agent,
+    )
+    .expect("plain S3 options take deadline writes");
+    iar::store::BackupStore::from_object_store(s3, &format!("s3://{BUCKET}"))
+        .with_deadline_writer(writer)
 }
 
 /// versitygw over a fresh directory with one bucket: its posix backend

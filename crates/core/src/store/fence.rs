@@ -8,10 +8,12 @@
 //! writes nothing once it resumes after another process took over, and a
 //! task that outlives its lease (a post hook, a volume backup left
 //! running) stops at its next write. The check is a listing just before
-//! the put, not part of it: a holder paused between the two could still
-//! write once. Closing that needs the put itself conditional on the lease
-//! (an ETag precondition), which object_store's local store does not offer;
-//! docs/decisions.md says more.
+//! the put, not part of it: a holder paused between the two, or a write
+//! held up on the way, could still land once. On S3 the put itself then
+//! carries the lease's end, which the store enforces ([`super::deadline`]);
+//! a local store has no way between the two to hold a write up, and
+//! object_store offers no precondition on another object (the lease) for
+//! GCS or Azure; docs/decisions.md says more.
 
 use super::{BackupStore, StoreError};
 use std::collections::HashMap;
@@ -68,10 +70,12 @@ impl BackupStore {
     }
 
     /// Refuses a write of `backup`'s files when this process's lease on it
-    /// is no longer its own. No fence (no lease taken here): unchecked.
-    pub(super) async fn check_fence(&self, backup: &str) -> Result<(), StoreError> {
+    /// is no longer its own; otherwise the lease's end, which the write
+    /// must not land after ([`super::deadline`]). No fence (no lease taken
+    /// here): unchecked, `None`.
+    pub(super) async fn check_fence(&self, backup: &str) -> Result<Option<SystemTime>, StoreError> {
         let Some(fence) = self.fences.get(backup) else {
-            return Ok(());
+            return Ok(None);
         };
         let refuse = |reason: String| StoreError::Fenced {
             backup: backup.to_string(),
@@ -92,7 +96,7 @@ impl BackupStore {
             )));
         }
         match self.current_lease(backup).await? {
-            Some(current) if current.generation == fence.generation => Ok(()),
+            Some(current) if current.generation == fence.generation => Ok(Some(expires)),
             Some(current) => Err(refuse(format!(
                 "{} took its lease over (generation {}, this process held {})",
                 current.holder, current.generation, fence.generation

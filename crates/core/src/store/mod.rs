@@ -2,6 +2,7 @@
 //! `object_store` backend: a local directory by default, S3, GCS or Azure by
 //! URL. Every write is a single atomic PUT of a whole file.
 
+pub mod deadline;
 pub mod delete;
 // A store that fails or stalls on cue, for other crates' tests (and the
 // integration tests) through the `test-support` feature; never shipped.
@@ -263,6 +264,9 @@ pub struct BackupStore {
     /// What leases and fences read the time from (a test's `ManualClock`
     /// steps a lease past its expiry).
     clock: Arc<dyn crate::clock::Clock>,
+    /// Where the store can refuse a write that arrives after its lease
+    /// ended (S3's presigned URLs): how fenced writes go.
+    deadline: Option<Arc<deadline::DeadlineWriter>>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -325,6 +329,7 @@ impl BackupStore {
         })?;
         // The cloud builders make their HTTPS client here.
         crate::tls::install_crypto();
+        let mut deadline = None;
         let built: object_store::Result<Arc<dyn ObjectStore>> = match scheme {
             ObjectStoreScheme::Local => {
                 let dir = url
@@ -332,11 +337,21 @@ impl BackupStore {
                     .map_err(|()| url_err(UrlProblem::NotALocalPath))?;
                 return Self::open_dir(&dir, location);
             }
-            ObjectStoreScheme::AmazonS3 => object_store::aws::AmazonS3Builder::from_env()
-                .with_url(location)
-                .with_retry(retry_config())
-                .build()
-                .map(|s| Arc::new(s) as _),
+            ObjectStoreScheme::AmazonS3 => {
+                let builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(location)
+                    .with_retry(retry_config());
+                builder.clone().build().map(|s| {
+                    let s3 = Arc::new(s);
+                    deadline = deadline::DeadlineWriter::for_s3(
+                        &builder,
+                        s3.clone(),
+                        prefix.clone(),
+                        None,
+                    );
+                    s3 as _
+                })
+            }
             ObjectStoreScheme::GoogleCloudStorage => {
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(location)
@@ -362,7 +377,9 @@ impl BackupStore {
         } else {
             Arc::new(PrefixStore::new(store, prefix))
         };
-        Ok(Self::from_object_store(store, location))
+        let mut opened = Self::from_object_store(store, location);
+        opened.deadline = deadline.map(Arc::new);
+        Ok(opened)
     }
 
     fn open_dir(dir: &std::path::Path, location: &str) -> Result<Self, StoreError> {
@@ -395,7 +412,16 @@ impl BackupStore {
             conditional: Arc::default(),
             holder: lease::holder_id().into(),
             clock: crate::clock::RealClock::shared(),
+            deadline: None,
         }
+    }
+
+    /// Sends fenced writes through `writer`, which the store refuses once
+    /// their lease has ended ([`deadline`]); [`BackupStore::open`] does
+    /// this for an S3 store.
+    pub fn with_deadline_writer(mut self, writer: deadline::DeadlineWriter) -> Self {
+        self.deadline = Some(Arc::new(writer));
+        self
     }
 
     /// The object store beneath, for a reader of a format of its own (the
@@ -539,7 +565,10 @@ impl BackupStore {
             .and_then(|k| k.strip_prefix('/'))
             .and_then(|k| k.split('/').next())
         {
-            self.check_fence(backup).await?;
+            let deadline = self.check_fence(backup).await?;
+            return self
+                .put_fenced(backup, &path, key.to_string(), bytes, deadline)
+                .await;
         }
         self.store
             .put(&path, bytes.into())
@@ -651,11 +680,39 @@ impl BackupStore {
         bytes: Bytes,
     ) -> Result<(), StoreError> {
         let (path, key) = self.path(backup, file)?;
-        self.check_fence(backup).await?;
-        self.store
-            .put(&path, bytes.into())
-            .await
-            .map_err(|e| self.io(key, e))?;
+        let deadline = self.check_fence(backup).await?;
+        self.put_fenced(backup, &path, key, bytes, deadline).await
+    }
+
+    /// A write of one of `backup`'s files after its fence was checked:
+    /// with a lease (`deadline`, its end) and a store that can refuse a
+    /// late request, one the store takes only before the lease ends.
+    async fn put_fenced(
+        &self,
+        backup: &str,
+        path: &Path,
+        key: String,
+        bytes: Bytes,
+        deadline: Option<std::time::SystemTime>,
+    ) -> Result<(), StoreError> {
+        match (deadline, &self.deadline) {
+            (Some(by), Some(writer)) => writer
+                .put_by(path, bytes, by, || self.clock.system_now())
+                .await
+                .map_err(|e| match e {
+                    deadline::DeadlineError::Passed(reason) => StoreError::Fenced {
+                        backup: backup.to_string(),
+                        reason,
+                    },
+                    deadline::DeadlineError::Failed(e) => self.io(key, e),
+                })?,
+            _ => {
+                self.store
+                    .put(path, bytes.into())
+                    .await
+                    .map_err(|e| self.io(key, e))?;
+            }
+        }
         self.puts.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
