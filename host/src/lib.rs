@@ -72,6 +72,7 @@ pub use iar_core::{
 pub use iar_k8s as k8s;
 pub use iar_plugin::{contract, limits, plugin, runtime, sandbox};
 pub use iar_repository as repository;
+pub use iar_restore as restore;
 pub use iar_velero as velero_plugin;
 
 pub use iar_core::{

@@ -210,6 +210,20 @@ pub trait ClusterWriter: Send + Sync {
         Err(ClusterError::ReadOnly)
     }
 
+    /// Replaces `id` with `object`, whose `metadata.resourceVersion` is
+    /// the one the caller read (a restore's `existingResourcePolicy:
+    /// update`): a change made in between is a conflict, not overwritten.
+    /// Returns the object as written.
+    fn replace_within(
+        &self,
+        id: &ItemRef,
+        object: Value,
+        budget: std::time::Duration,
+    ) -> Result<Value, ClusterError> {
+        let _ = (id, object, budget);
+        Err(ClusterError::ReadOnly)
+    }
+
     /// Deletes `id` if its uid is still `uid`; `Ok(false)` when it is gone
     /// (or was replaced by another object of the same name, which stays).
     fn delete_within(

@@ -313,6 +313,19 @@ impl LiveCluster {
         }
     }
 
+    async fn replace_live(&self, id: &ItemRef, object: Value) -> Result<Value, ClusterError> {
+        let r = self.writable(id).await?;
+        let api = self.api(&r, Some(&id.namespace));
+        let object: DynamicObject =
+            serde_json::from_value(object).map_err(|e| api_error(format!("replacing {id}"), e))?;
+        self.count(1);
+        let replaced = api
+            .replace(&id.name, &PostParams::default(), &object)
+            .await
+            .map_err(|e| api_error(format!("replacing {id}"), e))?;
+        Ok(to_item(&r.api, replaced)?.into_value())
+    }
+
     /// Deletes `id` only while its uid is `uid` (a precondition the API
     /// server checks): a newer object of the same name is never deleted.
     async fn delete_live(&self, id: &ItemRef, uid: &str) -> Result<bool, ClusterError> {
@@ -363,6 +376,15 @@ impl ClusterWriter for LiveCluster {
         budget: std::time::Duration,
     ) -> Result<Created, ClusterError> {
         self.within(id, budget, self.create_async(id, object))
+    }
+
+    fn replace_within(
+        &self,
+        id: &ItemRef,
+        object: Value,
+        budget: std::time::Duration,
+    ) -> Result<Value, ClusterError> {
+        self.within(id, budget, self.replace_live(id, object))
     }
 
     fn delete_within(

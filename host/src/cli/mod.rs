@@ -25,6 +25,7 @@ mod new;
 mod plugin;
 mod progress;
 mod repository;
+mod restore;
 mod run;
 mod schedule;
 mod test;
@@ -69,6 +70,10 @@ enum Command {
     /// Delete one backup now, expired or not (Velero's `backup delete`):
     /// its data, then its object, then its leases.
     Delete(delete::DeleteArgs),
+    /// Restore a backup's objects into the cluster (--cluster) or a
+    /// directory of manifests (--to DIR), as Velero's `restore create`;
+    /// exits 0 when Completed, 1 when PartiallyFailed.
+    Restore(restore::RestoreArgs),
     /// Pod volume data: `iar volume restore BACKUP NS/POD/VOLUME --to DIR`.
     Volume(volume::VolumeArgs),
     /// The namespaces' volume repositories: `iar repository check|repair|prune`.
@@ -117,6 +122,7 @@ const IAR_CRATES: &[&str] = &[
     "iar_authoring",
     "iar_k8s",
     "iar_velero",
+    "iar_restore",
 ];
 
 /// `IAR_LOG` when set (tracing's directive syntax), else iar's own crates
@@ -168,6 +174,7 @@ pub fn main() -> ExitCode {
         Command::Schedule(args) => schedule::schedule(args),
         Command::Logs(args) => delete::logs(args),
         Command::Delete(args) => delete::delete(args),
+        Command::Restore(args) => restore::restore(args),
         Command::Volume(args) => volume::volume(args),
         Command::Repository(args) => repository::repository(args),
         Command::Test(args) => test::test(args),

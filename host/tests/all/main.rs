@@ -29,6 +29,7 @@ mod pod_hooks;
 mod polyglot;
 mod real_node;
 mod replicas;
+mod restore;
 mod schedules;
 mod store_deadline;
 mod support;

@@ -172,6 +172,39 @@ impl ClusterWriter for ManifestCluster {
         }
     }
 
+    /// Only an object of the overlay: the sources are the operator's.
+    /// Rewritten in place (a temporary file renamed over it).
+    fn replace_within(
+        &self,
+        id: &ItemRef,
+        object: Value,
+        _budget: std::time::Duration,
+    ) -> Result<Value, ClusterError> {
+        let Some(dir) = &self.overlay else {
+            return Err(ClusterError::ReadOnly);
+        };
+        let path = path_of(dir, id);
+        if !path.exists() {
+            return Err(ClusterError::Refused(format!(
+                "replacing {id}: it is not in the overlay {} (the manifests it came from are read only)",
+                dir.display()
+            )));
+        }
+        let parent = path.parent().expect("path_of has parents");
+        let text = crate::yaml::to_string(&object).map_err(|e| ClusterError::Api {
+            what: format!("writing {id} to the overlay"),
+            source: Box::new(e),
+        })?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".replacing-")
+            .suffix(".tmp")
+            .tempfile_in(parent)
+            .map_err(io(parent))?;
+        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io(tmp.path()))?;
+        tmp.persist(&path).map_err(|e| io(&path)(e.error))?;
+        Ok(object)
+    }
+
     /// Only from the overlay: the sources are the operator's, never a
     /// plugin's to delete.
     fn delete_within(

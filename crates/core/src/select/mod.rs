@@ -6,6 +6,7 @@ pub mod applies_to;
 pub mod backup_filter;
 mod label_object;
 pub mod labels;
+pub mod spec_keys;
 
 pub use applies_to::{CompiledSelector, ResourceSelector, SelectorError};
 pub use backup_filter::{BackupFilter, EXCLUDE_LABEL};

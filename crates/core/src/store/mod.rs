@@ -11,6 +11,7 @@ pub mod faulty;
 mod fence;
 pub mod gz;
 pub mod lease;
+pub mod restores;
 pub mod tarball;
 
 use bytes::Bytes;

@@ -1,0 +1,499 @@
+//! One restore, as Velero's `restoreContext.execute` runs one: the
+//! backup's resources in priority order, each object filtered, reset,
+//! handed to the restore actions that apply to it (in the sandbox, under
+//! their grants, limits and item-change rules), mapped to its target
+//! namespace and created; its namespace made first; what a plugin names
+//! as additional items restored before it; operations the plugins started
+//! polled to their end. Blocking: the plugins' calls are wasm calls, and
+//! the cluster's writes wait on the network, so it runs on a blocking
+//! thread, never on the async runtime.
+
+use crate::order;
+use crate::prepare::{self, VolumePlan};
+use crate::results::Results;
+use crate::spec::{ExistingPolicy, RestoreSpec};
+use iar_core::cluster::{ClusterReader, Created};
+use iar_core::item::{Item, ItemRef};
+use iar_plugin::plugin::{Interface, Plugin, PluginInstance, RestoreRef};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one create, get or replace may wait for the cluster.
+const CLUSTER_WAIT: Duration = Duration::from_secs(30);
+/// Between two polls of a plugin's operations or its additional items.
+const POLL: Duration = Duration::from_secs(1);
+/// How long a plugin's additional items may take to be ready when it
+/// names no time (Velero's default, 10 minutes).
+const READY_WAIT: Duration = Duration::from_secs(600);
+
+/// What a restore needs besides its items.
+pub struct Context<'a> {
+    pub spec: &'a RestoreSpec,
+    /// The restore as its actions see it (its name, namespace, uid, spec).
+    pub restore: RestoreRef,
+    pub cluster: Arc<dyn ClusterReader>,
+    /// The plugins that may export a restore action, in order.
+    pub plugins: &'a [Plugin],
+}
+
+/// What a restore did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub results: Results,
+    /// Objects the backup holds that the restore selected.
+    pub selected: usize,
+    /// Objects created, or replaced under `existingResourcePolicy: update`.
+    pub restored: usize,
+    /// Objects that already existed and were left.
+    pub existing: usize,
+    /// Log lines, in order.
+    pub log: Vec<String>,
+}
+
+impl Outcome {
+    /// Velero's phase for a restore that ran to its end.
+    pub fn phase(&self) -> &'static str {
+        if self.results.errors.is_empty() {
+            "Completed"
+        } else {
+            "PartiallyFailed"
+        }
+    }
+}
+
+struct Operation {
+    plugin: usize,
+    id: String,
+    item: ItemRef,
+}
+
+struct Run<'a> {
+    cx: Context<'a>,
+    by_id: HashMap<String, Item>,
+    done: HashSet<String>,
+    namespaces: HashSet<String>,
+    provisioned: HashSet<String>,
+    instances: Vec<Option<PluginInstance>>,
+    operations: Vec<Operation>,
+    out: Outcome,
+}
+
+/// Restores `items` (a backup's, from its tarball).
+pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
+    let instances = cx.plugins.iter().map(|_| None).collect();
+    let mut run = Run {
+        cx,
+        by_id: HashMap::new(),
+        done: HashSet::new(),
+        namespaces: HashSet::new(),
+        provisioned: HashSet::new(),
+        instances,
+        operations: Vec::new(),
+        out: Outcome::default(),
+    };
+    let mut by_resource: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for item in items {
+        let key = item.id.to_string();
+        by_resource
+            .entry(item.id.group_resource().to_string())
+            .or_default()
+            .push(key.clone());
+        run.by_id.insert(key, item);
+    }
+    let resources: BTreeSet<String> = by_resource.keys().cloned().collect();
+    for gr in order::ordered(&resources) {
+        let mut keys = by_resource.remove(&gr).unwrap_or_default();
+        keys.sort();
+        for key in keys {
+            let item = run.by_id[&key].clone();
+            if run.selected(&item) {
+                run.out.selected += 1;
+                run.restore_item(&item, false);
+            }
+        }
+    }
+    run.wait_for_operations();
+    run.out
+}
+
+impl Run<'_> {
+    fn log(&mut self, line: String) {
+        tracing::info!(restore = %self.cx.restore.name, "{line}");
+        self.out.log.push(line);
+    }
+
+    /// Whether the restore's filters take `item` (additional items named
+    /// by a plugin are not held to them, as in Velero).
+    fn selected(&self, item: &Item) -> bool {
+        let spec = self.cx.spec;
+        if item.id.group_resource().to_string() == "namespaces" {
+            return spec.filter.selector().includes_namespace(&item.id.name);
+        }
+        if item.id.namespace.is_empty() && !spec.takes_cluster_scoped() {
+            return false;
+        }
+        spec.filter.matches(item)
+    }
+
+    fn restore_item(&mut self, item: &Item, must_include: bool) {
+        let key = item.id.to_string();
+        if !self.done.insert(key) {
+            return;
+        }
+        let gr = item.id.group_resource().to_string();
+        if order::NEVER.contains(&gr.as_str()) {
+            return;
+        }
+        if !must_include
+            && item.id.namespace.is_empty()
+            && self.cx.spec.include_cluster_resources == Some(false)
+        {
+            return;
+        }
+        let source_ns = item.id.namespace.clone();
+        let target_ns = self.cx.spec.target_namespace(&source_ns).to_string();
+        if gr == "namespaces" {
+            let target = self.cx.spec.target_namespace(&item.id.name).to_string();
+            self.ensure_namespace(&item.id.name, &target);
+            return;
+        }
+        if !target_ns.is_empty() && !self.ensure_namespace(&source_ns, &target_ns) {
+            return;
+        }
+        if prepare::is_completed(&gr, item.value()) {
+            self.log(format!("{}: completed; not restored", item.id));
+            return;
+        }
+        let mut value = match self.cx.restore.as_restored(item) {
+            Ok(i) => i.into_value(),
+            Err(e) => {
+                self.error(&target_ns, format!("error restoring {}: {e}", item.id));
+                return;
+            }
+        };
+        prepare::builtin_actions(&gr, &mut value, self.cx.spec.preserve_node_ports);
+        match gr.as_str() {
+            "persistentvolumes" => {
+                if let VolumePlan::Provision = prepare::persistent_volume(&mut value) {
+                    self.provisioned.insert(item.id.name.clone());
+                    self.log(format!(
+                        "{}: its reclaim policy is Delete and iar holds no snapshot of it; left for its claim to provision anew",
+                        item.id
+                    ));
+                    return;
+                }
+            }
+            "persistentvolumeclaims" => {
+                let provisioned = self.provisioned.clone();
+                prepare::persistent_volume_claim(&mut value, &|v| provisioned.contains(v));
+            }
+            _ => {}
+        }
+        let Some(value) = self.run_actions(item, value, &target_ns) else {
+            return;
+        };
+        let mut value = value;
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut)
+            && !target_ns.is_empty()
+        {
+            meta.insert("namespace".into(), json!(target_ns));
+        }
+        prepare::finish(&mut value, &self.cx.spec.backup_name, &self.cx.restore.name);
+        let id = ItemRef::new(
+            item.id.group.clone(),
+            item.id.resource.clone(),
+            target_ns.clone(),
+            item.id.name.clone(),
+        );
+        self.create(&id, value, &target_ns);
+    }
+
+    /// The restore actions that apply to the item, in order, each handed
+    /// what the last one returned. `None`: not to be created (a plugin
+    /// skipped it or failed).
+    fn run_actions(&mut self, from_backup: &Item, value: Value, target_ns: &str) -> Option<Value> {
+        let mut current = Item::with_id(from_backup.id.clone(), value);
+        for index in 0..self.cx.plugins.len() {
+            let plugin = &self.cx.plugins[index];
+            if !plugin.exports(Interface::RestoreItemAction) {
+                continue;
+            }
+            // Velero picks restore actions by the item's target namespace.
+            let chooses = match self.cx.restore.mapped(&current) {
+                Ok(mapped) => plugin.restore_applies(&Item::with_id(
+                    ItemRef::new(
+                        current.id.group.clone(),
+                        current.id.resource.clone(),
+                        target_ns.to_string(),
+                        current.id.name.clone(),
+                    ),
+                    mapped.into_value(),
+                )),
+                Err(_) => false,
+            };
+            if !chooses {
+                continue;
+            }
+            let name = plugin.name().to_string();
+            let seen: Vec<String> = self.operations.iter().map(|o| o.id.clone()).collect();
+            let restore = self.cx.restore.clone();
+            let instance = self.instance(index);
+            let answer = instance.restore_execute(&current, from_backup, &restore, &|op| {
+                seen.iter().any(|s| s == op)
+            });
+            for log in instance.take_logs() {
+                self.out
+                    .log
+                    .push(format!("plugin {name}: {}: {}", log.level, log.message));
+            }
+            let out = match answer {
+                Ok(out) => out,
+                Err(e) => {
+                    self.error(
+                        target_ns,
+                        format!("error restoring {}: {e}", from_backup.id),
+                    );
+                    return None;
+                }
+            };
+            if out.skip_restore {
+                self.log(format!(
+                    "{}: plugin {name} asked to skip it",
+                    from_backup.id
+                ));
+                return None;
+            }
+            if let Some(changed) = out.item {
+                current = Item::with_id(from_backup.id.clone(), changed.into_value());
+            }
+            for additional in &out.additional_items {
+                match self.by_id.get(&additional.to_string()).cloned() {
+                    Some(found) => self.restore_item(&found, true),
+                    None => self.log(format!(
+                        "{}: plugin {name} named {additional}, which the backup does not hold",
+                        from_backup.id
+                    )),
+                }
+            }
+            if out.wait_for_additional_items && !out.additional_items.is_empty() {
+                let wait = out.additional_items_ready_timeout.unwrap_or(READY_WAIT);
+                self.wait_ready(index, &out.additional_items, wait, target_ns);
+            }
+            if let Some(op) = out.operation_id {
+                self.operations.push(Operation {
+                    plugin: index,
+                    id: op,
+                    item: from_backup.id.clone(),
+                });
+            }
+        }
+        Some(current.into_value())
+    }
+
+    fn instance(&mut self, index: usize) -> &mut PluginInstance {
+        let cluster = self.cx.cluster.clone();
+        let plugin = &self.cx.plugins[index];
+        self.instances[index].get_or_insert_with(|| plugin.instance(cluster))
+    }
+
+    fn wait_ready(&mut self, index: usize, items: &[ItemRef], wait: Duration, ns: &str) {
+        let name = self.cx.plugins[index].name().to_string();
+        let restore = self.cx.restore.clone();
+        let until = Instant::now() + wait;
+        loop {
+            match self.instance(index).additional_items_ready(items, &restore) {
+                Ok(true) => return,
+                Ok(false) if Instant::now() < until => std::thread::sleep(POLL),
+                Ok(false) => {
+                    let message = format!(
+                        "plugin {name}: its additional items were not ready within {wait:?}"
+                    );
+                    self.out.results.warnings.add(ns, message);
+                    return;
+                }
+                Err(e) => {
+                    self.error(ns, format!("plugin {name}: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Makes sure namespace `target` exists: from the backed-up namespace
+    /// `source`'s object where the backup holds it, as Velero does; false
+    /// (and an error) when it cannot be made.
+    fn ensure_namespace(&mut self, source: &str, target: &str) -> bool {
+        if self.namespaces.contains(target) {
+            return true;
+        }
+        let id = ItemRef::new("", "namespaces", "", target);
+        match self.cx.cluster.get(&id) {
+            Ok(Some(_)) => {
+                self.namespaces.insert(target.to_string());
+                return true;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.error("", format!("namespace {target}: {e}"));
+                return false;
+            }
+        }
+        let backed_up = self
+            .by_id
+            .get(&ItemRef::new("", "namespaces", "", source).to_string())
+            .cloned();
+        let mut value = match backed_up.map(|ns| self.cx.restore.as_restored(&ns)) {
+            Some(Ok(ns)) => ns.into_value(),
+            _ => json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {}}),
+        };
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("name".into(), json!(target));
+        }
+        // Its phase and finalizers are the API server's to set.
+        value.as_object_mut().map(|m| m.remove("spec"));
+        prepare::finish(&mut value, &self.cx.spec.backup_name, &self.cx.restore.name);
+        self.create(&id, value, "")
+    }
+
+    /// Creates `id`; an object already there is left (a warning when it
+    /// differs) or replaced, as the spec's policy says. True when the
+    /// object is there afterwards.
+    fn create(&mut self, id: &ItemRef, value: Value, ns: &str) -> bool {
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let created = self
+            .cx
+            .cluster
+            .create_within(id, value.clone(), CLUSTER_WAIT);
+        match created {
+            Ok(Created::New(_)) => {
+                self.out.restored += 1;
+                if id.resource == "namespaces" {
+                    self.namespaces.insert(id.name.clone());
+                }
+                self.log(format!("{id}: created"));
+                true
+            }
+            Ok(Created::Existing(found)) => {
+                if id.resource == "namespaces" {
+                    self.namespaces.insert(id.name.clone());
+                }
+                self.existing(id, &kind, value, found, ns);
+                true
+            }
+            Err(e) => {
+                self.error(ns, format!("error restoring {id}: {e}"));
+                false
+            }
+        }
+    }
+
+    fn existing(&mut self, id: &ItemRef, kind: &str, mut value: Value, found: Value, ns: &str) {
+        if prepare::same_as_restored(&found, &value) {
+            self.out.existing += 1;
+            self.log(format!(
+                "{id}: already exists, the same as the backed-up one"
+            ));
+            return;
+        }
+        if self.cx.spec.existing == ExistingPolicy::Update && id.resource != "namespaces" {
+            if let (Some(meta), Some(version)) = (
+                value.get_mut("metadata").and_then(Value::as_object_mut),
+                found.pointer("/metadata/resourceVersion"),
+            ) {
+                meta.insert("resourceVersion".into(), version.clone());
+            }
+            match self.cx.cluster.replace_within(id, value, CLUSTER_WAIT) {
+                Ok(_) => {
+                    self.out.restored += 1;
+                    self.log(format!("{id}: existed; updated to the backed-up one"));
+                }
+                Err(e) => self.out.results.warnings.add(
+                    ns,
+                    format!("could not update existing {kind} {:?}: {e}", id.name),
+                ),
+            }
+            return;
+        }
+        self.out.existing += 1;
+        self.out.results.warnings.add(
+            ns,
+            format!(
+                "could not restore, {kind} {:?} already exists. Warning: the in-cluster version is different than the backed-up version",
+                id.name
+            ),
+        );
+    }
+
+    fn error(&mut self, ns: &str, message: String) {
+        tracing::warn!(restore = %self.cx.restore.name, "{message}");
+        self.out.log.push(format!("error: {message}"));
+        self.out.results.errors.add(ns, message);
+    }
+
+    /// Polls each operation a plugin started until it ends or the spec's
+    /// `itemOperationTimeout` passes.
+    fn wait_for_operations(&mut self) {
+        let until = Instant::now() + self.cx.spec.operation_timeout;
+        let restore = self.cx.restore.clone();
+        let mut pending = std::mem::take(&mut self.operations);
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for op in pending {
+                let name = self.cx.plugins[op.plugin].name().to_string();
+                let ns = self
+                    .cx
+                    .spec
+                    .target_namespace(&op.item.namespace)
+                    .to_string();
+                match self
+                    .instance(op.plugin)
+                    .restore_progress(&op.id, &op.item, &restore)
+                {
+                    Ok(p) if p.completed => match p.error {
+                        Some(e) => self.error(
+                            &ns,
+                            format!("plugin {name}: operation {} of {}: {e}", op.id, op.item),
+                        ),
+                        None => self.log(format!(
+                            "plugin {name}: operation {} of {} completed",
+                            op.id, op.item
+                        )),
+                    },
+                    Ok(_) => still.push(op),
+                    Err(e) => self.error(
+                        &ns,
+                        format!("plugin {name}: operation {} of {}: {e}", op.id, op.item),
+                    ),
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                break;
+            }
+            if Instant::now() >= until {
+                for op in pending {
+                    let ns = self
+                        .cx
+                        .spec
+                        .target_namespace(&op.item.namespace)
+                        .to_string();
+                    self.error(
+                        &ns,
+                        format!(
+                            "operation {} of {} did not end within the restore's itemOperationTimeout",
+                            op.id, op.item
+                        ),
+                    );
+                }
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! `iar restore`: a backup of the example application restored by iar
+//! itself, into a directory of manifests and into the real API server;
+//! Velero's order, resets, namespace mapping and labels; objects already
+//! there; restore actions run in the sandbox; and what a newcomer or a
+//! store writer gets wrong, refused by rule.
+
+use crate::support::*;
+use iar_tests::artifacts;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// `iar backup NAME` of examples/cluster into `store`, no plugins.
+fn back_up_the_shop(store: &Path, name: &str) {
+    let out = iar(&[
+        "backup",
+        name,
+        "--items",
+        repo().join("examples/cluster").to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+fn restore(store: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["restore", "--store", store.to_str().unwrap()];
+    all.extend_from_slice(args);
+    iar(&all)
+}
+
+fn yaml(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    iar::yaml::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_backup_is_restored_into_a_directory_mapped_reset_and_labelled() {
+    let store = tempfile::tempdir().unwrap();
+    let to = tempfile::tempdir().unwrap();
+    back_up_the_shop(store.path(), "shop");
+    let out = restore(
+        store.path(),
+        &[
+            "first",
+            "--from-backup",
+            "shop",
+            "--namespace-mappings",
+            "shop:shop-copy",
+            "--to",
+            to.path().to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Completed"), "{stdout}");
+
+    let dir = to.path();
+    // The namespace, from the backed-up one, under its new name.
+    let ns = yaml(&dir.join("namespaces.core/_cluster/shop-copy.yaml"));
+    assert_eq!(ns["metadata"]["labels"]["velero.io/restore-name"], "first");
+    assert_eq!(ns["metadata"]["labels"]["velero.io/backup-name"], "shop");
+    assert!(!dir.join("namespaces.core/_cluster/shop.yaml").exists());
+    // Velero's ServiceAction: the cluster gives the address.
+    let svc = yaml(&dir.join("services.core/shop-copy/web.yaml"));
+    assert_eq!(svc["metadata"]["namespace"], "shop-copy");
+    assert!(svc["spec"].get("clusterIP").is_none(), "{svc}");
+    // Velero's PodAction: scheduled anew.
+    let pod = yaml(&dir.join("pods.core/shop-copy/web-0.yaml"));
+    assert!(pod["spec"].get("nodeName").is_none(), "{pod}");
+    assert!(pod.get("status").is_none(), "{pod}");
+    assert!(pod["metadata"].get("uid").is_some(), "written as created");
+    let deployment = yaml(&dir.join("deployments.apps/shop-copy/web.yaml"));
+    assert_eq!(
+        deployment["metadata"]["labels"]["velero.io/restore-name"],
+        "first"
+    );
+    let original = json!({"data": {"greeting": "hello"}});
+    let cm = yaml(&dir.join("configmaps.core/shop-copy/web-config.yaml"));
+    assert_eq!(cm["data"], original["data"]);
+
+    // The store keeps the restore as Velero keeps one.
+    let results = store.path().join("restores/first/restore-first-results.gz");
+    assert!(results.exists());
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(store.path().join("restores/first/restore-first.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["status"]["phase"], "Completed");
+    assert_eq!(
+        record["status"]["progress"]["itemsRestored"],
+        record["status"]["progress"]["totalItems"]
+    );
+
+    // Again: everything is there and the same, so nothing is written and
+    // nothing is warned about.
+    let again = restore(
+        store.path(),
+        &[
+            "second",
+            "--from-backup",
+            "shop",
+            "--namespace-mappings",
+            "shop:shop-copy",
+            "--to",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("0 warnings"),
+        "{}",
+        text(&again)
+    );
+
+    // One changed in between: left, with Velero's warning.
+    let path = dir.join("configmaps.core/shop-copy/web-config.yaml");
+    let mut changed = yaml(&path);
+    changed["data"] = json!({"changed": "yes"});
+    std::fs::write(&path, iar::yaml::to_string(&changed).unwrap()).unwrap();
+    let third = restore(
+        store.path(),
+        &[
+            "third",
+            "--from-backup",
+            "shop",
+            "--namespace-mappings",
+            "shop:shop-copy",
+            "--to",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(third.status.success(), "{}", text(&third));
+    let said = String::from_utf8_lossy(&third.stdout);
+    assert!(
+        said.contains("\"web-config\" already exists. Warning: the in-cluster version is different than the backed-up version"),
+        "{said}"
+    );
+    assert_eq!(yaml(&path)["data"], json!({"changed": "yes"}));
+    // Under `update`, replaced by the backed-up one.
+    let fourth = restore(
+        store.path(),
+        &[
+            "fourth",
+            "--from-backup",
+            "shop",
+            "--namespace-mappings",
+            "shop:shop-copy",
+            "--existing-resource-policy",
+            "update",
+            "--to",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(fourth.status.success(), "{}", text(&fourth));
+    assert_eq!(yaml(&path)["data"], original["data"]);
+}
+
+#[test]
+fn filters_take_only_what_is_asked_and_cluster_objects_follow_velero() {
+    let store = tempfile::tempdir().unwrap();
+    let to = tempfile::tempdir().unwrap();
+    back_up_the_shop(store.path(), "shop");
+    let out = restore(
+        store.path(),
+        &[
+            "--from-backup",
+            "shop",
+            "--include-resources",
+            "configmaps,services",
+            "--include-namespaces",
+            "shop",
+            "--to",
+            to.path().to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let files: Vec<String> = iar::cluster::overlay::objects(to.path())
+        .into_iter()
+        .map(|(id, _)| id.to_string())
+        .collect();
+    // The namespace is made for what goes into it; no PV (cluster-scoped,
+    // and only one namespace asked for), no pod, no deployment.
+    assert_eq!(
+        files,
+        [
+            "configmaps shop/web-config",
+            "namespaces shop",
+            "services shop/web"
+        ],
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_restore_action_runs_in_the_sandbox_and_a_hostile_one_is_refused_by_rule() {
+    let store = tempfile::tempdir().unwrap();
+    back_up_the_shop(store.path(), "shop");
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        artifacts::RESTORE_HOSTILE,
+        plugins.path().join("hostile.wasm"),
+    )
+    .unwrap();
+
+    // "label" without a grant to change labels: refused by rule, the
+    // object not written, the rest restored.
+    let to = tempfile::tempdir().unwrap();
+    let label = |name: &str, to: &Path| {
+        restore(
+            store.path(),
+            &[
+                name,
+                "--from-backup",
+                "shop",
+                "--plugins",
+                plugins.path().to_str().unwrap(),
+                "--config",
+                "hostile:mode=label",
+                "--to",
+                to.to_str().unwrap(),
+            ],
+        )
+    };
+    let out = label("ungranted", to.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("rule: item-change-not-granted"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !to.path()
+            .join("configmaps.core/shop/web-config.yaml")
+            .exists()
+    );
+    assert!(to.path().join("services.core/shop/web.yaml").exists());
+    // Granted: the action's change is what is written.
+    std::fs::write(
+        plugins.path().join("hostile.yaml"),
+        "allowMutate: [configmaps]\n",
+    )
+    .unwrap();
+    let to = tempfile::tempdir().unwrap();
+    let out = label("granted", to.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let cm = yaml(&to.path().join("configmaps.core/shop/web-config.yaml"));
+    assert_eq!(cm["metadata"]["labels"]["restored"], "yes");
+
+    // "move": a restore action may not send an object to another
+    // namespace; the item is not written anywhere, the error names the
+    // plugin and the rule, and the rest of the restore goes on.
+    let to = tempfile::tempdir().unwrap();
+    let out = restore(
+        store.path(),
+        &[
+            "--from-backup",
+            "shop",
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+            "--config",
+            "hostile:mode=move",
+            "--to",
+            to.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("PartiallyFailed") && said.contains("hostile") && said.contains("rule"),
+        "{said}"
+    );
+    assert!(!to.path().join("configmaps.core/kube-system").exists());
+    assert!(
+        !to.path()
+            .join("configmaps.core/shop/web-config.yaml")
+            .exists()
+    );
+    assert!(
+        to.path().join("services.core/shop/web.yaml").exists(),
+        "the rest is restored"
+    );
+}
+
+#[test]
+fn a_forged_tarball_entry_is_refused_and_written_nowhere() {
+    let store = tempfile::tempdir().unwrap();
+    back_up_the_shop(store.path(), "shop");
+    // A store writer puts an object for kube-system under shop's path.
+    let tarball = store.path().join("backups/shop/shop.tar.gz");
+    let entries = iar::store::tarball::read(&std::fs::read(&tarball).unwrap()).unwrap();
+    let mut replace = std::collections::BTreeMap::new();
+    for (path, body) in &entries {
+        if path == "resources/configmaps/namespaces/shop/web-config.json" {
+            let mut cm: Value = serde_json::from_slice(body).unwrap();
+            cm["metadata"]["namespace"] = json!("kube-system");
+            replace.insert(path.clone(), serde_json::to_vec(&cm).unwrap());
+        }
+    }
+    assert_eq!(replace.len(), 1);
+    let forged = iar::store::tarball::rewrite(&std::fs::read(&tarball).unwrap(), &replace).unwrap();
+    std::fs::write(&tarball, forged).unwrap();
+    let to = tempfile::tempdir().unwrap();
+    let out = restore(
+        store.path(),
+        &["--from-backup", "shop", "--to", to.path().to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("rule: tarball-identity"),
+        "{}",
+        text(&out)
+    );
+    assert!(!to.path().join("configmaps.core/kube-system").exists());
+    assert!(
+        !to.path()
+            .join("configmaps.core/shop/web-config.yaml")
+            .exists()
+    );
+}
+
+#[test]
+fn a_newcomers_mistakes_are_refused_before_anything_is_written() {
+    let store = tempfile::tempdir().unwrap();
+    back_up_the_shop(store.path(), "shop");
+    let to = tempfile::tempdir().unwrap();
+    let dir = to.path().to_str().unwrap();
+    let specs = tempfile::tempdir().unwrap();
+    let spec = specs.path().join("spec.yaml");
+    std::fs::write(&spec, "backupName: shop\nincludeNamespace: [shop]\n").unwrap();
+    for (args, says) in [
+        (
+            vec!["--from-backup", "nosuch", "--to", dir],
+            "\"nosuch\" is not in",
+        ),
+        (
+            vec![
+                "--from-backup",
+                "shop",
+                "--namespace-mappings",
+                "shop:../x",
+                "--to",
+                dir,
+            ],
+            "kubernetes-name",
+        ),
+        (
+            vec![
+                "--from-backup",
+                "shop",
+                "--namespace-mappings",
+                "shop",
+                "--to",
+                dir,
+            ],
+            "expected SRC:DST",
+        ),
+        (
+            vec!["--spec", spec.to_str().unwrap(), "--to", dir],
+            "did you mean includedNamespaces?",
+        ),
+        (
+            vec![
+                "--from-backup",
+                "shop",
+                "--existing-resource-policy",
+                "replace",
+                "--to",
+                dir,
+            ],
+            "\"none\" and \"update\"",
+        ),
+        (vec!["--to", dir], "backupName is required"),
+        (
+            vec!["Bad_Name", "--from-backup", "shop", "--to", dir],
+            "restore-name",
+        ),
+    ] {
+        let out = restore(store.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(to.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    // A name taken is said, not overwritten.
+    let first = restore(
+        store.path(),
+        &["same", "--from-backup", "shop", "--to", dir],
+    );
+    assert!(first.status.success(), "{}", text(&first));
+    let second = restore(
+        store.path(),
+        &["same", "--from-backup", "shop", "--to", dir],
+    );
+    assert_eq!(second.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("already exists"),
+        "{}",
+        text(&second)
+    );
+}
