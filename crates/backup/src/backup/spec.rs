@@ -49,41 +49,12 @@ pub const BACKUP_SPEC_KEYS: &[&str] = &[
 /// it most likely meant: a misspelt filter (`includeNamespaces`) is not a
 /// filter, and ignoring it would back up everything.
 pub fn known_keys(spec: &Value) -> Result<(), String> {
-    let Some(map) = spec.as_object() else {
-        return Ok(());
-    };
-    for key in map.keys() {
-        if BACKUP_SPEC_KEYS.contains(&key.as_str()) {
-            continue;
-        }
-        let nearest = BACKUP_SPEC_KEYS
-            .iter()
-            .map(|k| (edit_distance(k, key), *k))
-            .min()
-            .filter(|(d, _)| *d <= 3)
-            .map(|(_, k)| format!(" (did you mean {k}?)"))
-            .unwrap_or_default();
-        return Err(format!(
-            "unknown key {key:?}{nearest}: not a field of Velero's Backup spec, and a filter iar ignored would widen the backup"
-        ));
-    }
-    Ok(())
-}
-
-/// Levenshtein's distance, over bytes (spec keys are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(here + 1);
-            prev = here;
-        }
-    }
-    row[b.len()]
+    iar_core::select::spec_keys::refuse_unknown(
+        spec,
+        BACKUP_SPEC_KEYS,
+        "Velero's Backup spec",
+        "a filter iar ignored would widen the backup",
+    )
 }
 
 /// The spec's `itemOperationTimeout`, if set.
@@ -129,7 +100,6 @@ mod tests {
             .map(|k| (k.to_string(), Value::Null))
             .collect();
         assert_eq!(known_keys(&Value::Object(every)), Ok(()));
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

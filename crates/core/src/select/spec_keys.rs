@@ -44,3 +44,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
     }
     row[b.len()]
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_distance_is_levenshteins() {
+        assert_eq!(super::edit_distance("kitten", "sitting"), 3);
+        assert_eq!(super::edit_distance("", "abc"), 3);
+    }
+}
