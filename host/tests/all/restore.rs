@@ -403,3 +403,140 @@ fn a_newcomers_mistakes_are_refused_before_anything_is_written() {
         text(&second)
     );
 }
+
+/// Where `restored` lacks a field of `backed_up` or holds it with another
+/// value (restored ⊇ backed up: the API server adds its defaults).
+fn lacking(backed_up: &Value, restored: &Value, path: &str, out: &mut Vec<String>) {
+    match (backed_up, restored) {
+        (Value::Object(want), Value::Object(got)) => {
+            for (k, v) in want {
+                match got.get(k) {
+                    Some(g) => lacking(v, g, &format!("{path}.{k}"), out),
+                    None => out.push(format!("{path}.{k}: missing")),
+                }
+            }
+        }
+        (Value::Array(want), Value::Array(got)) if want.len() == got.len() => {
+            for (i, (w, g)) in want.iter().zip(got).enumerate() {
+                lacking(w, g, &format!("{path}[{i}]"), out);
+            }
+        }
+        (w, g) if w == g => {}
+        (w, g) => out.push(format!("{path}: {w} became {g}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restored_into_the_api_server_reads_back_as_backed_up() {
+    use iar_apiserver::User;
+    use kube::api::{Api, DynamicObject, PostParams};
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    let store = tempfile::tempdir().unwrap();
+    back_up_the_shop(store.path(), "shop");
+    let target = "restore-live";
+    let live = |name: &str, extra: &[&str]| {
+        let mut command = iar_command(&[
+            "restore",
+            name,
+            "--from-backup",
+            "shop",
+            "--store",
+            store.path().to_str().unwrap(),
+            "--namespace-mappings",
+            &format!("shop:{target}"),
+            // Cluster-scoped objects other tests could hold too.
+            "--include-cluster-resources=false",
+            "--cluster",
+        ]);
+        command.args(extra).env("KUBECONFIG", server.kubeconfig());
+        command.output().unwrap()
+    };
+    let out = tokio::task::block_in_place(|| live("live-first", &[]));
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Each namespaced object of the backup, read back: every field it was
+    // backed up with is there with its value, but for what Velero's
+    // restore changes on purpose (docs/restores.md).
+    let tarball = std::fs::read(store.path().join("backups/shop/shop.tar.gz")).unwrap();
+    let (items, refused) =
+        iar::restore::archive::items(iar::store::tarball::read(&tarball).unwrap());
+    assert!(refused.is_empty(), "{refused:?}");
+    let mut compared = 0;
+    for item in items.iter().filter(|i| !i.id.namespace.is_empty()) {
+        let (group, version) = match item.api_version().split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", item.api_version()),
+        };
+        let resource = kube::api::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: item.api_version().into(),
+            kind: item.kind().into(),
+            plural: item.id.resource.clone(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), target, &resource);
+        let got = api
+            .get(&item.id.name)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", item.id));
+        let got = serde_json::to_value(got).unwrap();
+        let mut want = item.value().clone();
+        want.as_object_mut().unwrap().remove("status");
+        want["metadata"]["namespace"] = json!(target);
+        match item.kind() {
+            "Service" => {
+                let spec = want["spec"].as_object_mut().unwrap();
+                spec.remove("clusterIP");
+                spec.remove("clusterIPs");
+            }
+            "Pod" => {
+                want["spec"].as_object_mut().unwrap().remove("nodeName");
+            }
+            _ => {}
+        }
+        let mut differences = Vec::new();
+        lacking(&want, &got, "", &mut differences);
+        assert!(
+            differences.is_empty(),
+            "{}: {differences:#?}\n{got:#}",
+            item.id
+        );
+        assert_eq!(
+            got["metadata"]["labels"]["velero.io/restore-name"],
+            "live-first"
+        );
+        compared += 1;
+    }
+    assert_eq!(
+        compared, 5,
+        "a deployment, pod, claim, service and config map"
+    );
+
+    // Changed in the cluster, then restored under `update`: as backed up.
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin.clone(), target);
+    let mut cm = maps.get("web-config").await.unwrap();
+    cm.data = Some([("greeting".to_string(), "changed".to_string())].into());
+    maps.replace("web-config", &PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let left = tokio::task::block_in_place(|| live("live-second", &[]));
+    assert!(left.status.success(), "{}", text(&left));
+    assert!(
+        String::from_utf8_lossy(&left.stdout).contains("already exists. Warning"),
+        "{}",
+        text(&left)
+    );
+    assert_eq!(
+        maps.get("web-config").await.unwrap().data.unwrap()["greeting"],
+        "changed"
+    );
+    let updated = tokio::task::block_in_place(|| {
+        live("live-third", &["--existing-resource-policy", "update"])
+    });
+    assert!(updated.status.success(), "{}", text(&updated));
+    assert_eq!(
+        maps.get("web-config").await.unwrap().data.unwrap()["greeting"],
+        "hello"
+    );
+}
