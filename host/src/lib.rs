@@ -67,7 +67,7 @@ pub use iar_authoring as authoring;
 pub use iar_backup::{backup, phases};
 pub use iar_core::{
     catalog, cluster, duration, identifier, item, item_scan, manifests, metrics, names, operations,
-    select, spool, store, tls, yaml,
+    results, select, spool, store, tls, yaml,
 };
 pub use iar_k8s as k8s;
 pub use iar_plugin::{contract, limits, plugin, runtime, sandbox};

@@ -18,6 +18,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod names;
 pub mod operations;
+pub mod results;
 pub mod select;
 pub mod spool;
 pub mod store;

@@ -129,6 +129,26 @@ pub fn label_value(s: &str) -> String {
     }
 }
 
+/// A uid shaped as the API server's (8-4-4-4-12 hex) for an object no API
+/// server made (a manifest overlay's, a command line's restore): the first
+/// 16 bytes of the SHA-256 of what `seed` names and `at`, so two differ.
+pub fn uid_for(seed: &str, at: std::time::SystemTime) -> String {
+    use sha2::{Digest, Sha256};
+    let since = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let h = hex::encode(&Sha256::digest(format!("{seed}@{since}").as_bytes())[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

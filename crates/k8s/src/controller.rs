@@ -8,7 +8,7 @@ use super::leader::Elector;
 use super::live::LiveCluster;
 use super::plugins::{PluginRegistry, WatchOptions, watch_forever};
 use super::reconcile::{Context, error_policy, reconcile};
-use super::resource::patch_status;
+use super::resource::{patch_status, patch_status_unchanged};
 use super::serve::{Health, serve};
 use super::volume_requests::RequestBackupper;
 use futures::StreamExt;
@@ -139,6 +139,20 @@ pub async fn run(
         // line per phase change, not one per progress update.
         let mut phases = std::collections::HashMap::new();
         while let Some((name, status, generation)) = rx.recv().await {
+            // Made under a lease: the resource's version is read first and
+            // the lease checked after, and the status is written only over
+            // that version, so that one held up on the way lands over
+            // nothing a taker wrote since the check.
+            let version = match generation {
+                Some(_) => match writer_api.get_status(&name).await {
+                    Ok(current) => current.metadata.resource_version,
+                    Err(e) => {
+                        tracing::warn!(backup = %name, "status {} not written: reading the resource: {e}", status.phase);
+                        continue;
+                    }
+                },
+                None => None,
+            };
             if let Some(made_under) = generation {
                 match writer_store.current_lease(&name).await {
                     Ok(Some(lease)) if lease.generation != made_under => {
@@ -182,9 +196,17 @@ pub async fn run(
                     phases.insert(name.clone(), status.phase);
                 }
             }
-            if let Err(e) = patch_status(&writer_api, &name, &status).await {
+            let written = match &version {
+                Some(v) => patch_status_unchanged(&writer_api, &name, v, &status).await,
+                None => patch_status(&writer_api, &name, &status).await,
+            };
+            match written {
+                Ok(()) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    tracing::debug!(backup = %name, "status {} not written: the resource changed since it was read", status.phase);
+                }
                 // The reconcile that ends the backup writes it again.
-                tracing::warn!(backup = %name, "writing status {}: {e}", status.phase);
+                Err(e) => tracing::warn!(backup = %name, "writing status {}: {e}", status.phase),
             }
         }
     });

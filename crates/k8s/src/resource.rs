@@ -21,6 +21,25 @@ pub async fn patch_status(
         .map(|_| ())
 }
 
+/// [`patch_status`] over the resource's `version` (read by the caller):
+/// refused with 409 Conflict if anyone wrote the resource since. A patch
+/// held up on the way (a partition that delays and then delivers it)
+/// cannot land over a status a newer lease holder wrote meanwhile.
+pub async fn patch_status_unchanged(
+    api: &Api<Backup>,
+    name: &str,
+    version: &str,
+    status: &BackupStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": version },
+        "status": status,
+    });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
 /// Makes the resource's status `target` exactly: a merge patch that also
 /// clears what `current` has and `target` does not (a field left by an
 /// earlier progress write, which a plain merge patch keeps, so that the

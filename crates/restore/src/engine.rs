@@ -10,10 +10,10 @@
 
 use crate::order;
 use crate::prepare::{self, VolumePlan};
-use crate::results::Results;
 use crate::spec::{ExistingPolicy, RestoreSpec};
 use iar_core::cluster::{ClusterReader, Created};
 use iar_core::item::{Item, ItemRef};
+use iar_core::results::Results;
 use iar_plugin::plugin::{Interface, Plugin, PluginInstance, RestoreRef};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -55,7 +55,7 @@ pub struct Outcome {
 impl Outcome {
     /// Velero's phase for a restore that ran to its end.
     pub fn phase(&self) -> &'static str {
-        if self.results.errors.is_empty() {
+        if self.results.errors.count() == 0 {
             "Completed"
         } else {
             "PartiallyFailed"

@@ -8,26 +8,11 @@ pub mod archive;
 mod engine;
 pub mod order;
 pub mod prepare;
-pub mod results;
 pub mod spec;
 
 pub use engine::{Context, Outcome, run};
 
-/// A uid for a restore that is not a resource (the command line's): made
-/// from its name and start time, shaped as the API server's.
+/// A uid for a restore that is not a resource (the command line's).
 pub fn new_uid(name: &str, at: std::time::SystemTime) -> String {
-    use sha2::{Digest, Sha256};
-    let since = at
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    let h = hex::encode(&Sha256::digest(format!("{name}@{since}").as_bytes())[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    iar_core::names::uid_for(name, at)
 }

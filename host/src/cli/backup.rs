@@ -483,18 +483,23 @@ pub(super) fn store_only(
     // manifests' overlay (a controller's backup that created objects is
     // then refused, rule created-in-cluster).
     let cluster: Arc<dyn iar::cluster::ClusterReader> = match live {
-        Some(runtime) => {
-            let client = runtime.block_on(iar::k8s::client()).context(
-                "--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account",
-            )?;
-            Arc::new(iar::k8s::live::LiveCluster::new(
-                client,
-                runtime.handle().clone(),
-            ))
-        }
+        Some(runtime) => Arc::new(live_cluster(runtime)?),
         None => Arc::new(store_arg.cluster(Vec::new())),
     };
     Ok(PhaseMachine::new(Vec::new(), store, cluster, settings))
+}
+
+/// The cluster the environment reaches, for a command's `--cluster`.
+pub(super) fn live_cluster(
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<iar::k8s::live::LiveCluster> {
+    let client = runtime
+        .block_on(iar::k8s::client())
+        .context("--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account")?;
+    Ok(iar::k8s::live::LiveCluster::new(
+        client,
+        runtime.handle().clone(),
+    ))
 }
 
 /// `--cluster` of `iar delete` and `iar gc`.

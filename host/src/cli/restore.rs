@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use iar::backup::object::{BackupObject, BackupPhase};
 use iar::cluster::ClusterReader;
 use iar::plugin::RestoreRef;
-use iar::restore::results::Results;
 use iar::restore::spec::RestoreSpec;
+use iar::results::Results;
 use iar::store::restores::RestoreFile;
 use iar::store::{BackupFile, BackupStore, tarball};
 use serde_json::{Map, Value, json};
@@ -197,13 +197,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     let cluster: Arc<dyn ClusterReader> = if args.cluster {
-        let client = runtime.block_on(iar::k8s::client()).context(
-            "--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account",
-        )?;
-        Arc::new(iar::k8s::live::LiveCluster::new(
-            client,
-            runtime.handle().clone(),
-        ))
+        Arc::new(super::backup::live_cluster(&runtime)?)
     } else {
         let dir = args.to.clone().expect("clap: --to without --cluster");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -233,8 +227,8 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         "phase": phase,
         "startTimestamp": humantime::format_rfc3339_seconds(started).to_string(),
         "completionTimestamp": humantime::format_rfc3339_seconds(finished).to_string(),
-        "warnings": outcome.results.warnings.len(),
-        "errors": outcome.results.errors.len(),
+        "warnings": outcome.results.warnings.count(),
+        "errors": outcome.results.errors.count(),
         "progress": { "totalItems": outcome.selected, "itemsRestored": outcome.restored },
     });
     let record = json!({
@@ -269,8 +263,8 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         outcome.restored,
         outcome.selected,
         outcome.existing,
-        results.warnings.len(),
-        results.errors.len()
+        results.warnings.count(),
+        results.errors.count()
     );
     for line in results.warnings.lines() {
         outln!("  warning: {line}");

@@ -28,6 +28,15 @@ fn restore(store: &Path, args: &[&str]) -> std::process::Output {
     iar(&all)
 }
 
+/// `iar restore [NAME] --from-backup shop ARGS... --to TO`.
+fn restore_to(store: &Path, name: Option<&str>, args: &[&str], to: &Path) -> std::process::Output {
+    let mut all: Vec<&str> = name.into_iter().collect();
+    all.extend(["--from-backup", "shop"]);
+    all.extend_from_slice(args);
+    all.extend(["--to", to.to_str().unwrap()]);
+    restore(store, &all)
+}
+
 fn yaml(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     iar::yaml::from_str(&text).unwrap()
@@ -38,18 +47,8 @@ fn a_backup_is_restored_into_a_directory_mapped_reset_and_labelled() {
     let store = tempfile::tempdir().unwrap();
     let to = tempfile::tempdir().unwrap();
     back_up_the_shop(store.path(), "shop");
-    let out = restore(
-        store.path(),
-        &[
-            "first",
-            "--from-backup",
-            "shop",
-            "--namespace-mappings",
-            "shop:shop-copy",
-            "--to",
-            to.path().to_str().unwrap(),
-        ],
-    );
+    let mapped = ["--namespace-mappings", "shop:shop-copy"];
+    let out = restore_to(store.path(), Some("first"), &mapped, to.path());
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Completed"), "{stdout}");
@@ -93,18 +92,7 @@ fn a_backup_is_restored_into_a_directory_mapped_reset_and_labelled() {
 
     // Again: everything is there and the same, so nothing is written and
     // nothing is warned about.
-    let again = restore(
-        store.path(),
-        &[
-            "second",
-            "--from-backup",
-            "shop",
-            "--namespace-mappings",
-            "shop:shop-copy",
-            "--to",
-            dir.to_str().unwrap(),
-        ],
-    );
+    let again = restore_to(store.path(), Some("second"), &mapped, dir);
     assert!(again.status.success(), "{}", text(&again));
     assert!(
         String::from_utf8_lossy(&again.stdout).contains("0 warnings"),
@@ -117,18 +105,7 @@ fn a_backup_is_restored_into_a_directory_mapped_reset_and_labelled() {
     let mut changed = yaml(&path);
     changed["data"] = json!({"changed": "yes"});
     std::fs::write(&path, iar::yaml::to_string(&changed).unwrap()).unwrap();
-    let third = restore(
-        store.path(),
-        &[
-            "third",
-            "--from-backup",
-            "shop",
-            "--namespace-mappings",
-            "shop:shop-copy",
-            "--to",
-            dir.to_str().unwrap(),
-        ],
-    );
+    let third = restore_to(store.path(), Some("third"), &mapped, dir);
     assert!(third.status.success(), "{}", text(&third));
     let said = String::from_utf8_lossy(&third.stdout);
     assert!(
@@ -137,19 +114,11 @@ fn a_backup_is_restored_into_a_directory_mapped_reset_and_labelled() {
     );
     assert_eq!(yaml(&path)["data"], json!({"changed": "yes"}));
     // Under `update`, replaced by the backed-up one.
-    let fourth = restore(
+    let fourth = restore_to(
         store.path(),
-        &[
-            "fourth",
-            "--from-backup",
-            "shop",
-            "--namespace-mappings",
-            "shop:shop-copy",
-            "--existing-resource-policy",
-            "update",
-            "--to",
-            dir.to_str().unwrap(),
-        ],
+        Some("fourth"),
+        &[&mapped[..], &["--existing-resource-policy", "update"]].concat(),
+        dir,
     );
     assert!(fourth.status.success(), "{}", text(&fourth));
     assert_eq!(yaml(&path)["data"], original["data"]);
@@ -160,19 +129,13 @@ fn filters_take_only_what_is_asked_and_cluster_objects_follow_velero() {
     let store = tempfile::tempdir().unwrap();
     let to = tempfile::tempdir().unwrap();
     back_up_the_shop(store.path(), "shop");
-    let out = restore(
-        store.path(),
-        &[
-            "--from-backup",
-            "shop",
-            "--include-resources",
-            "configmaps,services",
-            "--include-namespaces",
-            "shop",
-            "--to",
-            to.path().to_str().unwrap(),
-        ],
-    );
+    let only = [
+        "--include-resources",
+        "configmaps,services",
+        "--include-namespaces",
+        "shop",
+    ];
+    let out = restore_to(store.path(), None, &only, to.path());
     assert!(out.status.success(), "{}", text(&out));
     let files: Vec<String> = iar::cluster::overlay::objects(to.path())
         .into_iter()

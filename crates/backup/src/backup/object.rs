@@ -215,46 +215,4 @@ impl BackupObject {
     }
 }
 
-/// Errors or warnings of one backup, by scope, as Velero's results file.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ResultSet {
-    pub velero: Vec<String>,
-    pub cluster: Vec<String>,
-    pub namespaces: BTreeMap<String, Vec<String>>,
-}
-
-impl ResultSet {
-    /// Files a message under the item's namespace (or cluster scope).
-    pub fn add(&mut self, namespace: &str, message: String) {
-        if namespace.is_empty() {
-            self.cluster.push(message);
-        } else {
-            self.namespaces
-                .entry(namespace.to_string())
-                .or_default()
-                .push(message);
-        }
-    }
-
-    pub fn count(&self) -> u64 {
-        (self.velero.len()
-            + self.cluster.len()
-            + self.namespaces.values().map(Vec::len).sum::<usize>()) as u64
-    }
-
-    pub fn all(&self) -> impl Iterator<Item = &String> {
-        self.velero
-            .iter()
-            .chain(&self.cluster)
-            .chain(self.namespaces.values().flatten())
-    }
-}
-
-/// `<name>-results.gz`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Results {
-    pub errors: ResultSet,
-    pub warnings: ResultSet,
-}
+pub use iar_core::results::{ResultSet, Results};

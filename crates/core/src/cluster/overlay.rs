@@ -46,21 +46,32 @@ pub fn create(dir: &Path, id: &ItemRef, object: &Value) -> Result<bool, ClusterE
     let path = path_of(dir, id);
     let parent = path.parent().expect("path_of has parents");
     std::fs::create_dir_all(parent).map_err(io(parent))?;
-    let text = crate::yaml::to_string(object).map_err(|e| ClusterError::Api {
-        what: format!("writing {id} to the overlay"),
-        source: Box::new(e),
-    })?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".creating-")
-        .suffix(".tmp")
-        .tempfile_in(parent)
-        .map_err(io(parent))?;
-    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io(tmp.path()))?;
+    let tmp = staged(parent, id, object)?;
     match std::fs::hard_link(tmp.path(), &path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(io(&path)(e)),
     }
+}
+
+/// `object` as YAML in a temporary file of `parent` (a name no lookup
+/// reads as a manifest), for the caller to link or rename into place.
+fn staged(
+    parent: &Path,
+    id: &ItemRef,
+    object: &Value,
+) -> Result<tempfile::NamedTempFile, ClusterError> {
+    let text = crate::yaml::to_string(object).map_err(|e| ClusterError::Api {
+        what: format!("writing {id} to the overlay"),
+        source: Box::new(e),
+    })?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".writing-")
+        .suffix(".tmp")
+        .tempfile_in(parent)
+        .map_err(io(parent))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io(tmp.path()))?;
+    Ok(tmp)
 }
 
 /// Removes the overlay's file for `id`; false when there was none.
@@ -141,22 +152,7 @@ impl ClusterWriter for ManifestCluster {
             return Ok(Created::Existing(existing));
         }
         let now = SystemTime::now();
-        let since = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        let uid = {
-            use sha2::{Digest, Sha256};
-            let digest = Sha256::digest(format!("{id}@{}", since.as_nanos()).as_bytes());
-            let h = hex::encode(&digest[..16]);
-            format!(
-                "{}-{}-{}-{}-{}",
-                &h[..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..]
-            )
-        };
+        let uid = crate::names::uid_for(&id.to_string(), now);
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("uid".into(), Value::String(uid));
             meta.insert(
@@ -191,17 +187,9 @@ impl ClusterWriter for ManifestCluster {
             )));
         }
         let parent = path.parent().expect("path_of has parents");
-        let text = crate::yaml::to_string(&object).map_err(|e| ClusterError::Api {
-            what: format!("writing {id} to the overlay"),
-            source: Box::new(e),
-        })?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".replacing-")
-            .suffix(".tmp")
-            .tempfile_in(parent)
-            .map_err(io(parent))?;
-        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io(tmp.path()))?;
-        tmp.persist(&path).map_err(|e| io(&path)(e.error))?;
+        staged(parent, id, &object)?
+            .persist(&path)
+            .map_err(|e| io(&path)(e.error))?;
         Ok(object)
     }
 

@@ -11,9 +11,9 @@
 //! the put, not part of it: a holder paused between the two, or a write
 //! held up on the way, could still land once. On S3 the put itself then
 //! carries the lease's end, which the store enforces ([`super::deadline`]);
-//! a local store has no way between the two to hold a write up, and
-//! object_store offers no precondition on another object (the lease) for
-//! GCS or Azure; docs/decisions.md says more.
+//! on a local store a takeover waits for the writes between their check
+//! and their end ([`super::local_lock`]); object_store offers neither for
+//! GCS or Azure. docs/decisions.md says more.
 
 use super::{BackupStore, StoreError};
 use std::collections::HashMap;
@@ -30,6 +30,10 @@ pub(crate) struct Fence {
     /// Set when the lease was dropped without being released: whatever of
     /// this process still writes for the backup is working past its lease.
     pub(super) abandoned: AtomicBool,
+    /// Set when the lease was given back: free at once for another
+    /// process, so nothing of this one writes for the backup until it
+    /// takes the lease again (a new fence). The fence stays for that.
+    pub(super) released: AtomicBool,
 }
 
 /// Every fence of one store, by backup. Shared by the store's clones.
@@ -42,14 +46,6 @@ impl Fences {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(backup.to_string(), fence);
-    }
-
-    /// Forgets the fence, if it is still `fence` (a released lease).
-    pub(super) fn clear(&self, backup: &str, fence: &Arc<Fence>) {
-        let mut fences = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if fences.get(backup).is_some_and(|f| Arc::ptr_eq(f, fence)) {
-            fences.remove(backup);
-        }
     }
 
     fn get(&self, backup: &str) -> Option<Arc<Fence>> {
@@ -81,6 +77,12 @@ impl BackupStore {
             backup: backup.to_string(),
             reason,
         };
+        if fence.released.load(Ordering::Acquire) {
+            return Err(refuse(format!(
+                "this process gave its lease (generation {}) back; it writes nothing more for the backup without taking the lease again",
+                fence.generation
+            )));
+        }
         if fence.abandoned.load(Ordering::Acquire) {
             return Err(refuse(format!(
                 "this process gave up its lease (generation {}) without releasing it",

@@ -247,6 +247,20 @@ impl BackupStore {
         // A contender that loses the create race reads the winner's lease
         // next time round, so a few rounds always settle it.
         for _ in 0..8 {
+            // On a local store, no fenced write of the holder is between
+            // its check and its end while the lease changes hands.
+            let _taking = match &self.local_locks {
+                Some(locks) => match locks.exclusive(backup).await? {
+                    Some(held) => Some(held),
+                    None => {
+                        return Err(LeaseError::Lost {
+                            backup: backup.into(),
+                            reason: "a write of its holder did not end (a stopped process?)".into(),
+                        });
+                    }
+                },
+                None => None,
+            };
             let now = self.clock.system_now();
             let generation = match self.current_lease(backup).await? {
                 Some(current) if !current.free(now) => {
@@ -286,6 +300,7 @@ impl BackupStore {
                         generation,
                         expires: std::sync::Mutex::new(now + duration),
                         abandoned: AtomicBool::new(false),
+                        released: AtomicBool::new(false),
                     });
                     self.fences.set(backup, fence.clone());
                     return Ok(Lease {
@@ -367,8 +382,10 @@ impl Lease {
     /// lease at all (its files deleted with the backup) is nothing to give
     /// back.
     pub async fn release(self) -> Result<(), LeaseError> {
-        // Given back, not abandoned: this process's fence on it goes.
-        self.store.fences.clear(&self.backup, &self.fence);
+        // Given back: from here on another process may take it at once,
+        // so a task of this one that outlived the work writes nothing (the
+        // fence refuses it) unless this process takes the lease again.
+        self.fence.released.store(true, Ordering::Release);
         match self.store.current_lease(&self.backup).await? {
             Some(current) if current.generation == self.record.generation => {}
             Some(current) => {

@@ -11,6 +11,7 @@ pub mod faulty;
 mod fence;
 pub mod gz;
 pub mod lease;
+mod local_lock;
 pub mod restores;
 pub mod tarball;
 
@@ -268,6 +269,8 @@ pub struct BackupStore {
     /// Where the store can refuse a write that arrives after its lease
     /// ended (S3's presigned URLs): how fenced writes go.
     deadline: Option<Arc<deadline::DeadlineWriter>>,
+    /// A local store's locks between fenced writes and takeovers.
+    local_locks: Option<Arc<local_lock::LocalLocks>>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -399,7 +402,9 @@ impl BackupStore {
         let shown = std::fs::canonicalize(dir)
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| location.to_string());
-        Ok(Self::from_object_store(Arc::new(fs), &shown))
+        let mut opened = Self::from_object_store(Arc::new(fs), &shown);
+        opened.local_locks = Some(Arc::new(local_lock::LocalLocks::under(dir)));
+        Ok(opened)
     }
 
     /// Wraps any store (tests inject [`faulty::FaultyStore`]); `url` is only
@@ -414,6 +419,7 @@ impl BackupStore {
             holder: lease::holder_id().into(),
             clock: crate::clock::RealClock::shared(),
             deadline: None,
+            local_locks: None,
         }
     }
 
@@ -430,6 +436,15 @@ impl BackupStore {
     /// outside `backups/`.
     pub fn object_store(&self) -> Arc<dyn ObjectStore> {
         self.store.clone()
+    }
+
+    /// This store as another process opens it: the same objects, none of
+    /// this one's leases (for tests that play two processes in one).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn as_another_process(&self) -> Self {
+        let mut other = self.clone();
+        other.fences = Arc::default();
+        other
     }
 
     /// Reads lease and fence times from `clock` (the phase machine's, so a
@@ -566,6 +581,7 @@ impl BackupStore {
             .and_then(|k| k.strip_prefix('/'))
             .and_then(|k| k.split('/').next())
         {
+            let _writing = self.writing(backup).await?;
             let deadline = self.check_fence(backup).await?;
             return self
                 .put_fenced(backup, &path, key.to_string(), bytes, deadline)
@@ -681,8 +697,21 @@ impl BackupStore {
         bytes: Bytes,
     ) -> Result<(), StoreError> {
         let (path, key) = self.path(backup, file)?;
+        let _writing = self.writing(backup).await?;
         let deadline = self.check_fence(backup).await?;
         self.put_fenced(backup, &path, key, bytes, deadline).await
+    }
+
+    /// On a local store, held from a write's fence check to its end, so
+    /// that no takeover falls between the two ([`local_lock`]); `None`
+    /// where nothing is to be held (a cloud store, or no lease here).
+    async fn writing(&self, backup: &str) -> Result<Option<local_lock::Held>, StoreError> {
+        match &self.local_locks {
+            Some(locks) if self.fence_generation(backup).is_some() => {
+                locks.shared(backup).await.map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// A write of one of `backup`'s files after its fence was checked:

@@ -328,3 +328,42 @@ async fn a_claim_is_created_once() {
             .is_err()
     );
 }
+
+/// A holder stopped between its write's fence check and the write's end
+/// holds a takeover off on a local store: the write lands before the
+/// lease changes hands, never after (the race
+/// `cli::a_paused_holder_resumed_after_a_takeover_writes_nothing` caught
+/// once, a SIGSTOP between the staged file and its rename).
+#[tokio::test]
+async fn a_takeover_waits_for_a_local_write_between_its_check_and_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
+    let _lease = store
+        .acquire_lease("b", std::time::Duration::from_millis(300))
+        .await
+        .unwrap();
+    // Stopped mid-write: the lock a fenced write holds is held.
+    let writing = store.writing("b").await.unwrap();
+    assert!(writing.is_some());
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let taker = store.as_another_process();
+    let take = tokio::spawn(async move {
+        taker
+            .acquire_lease("b", std::time::Duration::from_secs(30))
+            .await
+            .map(|l| l.holder().to_string())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !take.is_finished(),
+        "taken over while a write was in progress"
+    );
+    drop(writing);
+    take.await.unwrap().expect("taken once the write ended");
+    // And the holder's next write is refused.
+    let refused = store
+        .put("b", BackupFile::Results, bytes::Bytes::from_static(b"late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+}

@@ -1,23 +1,22 @@
-//! A restore's warnings and errors as Velero records them
+//! Warnings and errors as Velero's results files hold them
 //! (`pkg/util/results`): messages about Velero itself, about cluster-scoped
-//! objects, and per namespace; the results file holds one for warnings
-//! and one for errors.
+//! objects, and per namespace. A backup's `<name>-results.gz` and a
+//! restore's `restore-<name>-results.gz` are one of each.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Errors or warnings of one backup or restore, by scope.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Messages {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+#[serde(default)]
+pub struct ResultSet {
     pub velero: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster: Vec<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub namespaces: BTreeMap<String, Vec<String>>,
 }
 
-impl Messages {
-    /// About an object of `namespace` ("" for a cluster-scoped one).
+impl ResultSet {
+    /// Files a message under the item's namespace (or cluster scope).
     pub fn add(&mut self, namespace: &str, message: String) {
         if namespace.is_empty() {
             self.cluster.push(message);
@@ -29,14 +28,10 @@ impl Messages {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.velero.len()
+    pub fn count(&self) -> u64 {
+        (self.velero.len()
             + self.cluster.len()
-            + self.namespaces.values().map(Vec::len).sum::<usize>()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+            + self.namespaces.values().map(Vec::len).sum::<usize>()) as u64
     }
 
     /// Every message, each with its scope in front.
@@ -48,11 +43,19 @@ impl Messages {
         }
         out
     }
+
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.velero
+            .iter()
+            .chain(&self.cluster)
+            .chain(self.namespaces.values().flatten())
+    }
 }
 
-/// The results file: `restore-<name>-results.gz`.
+/// `<name>-results.gz`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Results {
-    pub warnings: Messages,
-    pub errors: Messages,
+    pub errors: ResultSet,
+    pub warnings: ResultSet,
 }
