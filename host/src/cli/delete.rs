@@ -2,6 +2,7 @@
 //! for a store iar (or Velero) wrote.
 
 use super::backup::{RepositoryArg, StoreArg, store_only, tokio_runtime};
+use anyhow::Context as _;
 use iar::phases::gc::{Kept, Outcome};
 use iar::store::BackupStore;
 use std::process::ExitCode;
@@ -11,6 +12,9 @@ use std::time::Duration;
 pub struct LogsArgs {
     /// The backup whose log to print.
     name: String,
+    /// NAME is a restore (`iar restore`'s): print its log.
+    #[arg(long)]
+    restore: bool,
     #[command(flatten)]
     store: StoreArg,
 }
@@ -37,6 +41,14 @@ pub struct DeleteArgs {
 /// Prints a backup's log from the store, one line per line written.
 pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let store = BackupStore::open_existing(&args.store.store)?;
+    if args.restore {
+        let log = tokio_runtime()?
+            .block_on(store.get_restore(&args.name, iar::store::restores::RestoreFile::Logs))?;
+        let log =
+            log.with_context(|| format!("restore {:?} has no log in {}", args.name, store.url()))?;
+        out!("{}", String::from_utf8_lossy(&log));
+        return Ok(ExitCode::SUCCESS);
+    }
     let lines = tokio_runtime()?.block_on(store.get_logs(&args.name))?;
     let Some(lines) = lines else {
         anyhow::bail!("backup {:?} has no log in {}", args.name, store.url());

@@ -13,6 +13,10 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct DescribeArgs {
     name: String,
+    /// NAME is a restore (`iar restore`'s), not a backup: its spec,
+    /// phase, counts, warnings and errors.
+    #[arg(long)]
+    restore: bool,
     #[command(flatten)]
     store: StoreArg,
     /// `json` or `yaml`: the Backup as stored (Velero's
@@ -48,7 +52,67 @@ fn print_as(output: Output, value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A restore as the store keeps it: its record and its results.
+fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
+    use iar::store::restores::RestoreFile;
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open_existing(&args.store.store)?;
+    let name = &args.name;
+    let (record, results) = rt.block_on(async {
+        let record = store.get_restore(name, RestoreFile::Object).await?;
+        let results = store.get_restore(name, RestoreFile::Results).await?;
+        anyhow::Ok((record, results))
+    })?;
+    let record: serde_json::Value = serde_json::from_slice(
+        &record.with_context(|| format!("restore {name:?} not found in {}", args.store.store))?,
+    )
+    .with_context(|| format!("restore {name:?}: its record is not JSON"))?;
+    let results: Results = match results {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("restore {name:?}: its results are not JSON"))?,
+        None => Results::default(),
+    };
+    if args.output != Output::Text {
+        return print_as(args.output, &record).map(|()| ExitCode::SUCCESS);
+    }
+    let field = |ptr: &str| {
+        record
+            .pointer(ptr)
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+            .unwrap_or_else(|| "-".into())
+    };
+    outln!("Name:         {name}");
+    outln!("Backup:       {}", field("/spec/backupName"));
+    outln!("Phase:        {}", field("/status/phase"));
+    if let Some(mapping) = record
+        .pointer("/spec/namespaceMapping")
+        .filter(|v| !v.is_null())
+    {
+        outln!("Mapping:      {mapping}");
+    }
+    outln!("Started:      {}", field("/status/startTimestamp"));
+    outln!("Completed:    {}", field("/status/completionTimestamp"));
+    outln!(
+        "Items:        {} of {} restored",
+        field("/status/progress/itemsRestored"),
+        field("/status/progress/totalItems")
+    );
+    for (label, set) in [
+        ("Errors:", &results.errors),
+        ("Warnings:", &results.warnings),
+    ] {
+        outln!("{label:<13} {}", set.count());
+        for line in set.lines() {
+            outln!("  {line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
+    if args.restore {
+        return describe_restore(&args);
+    }
     let rt = tokio_runtime()?;
     let store = BackupStore::open_existing(&args.store.store)?;
     let name = &args.name;

@@ -90,6 +90,45 @@ fn a_backup_is_restored_into_a_directory_mapped_reset_and_labelled() {
         record["status"]["progress"]["totalItems"]
     );
 
+    // `iar describe --restore` and `iar logs --restore` read it back.
+    let described = iar(&[
+        "describe",
+        "first",
+        "--restore",
+        "--store",
+        store.path().to_str().unwrap(),
+    ]);
+    assert!(described.status.success(), "{}", text(&described));
+    let said = String::from_utf8_lossy(&described.stdout);
+    for line in [
+        "Backup:       shop",
+        "Phase:        Completed",
+        "Errors:       0",
+    ] {
+        assert!(said.contains(line), "{line}: {said}");
+    }
+    let log = iar(&[
+        "logs",
+        "first",
+        "--restore",
+        "--store",
+        store.path().to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("configmaps shop-copy/web-config: created"),
+        "{}",
+        text(&log)
+    );
+    let missing = iar(&[
+        "describe",
+        "nosuch",
+        "--restore",
+        "--store",
+        store.path().to_str().unwrap(),
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("restore \"nosuch\" not found"));
+
     // Again: everything is there and the same, so nothing is written and
     // nothing is warned about.
     let again = restore_to(store.path(), Some("second"), &mapped, dir);
