@@ -23,5 +23,6 @@ pub mod resource;
 pub mod schedules;
 pub mod serve;
 pub mod sweep;
+pub mod version;
 pub mod volume_backup;
 pub mod volume_requests;

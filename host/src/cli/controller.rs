@@ -205,6 +205,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let client = iar::k8s::client()
             .await
             .context("connecting to the API server")?;
+        iar::k8s::version::check(&client).await?;
         let plugins = Plugins {
             runtime,
             registry: PluginRegistry::new(),
@@ -385,6 +386,7 @@ pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
         let client = iar::k8s::client()
             .await
             .context("connecting to the API server")?;
+        iar::k8s::version::check(&client).await?;
         // Stopped, the agent just exits: the volume backups it was reading
         // are failed, with that reason, by the agent that starts next.
         tokio::select! {

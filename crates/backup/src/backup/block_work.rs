@@ -19,6 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Whether a backup is in the store, as a block's post hooks ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stored {
+    Yes,
+    Deleting,
+    No,
+}
+
 /// The hooks and volume backups of one backup's blocks.
 pub struct BlockWork {
     pub backup: String,
@@ -452,14 +460,25 @@ impl BlockWork {
 
     /// Whether the backup is still in the store and not being deleted (a
     /// store that cannot answer leaves it so: the claim decides).
-    async fn still_stored(&self, store: &BackupStore) -> bool {
+    /// Whether the backup is still in the store. No object but a hook
+    /// ledger is a backup whose first pass never wrote its object (its
+    /// store out of reach after the pre hooks ran: the campaign's seed
+    /// 3107 left a pod frozen so); a deletion removes the ledger with the
+    /// object.
+    async fn stored(&self, store: &BackupStore) -> Stored {
         match store
             .get_json::<serde_json::Value>(&self.backup, BackupFile::Metadata)
             .await
         {
-            Ok(Some(o)) => o["status"]["phase"] != "Deleting",
-            Ok(None) => false,
-            Err(_) => true,
+            Ok(Some(o)) if o["status"]["phase"] == "Deleting" => Stored::Deleting,
+            Ok(Some(_)) | Err(_) => Stored::Yes,
+            Ok(None) => match store
+                .get_json::<serde_json::Value>(&self.backup, BackupFile::HookLedger)
+                .await
+            {
+                Ok(Some(_)) | Err(_) => Stored::Yes,
+                Ok(None) => Stored::No,
+            },
         }
     }
 
@@ -824,7 +843,7 @@ impl BlockWork {
         // run's claim would outlive the deletion, and the collection of
         // the claims it races (the fault campaign's seeds 1219, 1231).
         // The deletion itself runs what is owed, before the claims go.
-        if !self.deletion && !self.still_stored(&store).await {
+        if !self.deletion && self.stored(&store).await != Stored::Yes {
             self.claims.release(&self.backup_key, pod);
             return Err(format!(
                 "post hooks of pod {}: not run: the backup is being deleted, or gone",

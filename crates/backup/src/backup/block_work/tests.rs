@@ -549,3 +549,47 @@ fn a_retried_first_pass_never_freezes_a_pod_twice() {
     );
     assert!(again.failed.is_empty());
 }
+
+/// A first pass whose store never took the backup's object (out of reach
+/// after the pre hook ran) still unfreezes the pod: its hook ledger is
+/// there, so the backup is not gone (the campaign's seed 3107 left a pod
+/// frozen, its backup Failed). With neither object nor ledger (a deletion
+/// took both), the post hook is not run, as before.
+#[test]
+fn a_backup_whose_object_was_never_written_still_unfreezes() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for (ledger_kept, unfreezes) in [(true, 1), (false, 0)] {
+        let runner = Arc::new(Scripted {
+            pre: HookStatus::Succeeded,
+            ran: Mutex::new(Vec::new()),
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_of(dir.path(), "replica-a");
+        let work = Arc::new(
+            block_work(&runtime, &runner)
+                .with_uid("u-unwritten", Arc::default())
+                .with_ledger(store.clone()),
+        );
+        let pods = [hooked_pod("db-0", "Fail", "3s")];
+        let block = work.pre(&pods);
+        assert!(block.failed.is_empty(), "{:?}", block.failed);
+        if !ledger_kept {
+            let gone = dir.path().join("backups/b/b-hooks.json.gz");
+            std::fs::remove_file(&gone).unwrap();
+        }
+        work.start_volumes(block, &pods);
+        let report = runtime.block_on(work.finish());
+        let posts = runner
+            .ran
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _, _)| *p == HookPhase::Post)
+            .count();
+        assert_eq!(
+            posts, unfreezes,
+            "ledger kept: {ledger_kept}: {:?}",
+            report.errors
+        );
+    }
+}
