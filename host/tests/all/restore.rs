@@ -282,6 +282,70 @@ fn a_restore_action_runs_in_the_sandbox_and_a_hostile_one_is_refused_by_rule() {
         to.path().join("services.core/shop/web.yaml").exists(),
         "the rest is restored"
     );
+
+    // Each hostile answer: the restore goes on, the config map is written
+    // or not as the answer allows, and a refusal names the plugin and
+    // its rule.
+    for (mode, written, refusal) in [
+        ("operation", true, None),
+        ("skip", false, None),
+        ("trap", false, Some("no-trap")),
+        // A secret of a namespace this restore (of `shop` only) leaves out.
+        (
+            "bring-foreign",
+            false,
+            Some("additional-item-outside-restore"),
+        ),
+        ("wait-for-nothing", false, Some("wait-without-items")),
+    ] {
+        let to = tempfile::tempdir().unwrap();
+        let out = restore(
+            store.path(),
+            &[
+                &format!("hostile-{mode}"),
+                "--from-backup",
+                "shop",
+                "--plugins",
+                plugins.path().to_str().unwrap(),
+                "--config",
+                &format!("hostile:mode={mode}"),
+                "--include-namespaces",
+                "shop",
+                "--to",
+                to.path().to_str().unwrap(),
+            ],
+        );
+        let said = String::from_utf8_lossy(&out.stdout);
+        match refusal {
+            None => assert!(out.status.success(), "{mode}: {}", text(&out)),
+            Some(rule) => {
+                assert_eq!(out.status.code(), Some(1), "{mode}: {}", text(&out));
+                assert!(
+                    said.contains("\"hostile\"") && said.contains(&format!("rule: {rule}")),
+                    "{mode}: {said}"
+                );
+            }
+        }
+        let cm = to.path().join("configmaps.core/shop/web-config.yaml");
+        assert_eq!(cm.exists(), written, "{mode}: {said}");
+        assert!(
+            to.path().join("services.core/shop/web.yaml").exists(),
+            "{mode}"
+        );
+    }
+    let log = iar(&[
+        "logs",
+        "hostile-operation",
+        "--restore",
+        "--store",
+        store.path().to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout)
+            .contains("operation op-web-config of configmaps shop/web-config completed"),
+        "{}",
+        text(&log)
+    );
 }
 
 #[test]
