@@ -34,6 +34,15 @@ pub(crate) struct Fence {
     /// process, so nothing of this one writes for the backup until it
     /// takes the lease again (a new fence). The fence stays for that.
     pub(super) released: AtomicBool,
+    /// Read-held by each write from its check to its end; the release
+    /// takes it for writing, so it waits for the writes in flight.
+    pub(super) writes: Arc<tokio::sync::RwLock<()>>,
+}
+
+/// What a write holds while it is in flight ([`BackupStore::writing`]).
+pub(super) struct Writing {
+    pub(super) _in_flight: tokio::sync::OwnedRwLockReadGuard<()>,
+    pub(super) _local: Option<super::local_lock::Held>,
 }
 
 /// Every fence of one store, by backup. Shared by the store's clones.
@@ -48,7 +57,7 @@ impl Fences {
             .insert(backup.to_string(), fence);
     }
 
-    fn get(&self, backup: &str) -> Option<Arc<Fence>> {
+    pub(super) fn get(&self, backup: &str) -> Option<Arc<Fence>> {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -301,6 +301,7 @@ impl BackupStore {
                         expires: std::sync::Mutex::new(now + duration),
                         abandoned: AtomicBool::new(false),
                         released: AtomicBool::new(false),
+                        writes: Arc::default(),
                     });
                     self.fences.set(backup, fence.clone());
                     return Ok(Lease {
@@ -386,6 +387,9 @@ impl Lease {
         // so a task of this one that outlived the work writes nothing (the
         // fence refuses it) unless this process takes the lease again.
         self.fence.released.store(true, Ordering::Release);
+        // And the writes already past their check end first (bounded: each
+        // ends by the lease's end), so none lands after the release.
+        let _drained = self.fence.writes.write().await;
         match self.store.current_lease(&self.backup).await? {
             Some(current) if current.generation == self.record.generation => {}
             Some(current) => {

@@ -702,16 +702,25 @@ impl BackupStore {
         self.put_fenced(backup, &path, key, bytes, deadline).await
     }
 
-    /// On a local store, held from a write's fence check to its end, so
-    /// that no takeover falls between the two ([`local_lock`]); `None`
-    /// where nothing is to be held (a cloud store, or no lease here).
-    async fn writing(&self, backup: &str) -> Result<Option<local_lock::Held>, StoreError> {
-        match &self.local_locks {
-            Some(locks) if self.fence_generation(backup).is_some() => {
-                locks.shared(backup).await.map(Some)
-            }
-            _ => Ok(None),
-        }
+    /// Held from a write's fence check to its end: this process gives the
+    /// lease back only once its writes in flight have ended (a release
+    /// frees the lease at once, and a write held up on the way would land
+    /// after the taker began: the campaign's seed 3134); and on a local
+    /// store no other process takes the lease over in between
+    /// ([`local_lock`]). Nothing where this process holds no lease.
+    async fn writing(&self, backup: &str) -> Result<Option<fence::Writing>, StoreError> {
+        let Some(fence) = self.fences.get(backup) else {
+            return Ok(None);
+        };
+        let in_flight = fence.writes.clone().read_owned().await;
+        let local = match &self.local_locks {
+            Some(locks) => Some(locks.shared(backup).await?),
+            None => None,
+        };
+        Ok(Some(fence::Writing {
+            _in_flight: in_flight,
+            _local: local,
+        }))
     }
 
     /// A write of one of `backup`'s files after its fence was checked:

@@ -367,3 +367,28 @@ async fn a_takeover_waits_for_a_local_write_between_its_check_and_its_end() {
         .unwrap_err();
     assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
 }
+
+/// A lease is given back only once the writes already past their fence
+/// check have ended: a release frees the lease at once, so a write still
+/// on its way would land after the next holder began (the campaign's seed
+/// 3134: a volume progress file 3 s after a takeover that followed a
+/// release). Writes that come after the release are refused.
+#[tokio::test]
+async fn a_release_waits_for_the_writes_in_flight() {
+    let (_dir, store) = temp_store();
+    let lease = store
+        .acquire_lease("b", std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    let in_flight = store.writing("b").await.unwrap();
+    let release = tokio::spawn(lease.release());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!release.is_finished(), "released with a write in flight");
+    drop(in_flight);
+    release.await.unwrap().unwrap();
+    let late = store
+        .put("b", BackupFile::Results, Bytes::from_static(b"late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(late, StoreError::Fenced { .. }), "{late}");
+}
