@@ -417,7 +417,10 @@ async fn a_finalizing_backup_resumes_by_finalizing() {
         .unwrap()
         .unwrap();
     object.status.phase = BackupPhase::Finalizing;
+    // Written as the process that died would have: this one gave the
+    // lease back, and its fence refuses its own late writes.
     store
+        .as_another_process()
         .put_json("nightly", BackupFile::Metadata, &object)
         .await
         .unwrap();
@@ -783,7 +786,10 @@ async fn unreadable_results_and_logs_are_kept_aside_on_resume() {
         .unwrap()
         .unwrap();
     object.status.phase = BackupPhase::Finalizing;
+    // Written as the process that died would have: this one gave the
+    // lease back, and its fence refuses its own late writes.
     store
+        .as_another_process()
         .put_json("nightly", BackupFile::Metadata, &object)
         .await
         .unwrap();
