@@ -10,6 +10,18 @@ struct Scripted {
     ran: Mutex<Vec<(HookPhase, String, Duration)>>,
 }
 
+impl Scripted {
+    /// How many hooks of `phase` ran.
+    fn count(&self, phase: HookPhase) -> usize {
+        self.ran
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _, _)| *p == phase)
+            .count()
+    }
+}
+
 #[async_trait::async_trait]
 impl HookRunner for Scripted {
     async fn run(&self, target: &HookTarget, hook: &ResolvedHook) -> HookRun {
@@ -465,13 +477,7 @@ fn two_machines_owing_one_unfreeze_run_it_once() {
             b.resume(&ledger, Vec::new(), &pods)
         )
     });
-    let posts = runner
-        .ran
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(p, _, _)| *p == HookPhase::Post)
-        .count();
+    let posts = runner.count(HookPhase::Post);
     assert_eq!(posts, 1, "{ra:?} {rb:?}");
     // The one that did not run it says who did, and fails nothing.
     let waited = [&ra, &rb]
@@ -534,13 +540,7 @@ fn a_retried_first_pass_never_freezes_a_pod_twice() {
     let pods = [hooked_pod("db-0", "Fail", "3s")];
     let first = machine("replica-a").pre(&pods);
     let again = machine("replica-b").pre(&pods);
-    let pres = runner
-        .ran
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(p, _, _)| *p == HookPhase::Pre)
-        .count();
+    let pres = runner.count(HookPhase::Pre);
     assert_eq!(pres, 1);
     assert_eq!(first.pods[0].pre.len(), 1, "the first ran it");
     assert!(
@@ -579,13 +579,7 @@ fn a_backup_whose_object_was_never_written_still_unfreezes() {
         }
         work.start_volumes(block, &pods);
         let report = runtime.block_on(work.finish());
-        let posts = runner
-            .ran
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(p, _, _)| *p == HookPhase::Post)
-            .count();
+        let posts = runner.count(HookPhase::Post);
         assert_eq!(
             posts, unfreezes,
             "ledger kept: {ledger_kept}: {:?}",
