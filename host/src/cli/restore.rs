@@ -3,7 +3,7 @@
 //! (`--to DIR`, one YAML file per object, for `kubectl apply -f DIR -R`),
 //! as Velero's `restore create --from-backup` restores them.
 
-use super::backup::{StoreArg, load_plugins};
+use super::backup::load_plugins;
 use anyhow::Context as _;
 use iar::backup::object::{BackupObject, BackupPhase};
 use iar::cluster::ClusterReader;
@@ -30,12 +30,16 @@ pub struct RestoreArgs {
     /// below add to it.
     #[arg(long, value_name = "FILE")]
     spec: Option<PathBuf>,
+    /// Only these namespaces (as backed up; globs as Velero's).
     #[arg(long, value_delimiter = ',', value_name = "NS")]
     include_namespaces: Vec<String>,
+    /// Not these namespaces.
     #[arg(long, value_delimiter = ',', value_name = "NS")]
     exclude_namespaces: Vec<String>,
+    /// Only these resources (`configmaps`, `deployments.apps`).
     #[arg(long, value_delimiter = ',', value_name = "RESOURCE")]
     include_resources: Vec<String>,
+    /// Not these resources.
     #[arg(long, value_delimiter = ',', value_name = "RESOURCE")]
     exclude_resources: Vec<String>,
     /// Restore namespace SRC into DST: `SRC1:DST1,SRC2:DST2`.
@@ -63,8 +67,9 @@ pub struct RestoreArgs {
     /// A plugin setting, `KEY=VALUE` (every plugin) or `PLUGIN:KEY=VALUE`.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     config: Vec<String>,
-    #[command(flatten)]
-    store: StoreArg,
+    /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
+    #[arg(long, env = "IAR_STORE", default_value = "iar-store")]
+    store: String,
     /// Write the restored objects under DIR (one YAML file each,
     /// `<resource>.<group>/<namespace>/<name>.yaml`) instead of creating
     /// them; an object whose file is there already is left.
@@ -158,20 +163,20 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     iar::names::dns_subdomain(&name)
         .map_err(|e| anyhow::anyhow!("restore name {name:?}: {e} (rule: restore-name)"))?;
     let runtime = super::backup::tokio_runtime()?;
-    let store = BackupStore::open_existing(&args.store.store)?;
+    let store = BackupStore::open_existing(&args.store)?;
     if runtime
         .block_on(store.get_restore(&name, RestoreFile::Object))?
         .is_some()
     {
         anyhow::bail!(
             "restore {name:?} already exists in {}; name another (iar restore NAME --from-backup ...)",
-            args.store.store
+            args.store
         );
     }
     let backup = &spec.backup_name;
     let object: BackupObject = runtime
         .block_on(store.get_json(backup, BackupFile::Metadata))?
-        .with_context(|| format!("backup {backup:?} is not in {}", args.store.store))?;
+        .with_context(|| format!("backup {backup:?} is not in {}", args.store))?;
     if !matches!(
         object.status.phase,
         BackupPhase::Completed | BackupPhase::PartiallyFailed
