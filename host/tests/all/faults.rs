@@ -715,17 +715,33 @@ async fn check_gone(
         return Err(format!("hooks ran {pre} pre and {post} post times"));
     }
     if fate == Fate::DeletedMidFlight {
-        let stored: Option<iar::backup::object::BackupObject> = store
-            .get_json(name, BackupFile::Metadata)
-            .await
-            .map_err(|e| e.to_string())?;
-        return match stored.map(|o| o.status.phase) {
-            Some(p) if p.is_running() => Err(format!(
-                "its resource is gone and the stored backup is still {p:?}"
-            )),
-            Some(p) => Ok((p, gone)),
-            None => Ok((last, gone)),
-        };
+        // The replica that drove it ends it once it sees the resource
+        // gone (its cancel probe, then its step): within a round's budget.
+        let ends_by = tokio::time::Instant::now() + ROUND_BUDGET;
+        loop {
+            let stored: Option<iar::backup::object::BackupObject> = store
+                .get_json(name, BackupFile::Metadata)
+                .await
+                .map_err(|e| e.to_string())?;
+            match stored.map(|o| o.status.phase) {
+                Some(p) if p.is_running() && tokio::time::Instant::now() < ends_by => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Some(p) if p.is_running() => {
+                    let log: Vec<String> = log_lines(store, name)
+                        .await
+                        .into_iter()
+                        .rev()
+                        .take(12)
+                        .collect();
+                    return Err(format!(
+                        "its resource is gone and the stored backup is still {p:?} {ROUND_BUDGET:?} later; last log lines {log:#?}"
+                    ));
+                }
+                Some(p) => return Ok((p, gone)),
+                None => return Ok((last, gone)),
+            }
+        }
     }
     for file in [BackupFile::Metadata, BackupFile::Contents] {
         if store
