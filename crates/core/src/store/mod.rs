@@ -576,23 +576,11 @@ impl BackupStore {
     /// like [`BackupStore::put`].
     pub async fn put_key(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
         let path = self.checked_key(key)?;
-        if let Some(backup) = key
-            .strip_prefix(BACKUPS)
-            .and_then(|k| k.strip_prefix('/'))
-            .and_then(|k| k.split('/').next())
-        {
-            let _writing = self.writing(backup).await?;
-            let deadline = self.check_fence(backup).await?;
-            return self
-                .put_fenced(backup, &path, key.to_string(), bytes, deadline)
-                .await;
-        }
-        self.store
-            .put(&path, bytes.into())
-            .await
-            .map_err(|e| self.io(key.to_string(), e))?;
-        self.puts.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        let backup = key
+            .split('/')
+            .nth(1)
+            .expect("checked_key: a key under backups/<name>/");
+        self.put_fenced(backup, &path, key.to_string(), bytes).await
     }
 
     /// Reads one object by key; `None` if it does not exist.
@@ -697,9 +685,7 @@ impl BackupStore {
         bytes: Bytes,
     ) -> Result<(), StoreError> {
         let (path, key) = self.path(backup, file)?;
-        let _writing = self.writing(backup).await?;
-        let deadline = self.check_fence(backup).await?;
-        self.put_fenced(backup, &path, key, bytes, deadline).await
+        self.put_fenced(backup, &path, key, bytes).await
     }
 
     /// Held from a write's fence check to its end: this process gives the
@@ -723,17 +709,20 @@ impl BackupStore {
         }))
     }
 
-    /// A write of one of `backup`'s files after its fence was checked:
-    /// with a lease (`deadline`, its end) and a store that can refuse a
-    /// late request, one the store takes only before the lease ends.
+    /// A write of one of `backup`'s files, checked against this process's
+    /// lease on it ([`BackupStore::check_fence`]) while held in flight
+    /// ([`BackupStore::writing`]); with a lease and a store that can
+    /// refuse a late request, one the store takes only before the lease
+    /// ends.
     async fn put_fenced(
         &self,
         backup: &str,
         path: &Path,
         key: String,
         bytes: Bytes,
-        deadline: Option<std::time::SystemTime>,
     ) -> Result<(), StoreError> {
+        let _writing = self.writing(backup).await?;
+        let deadline = self.check_fence(backup).await?;
         match (deadline, &self.deadline) {
             (Some(by), Some(writer)) => writer
                 .put_by(path, bytes, by, || self.clock.system_now())
