@@ -8,7 +8,7 @@ use super::leader::Elector;
 use super::live::LiveCluster;
 use super::plugins::{PluginRegistry, WatchOptions, watch_forever};
 use super::reconcile::{Context, error_policy, reconcile};
-use super::resource::{patch_status, patch_status_unchanged};
+use super::resource::patch_status;
 use super::serve::{Health, serve};
 use super::volume_requests::RequestBackupper;
 use futures::StreamExt;
@@ -196,11 +196,7 @@ pub async fn run(
                     phases.insert(name.clone(), status.phase);
                 }
             }
-            let written = match &version {
-                Some(v) => patch_status_unchanged(&writer_api, &name, v, &status).await,
-                None => patch_status(&writer_api, &name, &status).await,
-            };
-            match written {
+            match patch_status(&writer_api, &name, version.as_deref(), &status).await {
                 Ok(()) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     tracing::debug!(backup = %name, "status {} not written: the resource changed since it was read", status.phase);

@@ -292,7 +292,7 @@ async fn write_status(
     name: &str,
     status: &BackupStatus,
 ) -> Result<(), ReconcileError> {
-    patch_status(&ctx.api, name, status)
+    patch_status(&ctx.api, name, None, status)
         .await
         .map_err(|source| ReconcileError::Status {
             name: name.to_string(),

@@ -9,32 +9,21 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 pub use iar_backup::backup::object::RESOURCE_UID_ANNOTATION;
 
 /// Writes a backup's status onto its resource (a merge patch of the status
-/// subresource: nothing else of the object is touched).
+/// subresource: nothing else of the object is touched). Over `version`
+/// (a resourceVersion the caller read) when given: refused with 409
+/// Conflict if anyone wrote the resource since, so that a patch held up on
+/// the way (a partition that delays and then delivers it) cannot land over
+/// a status a newer lease holder wrote meanwhile.
 pub async fn patch_status(
     api: &Api<Backup>,
     name: &str,
+    version: Option<&str>,
     status: &BackupStatus,
 ) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({ "status": status });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-}
-
-/// [`patch_status`] over the resource's `version` (read by the caller):
-/// refused with 409 Conflict if anyone wrote the resource since. A patch
-/// held up on the way (a partition that delays and then delivers it)
-/// cannot land over a status a newer lease holder wrote meanwhile.
-pub async fn patch_status_unchanged(
-    api: &Api<Backup>,
-    name: &str,
-    version: &str,
-    status: &BackupStatus,
-) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": version },
-        "status": status,
-    });
+    let mut patch = serde_json::json!({ "status": status });
+    if let Some(version) = version {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
