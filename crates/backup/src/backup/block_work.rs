@@ -19,14 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Whether a backup is in the store, as a block's post hooks ask.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stored {
-    Yes,
-    Deleting,
-    No,
-}
-
 /// The hooks and volume backups of one backup's blocks.
 pub struct BlockWork {
     pub backup: String,
@@ -459,26 +451,24 @@ impl BlockWork {
     }
 
     /// Whether the backup is still in the store and not being deleted (a
-    /// store that cannot answer leaves it so: the claim decides).
-    /// Whether the backup is still in the store. No object but a hook
-    /// ledger is a backup whose first pass never wrote its object (its
-    /// store out of reach after the pre hooks ran: the campaign's seed
-    /// 3107 left a pod frozen so); a deletion removes the ledger with the
-    /// object.
-    async fn stored(&self, store: &BackupStore) -> Stored {
+    /// store that cannot answer leaves it so: the claim decides). No object
+    /// but a hook ledger is a backup whose first pass never wrote its
+    /// object (its store out of reach after the pre hooks ran: the
+    /// campaign's seed 3107 left a pod frozen so); a deletion removes the
+    /// ledger with the object.
+    async fn still_stored(&self, store: &BackupStore) -> bool {
         match store
             .get_json::<serde_json::Value>(&self.backup, BackupFile::Metadata)
             .await
         {
-            Ok(Some(o)) if o["status"]["phase"] == "Deleting" => Stored::Deleting,
-            Ok(Some(_)) | Err(_) => Stored::Yes,
-            Ok(None) => match store
-                .get_json::<serde_json::Value>(&self.backup, BackupFile::HookLedger)
-                .await
-            {
-                Ok(Some(_)) | Err(_) => Stored::Yes,
-                Ok(None) => Stored::No,
-            },
+            Ok(Some(o)) => o["status"]["phase"] != "Deleting",
+            Ok(None) => !matches!(
+                store
+                    .get_json::<serde_json::Value>(&self.backup, BackupFile::HookLedger)
+                    .await,
+                Ok(None)
+            ),
+            Err(_) => true,
         }
     }
 
@@ -843,7 +833,7 @@ impl BlockWork {
         // run's claim would outlive the deletion, and the collection of
         // the claims it races (the fault campaign's seeds 1219, 1231).
         // The deletion itself runs what is owed, before the claims go.
-        if !self.deletion && self.stored(&store).await != Stored::Yes {
+        if !self.deletion && !self.still_stored(&store).await {
             self.claims.release(&self.backup_key, pod);
             return Err(format!(
                 "post hooks of pod {}: not run: the backup is being deleted, or gone",
