@@ -194,19 +194,10 @@ impl Run<'_> {
         let Some(value) = self.run_actions(item, value, &target_ns) else {
             return;
         };
-        let mut value = value;
-        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut)
-            && !target_ns.is_empty()
-        {
-            meta.insert("namespace".into(), json!(target_ns));
-        }
+        let created = in_namespace(&item.id, value, &target_ns);
+        let id = created.id.clone();
+        let mut value = created.into_value();
         prepare::finish(&mut value, &self.cx.spec.backup_name, &self.cx.restore.name);
-        let id = ItemRef::new(
-            item.id.group.clone(),
-            item.id.resource.clone(),
-            target_ns.clone(),
-            item.id.name.clone(),
-        );
         self.create(&id, value, &target_ns);
     }
 
@@ -221,19 +212,8 @@ impl Run<'_> {
                 continue;
             }
             // Velero picks restore actions by the item's target namespace.
-            let chooses = match self.cx.restore.mapped(&current) {
-                Ok(mapped) => plugin.restore_applies(&Item::with_id(
-                    ItemRef::new(
-                        current.id.group.clone(),
-                        current.id.resource.clone(),
-                        target_ns.to_string(),
-                        current.id.name.clone(),
-                    ),
-                    mapped.into_value(),
-                )),
-                Err(_) => false,
-            };
-            if !chooses {
+            let mapped = in_namespace(&current.id, current.value().clone(), target_ns);
+            if !plugin.restore_applies(&mapped) {
                 continue;
             }
             let name = plugin.name().to_string();
@@ -496,4 +476,21 @@ impl Run<'_> {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// The object as it is created: in namespace `ns` (the restore's mapping
+/// of its own), under the identity it has there.
+fn in_namespace(id: &ItemRef, mut value: Value, ns: &str) -> Item {
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut)
+        && !ns.is_empty()
+    {
+        meta.insert("namespace".into(), json!(ns));
+    }
+    let id = ItemRef::new(
+        id.group.clone(),
+        id.resource.clone(),
+        ns.to_string(),
+        id.name.clone(),
+    );
+    Item::with_id(id, value)
 }

@@ -9,7 +9,6 @@ use iar::backup::object::{BackupObject, BackupPhase};
 use iar::cluster::ClusterReader;
 use iar::plugin::RestoreRef;
 use iar::restore::spec::RestoreSpec;
-use iar::results::Results;
 use iar::store::restores::RestoreFile;
 use iar::store::{BackupFile, BackupStore, tarball};
 use serde_json::{Map, Value, json};
@@ -243,13 +242,10 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         "spec": spec.raw,
         "status": status,
     });
-    let results = Results {
-        warnings: outcome.results.warnings.clone(),
-        errors: outcome.results.errors.clone(),
-    };
+    let results = &outcome.results;
     runtime.block_on(async {
         store
-            .put_restore(&name, RestoreFile::Results, &serde_json::to_vec(&results)?)
+            .put_restore(&name, RestoreFile::Results, &serde_json::to_vec(results)?)
             .await?;
         store
             .put_restore(&name, RestoreFile::Logs, outcome.log.join("\n").as_bytes())
