@@ -692,12 +692,7 @@ async fn check_gone(
                 .map(|o| o.map(|o| o["status"].clone()))
                 .map_err(|e| e.to_string());
             let keys = store.backup_keys(name).await.map_err(|e| e.to_string());
-            let log: Vec<String> = log_lines(store, name)
-                .await
-                .into_iter()
-                .rev()
-                .take(8)
-                .collect();
+            let log = last_log_lines(store, name, 8).await;
             return Err(format!(
                 "not gone within {ROUND_BUDGET:?} (last seen {last:?}); resource status {status:?}; stored status {stored:?}; its keys in the store {keys:?}; last log lines {log:#?}"
             ));
@@ -728,12 +723,7 @@ async fn check_gone(
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 Some(p) if p.is_running() => {
-                    let log: Vec<String> = log_lines(store, name)
-                        .await
-                        .into_iter()
-                        .rev()
-                        .take(12)
-                        .collect();
+                    let log = last_log_lines(store, name, 12).await;
                     return Err(format!(
                         "its resource is gone and the stored backup is still {p:?} {ROUND_BUDGET:?} later; last log lines {log:#?}"
                     ));
@@ -930,8 +920,6 @@ async fn snapshot_tags(store: &BackupStore, ns: &str) -> Result<Vec<String>, Str
     .unwrap()
 }
 
-/// The first errors of a backup's stored log, shortened: what made a
-/// round PartiallyFailed, for the report.
 /// Backup `name`'s stored log; none when it cannot be read (this is for
 /// the report of a violation).
 async fn log_lines(store: &BackupStore, name: &str) -> Vec<String> {
@@ -941,6 +929,18 @@ async fn log_lines(store: &BackupStore, name: &str) -> Vec<String> {
     }
 }
 
+/// The last `n` lines of backup `name`'s stored log, newest first.
+async fn last_log_lines(store: &BackupStore, name: &str, n: usize) -> Vec<String> {
+    log_lines(store, name)
+        .await
+        .into_iter()
+        .rev()
+        .take(n)
+        .collect()
+}
+
+/// The first errors of a backup's stored log, shortened: what made a
+/// round PartiallyFailed, for the report.
 async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {
     log_lines(store, name)
         .await

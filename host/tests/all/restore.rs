@@ -208,23 +208,19 @@ fn a_restore_action_runs_in_the_sandbox_and_a_hostile_one_is_refused_by_rule() {
     // "label" without a grant to change labels: refused by rule, the
     // object not written, the rest restored.
     let to = tempfile::tempdir().unwrap();
-    let label = |name: &str, to: &Path| {
-        restore(
-            store.path(),
-            &[
-                name,
-                "--from-backup",
-                "shop",
-                "--plugins",
-                plugins.path().to_str().unwrap(),
-                "--config",
-                "hostile:mode=label",
-                "--to",
-                to.to_str().unwrap(),
-            ],
-        )
+    // `iar restore NAME` of the shop with the hostile plugin told `mode`.
+    let hostile = |name: &str, mode: &str, extra: &[&str], to: &Path| {
+        let config = format!("hostile:mode={mode}");
+        let mut args = vec![
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+            "--config",
+            &config,
+        ];
+        args.extend_from_slice(extra);
+        restore_to(store.path(), Some(name), &args, to)
     };
-    let out = label("ungranted", to.path());
+    let out = hostile("ungranted", "label", &[], to.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("rule: item-change-not-granted"),
@@ -244,7 +240,7 @@ fn a_restore_action_runs_in_the_sandbox_and_a_hostile_one_is_refused_by_rule() {
     )
     .unwrap();
     let to = tempfile::tempdir().unwrap();
-    let out = label("granted", to.path());
+    let out = hostile("granted", "label", &[], to.path());
     assert!(out.status.success(), "{}", text(&out));
     let cm = yaml(&to.path().join("configmaps.core/shop/web-config.yaml"));
     assert_eq!(cm["metadata"]["labels"]["restored"], "yes");
@@ -253,19 +249,7 @@ fn a_restore_action_runs_in_the_sandbox_and_a_hostile_one_is_refused_by_rule() {
     // namespace; the item is not written anywhere, the error names the
     // plugin and the rule, and the rest of the restore goes on.
     let to = tempfile::tempdir().unwrap();
-    let out = restore(
-        store.path(),
-        &[
-            "--from-backup",
-            "shop",
-            "--plugins",
-            plugins.path().to_str().unwrap(),
-            "--config",
-            "hostile:mode=move",
-            "--to",
-            to.path().to_str().unwrap(),
-        ],
-    );
+    let out = hostile("hostile-move", "move", &[], to.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -299,21 +283,11 @@ fn a_restore_action_runs_in_the_sandbox_and_a_hostile_one_is_refused_by_rule() {
         ("wait-for-nothing", false, Some("wait-without-items")),
     ] {
         let to = tempfile::tempdir().unwrap();
-        let out = restore(
-            store.path(),
-            &[
-                &format!("hostile-{mode}"),
-                "--from-backup",
-                "shop",
-                "--plugins",
-                plugins.path().to_str().unwrap(),
-                "--config",
-                &format!("hostile:mode={mode}"),
-                "--include-namespaces",
-                "shop",
-                "--to",
-                to.path().to_str().unwrap(),
-            ],
+        let out = hostile(
+            &format!("hostile-{mode}"),
+            mode,
+            &["--include-namespaces", "shop"],
+            to.path(),
         );
         let said = String::from_utf8_lossy(&out.stdout);
         match refusal {
@@ -367,10 +341,7 @@ fn a_forged_tarball_entry_is_refused_and_written_nowhere() {
     let forged = iar::store::tarball::rewrite(&std::fs::read(&tarball).unwrap(), &replace).unwrap();
     std::fs::write(&tarball, forged).unwrap();
     let to = tempfile::tempdir().unwrap();
-    let out = restore(
-        store.path(),
-        &["--from-backup", "shop", "--to", to.path().to_str().unwrap()],
-    );
+    let out = restore_to(store.path(), None, &[], to.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("rule: tarball-identity"),
@@ -453,15 +424,9 @@ fn a_newcomers_mistakes_are_refused_before_anything_is_written() {
         "nothing written"
     );
     // A name taken is said, not overwritten.
-    let first = restore(
-        store.path(),
-        &["same", "--from-backup", "shop", "--to", dir],
-    );
+    let first = restore_to(store.path(), Some("same"), &[], to.path());
     assert!(first.status.success(), "{}", text(&first));
-    let second = restore(
-        store.path(),
-        &["same", "--from-backup", "shop", "--to", dir],
-    );
+    let second = restore_to(store.path(), Some("same"), &[], to.path());
     assert_eq!(second.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&second.stderr).contains("already exists"),
