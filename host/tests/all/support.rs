@@ -194,6 +194,21 @@ pub fn write_volume(data: &Path, pvc: &str, bytes: usize) {
     .unwrap();
 }
 
+/// `post` behind a gate: it runs once `blocks` pre hooks have stamped
+/// their `$IAR_POD_NAME.pre` file, and fails the hook after 20 s (under
+/// the hooks' 30 s timeout) if they never do. Blocks on fewer workers pass
+/// it only if a block waiting on its volumes holds no worker: otherwise
+/// the first blocks' post hooks wait here for pre hooks no worker is free
+/// to run. A test of that order, which no machine's speed decides.
+pub fn post_after_every_pre(blocks: usize, post: &str) -> String {
+    let count = "$(ls \"$IAR_VOLUME_DATA\" | grep -c '[.]pre$')";
+    format!(
+        "n=0; while [ {count} -lt {blocks} ]; do n=$((n+1)); \
+         if [ $n -gt 200 ]; then echo \"only {count} of {blocks} pre hooks ran: \
+         a block waiting on its volume held a worker\" >&2; exit 1; fi; sleep 0.1; done; {post}"
+    )
+}
+
 /// The time a hook wrote into `data/file` with `date +%s%N`: its own
 /// clock reading of when it started.
 pub fn stamp(data: &Path, file: &str) -> SystemTime {

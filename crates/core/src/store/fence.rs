@@ -11,8 +11,8 @@
 //! the put, not part of it: a holder paused between the two, or a write
 //! held up on the way, could still land once. On S3 the put itself then
 //! carries the lease's end, which the store enforces ([`super::deadline`]);
-//! on a local store a takeover waits for the writes between their check
-//! and their end ([`super::local_lock`]); object_store offers neither for
+//! on a local store a takeover revokes the writes between their check
+//! and their end ([`super::local_stage`]); object_store offers neither for
 //! GCS or Azure. docs/decisions.md says more.
 
 use super::{BackupStore, StoreError};
@@ -37,13 +37,13 @@ pub(crate) struct Fence {
     /// Read-held by each write from its check to its end; the release
     /// takes it for writing, so it waits for the writes in flight.
     pub(super) writes: Arc<tokio::sync::RwLock<()>>,
+    /// On a local store, the directory this generation's writes are
+    /// staged in, which a takeover renames away ([`super::local_stage`]).
+    pub(super) staging: Option<std::path::PathBuf>,
 }
 
 /// What a write holds while it is in flight ([`BackupStore::writing`]).
-pub(super) struct Writing {
-    pub(super) _in_flight: tokio::sync::OwnedRwLockReadGuard<()>,
-    pub(super) _local: Option<super::local_lock::Held>,
-}
+pub(super) struct Writing(#[allow(dead_code)] pub(super) tokio::sync::OwnedRwLockReadGuard<()>);
 
 /// Every fence of one store, by backup. Shared by the store's clones.
 #[derive(Debug, Default)]

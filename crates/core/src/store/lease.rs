@@ -247,20 +247,6 @@ impl BackupStore {
         // A contender that loses the create race reads the winner's lease
         // next time round, so a few rounds always settle it.
         for _ in 0..8 {
-            // On a local store, no fenced write of the holder is between
-            // its check and its end while the lease changes hands.
-            let _taking = match &self.local_locks {
-                Some(locks) => match locks.exclusive(backup).await? {
-                    Some(held) => Some(held),
-                    None => {
-                        return Err(LeaseError::Lost {
-                            backup: backup.into(),
-                            reason: "a write of its holder did not end (a stopped process?)".into(),
-                        });
-                    }
-                },
-                None => None,
-            };
             let now = self.clock.system_now();
             let generation = match self.current_lease(backup).await? {
                 Some(current) if !current.free(now) => {
@@ -272,6 +258,16 @@ impl BackupStore {
                 }
                 Some(current) => current.generation + 1,
                 None => 1,
+            };
+            // On a local store: the writes of the generations taken over
+            // that are still on their way land now or never; and this
+            // generation's own staging exists before its record does.
+            let staging = match &self.local {
+                Some(local) => {
+                    local.revoke(backup, generation - 1).await?;
+                    Some(local.prepare(backup, generation).await?)
+                }
+                None => None,
             };
             let record = LeaseRecord {
                 holder: holder.clone(),
@@ -302,6 +298,7 @@ impl BackupStore {
                         abandoned: AtomicBool::new(false),
                         released: AtomicBool::new(false),
                         writes: Arc::default(),
+                        staging,
                     });
                     self.fences.set(backup, fence.clone());
                     return Ok(Lease {
@@ -312,8 +309,15 @@ impl BackupStore {
                         fence,
                     });
                 }
-                Err(object_store::Error::AlreadyExists { .. }) => continue,
-                Err(e) => return Err(self.io(k, e).into()),
+                Err(e) => {
+                    if let Some(dir) = staging {
+                        super::local_stage::LocalStaging::discard(dir).await;
+                    }
+                    match e {
+                        object_store::Error::AlreadyExists { .. } => continue,
+                        e => return Err(self.io(k, e).into()),
+                    }
+                }
             }
         }
         Err(LeaseError::Lost {
@@ -390,6 +394,9 @@ impl Lease {
         // And the writes already past their check end first (bounded: each
         // ends by the lease's end), so none lands after the release.
         let _drained = self.fence.writes.write().await;
+        if let Some(dir) = self.fence.staging.clone() {
+            super::local_stage::LocalStaging::discard(dir).await;
+        }
         match self.store.current_lease(&self.backup).await? {
             Some(current) if current.generation == self.record.generation => {}
             Some(current) => {

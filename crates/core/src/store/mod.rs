@@ -11,7 +11,7 @@ pub mod faulty;
 mod fence;
 pub mod gz;
 pub mod lease;
-mod local_lock;
+mod local_stage;
 pub mod restores;
 pub mod tarball;
 
@@ -269,8 +269,8 @@ pub struct BackupStore {
     /// Where the store can refuse a write that arrives after its lease
     /// ended (S3's presigned URLs): how fenced writes go.
     deadline: Option<Arc<deadline::DeadlineWriter>>,
-    /// A local store's locks between fenced writes and takeovers.
-    local_locks: Option<Arc<local_lock::LocalLocks>>,
+    /// A local store's staging of fenced writes, which a takeover revokes.
+    local: Option<Arc<local_stage::LocalStaging>>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -395,15 +395,17 @@ impl BackupStore {
         // fsync so that a machine crash, not only a process crash, leaves
         // either the old or the new file. Directories a deletion empties
         // go too: an empty `backups/<name>/` would still be listed.
-        let fs = LocalFileSystem::new_with_prefix(dir)
-            .map_err(|e| url_err(UrlProblem::Client(e)))?
-            .with_fsync(true)
-            .with_automatic_cleanup(true);
+        let fs = Arc::new(
+            LocalFileSystem::new_with_prefix(dir)
+                .map_err(|e| url_err(UrlProblem::Client(e)))?
+                .with_fsync(true)
+                .with_automatic_cleanup(true),
+        );
         let shown = std::fs::canonicalize(dir)
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| location.to_string());
-        let mut opened = Self::from_object_store(Arc::new(fs), &shown);
-        opened.local_locks = Some(Arc::new(local_lock::LocalLocks::under(dir)));
+        let mut opened = Self::from_object_store(fs.clone(), &shown);
+        opened.local = Some(Arc::new(local_stage::LocalStaging::under(dir, fs)));
         Ok(opened)
     }
 
@@ -419,7 +421,7 @@ impl BackupStore {
             holder: lease::holder_id().into(),
             clock: crate::clock::RealClock::shared(),
             deadline: None,
-            local_locks: None,
+            local: None,
         }
     }
 
@@ -691,29 +693,20 @@ impl BackupStore {
     /// Held from a write's fence check to its end: this process gives the
     /// lease back only once its writes in flight have ended (a release
     /// frees the lease at once, and a write held up on the way would land
-    /// after the taker began: the campaign's seed 3134); and on a local
-    /// store no other process takes the lease over in between
-    /// ([`local_lock`]). Nothing where this process holds no lease.
-    async fn writing(&self, backup: &str) -> Result<Option<fence::Writing>, StoreError> {
-        let Some(fence) = self.fences.get(backup) else {
-            return Ok(None);
-        };
+    /// after the taker began: the campaign's seed 3134). Nothing where this
+    /// process holds no lease.
+    async fn writing(&self, backup: &str) -> Option<(Arc<fence::Fence>, fence::Writing)> {
+        let fence = self.fences.get(backup)?;
         let in_flight = fence.writes.clone().read_owned().await;
-        let local = match &self.local_locks {
-            Some(locks) => Some(locks.shared(backup).await?),
-            None => None,
-        };
-        Ok(Some(fence::Writing {
-            _in_flight: in_flight,
-            _local: local,
-        }))
+        Some((fence, fence::Writing(in_flight)))
     }
 
     /// A write of one of `backup`'s files, checked against this process's
     /// lease on it ([`BackupStore::check_fence`]) while held in flight
     /// ([`BackupStore::writing`]); with a lease and a store that can
     /// refuse a late request, one the store takes only before the lease
-    /// ends.
+    /// ends ([`deadline`]), or on a local store one a takeover revokes
+    /// ([`local_stage`]).
     async fn put_fenced(
         &self,
         backup: &str,
@@ -721,10 +714,11 @@ impl BackupStore {
         key: String,
         bytes: Bytes,
     ) -> Result<(), StoreError> {
-        let _writing = self.writing(backup).await?;
+        let writing = self.writing(backup).await;
         let deadline = self.check_fence(backup).await?;
-        match (deadline, &self.deadline) {
-            (Some(by), Some(writer)) => writer
+        let staged = writing.as_ref().and_then(|(f, _)| f.staging.clone());
+        match (deadline, &self.deadline, staged, &self.local) {
+            (Some(by), Some(writer), _, _) => writer
                 .put_by(path, bytes, by, || self.clock.system_now())
                 .await
                 .map_err(|e| match e {
@@ -734,6 +728,24 @@ impl BackupStore {
                     },
                     deadline::DeadlineError::Failed(e) => self.io(key, e),
                 })?,
+            (Some(_), _, Some(staged), Some(local)) => {
+                let target = local.file_of(path).map_err(|e| self.io(key.clone(), e))?;
+                local_stage::LocalStaging::put(&staged, target, bytes)
+                    .await
+                    .map_err(|e| match e {
+                        local_stage::StageError::Revoked => StoreError::Fenced {
+                            backup: backup.to_string(),
+                            reason: "another process took its lease over while this write was on its way".into(),
+                        },
+                        local_stage::StageError::Io(e) => self.io(
+                            key,
+                            object_store::Error::Generic {
+                                store: "LocalFileSystem",
+                                source: Box::new(e),
+                            },
+                        ),
+                    })?
+            }
             _ => {
                 self.store
                     .put(path, bytes.into())

@@ -330,42 +330,56 @@ async fn a_claim_is_created_once() {
 }
 
 /// A holder stopped between its write's fence check and the write's end
-/// holds a takeover off on a local store: the write lands before the
-/// lease changes hands, never after (the race
-/// `cli::a_paused_holder_resumed_after_a_takeover_writes_nothing` caught
-/// once, a SIGSTOP between the staged file and its rename).
+/// does not hold a takeover off on a local store, and its write, resumed
+/// after the takeover, lands nowhere: the takeover revoked its staging
+/// (the race `cli::a_paused_holder_resumed_after_a_takeover_writes_nothing`
+/// caught once, a SIGSTOP between the staged file and its rename; an
+/// earlier lock made the takeover wait for ever instead).
 #[tokio::test]
-async fn a_takeover_waits_for_a_local_write_between_its_check_and_its_end() {
+async fn a_takeover_revokes_a_local_write_between_its_check_and_its_end() {
     let dir = tempfile::tempdir().unwrap();
     let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
     let _lease = store
         .acquire_lease("b", std::time::Duration::from_millis(300))
         .await
         .unwrap();
-    // Stopped mid-write: the lock a fenced write holds is held.
-    let writing = store.writing("b").await.unwrap();
-    assert!(writing.is_some());
+    // Stopped mid-write: past its check, its staging known.
+    let (fence, writing) = store.writing("b").await.unwrap();
+    store.check_fence("b").await.unwrap();
+    let staged = fence.staging.clone().expect("a local store stages");
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let taker = store.as_another_process();
-    let take = tokio::spawn(async move {
-        taker
-            .acquire_lease("b", std::time::Duration::from_secs(30))
-            .await
-            .map(|l| l.holder().to_string())
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let taken = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        taker.acquire_lease("b", std::time::Duration::from_secs(30)),
+    )
+    .await
+    .expect("a takeover does not wait for a stopped writer")
+    .unwrap();
+    let (path, _) = store.path("b", BackupFile::Results).unwrap();
+    let target = store.local.as_ref().unwrap().file_of(&path).unwrap();
+    // The held write resumes: refused, and nothing is where it would land.
+    let late =
+        super::local_stage::LocalStaging::put(&staged, target.clone(), Bytes::from_static(b"late"))
+            .await;
+    assert!(matches!(late, Err(super::local_stage::StageError::Revoked)));
     assert!(
-        !take.is_finished(),
-        "taken over while a write was in progress"
+        !target.exists(),
+        "the stopped write landed after the takeover"
     );
     drop(writing);
-    take.await.unwrap().expect("taken once the write ended");
-    // And the holder's next write is refused.
+    // The taker writes; the old holder's next write is refused.
+    taker
+        .put("b", BackupFile::Results, Bytes::from_static(b"taker"))
+        .await
+        .unwrap();
     let refused = store
-        .put("b", BackupFile::Results, bytes::Bytes::from_static(b"late"))
+        .put("b", BackupFile::Results, Bytes::from_static(b"late"))
         .await
         .unwrap_err();
     assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"taker");
+    drop(taken);
 }
 
 /// A lease is given back only once the writes already past their fence
@@ -380,7 +394,7 @@ async fn a_release_waits_for_the_writes_in_flight() {
         .acquire_lease("b", std::time::Duration::from_secs(30))
         .await
         .unwrap();
-    let in_flight = store.writing("b").await.unwrap();
+    let (_, in_flight) = store.writing("b").await.unwrap();
     let release = tokio::spawn(lease.release());
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert!(!release.is_finished(), "released with a write in flight");
