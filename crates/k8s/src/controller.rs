@@ -222,6 +222,11 @@ pub async fn run(
         ));
     }
     let registry = plugins.registry.clone();
+    let restorer = super::restores::Restorer {
+        store: store.clone(),
+        plugins: plugins.source(),
+        cluster: cluster.clone(),
+    };
     let store_url = store.url().to_string();
     let controller = Arc::new(
         PhaseMachine::new(Vec::new(), store, cluster, options.settings)
@@ -315,8 +320,8 @@ pub async fn run(
                 tracing::debug!("reconcile: {e}");
             }
         });
-    // Only the garbage-collection sweep and the schedules are singular:
-    // the leader runs them. A replica that loses the Lease stops both and
+    // Only the garbage-collection sweep, the schedules and the restores
+    // are singular: the leader runs them. A replica that loses the Lease stops both and
     // stands for it again; its backups go on.
     let sweeping = async {
         loop {
@@ -325,7 +330,13 @@ pub async fn run(
                     schedule_client.clone(),
                     options.namespace.clone(),
                 );
-                let (never, _) = tokio::join!(super::sweep::sweep_forever(&context), schedules);
+                let restores = super::restores::restore_forever(
+                    schedule_client.clone(),
+                    options.namespace.clone(),
+                    restorer.clone(),
+                );
+                let (never, _, _) =
+                    tokio::join!(super::sweep::sweep_forever(&context), schedules, restores);
                 never
             };
             match elector.run(leading).await {

@@ -120,6 +120,68 @@ pub struct ScheduleStatus {
     pub validation_errors: Option<Vec<String>>,
 }
 
+/// A Velero Restore (`restores.iar.dev`): a backup's objects back into
+/// this cluster, restored by the controller's leader. The spec is
+/// Velero's `RestoreSpec` as written: the API server keeps every key
+/// (the schema preserves unknown fields), and the controller checks them
+/// as `iar restore --spec` does, a key iar does not know or does not
+/// support refused by name in `status.validationErrors` (phase
+/// `FailedValidation`), never ignored into a wider restore.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "iar.dev",
+    version = "v1",
+    kind = "Restore",
+    namespaced,
+    status = "RestoreStatus",
+    shortname = "iarr",
+    printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".spec.backupName"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Restored","type":"integer","jsonPath":".status.progress.itemsRestored"}"#,
+    printcolumn = r#"{"name":"Errors","type":"integer","jsonPath":".status.errors"}"#,
+    printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.warnings"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct RestoreResourceSpec {
+    /// Velero's RestoreSpec fields, as written.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What the controller says of a Restore: Velero's `RestoreStatus` fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    /// `New`, `FailedValidation`, `InProgress`, `Completed`,
+    /// `PartiallyFailed` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_errors: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnings: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u32>,
+    /// Why a Failed restore could not run at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<RestoreProgress>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreProgress {
+    #[serde(default)]
+    pub total_items: u32,
+    #[serde(default)]
+    pub items_restored: u32,
+}
+
 fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
@@ -182,13 +244,29 @@ pub fn schedule_definition() -> CustomResourceDefinition {
     formatted::<Schedule>()
 }
 
+/// The `restores.iar.dev` CRD, formats as [`definition`]'s, its spec
+/// kept as written (unknown keys preserved for the controller to refuse
+/// by name rather than pruned by the API server).
+pub fn restore_definition() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(formatted::<Restore>()).expect("a CRD serializes");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = serde_json::json!({
+        "description": "Velero's RestoreSpec, as written; checked by the controller.",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    });
+    serde_json::from_value(crd).expect("only the spec's schema changed")
+}
+
 /// iar's CRDs, as `iar crd` prints them (deploy/crd.yaml).
 pub fn definitions_yaml() -> String {
+    let yaml =
+        |crd: CustomResourceDefinition| iar_core::yaml::to_string(&crd).expect("a CRD serializes");
     format!(
-        "{}---\n{}---\n{}",
+        "{}---\n{}---\n{}---\n{}",
         definition_yaml(),
-        iar_core::yaml::to_string(&volume_backup_definition()).expect("a CRD serializes"),
-        iar_core::yaml::to_string(&schedule_definition()).expect("a CRD serializes")
+        yaml(volume_backup_definition()),
+        yaml(schedule_definition()),
+        yaml(restore_definition())
     )
 }
 

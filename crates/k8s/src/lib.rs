@@ -1,5 +1,6 @@
 //! iar in Kubernetes: the Backup resource, live items, plugins from
-//! ConfigMaps, the controller that reconciles Backups.
+//! ConfigMaps, the controller that reconciles Backups and restores
+//! Restores.
 
 #![allow(clippy::result_large_err)]
 
@@ -20,6 +21,7 @@ pub mod plugins;
 pub mod reach;
 pub mod reconcile;
 pub mod resource;
+pub mod restores;
 pub mod schedules;
 pub mod serve;
 pub mod sweep;

@@ -9,8 +9,10 @@ mod engine;
 pub mod order;
 pub mod prepare;
 pub mod spec;
+pub mod stored;
 
 pub use engine::{Context, Outcome, run};
+pub use iar_plugin::plugin::RestoreRef;
 
 /// A uid for a restore that is not a resource (the command line's).
 pub fn new_uid(name: &str, at: std::time::SystemTime) -> String {

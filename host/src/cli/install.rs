@@ -67,7 +67,16 @@ pub struct InstallArgs {
     /// flag the Secret must exist before the pods start.
     #[arg(long, value_name = "FILE")]
     repository_password_file: Option<PathBuf>,
+    /// Let the controller run Restore resources: binds its ServiceAccount
+    /// to cluster-admin (deploy/restorer.yaml says why nothing narrower
+    /// restores a backup of RBAC). Without it, `iar restore --cluster`
+    /// restores with your own credentials.
+    #[arg(long)]
+    restores: bool,
 }
+
+/// Printed only with `--restores`.
+const RESTORER: &str = include_str!("../../../deploy/restorer.yaml");
 
 pub fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let text = manifests(&args)?;
@@ -97,6 +106,11 @@ fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
         out.push_str("---\n");
         if *file == "grant-policy.yaml" {
             out.push_str(&secrets(args)?);
+        }
+        if *file == "rbac.yaml" && args.restores {
+            out.push_str("# deploy/restorer.yaml\n");
+            out.push_str(&rewrite(RESTORER, args));
+            out.push_str("---\n");
         }
     }
     Ok(out)

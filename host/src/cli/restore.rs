@@ -5,12 +5,11 @@
 
 use super::backup::load_plugins;
 use anyhow::Context as _;
-use iar::backup::object::{BackupObject, BackupPhase};
 use iar::cluster::ClusterReader;
 use iar::plugin::RestoreRef;
 use iar::restore::spec::RestoreSpec;
+use iar::store::BackupStore;
 use iar::store::restores::RestoreFile;
-use iar::store::{BackupFile, BackupStore, tarball};
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -173,24 +172,9 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let backup = &spec.backup_name;
-    let object: BackupObject = runtime
-        .block_on(store.get_json(backup, BackupFile::Metadata))?
-        .with_context(|| format!("backup {backup:?} is not in {}", args.store))?;
-    if !matches!(
-        object.status.phase,
-        BackupPhase::Completed | BackupPhase::PartiallyFailed
-    ) {
-        anyhow::bail!(
-            "backup {backup:?} is {}; only a Completed or PartiallyFailed backup is restored (as in Velero)",
-            object.status.phase
-        );
-    }
-    let contents = runtime
-        .block_on(store.get(backup, BackupFile::Contents))?
-        .with_context(|| format!("backup {backup:?} has no contents tarball"))?;
-    let entries = tarball::read(&contents)
-        .with_context(|| format!("backup {backup:?}: reading its contents tarball"))?;
-    let (items, refused) = iar::restore::archive::items(entries);
+    let loaded = runtime
+        .block_on(iar::restore::stored::load(&store, backup))
+        .map_err(anyhow::Error::msg)?;
 
     let plugins = match &args.plugins {
         Some(dir) => {
@@ -213,52 +197,25 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         uid: iar::restore::new_uid(&name, started),
         spec: spec.raw.clone(),
     };
-    let mut outcome = iar::restore::run(
+    let outcome = iar::restore::stored::restore(
         iar::restore::Context {
             spec: &spec,
             restore: restore_ref.clone(),
             cluster,
             plugins: &plugins,
         },
-        items,
+        loaded,
     );
-    for r in refused {
-        outcome.results.errors.velero.push(r);
-    }
     let phase = outcome.phase();
-    let finished = SystemTime::now();
-    let status = json!({
-        "phase": phase,
-        "startTimestamp": humantime::format_rfc3339_seconds(started).to_string(),
-        "completionTimestamp": humantime::format_rfc3339_seconds(finished).to_string(),
-        "warnings": outcome.results.warnings.count(),
-        "errors": outcome.results.errors.count(),
-        "progress": { "totalItems": outcome.selected, "itemsRestored": outcome.restored },
-    });
-    let record = json!({
-        "apiVersion": "velero.io/v1",
-        "kind": "Restore",
-        "metadata": { "name": name, "namespace": restore_ref.namespace, "uid": restore_ref.uid },
-        "spec": spec.raw,
-        "status": status,
-    });
+    let status = iar::restore::stored::status(&outcome, started, SystemTime::now());
+    runtime.block_on(iar::restore::stored::save(
+        &store,
+        &restore_ref,
+        &spec.raw,
+        &outcome,
+        &status,
+    ))?;
     let results = &outcome.results;
-    runtime.block_on(async {
-        store
-            .put_restore(&name, RestoreFile::Results, &serde_json::to_vec(results)?)
-            .await?;
-        store
-            .put_restore(&name, RestoreFile::Logs, outcome.log.join("\n").as_bytes())
-            .await?;
-        store
-            .put_restore(
-                &name,
-                RestoreFile::Object,
-                &serde_json::to_vec_pretty(&record)?,
-            )
-            .await?;
-        anyhow::Ok(())
-    })?;
     outln!(
         "Restore {name} from backup {backup}: {phase} ({} of {} objects restored, {} already there; {} warnings, {} errors)",
         outcome.restored,

@@ -34,6 +34,7 @@ async fn install_prints_one_consistent_install_the_api_server_accepts() {
         credentials.to_str().unwrap(),
         "--repository-password-file",
         password.to_str().unwrap(),
+        "--restores",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let printed = String::from_utf8(out.stdout).unwrap();
@@ -88,6 +89,18 @@ async fn install_prints_one_consistent_install_the_api_server_accepts() {
             }
         }
     }
+
+    // `--restores` binds the controller's account, in its namespace, to
+    // what restoring anything takes; without it nothing does.
+    let restorer = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "iar-restorer")
+        .expect("--restores prints the restorer binding");
+    assert_eq!(restorer["subjects"][0]["namespace"], ns);
+    assert_eq!(restorer["roleRef"]["name"], "cluster-admin");
+    let plain = iar(&["install", "--print", "--store", "s3://team-backups"]);
+    assert!(plain.status.success(), "{}", text(&plain));
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("iar-restorer"));
 
     // The real API server takes every object as printed: the namespace is
     // made, each other object applied server-side as a dry run.

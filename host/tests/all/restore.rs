@@ -571,3 +571,137 @@ async fn a_backup_restored_into_the_api_server_reads_back_as_backed_up() {
         "hello"
     );
 }
+
+/// A Restore resource, restored by the controller's leader as Velero's
+/// restore controller restores one: the backup's objects in the mapped
+/// namespace with the restore's label, the status Completed with its
+/// counts, the record in the store for `iar describe --restore`. A
+/// misspelt spec key is FailedValidation naming the key and the one it
+/// meant (the API server keeps it: the schema preserves unknown fields),
+/// nothing restored; a backup that is not there is Failed with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_restores_a_restore_resource_and_refuses_a_misspelt_one() {
+    use iar::k8s::crd::{Restore, RestoreResourceSpec};
+    use iar::k8s::plugins::PluginRegistry;
+    use iar_apiserver::{User, create_namespace};
+    use kube::api::{Api, PostParams};
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    crate::controller::install_crds(&admin).await;
+    let ns = "restore-system";
+    create_namespace(&admin, ns).await;
+    let store_dir = tempfile::tempdir().unwrap();
+    tokio::task::block_in_place(|| back_up_the_shop(store_dir.path(), "shop"));
+    let store = iar::store::BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_, controller) = crate::controller::start_controller(
+        admin.clone(),
+        ns,
+        store,
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    let restores = Api::<Restore>::namespaced(admin.clone(), ns);
+    let create = |name: &str, spec: Value| {
+        let restores = restores.clone();
+        let name = name.to_string();
+        async move {
+            let fields = spec.as_object().unwrap().clone();
+            restores
+                .create(
+                    &PostParams::default(),
+                    &Restore::new(&name, RestoreResourceSpec { fields }),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let ended = |name: &'static str| {
+        let restores = restores.clone();
+        async move {
+            iar_tests::wait_for(
+                &format!("restore {name} to end"),
+                std::time::Duration::from_secs(120),
+                || {
+                    let restores = restores.clone();
+                    async move {
+                        let r = restores.get(name).await.map_err(|e| e.to_string())?;
+                        let status = r.status.clone().unwrap_or_default();
+                        match status.phase.as_deref() {
+                            Some("InProgress") | Some("New") | None => {
+                                Err(format!("{:?}", status.phase))
+                            }
+                            Some(_) => Ok(status),
+                        }
+                    }
+                },
+            )
+            .await
+        }
+    };
+    let target = "restored-by-controller";
+    create(
+        "from-shop",
+        json!({"backupName": "shop", "namespaceMapping": {"shop": target},
+               "includeClusterResources": false}),
+    )
+    .await;
+    create(
+        "misspelt",
+        json!({"backupName": "shop", "includeNamespaces": ["shop"]}),
+    )
+    .await;
+    create("no-backup", json!({"backupName": "nope"})).await;
+
+    let done = ended("from-shop").await;
+    assert_eq!(done.phase.as_deref(), Some("Completed"), "{done:?}");
+    let progress = done.progress.unwrap();
+    assert_eq!(progress.items_restored, progress.total_items);
+    assert!(progress.items_restored >= 5, "{progress:?}");
+    assert_eq!(done.errors, Some(0));
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin.clone(), target);
+    let cm = maps.get("web-config").await.unwrap();
+    assert_eq!(
+        cm.metadata.labels.unwrap()["velero.io/restore-name"],
+        "from-shop"
+    );
+    let described = tokio::task::block_in_place(|| {
+        iar(&[
+            "describe",
+            "from-shop",
+            "--restore",
+            "--store",
+            store_dir.path().to_str().unwrap(),
+        ])
+    });
+    assert!(described.status.success(), "{}", text(&described));
+    assert!(
+        String::from_utf8_lossy(&described.stdout).contains("Completed"),
+        "{}",
+        text(&described)
+    );
+
+    let refused = ended("misspelt").await;
+    assert_eq!(refused.phase.as_deref(), Some("FailedValidation"));
+    let why = refused.validation_errors.unwrap().join("; ");
+    assert!(
+        why.contains("includeNamespaces") && why.contains("includedNamespaces"),
+        "{why}"
+    );
+    assert!(
+        !store_dir.path().join("restores/misspelt").exists(),
+        "a refused restore left a record"
+    );
+
+    let failed = ended("no-backup").await;
+    assert_eq!(failed.phase.as_deref(), Some("Failed"));
+    assert!(
+        failed
+            .failure_reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("\"nope\""),
+        "{failed:?}"
+    );
+    controller.abort();
+}

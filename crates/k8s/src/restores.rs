@@ -1,0 +1,248 @@
+//! Restore resources: the leader restores each new Restore's backup into
+//! this cluster, one at a time and in the order they were made, as
+//! Velero's restore controller does. `iar_restore::stored` restores, as
+//! for `iar restore --cluster`; the resource's status says what it did,
+//! and the results, log and record go under `restores/NAME/` in the store
+//! (`iar describe NAME --restore`).
+//!
+//! A Restore runs once. It goes from New to InProgress (a patch over the
+//! resource version read, so that two leaders of a moment never both
+//! start it) before anything is created; one found InProgress when a
+//! leader starts was cut short by the last leader, and is Failed, as
+//! Velero's server marks such restores on start.
+
+use super::crd::Restore;
+use iar_backup::phases::PluginSource;
+use iar_core::cluster::ClusterReader;
+use iar_core::store::BackupStore;
+use iar_core::store::restores::RestoreFile;
+use iar_plugin::plugin::RestoreRef;
+use iar_restore::spec::RestoreSpec;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How often the leader looks for new Restores.
+const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// Velero's words for a restore its server found InProgress on start.
+const INTERRUPTED: &str =
+    "found a restore with status \"InProgress\" during the server starting, mark it as \"Failed\"";
+
+/// What a Restore is restored with.
+#[derive(Clone)]
+pub struct Restorer {
+    pub store: BackupStore,
+    pub plugins: PluginSource,
+    pub cluster: Arc<dyn ClusterReader>,
+}
+
+/// Restores the namespace's new Restores, for as long as it runs (the
+/// leader's term).
+pub async fn restore_forever(
+    client: kube::Client,
+    namespace: String,
+    restorer: Restorer,
+) -> std::convert::Infallible {
+    let api = Api::<Restore>::namespaced(client, &namespace);
+    let mut started = false;
+    loop {
+        if !started {
+            match fail_interrupted(&api).await {
+                Ok(()) => started = true,
+                Err(e) => tracing::warn!("restores: {e}"),
+            }
+        }
+        if started && let Err(e) = tick(&api, &restorer).await {
+            tracing::warn!("restores: {e}");
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}
+
+async fn fail_interrupted(api: &Api<Restore>) -> Result<(), kube::Error> {
+    for restore in api.list(&ListParams::default()).await? {
+        if phase(&restore) == "InProgress" {
+            let name = restore.name_any();
+            tracing::warn!(restore = %name, "{INTERRUPTED}");
+            patch(
+                api,
+                &name,
+                json!({"phase": "Failed", "failureReason": INTERRUPTED,
+                       "completionTimestamp": now()}),
+                None,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+fn phase(restore: &Restore) -> &str {
+    restore
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("New")
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// A merge patch of the status; over `version` when given (a 409 if the
+/// resource changed since it was read).
+async fn patch(
+    api: &Api<Restore>,
+    name: &str,
+    status: Value,
+    version: Option<&str>,
+) -> Result<(), kube::Error> {
+    let mut body = json!({ "status": status });
+    if let Some(v) = version {
+        body["metadata"] = json!({ "resourceVersion": v });
+    }
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+}
+
+/// One look: the new Restores, oldest first, each to its end.
+async fn tick(api: &Api<Restore>, restorer: &Restorer) -> Result<(), kube::Error> {
+    let mut new: Vec<Restore> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| phase(r) == "New" && r.metadata.deletion_timestamp.is_none())
+        .collect();
+    new.sort_by(|a, b| {
+        (a.metadata.creation_timestamp.as_ref(), a.name_any())
+            .cmp(&(b.metadata.creation_timestamp.as_ref(), b.name_any()))
+    });
+    for restore in new {
+        let name = restore.name_any();
+        match run_one(api, restorer, &restore).await {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!(restore = %name, "started elsewhere: the resource changed since it was read");
+            }
+            Err(e) => tracing::warn!(restore = %name, "{e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Checks, starts and runs one Restore; its status says how it ended.
+async fn run_one(
+    api: &Api<Restore>,
+    restorer: &Restorer,
+    restore: &Restore,
+) -> Result<(), kube::Error> {
+    let name = restore.name_any();
+    let raw = Value::Object(restore.spec.fields.clone());
+    let mut invalid = Vec::new();
+    let spec = match RestoreSpec::from_value(&raw) {
+        Ok(spec) => Some(spec),
+        Err(e) => {
+            invalid.push(e);
+            None
+        }
+    };
+    match restorer.store.get_restore(&name, RestoreFile::Object).await {
+        Ok(Some(_)) => invalid.push(format!(
+            "a restore named {name:?} is already in the store {}; name this one otherwise (rule: restore-name)",
+            restorer.store.url()
+        )),
+        Ok(None) => {}
+        Err(e) => invalid.push(format!("reading the store: {e}")),
+    }
+    let (Some(spec), true) = (spec, invalid.is_empty()) else {
+        tracing::warn!(restore = %name, "FailedValidation: {}", invalid.join("; "));
+        return patch(
+            api,
+            &name,
+            json!({"phase": "FailedValidation", "validationErrors": invalid}),
+            restore.metadata.resource_version.as_deref(),
+        )
+        .await;
+    };
+    let started = SystemTime::now();
+    patch(
+        api,
+        &name,
+        json!({"phase": "InProgress", "startTimestamp": now()}),
+        restore.metadata.resource_version.as_deref(),
+    )
+    .await?;
+    tracing::info!(restore = %name, backup = %spec.backup_name, "phase InProgress");
+    let loaded = match iar_restore::stored::load(&restorer.store, &spec.backup_name).await {
+        Ok(loaded) => loaded,
+        Err(reason) => {
+            tracing::warn!(restore = %name, "Failed: {reason}");
+            return patch(
+                api,
+                &name,
+                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+                None,
+            )
+            .await;
+        }
+    };
+    let restore_ref = RestoreRef {
+        name: name.clone(),
+        namespace: restore.namespace().unwrap_or_default(),
+        uid: restore.uid().unwrap_or_default(),
+        spec: raw.clone(),
+    };
+    let (cluster, plugins) = (restorer.cluster.clone(), (restorer.plugins)());
+    let for_run = restore_ref.clone();
+    // The restore's plugin calls are wasm calls and its creates wait on
+    // the API server: a blocking thread, never the runtime's.
+    let outcome = tokio::task::spawn_blocking(move || {
+        iar_restore::stored::restore(
+            iar_restore::Context {
+                spec: &spec,
+                restore: for_run,
+                cluster,
+                plugins: &plugins,
+            },
+            loaded,
+        )
+    })
+    .await;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let reason = format!("the restore stopped: {e}");
+            return patch(
+                api,
+                &name,
+                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+                None,
+            )
+            .await;
+        }
+    };
+    let mut status = iar_restore::stored::status(&outcome, started, SystemTime::now());
+    if let Err(e) =
+        iar_restore::stored::save(&restorer.store, &restore_ref, &raw, &outcome, &status).await
+    {
+        // The objects are restored; only the record is missing. Said in
+        // the status rather than dropped.
+        tracing::warn!(restore = %name, "its results were not stored: {e}");
+        status["failureReason"] =
+            json!(format!("its results, log and record were not stored: {e}"));
+    }
+    tracing::info!(
+        restore = %name,
+        restored = outcome.restored,
+        errors = outcome.results.errors.count(),
+        warnings = outcome.results.warnings.count(),
+        "phase {}",
+        outcome.phase()
+    );
+    patch(api, &name, status, None).await
+}
