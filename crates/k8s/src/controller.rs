@@ -320,8 +320,8 @@ pub async fn run(
                 tracing::debug!("reconcile: {e}");
             }
         });
-    // Only the garbage-collection sweep, the schedules and the restores
-    // are singular: the leader runs them. A replica that loses the Lease stops both and
+    // Only the garbage-collection sweep, the schedules, the restores and
+    // the download requests are singular: the leader runs them. A replica that loses the Lease stops both and
     // stands for it again; its backups go on.
     let sweeping = async {
         loop {

@@ -182,6 +182,48 @@ pub struct RestoreProgress {
     pub items_restored: u32,
 }
 
+/// A Velero DownloadRequest (`downloadrequests.iar.dev`): a signed URL
+/// for one of a backup's or restore's files ([`super::downloads`]).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "iar.dev",
+    version = "v1",
+    kind = "DownloadRequest",
+    namespaced,
+    status = "DownloadRequestStatus"
+)]
+pub struct DownloadRequestSpec {
+    pub target: DownloadTarget,
+}
+
+/// Velero's `DownloadTarget`: `kind` is `BackupLog`, `BackupContents`,
+/// `BackupResults`, `BackupItemOperations`, `BackupResourceList`,
+/// `RestoreLog` or `RestoreResults`; `name` the backup's or restore's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DownloadTarget {
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DownloadRequestStatus {
+    /// `New`, `Processed`, or (iar's own) `Failed` with a `reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(
+        default,
+        rename = "downloadURL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub download_url: Option<String>,
+    /// When the URL stops reading, and the request is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
@@ -257,16 +299,22 @@ pub fn restore_definition() -> CustomResourceDefinition {
     serde_json::from_value(crd).expect("only the spec's schema changed")
 }
 
+/// The `downloadrequests.iar.dev` CRD, formats as [`definition`]'s.
+pub fn download_request_definition() -> CustomResourceDefinition {
+    formatted::<DownloadRequest>()
+}
+
 /// iar's CRDs, as `iar crd` prints them (deploy/crd.yaml).
 pub fn definitions_yaml() -> String {
     let yaml =
         |crd: CustomResourceDefinition| iar_core::yaml::to_string(&crd).expect("a CRD serializes");
     format!(
-        "{}---\n{}---\n{}---\n{}",
+        "{}---\n{}---\n{}---\n{}---\n{}",
         definition_yaml(),
         yaml(volume_backup_definition()),
         yaml(schedule_definition()),
-        yaml(restore_definition())
+        yaml(restore_definition()),
+        yaml(download_request_definition())
     )
 }
 

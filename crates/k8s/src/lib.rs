@@ -13,6 +13,7 @@ pub async fn client() -> Result<kube::Client, kube::Error> {
 
 pub mod controller;
 pub mod crd;
+pub mod downloads;
 pub mod exec;
 pub mod leader;
 pub mod live;

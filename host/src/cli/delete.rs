@@ -17,6 +17,8 @@ pub struct LogsArgs {
     restore: bool,
     #[command(flatten)]
     store: StoreArg,
+    #[command(flatten)]
+    through: super::backup::ThroughCluster,
 }
 
 #[derive(clap::Args)]
@@ -40,6 +42,19 @@ pub struct DeleteArgs {
 
 /// Prints a backup's log from the store, one line per line written.
 pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    if args.through.cluster {
+        let kind = if args.restore {
+            "RestoreLog"
+        } else {
+            "BackupLog"
+        };
+        let log = args.through.fetch(kind, &args.name)?;
+        out!("{}", String::from_utf8_lossy(&log));
+        if !log.ends_with(b"\n") && !log.is_empty() {
+            outln!();
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = BackupStore::open_existing(&args.store.store)?;
     if args.restore {
         let log = tokio_runtime()?

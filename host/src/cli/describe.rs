@@ -19,6 +19,8 @@ pub struct DescribeArgs {
     restore: bool,
     #[command(flatten)]
     store: StoreArg,
+    #[command(flatten)]
+    through: super::backup::ThroughCluster,
     /// `json` or `yaml`: the Backup as stored (Velero's
     /// `velero-backup.json`), as `velero backup describe -o` prints it.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
@@ -113,31 +115,12 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     if args.restore {
         return describe_restore(&args);
     }
-    let rt = tokio_runtime()?;
-    let store = BackupStore::open_existing(&args.store.store)?;
     let name = &args.name;
-    let (object, results, ops, volumes, created) = rt.block_on(async {
-        let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
-        let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
-        let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
-        // As the blocks ended, or while they wait, as they progress.
-        let volumes: Option<Vec<VolumeBackup>> =
-            match store.get_json(name, BackupFile::VolumeBackups).await? {
-                Some(ended) => Some(ended),
-                None => store.get_json(name, BackupFile::VolumeProgress).await?,
-            };
-        let created: Option<Vec<CreatedObject>> =
-            store.get_json(name, BackupFile::CreatedObjects).await?;
-        anyhow::Ok((
-            object,
-            results.unwrap_or_default(),
-            ops.unwrap_or_default(),
-            volumes.unwrap_or_default(),
-            created.unwrap_or_default(),
-        ))
-    })?;
-    let object =
-        object.with_context(|| format!("backup {name:?} not found in {}", args.store.store))?;
+    let (object, results, ops, volumes, created) = if args.through.cluster {
+        through_cluster(&args.through, name)?
+    } else {
+        from_store(&args.store.store, name)?
+    };
     if args.output != Output::Text {
         print_as(args.output, &serde_json::to_value(&object)?)?;
         return Ok(ExitCode::SUCCESS);
@@ -277,6 +260,95 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `describe` prints of a backup.
+type Described = (
+    BackupObject,
+    Results,
+    Vec<Operation>,
+    Vec<VolumeBackup>,
+    Vec<CreatedObject>,
+);
+
+fn from_store(url: &str, name: &str) -> anyhow::Result<Described> {
+    let rt = tokio_runtime()?;
+    let store = BackupStore::open_existing(url)?;
+    let (object, results, ops, volumes, created) = rt.block_on(async {
+        let object: Option<BackupObject> = store.get_json(name, BackupFile::Metadata).await?;
+        let results: Option<Results> = store.get_json(name, BackupFile::Results).await?;
+        let ops: Option<Vec<Operation>> = store.get_json(name, BackupFile::ItemOperations).await?;
+        // As the blocks ended, or while they wait, as they progress.
+        let volumes: Option<Vec<VolumeBackup>> =
+            match store.get_json(name, BackupFile::VolumeBackups).await? {
+                Some(ended) => Some(ended),
+                None => store.get_json(name, BackupFile::VolumeProgress).await?,
+            };
+        let created: Option<Vec<CreatedObject>> =
+            store.get_json(name, BackupFile::CreatedObjects).await?;
+        anyhow::Ok((object, results, ops, volumes, created))
+    })?;
+    let object = object.with_context(|| format!("backup {name:?} not found in {url}"))?;
+    Ok((
+        object,
+        results.unwrap_or_default(),
+        ops.unwrap_or_default(),
+        volumes.unwrap_or_default(),
+        created.unwrap_or_default(),
+    ))
+}
+
+/// The Backup resource's status from the API server, its results and
+/// operations through DownloadRequests: no store credentials needed.
+fn through_cluster(
+    through: &super::backup::ThroughCluster,
+    name: &str,
+) -> anyhow::Result<Described> {
+    let rt = tokio_runtime()?;
+    let resource = rt.block_on(async {
+        let client = iar::k8s::client().await.context(
+            "--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account",
+        )?;
+        iar::k8s::downloads::backup_resource(client, &through.namespace, name)
+            .await
+            .map_err(anyhow::Error::msg)
+    })?;
+    let resource = resource
+        .with_context(|| format!("no Backup {name:?} in namespace {}", through.namespace))?;
+    let object = BackupObject {
+        api_version: "velero.io/v1".into(),
+        kind: "Backup".into(),
+        metadata: iar::backup::object::ObjectMeta {
+            name: name.to_string(),
+            namespace: through.namespace.clone(),
+            uid: resource.metadata.uid.clone().unwrap_or_default(),
+            creation_timestamp: resource
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string()),
+            annotations: Default::default(),
+        },
+        spec: resource.spec.to_value(),
+        status: resource.status.clone().unwrap_or_default(),
+    };
+    // A backup that has not written them yet has none: nothing to list.
+    let json_of = |kind: &str| -> anyhow::Result<Option<Vec<u8>>> {
+        match through.fetch(kind, name) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.to_string().contains("has no such file") => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let results: Results = match json_of("BackupResults")? {
+        Some(b) => serde_json::from_slice(&b).context("the backup's results")?,
+        None => Results::default(),
+    };
+    let ops: Vec<Operation> = match json_of("BackupItemOperations")? {
+        Some(b) => serde_json::from_slice(&b).context("the backup's operations")?,
+        None => Vec::new(),
+    };
+    Ok((object, results, ops, Vec::new(), Vec::new()))
 }
 
 pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {

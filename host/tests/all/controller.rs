@@ -49,6 +49,7 @@ pub(crate) async fn install_crds_on(client: &Client) {
         iar::k8s::crd::volume_backup_definition(),
         iar::k8s::crd::schedule_definition(),
         iar::k8s::crd::restore_definition(),
+        iar::k8s::crd::download_request_definition(),
     ] {
         let name = crd.metadata.name.clone().unwrap();
         match crds.create(&PostParams::default(), &crd).await {

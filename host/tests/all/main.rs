@@ -12,6 +12,7 @@ mod cli_plugin;
 mod conformance;
 mod controller;
 mod csi;
+mod downloads;
 mod fault_leases;
 mod fault_workload;
 mod faults;

@@ -99,6 +99,17 @@ impl DeadlineWriter {
         })
     }
 
+    /// A URL anyone holding it may GET `path` by, for `expires`: what a
+    /// DownloadRequest answers with, as Velero's server does.
+    pub(super) async fn signed_get(
+        &self,
+        path: &Path,
+        expires: Duration,
+    ) -> object_store::Result<url::Url> {
+        let full: Path = self.prefix.parts().chain(path.parts()).collect();
+        self.signer.signed_url(Method::GET, &full, expires).await
+    }
+
     /// Writes `bytes` at `path` if the store takes it before `deadline`
     /// (as `now` tells the time); retried as the store's other requests
     /// are ([`super::retry_config`]), never past the deadline.

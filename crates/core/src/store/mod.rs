@@ -178,6 +178,17 @@ pub enum ConditionalProbe {
     SecondFailed(#[source] Arc<object_store::Error>),
 }
 
+/// What [`BackupStore::download_url`] can give.
+#[derive(Debug)]
+pub enum Download {
+    Url(url::Url),
+    NotFound,
+    /// The store signs no URLs here: a local directory, GCS and Azure,
+    /// and S3 with the options its fenced writes cannot presign either
+    /// ([`deadline::DeadlineWriter::for_s3`]).
+    Unsigned,
+}
+
 /// The files of one backup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackupFile {
@@ -755,6 +766,30 @@ impl BackupStore {
         }
         self.puts.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// A URL that reads the file at `key` (checked as a key) for
+    /// `expires`, without this store's credentials: a DownloadRequest's
+    /// answer.
+    pub async fn download_url(
+        &self,
+        key: &str,
+        expires: std::time::Duration,
+    ) -> Result<Download, StoreError> {
+        let path = self.checked_key(key)?;
+        let Some(signer) = &self.deadline else {
+            return Ok(Download::Unsigned);
+        };
+        match self.store.head(&path).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => return Ok(Download::NotFound),
+            Err(e) => return Err(self.io(key.to_string(), e)),
+        }
+        signer
+            .signed_get(&path, expires)
+            .await
+            .map(Download::Url)
+            .map_err(|e| self.io(key.to_string(), e))
     }
 
     /// `None` if the file does not exist.

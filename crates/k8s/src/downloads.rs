@@ -1,0 +1,210 @@
+//! DownloadRequests (`downloadrequests.iar.dev`), as Velero's: someone
+//! who may create one in the controller's namespace, but holds no
+//! credentials for the bucket, asks for a backup's log, results or
+//! contents (or a restore's log or results); the leader answers with a
+//! URL the store signed for ten minutes (`iar logs NAME --cluster`, `iar
+//! describe NAME --cluster`). Answered requests are deleted once their
+//! URL has expired. A target iar does not keep, a name that is no object
+//! name, or a store that signs no URLs ends the request `Failed` with
+//! its reason (iar's own phase: Velero's would stay `New` for ever).
+
+use super::crd::{DownloadRequest, DownloadTarget};
+use iar_core::store::restores::RestoreFile;
+use iar_core::store::{BackupFile, BackupStore, Download};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use std::time::{Duration, SystemTime};
+
+/// How long a signed URL reads, as Velero's server signs them.
+pub const URL_LIFETIME: Duration = Duration::from_secs(600);
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// The store key a target names, or why there is none.
+pub fn key_of(target: &DownloadTarget) -> Result<String, String> {
+    iar_core::names::dns_subdomain(&target.name)
+        .map_err(|e| format!("target name {:?}: {e} (rule: download-target)", target.name))?;
+    let name = target.name.as_str();
+    Ok(match target.kind.as_str() {
+        "BackupLog" => BackupFile::Logs.key(name),
+        "BackupContents" => BackupFile::Contents.key(name),
+        "BackupResults" => BackupFile::Results.key(name),
+        "BackupItemOperations" => BackupFile::ItemOperations.key(name),
+        "BackupResourceList" => BackupFile::ResourceList.key(name),
+        "RestoreLog" => RestoreFile::Logs.key(name),
+        "RestoreResults" => RestoreFile::Results.key(name),
+        other => {
+            return Err(format!(
+                "target kind {other:?} is not one iar keeps (BackupLog, BackupContents, BackupResults, BackupItemOperations, BackupResourceList, RestoreLog, RestoreResults) (rule: download-target)"
+            ));
+        }
+    })
+}
+
+/// Answers the namespace's DownloadRequests for as long as it runs (the
+/// leader's term).
+pub async fn answer_forever(
+    client: kube::Client,
+    namespace: String,
+    store: BackupStore,
+) -> std::convert::Infallible {
+    let api = Api::<DownloadRequest>::namespaced(client, &namespace);
+    loop {
+        if let Err(e) = tick(&api, &store).await {
+            tracing::warn!("download requests: {e}");
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+async fn tick(api: &Api<DownloadRequest>, store: &BackupStore) -> Result<(), kube::Error> {
+    let now = SystemTime::now();
+    let listed = api.list(&ListParams::default()).await?;
+    for request in listed {
+        let name = request.name_any();
+        let status = request.status.clone().unwrap_or_default();
+        match status.phase.as_deref() {
+            None | Some("New") => {
+                let answer = answer(store, &request.spec.target).await;
+                let status = match answer {
+                    Ok(url) => json!({"phase": "Processed", "downloadURL": url,
+                                      "expiration": rfc3339(now + URL_LIFETIME)}),
+                    Err(reason) => {
+                        tracing::info!(request = %name, "download refused: {reason}");
+                        json!({"phase": "Failed", "reason": reason,
+                               "expiration": rfc3339(now + URL_LIFETIME)})
+                    }
+                };
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "status": status })),
+                )
+                .await?;
+            }
+            _ => {
+                let expired = status
+                    .expiration
+                    .as_deref()
+                    .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+                    .is_none_or(|t| t <= now);
+                if expired {
+                    let _ = api.delete(&name, &DeleteParams::default()).await;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn answer(store: &BackupStore, target: &DownloadTarget) -> Result<String, String> {
+    let key = key_of(target)?;
+    match store.download_url(&key, URL_LIFETIME).await {
+        Ok(Download::Url(url)) => Ok(url.to_string()),
+        Ok(Download::NotFound) => Err(format!(
+            "{} {:?} has no such file in the store ({key})",
+            if target.kind.starts_with("Restore") {
+                "restore"
+            } else {
+                "backup"
+            },
+            target.name
+        )),
+        Ok(Download::Unsigned) => Err(format!(
+            "the store {} signs no download URLs here (S3 without server-side encryption, request-payer or custom client options does); read it with the store's credentials: iar logs/describe --store",
+            store.url()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Asks the controller of `namespace` for `kind` of `name` and reads it
+/// through the URL it answers with, ungzipped where the store gzips it:
+/// what `iar logs/describe --cluster` print, with no credentials for the
+/// bucket. The request is deleted once read.
+pub async fn fetch(
+    client: kube::Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Vec<u8>, String> {
+    use kube::api::{ObjectMeta, PostParams};
+    let target = DownloadTarget {
+        kind: kind.into(),
+        name: name.into(),
+    };
+    key_of(&target)?;
+    let api = Api::<DownloadRequest>::namespaced(client, namespace);
+    let mut request = DownloadRequest::new("", super::crd::DownloadRequestSpec { target });
+    request.metadata = ObjectMeta {
+        generate_name: Some(format!("{}-", &name[..name.len().min(40)])),
+        ..ObjectMeta::default()
+    };
+    let made = api
+        .create(&PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("creating a DownloadRequest in {namespace}: {e}"))?;
+    let made = made.name_any();
+    let answered = async {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = api
+                .get(&made)
+                .await
+                .map_err(|e| format!("reading DownloadRequest {namespace}/{made}: {e}"))?;
+            let status = got.status.unwrap_or_default();
+            match status.phase.as_deref() {
+                Some("Processed") => {
+                    return status
+                        .download_url
+                        .ok_or_else(|| format!("DownloadRequest {made}: Processed without a URL"));
+                }
+                Some("Failed") => return Err(status.reason.unwrap_or_default()),
+                _ if std::time::Instant::now() > until => {
+                    return Err(format!(
+                        "no controller answered DownloadRequest {namespace}/{made} within 60 s (is iar controller running in {namespace}?)"
+                    ));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+    .await;
+    let _ = api.delete(&made, &DeleteParams::default()).await;
+    let url = answered?;
+    iar_core::tls::install_crypto();
+    let body = reqwest::Client::new()
+        .get(&url)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| format!("reading {kind} of {name:?} through its URL: {e}"))?
+        .bytes()
+        .await
+        .map_err(|e| format!("reading {kind} of {name:?} through its URL: {e}"))?;
+    if kind == "BackupContents" {
+        return Ok(body.to_vec());
+    }
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut out)
+        .map_err(|e| format!("{kind} of {name:?}: not gzip: {e}"))?;
+    Ok(out)
+}
+
+/// The Backup resource `name` of `namespace`, if there is one (`iar
+/// describe --cluster`).
+pub async fn backup_resource(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<super::crd::Backup>, String> {
+    Api::<super::crd::Backup>::namespaced(client, namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Backup {namespace}/{name}: {e}"))
+}
