@@ -321,8 +321,9 @@ pub async fn run(
             }
         });
     // Only the garbage-collection sweep, the schedules, the restores and
-    // the download requests are singular: the leader runs them. A replica that loses the Lease stops both and
-    // stands for it again; its backups go on.
+    // the download requests are singular: the leader runs them. A replica
+    // that loses the Lease stops them and stands for it again; its backups
+    // go on.
     let sweeping = async {
         loop {
             let leading = async {
@@ -335,8 +336,17 @@ pub async fn run(
                     options.namespace.clone(),
                     restorer.clone(),
                 );
-                let (never, _, _) =
-                    tokio::join!(super::sweep::sweep_forever(&context), schedules, restores);
+                let downloads = super::downloads::answer_forever(
+                    schedule_client.clone(),
+                    options.namespace.clone(),
+                    restorer.store.clone(),
+                );
+                let (never, _, _, _) = tokio::join!(
+                    super::sweep::sweep_forever(&context),
+                    schedules,
+                    restores,
+                    downloads
+                );
                 never
             };
             match elector.run(leading).await {
