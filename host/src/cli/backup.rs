@@ -573,7 +573,9 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
             }
             Outcome::Tidied => {
                 deleted += 1;
-                outln!("deleted {name} (the lease files an interrupted deletion left)");
+                outln!(
+                    "deleted {name} (what an interrupted deletion, or a first pass that never stored its object, left)"
+                );
             }
             Outcome::Failed(reason) => {
                 failed += 1;

@@ -86,7 +86,9 @@ pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
     match outcome {
         Outcome::Deleted(o) => outln!("deleted {name} ({})", o.status.phase),
         Outcome::WouldDelete(o) => outln!("would delete {name} ({})", o.status.phase),
-        Outcome::Tidied => outln!("deleted {name} (the lease files an interrupted deletion left)"),
+        Outcome::Tidied => outln!(
+            "deleted {name} (what an interrupted deletion, or a first pass that never stored its object, left)"
+        ),
         Outcome::Kept(Kept::Running(phase)) => {
             outln!(
                 "not deleted: backup {name} is still running (phase {phase}); delete it once it has ended"

@@ -41,7 +41,7 @@ impl Cancel<'_> {
         // cancel may have deleted it already).
         if let Err(e) = self
             .created
-            .delete(run.name(), &run.object.metadata.uid)
+            .delete(run.name(), Some(&run.object.metadata.uid))
             .await
         {
             run.results.errors.add("", e.to_string());

@@ -139,7 +139,21 @@ impl Created<'_> {
     /// (`iar delete` with no cluster) leaves them, said in the log; any
     /// other failure is an error, so that the deletion is tried again and
     /// nothing is leaked quietly.
-    pub(super) async fn delete(&self, name: &str, uid: &str) -> Result<(), PhaseError> {
+    ///
+    /// `uid` is `None` for a backup whose object was never stored (a first
+    /// pass cut off from the store, or a deletion's leftovers): its uid is
+    /// unknown, so an object goes only if it is still the one recorded and
+    /// is labelled with this backup's name, and none is searched for by
+    /// label. Such a directory is tidied only when no process holds its
+    /// lease, so the name is no live backup's.
+    pub(super) async fn delete(&self, name: &str, uid: Option<&str>) -> Result<(), PhaseError> {
+        let owned = |found: &serde_json::Value| match uid {
+            Some(uid) => writes::created_for(found, name, uid),
+            None => {
+                found["metadata"]["labels"][writes::BACKUP_NAME_LABEL].as_str()
+                    == Some(iar_core::names::label_value(name).as_str())
+            }
+        };
         let failed = |what: &'static str, object: &CreatedObject, source: ClusterError| {
             PhaseError::CreatedObject {
                 name: name.to_string(),
@@ -170,14 +184,15 @@ impl Created<'_> {
                     self.journal.line(name, format!("warning: {refusal}"));
                     continue;
                 }
-                Ok(Some(found)) if !writes::created_for(&found, name, uid) => {
+                Ok(Some(found)) if !owned(&found) => {
                     let refusal = format!(
-                        "not deleting {} (listed as created by plugin {}): it is not labelled {}={} and {}={uid} (rule: {})",
+                        "not deleting {} (listed as created by plugin {}): it is not labelled {}={} and {}={} (rule: {})",
                         object.id,
                         object.plugin,
                         writes::BACKUP_NAME_LABEL,
                         iar_core::names::label_value(name),
                         writes::BACKUP_UID_LABEL,
+                        uid.unwrap_or("(the backup's, never stored)"),
                         writes::rule::GC_NOT_OWNER
                     );
                     tracing::warn!(backup = %name, object = %object.id, rule = writes::rule::GC_NOT_OWNER, "{refusal}");
@@ -210,7 +225,10 @@ impl Created<'_> {
                 Err(e) => return Err(failed("deleting", &object, e)),
             }
         }
-        self.delete_unrecorded(name, uid).await
+        match uid {
+            Some(uid) => self.delete_unrecorded(name, uid).await,
+            None => Ok(()),
+        }
     }
 
     /// The objects the backup's plugins created that its record lacks (a

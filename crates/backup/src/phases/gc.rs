@@ -42,8 +42,9 @@ pub enum Outcome {
     Deleted(Box<BackupObject>),
     /// `--dry-run`: it would have been deleted.
     WouldDelete(Box<BackupObject>),
-    /// Only a free lease was left (a deletion stopped before its last
-    /// step); those files are gone now.
+    /// No object, and a free lease: what a deletion stopped part way, or
+    /// a first pass that never stored its object, left (files, what its
+    /// plugins created, leases) is gone now.
     Tidied,
     Kept(Kept),
     /// Named with the reason; the sweep went on with the others.
@@ -276,7 +277,7 @@ impl Gc<'_> {
         // files deleted below.
         // Against the store's name for it and its uid: the labels the
         // host stamped when its plugins created them.
-        self.created.delete(name, &found.metadata.uid).await?;
+        self.created.delete(name, Some(&found.metadata.uid)).await?;
         // Its volume snapshots next, while its records still name them; a
         // forgotten snapshot's data goes at the repository's next prune.
         if let Some((namespaces, password)) = snapshots {
@@ -416,16 +417,39 @@ impl Gc<'_> {
         .map_err(failed)
     }
 
-    /// A backup directory with no object: if it holds only a lease that
-    /// is free (taking it proves that), a deletion stopped before its
-    /// last step, and the lease files go. Anything else is left.
+    /// A backup directory with no object, whose lease is free (taking it
+    /// proves that no process works on it): a deletion stopped before its
+    /// last steps, or a first pass that never stored its object (cut off
+    /// from the store) and ended. What it holds goes: the objects its
+    /// plugins created first ([`super::created`], by name, the uid being
+    /// unknown), then its files, its leases last. Only iar's own files of
+    /// that backup are tidied: a directory holding anything else, or a
+    /// hook ledger (its unfreezes are owed, and a controller's block work
+    /// runs them: `still_stored`), is left.
     async fn tidy(&self, name: &str) -> Result<Outcome, PhaseError> {
         let keys = self.store.backup_keys(name).await?;
         // Hook claims a late run wrote after the files went are left over
         // too (the fault campaign's seeds 1212 and 1220).
         let claims = format!("backups/{name}/{name}-claims/");
-        let leftover =
-            |k: &String| matches!(key_role(name, k), KeyRole::Lease(_)) || k.starts_with(&claims);
+        let own_files: Vec<String> = [
+            BackupFile::Contents,
+            BackupFile::ItemOperations,
+            BackupFile::Results,
+            BackupFile::Logs,
+            BackupFile::VolumeBackups,
+            BackupFile::VolumeProgress,
+            BackupFile::PluginSet,
+            BackupFile::ResourceList,
+            BackupFile::CreatedObjects,
+        ]
+        .iter()
+        .map(|f| f.key(name))
+        .collect();
+        let leftover = |k: &String| {
+            matches!(key_role(name, k), KeyRole::Lease(_))
+                || k.starts_with(&claims)
+                || own_files.contains(k)
+        };
         if keys.is_empty() || !keys.iter().all(leftover) {
             return Ok(Outcome::Kept(Kept::NoObject));
         }
@@ -436,14 +460,31 @@ impl Gc<'_> {
                 if self.stored(name).await?.is_some() {
                     return Ok(None);
                 }
+                // Under the lease: what its plugins created, then its
+                // files (the record of those objects among them). Its
+                // origin unknown, a process with no live cluster tidies
+                // only if every recorded object is in its own (manifest)
+                // cluster: one it cannot see may be in a controller's, and
+                // its record must not go before it does.
+                if !self.created.cluster.is_live() {
+                    for object in self.created.list(name).await? {
+                        if !matches!(self.created.cluster.get_async(&object.id).await, Ok(Some(_))) {
+                            tracing::warn!(backup = %name, object = %object.id, "not tidied: its plugins created objects this process cannot reach; iar delete {name} --cluster (or the controller's sweep) deletes them");
+                            return Ok(None);
+                        }
+                    }
+                }
+                self.created.delete(name, None).await?;
+                for key in self.store.backup_keys(name).await? {
+                    if key.starts_with(&claims) || own_files.contains(&key) {
+                        self.store.delete_key(&key).await?;
+                    }
+                }
                 Ok::<_, PhaseError>(self.store.current_lease(name).await?.map(|l| l.generation))
             })
             .await;
         match taken {
             Ok(Some(generation)) => {
-                for key in keys.iter().filter(|k| k.starts_with(&claims)) {
-                    self.store.delete_key(key).await?;
-                }
                 self.store.delete_leases_through(name, generation).await?;
                 Ok(Outcome::Tidied)
             }

@@ -352,6 +352,80 @@ async fn a_planted_created_objects_record_deletes_only_the_backups_own_objects()
     );
 }
 
+/// A directory with no object whose lease is free: a first pass that
+/// never stored its object, or a deletion cut short, with a late file
+/// (the fault campaign's seed 3314: a created-objects record and volume
+/// progress after the deletion). The sweep tidies it: what its plugins
+/// created and still bears its name goes (another backup's object, listed
+/// in the record, stays), then its files and leases. A directory with a
+/// file iar does not write, or a hook ledger (unfreezes owed), is left.
+#[tokio::test]
+async fn a_pass_that_never_stored_its_object_is_tidied_with_what_it_created() {
+    use iar_core::cluster::overlay;
+    use iar_core::cluster::writes::CreatedObject;
+    let (_dir, store) = temp_store();
+    let overlay_dir = tempfile::tempdir().unwrap();
+    let snapshot = |name: &str, backup: &str| CreatedObject {
+        plugin: "pvc-snapshot".into(),
+        id: plant_snapshot(overlay_dir.path(), name, backup, "never-known"),
+        uid: format!("u-{name}"),
+    };
+    let own = snapshot("own", "b1");
+    let other = snapshot("other", "b2");
+    // Its files as the process that wrote them left them.
+    let writer = store.as_another_process();
+    for name in ["b1", "foreign", "ledgered"] {
+        store
+            .acquire_lease(name, HOUR)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        writer
+            .put_json(name, BackupFile::VolumeProgress, &Vec::<u8>::new())
+            .await
+            .unwrap();
+    }
+    writer
+        .put_json("b1", BackupFile::CreatedObjects, &[&own, &other])
+        .await
+        .unwrap();
+    writer
+        .put_key(
+            "backups/foreign/notes.txt",
+            bytes::Bytes::from_static(b"not iar's"),
+        )
+        .await
+        .unwrap();
+    writer
+        .put_json("ledgered", BackupFile::HookLedger, &Vec::<u8>::new())
+        .await
+        .unwrap();
+    let (c, _lines) = overlay_controller(&store, overlay_dir.path());
+
+    let o = outcomes(&c.collect_garbage(t0(), false).await.unwrap());
+    assert_eq!(
+        o,
+        [
+            ("b1".to_string(), "tidied".to_string()),
+            ("foreign".to_string(), "kept NoObject".to_string()),
+            ("ledgered".to_string(), "kept NoObject".to_string()),
+        ]
+    );
+    let exists = |o: &CreatedObject| overlay::path_of(overlay_dir.path(), &o.id).exists();
+    assert!(!exists(&own), "what it created goes");
+    assert!(exists(&other), "another backup's object stays");
+    assert_eq!(store.list_backups().await.unwrap(), ["foreign", "ledgered"]);
+    assert!(
+        store
+            .backup_keys("foreign")
+            .await
+            .unwrap()
+            .contains(&"backups/foreign/notes.txt".to_string())
+    );
+}
+
 /// The garbage collector alone, its time from a stepped clock: a backup
 /// is kept until the clock reaches its expiration and deleted once it
 /// has; a deletion asked for does not wait for the expiration, but never
