@@ -267,23 +267,40 @@ async fn cleanup(backup: Arc<Backup>, ctx: &Context) -> Result<Action, Reconcile
         stored = read_stored(c, &name).await?;
     }
     if let Some(o) = stored.filter(|o| o.status.phase.is_running() && made_for(o, uid.as_deref())) {
-        let reason = format!(
-            "the Backup resource {}/{name} was deleted while the backup was {}: its operations were cancelled; what it wrote is kept",
-            backup.namespace().unwrap_or_default(),
-            o.status.phase
-        );
-        // Its volume backups stop first, and without the lease: the
-        // process running the backup may be waiting for them (holding the
-        // lease), and would otherwise wait for the whole volume.
-        c.cancel_volume_backups(&name).await;
-        let canceled = c.with_lease(&name, c.cancel(&name, &reason)).await;
-        c.release(&name).await;
         // An error keeps the finalizer: the cleanup is tried again (a
         // lease another process holds included).
-        canceled?;
+        end_deleted(
+            c,
+            &name,
+            &backup.namespace().unwrap_or_default(),
+            o.status.phase,
+        )
+        .await?;
     }
     ctx.polled(&name, true);
     Ok(Action::await_change())
+}
+
+/// Ends a running backup whose Backup resource was deleted: its volume
+/// backups and operations cancelled, Failed with the reason, under its
+/// lease (a lease another process holds is [`LeaseError::Held`]: that
+/// process sees the resource gone itself). What it wrote is kept.
+pub(super) async fn end_deleted(
+    c: &PhaseMachine,
+    name: &str,
+    namespace: &str,
+    phase: BackupPhase,
+) -> Result<(), PhaseError> {
+    let reason = format!(
+        "the Backup resource {namespace}/{name} was deleted while the backup was {phase}: its operations were cancelled; what it wrote is kept"
+    );
+    // Its volume backups stop first, and without the lease: the process
+    // running the backup may be waiting for them (holding the lease), and
+    // would otherwise wait for the whole volume.
+    c.cancel_volume_backups(name).await;
+    let canceled = c.with_lease(name, c.cancel(name, &reason)).await;
+    c.release(name).await;
+    canceled.map(|_| ())
 }
 
 /// [`patch_status`] as a reconcile's error, naming the Backup.

@@ -65,16 +65,7 @@ pub async fn restore_forever(
 async fn fail_interrupted(api: &Api<Restore>) -> Result<(), kube::Error> {
     for restore in api.list(&ListParams::default()).await? {
         if phase(&restore) == "InProgress" {
-            let name = restore.name_any();
-            tracing::warn!(restore = %name, "{INTERRUPTED}");
-            patch(
-                api,
-                &name,
-                json!({"phase": "Failed", "failureReason": INTERRUPTED,
-                       "completionTimestamp": now()}),
-                None,
-            )
-            .await?;
+            failed(api, &restore.name_any(), INTERRUPTED.to_string()).await?;
         }
     }
     Ok(())
@@ -107,6 +98,18 @@ async fn patch(
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
         .await
         .map(|_| ())
+}
+
+/// Ends a restore that could not run: Failed, with why.
+async fn failed(api: &Api<Restore>, name: &str, reason: String) -> Result<(), kube::Error> {
+    tracing::warn!(restore = %name, "Failed: {reason}");
+    patch(
+        api,
+        name,
+        json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+        None,
+    )
+    .await
 }
 
 /// One look: the new Restores, oldest first, each to its end.
@@ -180,16 +183,7 @@ async fn run_one(
     tracing::info!(restore = %name, backup = %spec.backup_name, "phase InProgress");
     let loaded = match iar_restore::stored::load(&restorer.store, &spec.backup_name).await {
         Ok(loaded) => loaded,
-        Err(reason) => {
-            tracing::warn!(restore = %name, "Failed: {reason}");
-            return patch(
-                api,
-                &name,
-                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
-                None,
-            )
-            .await;
-        }
+        Err(reason) => return failed(api, &name, reason).await,
     };
     let restore_ref = RestoreRef {
         name: name.clone(),
@@ -215,16 +209,7 @@ async fn run_one(
     .await;
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(e) => {
-            let reason = format!("the restore stopped: {e}");
-            return patch(
-                api,
-                &name,
-                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
-                None,
-            )
-            .await;
-        }
+        Err(e) => return failed(api, &name, format!("the restore stopped: {e}")).await,
     };
     let mut status = iar_restore::stored::status(&outcome, started, SystemTime::now());
     if let Err(e) =

@@ -11,7 +11,8 @@ use super::crd::Backup;
 use super::reconcile::Context;
 use super::resource::{RESOURCE_UID_ANNOTATION, delete_with_uid};
 use iar_backup::backup::object::BackupObject;
-use iar_backup::phases::gc::Outcome;
+use iar_backup::backup::object::BackupPhase;
+use iar_backup::phases::gc::{Kept, Outcome};
 use kube::ResourceExt;
 use kube::api::Api;
 use std::time::SystemTime;
@@ -163,8 +164,50 @@ pub async fn sweep(ctx: &Context, now: SystemTime) {
             Outcome::Failed(reason) => {
                 tracing::error!(backup = %name, "garbage collection: {reason}")
             }
+            Outcome::Kept(Kept::Running(phase)) => end_if_orphaned(ctx, name, phase).await,
             Outcome::Tidied | Outcome::WouldDelete(_) | Outcome::Kept(_) => {}
         }
+    }
+}
+
+/// A running backup of this controller's whose Backup resource is gone
+/// (or is another one of that name now) and that no process drives is
+/// ended, as the resource's cleanup would have ended it. The cleanup
+/// misses a backup whose first pass took its lease just after the
+/// cleanup looked for one (the fault campaign's seed 3413: a resource
+/// deleted as its backup started, its driver then losing the lease to a
+/// store fault, the backup left WaitingForPluginOperations with no
+/// resource to step it).
+async fn end_if_orphaned(ctx: &Context, name: &str, phase: BackupPhase) {
+    let c = &ctx.controller;
+    let Ok(Some(object)) = c
+        .store
+        .get_json::<BackupObject>(name, iar_core::store::BackupFile::Metadata)
+        .await
+    else {
+        return;
+    };
+    let namespace = ctx.api.namespace().unwrap_or_default();
+    let Some(made_for) = object.metadata.annotations.get(RESOURCE_UID_ANNOTATION) else {
+        return;
+    };
+    if object.metadata.namespace != namespace || object.metadata.name != name {
+        return;
+    }
+    match ctx.api.get_opt(name).await {
+        Ok(Some(resource)) if resource.uid().as_deref() == Some(made_for.as_str()) => return,
+        Ok(_) => {}
+        // Not known to be gone: left for the next sweep.
+        Err(_) => return,
+    }
+    match super::reconcile::end_deleted(c, name, namespace, phase).await {
+        Ok(()) => {
+            tracing::warn!(backup = %name, "its Backup resource is gone and no process drove it: ended Failed")
+        }
+        Err(iar_backup::phases::PhaseError::Lease(iar_core::store::lease::LeaseError::Held {
+            ..
+        })) => {}
+        Err(e) => tracing::warn!(backup = %name, "its Backup resource is gone; ending it: {e}"),
     }
 }
 

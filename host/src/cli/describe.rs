@@ -113,6 +113,14 @@ fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
 
 pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     if args.restore {
+        if args.through.cluster {
+            anyhow::bail!(
+                "--restore --cluster: a restore is described from the store (iar describe {} --restore --store URL), or from the cluster with kubectl get restores.iar.dev {} -o yaml; its log: iar logs {} --restore --cluster",
+                args.name,
+                args.name,
+                args.name
+            );
+        }
         return describe_restore(&args);
     }
     let name = &args.name;

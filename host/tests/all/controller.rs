@@ -2146,3 +2146,89 @@ async fn a_controllers_backup_deleted_from_the_command_line_takes_its_snapshot()
     crate::csi::wait_deleted(&admin, shop, "data-web-snap").await;
     assert!(store.list_backups().await.unwrap().is_empty());
 }
+
+/// A backup left running in the store with no process driving it and no
+/// Backup resource (deleted as the backup began: the resource's cleanup
+/// looked for a lease before the first pass took one, and the driver
+/// then lost its lease to a store fault; the fault campaign's seed 3413)
+/// is ended Failed by the leader's sweep, with the reason. One of another
+/// namespace's controller, or with no resource uid, is not this
+/// controller's and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_backup_whose_resource_is_gone_is_ended_by_the_sweep() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let ns = "orphan-system";
+    create_namespace(&admin, ns).await;
+    let (_dir, store) = store();
+    let uid_key = iar::k8s::resource::RESOURCE_UID_ANNOTATION;
+    for (name, namespace, uid) in [
+        ("orphan", ns, Some("deleted-resource-uid")),
+        ("elsewhere", "another-system", Some("other-uid")),
+        ("no-uid", ns, None),
+    ] {
+        let mut object = BackupObject::new(name, namespace, "store-uid", json!({}));
+        object.status.phase = BackupPhase::WaitingForPluginOperations;
+        if let Some(uid) = uid {
+            object
+                .metadata
+                .annotations
+                .insert(uid_key.into(), uid.into());
+        }
+        store
+            .put_json(name, BackupFile::Metadata, &object)
+            .await
+            .unwrap();
+    }
+    let (_, controller) = start_controller(
+        admin.clone(),
+        ns,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    let ended: BackupObject = wait_for(
+        "the orphan ended by the sweep",
+        Duration::from_secs(60),
+        || {
+            let store = store.clone();
+            async move {
+                let o: BackupObject = store
+                    .get_json("orphan", BackupFile::Metadata)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .unwrap();
+                if o.status.phase.is_running() {
+                    Err(format!("{}", o.status.phase))
+                } else {
+                    Ok(o)
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(ended.status.phase, BackupPhase::Failed);
+    assert!(
+        ended
+            .status
+            .failure_reason
+            .contains("was deleted while the backup was WaitingForPluginOperations"),
+        "{}",
+        ended.status.failure_reason
+    );
+    for name in ["elsewhere", "no-uid"] {
+        let o: BackupObject = store
+            .get_json(name, BackupFile::Metadata)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            o.status.phase,
+            BackupPhase::WaitingForPluginOperations,
+            "{name}"
+        );
+    }
+    controller.abort();
+}

@@ -431,6 +431,7 @@ impl Gc<'_> {
         // Hook claims a late run wrote after the files went are left over
         // too (the fault campaign's seeds 1212 and 1220).
         let claims = format!("backups/{name}/{name}-claims/");
+        // Not the hook ledger: its unfreezes may be owed.
         let own_files: Vec<String> = [
             BackupFile::Contents,
             BackupFile::ItemOperations,
