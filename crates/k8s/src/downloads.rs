@@ -12,13 +12,16 @@ use super::crd::{DownloadRequest, DownloadTarget};
 use iar_core::store::restores::RestoreFile;
 use iar_core::store::{BackupFile, BackupStore, Download};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 use std::time::{Duration, SystemTime};
 
 /// How long a signed URL reads, as Velero's server signs them.
 pub const URL_LIFETIME: Duration = Duration::from_secs(600);
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How a refused request says the file is not there ([`ThroughController::fetch`]
+/// reads it back as `None`).
+const NO_SUCH_FILE: &str = "has no such file in the store";
 
 /// The store key a target names, or why there is none.
 pub fn key_of(target: &DownloadTarget) -> Result<String, String> {
@@ -79,12 +82,7 @@ async fn tick(api: &Api<DownloadRequest>, store: &BackupStore) -> Result<(), kub
                                "expiration": rfc3339(now + URL_LIFETIME)})
                     }
                 };
-                api.patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({ "status": status })),
-                )
-                .await?;
+                super::resource::patch_status(api, &name, None, &status).await?;
             }
             _ => {
                 let expired = status
@@ -106,7 +104,7 @@ async fn answer(store: &BackupStore, target: &DownloadTarget) -> Result<String, 
     match store.download_url(&key, URL_LIFETIME).await {
         Ok(Download::Url(url)) => Ok(url.to_string()),
         Ok(Download::NotFound) => Err(format!(
-            "{} {:?} has no such file in the store ({key})",
+            "{} {:?} {NO_SUCH_FILE} ({key})",
             if target.kind.starts_with("Restore") {
                 "restore"
             } else {
@@ -122,89 +120,110 @@ async fn answer(store: &BackupStore, target: &DownloadTarget) -> Result<String, 
     }
 }
 
-/// Asks the controller of `namespace` for `kind` of `name` and reads it
-/// through the URL it answers with, ungzipped where the store gzips it:
-/// what `iar logs/describe --cluster` print, with no credentials for the
-/// bucket. The request is deleted once read.
-pub async fn fetch(
+/// A backup's or restore's files read through the controller of a
+/// namespace, with no credentials for the bucket: what `iar logs` and
+/// `iar describe` print with `--cluster`.
+pub struct ThroughController {
     client: kube::Client,
-    namespace: &str,
-    kind: &str,
-    name: &str,
-) -> Result<Vec<u8>, String> {
-    use kube::api::{ObjectMeta, PostParams};
-    let target = DownloadTarget {
-        kind: kind.into(),
-        name: name.into(),
-    };
-    key_of(&target)?;
-    let api = Api::<DownloadRequest>::namespaced(client, namespace);
-    let mut request = DownloadRequest::new("", super::crd::DownloadRequestSpec { target });
-    request.metadata = ObjectMeta {
-        generate_name: Some(format!("{}-", &name[..name.len().min(40)])),
-        ..ObjectMeta::default()
-    };
-    let made = api
-        .create(&PostParams::default(), &request)
-        .await
-        .map_err(|e| format!("creating a DownloadRequest in {namespace}: {e}"))?;
-    let made = made.name_any();
-    let answered = async {
-        let until = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let got = api
-                .get(&made)
-                .await
-                .map_err(|e| format!("reading DownloadRequest {namespace}/{made}: {e}"))?;
-            let status = got.status.unwrap_or_default();
-            match status.phase.as_deref() {
-                Some("Processed") => {
-                    return status
-                        .download_url
-                        .ok_or_else(|| format!("DownloadRequest {made}: Processed without a URL"));
-                }
-                Some("Failed") => return Err(status.reason.unwrap_or_default()),
-                _ if std::time::Instant::now() > until => {
-                    return Err(format!(
-                        "no controller answered DownloadRequest {namespace}/{made} within 60 s (is iar controller running in {namespace}?)"
-                    ));
-                }
-                _ => tokio::time::sleep(Duration::from_millis(250)).await,
-            }
-        }
-    }
-    .await;
-    let _ = api.delete(&made, &DeleteParams::default()).await;
-    let url = answered?;
-    iar_core::tls::install_crypto();
-    let body = reqwest::Client::new()
-        .get(&url)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .and_then(|r| r.error_for_status())
-        .map_err(|e| format!("reading {kind} of {name:?} through its URL: {e}"))?
-        .bytes()
-        .await
-        .map_err(|e| format!("reading {kind} of {name:?} through its URL: {e}"))?;
-    if kind == "BackupContents" {
-        return Ok(body.to_vec());
-    }
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut out)
-        .map_err(|e| format!("{kind} of {name:?}: not gzip: {e}"))?;
-    Ok(out)
+    namespace: String,
 }
 
-/// The Backup resource `name` of `namespace`, if there is one (`iar
-/// describe --cluster`).
-pub async fn backup_resource(
-    client: kube::Client,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<super::crd::Backup>, String> {
-    Api::<super::crd::Backup>::namespaced(client, namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("reading Backup {namespace}/{name}: {e}"))
+impl ThroughController {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        ThroughController {
+            client,
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// The namespace whose controller answers.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `kind` of `name`, through the URL the controller answers a
+    /// DownloadRequest with, ungzipped (bounded as the store's own reads)
+    /// where the store gzips it; `None` when the store has no such file.
+    /// The request is deleted once answered.
+    pub async fn fetch(&self, kind: &str, name: &str) -> Result<Option<Vec<u8>>, String> {
+        use kube::api::{ObjectMeta, PostParams};
+        let namespace = &self.namespace;
+        let target = DownloadTarget {
+            kind: kind.into(),
+            name: name.into(),
+        };
+        key_of(&target)?;
+        let api = Api::<DownloadRequest>::namespaced(self.client.clone(), namespace);
+        let mut request = DownloadRequest::new("", super::crd::DownloadRequestSpec { target });
+        request.metadata = ObjectMeta {
+            generate_name: Some(format!("{}-", &name[..name.len().min(40)])),
+            ..ObjectMeta::default()
+        };
+        let made = api
+            .create(&PostParams::default(), &request)
+            .await
+            .map_err(|e| format!("creating a DownloadRequest in {namespace}: {e}"))?;
+        let made = made.name_any();
+        let answered = async {
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let got = api
+                    .get(&made)
+                    .await
+                    .map_err(|e| format!("reading DownloadRequest {namespace}/{made}: {e}"))?;
+                let status = got.status.unwrap_or_default();
+                match status.phase.as_deref() {
+                    Some("Processed") => {
+                        return status.download_url.map(Some).ok_or_else(|| {
+                            format!("DownloadRequest {made}: Processed without a URL")
+                        });
+                    }
+                    Some("Failed") => {
+                        let reason = status.reason.unwrap_or_default();
+                        return if reason.contains(NO_SUCH_FILE) {
+                            Ok(None)
+                        } else {
+                            Err(reason)
+                        };
+                    }
+                    _ if std::time::Instant::now() > until => {
+                        return Err(format!(
+                            "no controller answered DownloadRequest {namespace}/{made} within 60 s (is iar controller running in {namespace}?)"
+                        ));
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(250)).await,
+                }
+            }
+        }
+        .await;
+        let _ = api.delete(&made, &DeleteParams::default()).await;
+        let Some(url) = answered? else {
+            return Ok(None);
+        };
+        iar_core::tls::install_crypto();
+        let body = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| format!("reading {kind} of {name:?} through its URL: {e}"))?
+            .bytes()
+            .await
+            .map_err(|e| format!("reading {kind} of {name:?} through its URL: {e}"))?;
+        if kind == "BackupContents" {
+            return Ok(Some(body.to_vec()));
+        }
+        iar_core::store::gz::gunzip_at_most(&body, iar_core::store::gz::JSON_MAX)
+            .map(Some)
+            .map_err(|e| format!("{kind} of {name:?}: {e}"))
+    }
+
+    /// The Backup resource `name`, if there is one.
+    pub async fn backup(&self, name: &str) -> Result<Option<super::crd::Backup>, String> {
+        Api::<super::crd::Backup>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading Backup {}/{name}: {e}", self.namespace))
+    }
 }

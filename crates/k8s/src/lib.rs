@@ -4,6 +4,8 @@
 
 #![allow(clippy::result_large_err)]
 
+pub use kube::Client;
+
 /// A client from the environment (in-cluster service account, or
 /// `KUBECONFIG` / `~/.kube/config`).
 pub async fn client() -> Result<kube::Client, kube::Error> {

@@ -8,18 +8,24 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
 pub use iar_backup::backup::object::RESOURCE_UID_ANNOTATION;
 
-/// Writes a backup's status onto its resource (a merge patch of the status
-/// subresource: nothing else of the object is touched). Over `version`
-/// (a resourceVersion the caller read) when given: refused with 409
-/// Conflict if anyone wrote the resource since, so that a patch held up on
-/// the way (a partition that delays and then delivers it) cannot land over
-/// a status a newer lease holder wrote meanwhile.
-pub async fn patch_status(
-    api: &Api<Backup>,
+/// Writes a status onto its resource (a merge patch of the status
+/// subresource: nothing else of the object is touched): a Backup's, a
+/// Restore's, a DownloadRequest's. Over `version` (a resourceVersion the
+/// caller read) when given: refused with 409 Conflict if anyone wrote the
+/// resource since, so that a patch held up on the way (a partition that
+/// delays and then delivers it) cannot land over a status a newer lease
+/// holder wrote meanwhile, and two leaders of a moment never both start
+/// the same Restore.
+pub async fn patch_status<K, S>(
+    api: &Api<K>,
     name: &str,
     version: Option<&str>,
-    status: &BackupStatus,
-) -> Result<(), kube::Error> {
+    status: &S,
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + ?Sized,
+{
     let mut patch = serde_json::json!({ "status": status });
     if let Some(version) = version {
         patch["metadata"] = serde_json::json!({ "resourceVersion": version });

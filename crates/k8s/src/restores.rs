@@ -12,6 +12,7 @@
 //! Velero's server marks such restores on start.
 
 use super::crd::Restore;
+use super::resource::patch_status;
 use iar_backup::phases::PluginSource;
 use iar_core::cluster::ClusterReader;
 use iar_core::store::BackupStore;
@@ -19,7 +20,7 @@ use iar_core::store::restores::RestoreFile;
 use iar_plugin::plugin::RestoreRef;
 use iar_restore::spec::RestoreSpec;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -83,31 +84,14 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
-/// A merge patch of the status; over `version` when given (a 409 if the
-/// resource changed since it was read).
-async fn patch(
-    api: &Api<Restore>,
-    name: &str,
-    status: Value,
-    version: Option<&str>,
-) -> Result<(), kube::Error> {
-    let mut body = json!({ "status": status });
-    if let Some(v) = version {
-        body["metadata"] = json!({ "resourceVersion": v });
-    }
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-        .map(|_| ())
-}
-
 /// Ends a restore that could not run: Failed, with why.
 async fn failed(api: &Api<Restore>, name: &str, reason: String) -> Result<(), kube::Error> {
     tracing::warn!(restore = %name, "Failed: {reason}");
-    patch(
+    patch_status(
         api,
         name,
-        json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
         None,
+        &json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
     )
     .await
 }
@@ -164,20 +148,20 @@ async fn run_one(
     }
     let (Some(spec), true) = (spec, invalid.is_empty()) else {
         tracing::warn!(restore = %name, "FailedValidation: {}", invalid.join("; "));
-        return patch(
+        return patch_status(
             api,
             &name,
-            json!({"phase": "FailedValidation", "validationErrors": invalid}),
             restore.metadata.resource_version.as_deref(),
+            &json!({"phase": "FailedValidation", "validationErrors": invalid}),
         )
         .await;
     };
     let started = SystemTime::now();
-    patch(
+    patch_status(
         api,
         &name,
-        json!({"phase": "InProgress", "startTimestamp": now()}),
         restore.metadata.resource_version.as_deref(),
+        &json!({"phase": "InProgress", "startTimestamp": now()}),
     )
     .await?;
     tracing::info!(restore = %name, backup = %spec.backup_name, "phase InProgress");
@@ -189,7 +173,7 @@ async fn run_one(
         name: name.clone(),
         namespace: restore.namespace().unwrap_or_default(),
         uid: restore.uid().unwrap_or_default(),
-        spec: raw.clone(),
+        spec: raw,
     };
     let (cluster, plugins) = (restorer.cluster.clone(), (restorer.plugins)());
     let for_run = restore_ref.clone();
@@ -213,7 +197,7 @@ async fn run_one(
     };
     let mut status = iar_restore::stored::status(&outcome, started, SystemTime::now());
     if let Err(e) =
-        iar_restore::stored::save(&restorer.store, &restore_ref, &raw, &outcome, &status).await
+        iar_restore::stored::save(&restorer.store, &restore_ref, &outcome, &status).await
     {
         // The objects are restored; only the record is missing. Said in
         // the status rather than dropped.
@@ -229,5 +213,5 @@ async fn run_one(
         "phase {}",
         outcome.phase()
     );
-    patch(api, &name, status, None).await
+    patch_status(api, &name, None, &status).await
 }

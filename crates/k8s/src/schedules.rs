@@ -132,14 +132,7 @@ async fn write_status(
     if before == Some(status) {
         return Ok(());
     }
-    schedules
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": status })),
-        )
-        .await
-        .map(|_| ())
+    super::resource::patch_status(schedules, name, None, status).await
 }
 
 /// Whether one of the schedule's backups is still New or InProgress:

@@ -70,7 +70,6 @@ pub fn status(outcome: &Outcome, started: SystemTime, finished: SystemTime) -> V
 pub async fn save(
     store: &BackupStore,
     restore: &crate::RestoreRef,
-    spec: &Value,
     outcome: &Outcome,
     status: &Value,
 ) -> Result<(), StoreError> {
@@ -86,7 +85,7 @@ pub async fn save(
         "apiVersion": "velero.io/v1",
         "kind": "Restore",
         "metadata": { "name": name, "namespace": restore.namespace, "uid": restore.uid },
-        "spec": spec,
+        "spec": restore.spec,
         "status": status,
     });
     store

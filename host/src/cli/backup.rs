@@ -38,35 +38,6 @@ fn move_old_overlay(store: &Path, overlay: &Path) {
     }
 }
 
-/// `--cluster` of `iar logs` and `iar describe`: read through the
-/// controller's DownloadRequests, without the bucket's credentials.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ThroughCluster {
-    /// Read it through the controller in the cluster the environment
-    /// reaches (a DownloadRequest, as Velero's CLI does), with no
-    /// credentials for the store.
-    #[arg(long)]
-    pub(super) cluster: bool,
-    /// The controller's namespace, with `--cluster`.
-    #[arg(long, default_value = "iar-system", requires = "cluster")]
-    pub(super) namespace: String,
-}
-
-impl ThroughCluster {
-    /// `kind` of `name`, fetched through the cluster's controller.
-    pub(super) fn fetch(&self, kind: &str, name: &str) -> anyhow::Result<Vec<u8>> {
-        let runtime = tokio_runtime()?;
-        runtime.block_on(async {
-            let client = iar::k8s::client().await.context(
-                "--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account",
-            )?;
-            iar::k8s::downloads::fetch(client, &self.namespace, kind, name)
-                .await
-                .map_err(anyhow::Error::msg)
-        })
-    }
-}
-
 #[derive(clap::Args)]
 pub struct StoreArg {
     /// The backup store: a directory, or file://, s3://, gs://, az:// URL.
@@ -518,15 +489,22 @@ pub(super) fn store_only(
     Ok(PhaseMachine::new(Vec::new(), store, cluster, settings))
 }
 
+/// A client of the cluster the environment reaches, for a command's
+/// `--cluster`.
+pub(super) fn cluster_client(
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<iar::k8s::Client> {
+    runtime
+        .block_on(iar::k8s::client())
+        .context("--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account")
+}
+
 /// The cluster the environment reaches, for a command's `--cluster`.
 pub(super) fn live_cluster(
     runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<iar::k8s::live::LiveCluster> {
-    let client = runtime
-        .block_on(iar::k8s::client())
-        .context("--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account")?;
     Ok(iar::k8s::live::LiveCluster::new(
-        client,
+        cluster_client(runtime)?,
         runtime.handle().clone(),
     ))
 }

@@ -18,7 +18,7 @@ pub struct LogsArgs {
     #[command(flatten)]
     store: StoreArg,
     #[command(flatten)]
-    through: super::backup::ThroughCluster,
+    through: super::through_cluster::ThroughCluster,
 }
 
 #[derive(clap::Args)]
@@ -48,7 +48,15 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         } else {
             "BackupLog"
         };
-        let log = args.through.fetch(kind, &args.name)?;
+        let reader = args.through.connect()?;
+        let log = reader.fetch(kind, &args.name)?.with_context(|| {
+            format!(
+                "{} {:?} has no such file in the store: no log (asked through the controller in {})",
+                if args.restore { "restore" } else { "backup" },
+                args.name,
+                reader.namespace()
+            )
+        })?;
         out!("{}", String::from_utf8_lossy(&log));
         if !log.ends_with(b"\n") && !log.is_empty() {
             outln!();

@@ -20,7 +20,7 @@ pub struct DescribeArgs {
     #[command(flatten)]
     store: StoreArg,
     #[command(flatten)]
-    through: super::backup::ThroughCluster,
+    through: super::through_cluster::ThroughCluster,
     /// `json` or `yaml`: the Backup as stored (Velero's
     /// `velero-backup.json`), as `velero backup describe -o` prints it.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
@@ -309,26 +309,19 @@ fn from_store(url: &str, name: &str) -> anyhow::Result<Described> {
 /// The Backup resource's status from the API server, its results and
 /// operations through DownloadRequests: no store credentials needed.
 fn through_cluster(
-    through: &super::backup::ThroughCluster,
+    through: &super::through_cluster::ThroughCluster,
     name: &str,
 ) -> anyhow::Result<Described> {
-    let rt = tokio_runtime()?;
-    let resource = rt.block_on(async {
-        let client = iar::k8s::client().await.context(
-            "--cluster: no cluster from KUBECONFIG, ~/.kube/config or a service account",
-        )?;
-        iar::k8s::downloads::backup_resource(client, &through.namespace, name)
-            .await
-            .map_err(anyhow::Error::msg)
-    })?;
-    let resource = resource
-        .with_context(|| format!("no Backup {name:?} in namespace {}", through.namespace))?;
+    let reader = through.connect()?;
+    let resource = reader
+        .backup(name)?
+        .with_context(|| format!("no Backup {name:?} in namespace {}", reader.namespace()))?;
     let object = BackupObject {
         api_version: "velero.io/v1".into(),
         kind: "Backup".into(),
         metadata: iar::backup::object::ObjectMeta {
             name: name.to_string(),
-            namespace: through.namespace.clone(),
+            namespace: reader.namespace().to_string(),
             uid: resource.metadata.uid.clone().unwrap_or_default(),
             creation_timestamp: resource
                 .metadata
@@ -341,18 +334,11 @@ fn through_cluster(
         status: resource.status.clone().unwrap_or_default(),
     };
     // A backup that has not written them yet has none: nothing to list.
-    let json_of = |kind: &str| -> anyhow::Result<Option<Vec<u8>>> {
-        match through.fetch(kind, name) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.to_string().contains("has no such file") => Ok(None),
-            Err(e) => Err(e),
-        }
-    };
-    let results: Results = match json_of("BackupResults")? {
+    let results: Results = match reader.fetch("BackupResults", name)? {
         Some(b) => serde_json::from_slice(&b).context("the backup's results")?,
         None => Results::default(),
     };
-    let ops: Vec<Operation> = match json_of("BackupItemOperations")? {
+    let ops: Vec<Operation> = match reader.fetch("BackupItemOperations", name)? {
         Some(b) => serde_json::from_slice(&b).context("the backup's operations")?,
         None => Vec::new(),
     };

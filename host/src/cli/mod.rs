@@ -29,6 +29,7 @@ mod restore;
 mod run;
 mod schedule;
 mod test;
+mod through_cluster;
 mod velero;
 mod volume;
 

@@ -211,7 +211,6 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(iar::restore::stored::save(
         &store,
         &restore_ref,
-        &spec.raw,
         &outcome,
         &status,
     ))?;

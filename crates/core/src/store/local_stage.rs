@@ -142,11 +142,9 @@ impl LocalStaging {
         bytes: Bytes,
     ) -> Result<(), StageError> {
         let file = staged.join(unique());
-        let result = blocking(move || Ok(stage_and_rename(&file, &target, &bytes))).await;
-        match result {
-            Ok(inner) => inner,
-            Err(e) => Err(StageError::Io(e)),
-        }
+        tokio::task::spawn_blocking(move || stage_and_rename(&file, &target, &bytes))
+            .await
+            .unwrap_or_else(|e| Err(StageError::Io(std::io::Error::other(e))))
     }
 }
 
