@@ -121,6 +121,42 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
     (takes, writes)
 }
 
+/// Every request to backup `backup`'s files that arrived between `from`
+/// and `to`, as the access log has them: when it arrived, operation, key,
+/// answer, time taken and user agent.
+fn requests_of(access_log: &Path, backup: &str, from: SystemTime, to: SystemTime) -> Vec<String> {
+    let text = std::fs::read_to_string(access_log).unwrap_or_default();
+    let prefix = format!("backups/{backup}/");
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            // Its keys, and its listings (the key is "-", the prefix in
+            // the URI).
+            let listed = format!("backups%2F{backup}");
+            if f.len() < 15 || !(f[8].starts_with(&prefix) || line.contains(&listed)) {
+                return None;
+            }
+            let took = f[14].parse::<u64>().unwrap_or_default();
+            let at = access_time(f[2])? - Duration::from_millis(took);
+            if at < from || at > to {
+                return None;
+            }
+            let who = f[11..]
+                .iter()
+                .find(|t| t.starts_with("iar-replica-") || t.starts_with("object_store"))
+                .map_or("-", |t| t);
+            Some(format!(
+                "{} {} {} {} {} {took}ms {who}",
+                humantime::format_rfc3339_seconds(at),
+                f[7],
+                f[8],
+                f[9],
+                f[10]
+            ))
+        })
+        .collect()
+}
+
 /// `[06/December/2026:17:14:30` (the access log's time, its zone `+0000`
 /// in the next field) as a time.
 fn access_time(field: &str) -> Option<SystemTime> {
@@ -264,8 +300,17 @@ pub(crate) fn audit(access_log: &Path, audit_log: &Path, ns: &str) -> Audit {
             .min_by_key(|t| t.generation);
         if let Some(t) = taken {
             let late = w.at.duration_since(t.at).unwrap_or_default();
+            // The backup's requests from well before the takeover to the
+            // write, every answer included: a finding that does not
+            // replay still shows who renewed, checked and wrote when.
+            let story = requests_of(
+                access_log,
+                &w.backup,
+                t.at - Duration::from_secs(20),
+                w.at + Duration::from_secs(2),
+            );
             found.push(format!(
-                "backup {}: {} wrote {} {}s after {} took generation {} (its own was {own})",
+                "backup {}: {} wrote {} {}s after {} took generation {} (its own was {own}); its requests: {story:#?}",
                 w.backup,
                 w.who,
                 w.what,

@@ -1272,9 +1272,15 @@ async fn run_seed(
             why = format!(" why={:?}", first_errors(&world.store.store, &name).await);
         }
         if phase == BackupPhase::Completed {
-            check_restore(&world.store.store, &name, &frozen)
-                .await
-                .map_err(violation)?;
+            if let Err(e) = check_restore(&world.store.store, &name, &frozen).await {
+                // What it stored and what it said, so that a finding that
+                // does not replay still tells its path.
+                let keys = world.store.store.backup_keys(&name).await;
+                let log = log_lines(&world.store.store, &name).await;
+                return Err(violation(format!(
+                    "{e}; its keys: {keys:?}; its log: {log:#?}"
+                )));
+            }
             // Its CSI claim's snapshot stands, ready, while it lives.
             match csi_snapshot(&world.admin, &ns, &name)
                 .await

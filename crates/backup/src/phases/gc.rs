@@ -476,7 +476,15 @@ impl Gc<'_> {
                     }
                 }
                 self.created.delete(name, None).await?;
-                for key in self.store.backup_keys(name).await? {
+                // The tarball first: with it, a process taking the
+                // backup over resumes the wait for its volumes from the
+                // records beside it, and a tidy cut short after those
+                // records went would leave a backup that completes with
+                // no volumes at all. Without it, the taker fails it.
+                let mut keys = self.store.backup_keys(name).await?;
+                let contents = BackupFile::Contents.key(name);
+                keys.sort_by_key(|k| *k != contents);
+                for key in keys {
                     if key.starts_with(&claims) || own_files.contains(&key) {
                         self.store.delete_key(&key).await?;
                     }
