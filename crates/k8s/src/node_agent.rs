@@ -333,6 +333,19 @@ pub async fn check_request(
 }
 
 /// Runs the agent until its watch fails for good.
+/// How long the agent waits for the next bytes of any answer from the API
+/// server ([`crate::client_reading_within`]): a request lost on a
+/// connection a network fault left half-open (no reset ever comes) fails
+/// then and is tried again, instead of holding the volume it serves, and
+/// the permit it holds, for kube's default of 295 s. client-go's HTTP/2
+/// health checks find such a connection dead in about as long.
+pub const READ_PATIENCE: Duration = Duration::from_secs(20);
+
+/// The agent's watch of its requests ends (and is resumed) this often,
+/// under [`READ_PATIENCE`]: a watch sent on a half-open connection is
+/// then found out too.
+const WATCH_SECONDS: u32 = 15;
+
 pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), AgentError> {
     iar_core::tls::install_crypto();
     let api: Api<VolumeBackup> = Api::namespaced(client.clone(), &options.namespace);
@@ -342,9 +355,14 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
     let running: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>> = Default::default();
     let options = Arc::new(options);
     let mut events = std::pin::pin!(
-        watcher::watcher(api.clone(), watcher::Config::default().labels(&selector))
-            .default_backoff()
-            .applied_objects()
+        watcher::watcher(
+            api.clone(),
+            watcher::Config::default()
+                .labels(&selector)
+                .timeout(WATCH_SECONDS)
+        )
+        .default_backoff()
+        .applied_objects()
     );
     tracing::info!(node = %options.node, "serving volume backups of this node");
     while let Some(event) = events.next().await {

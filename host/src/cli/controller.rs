@@ -383,7 +383,7 @@ pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     tokio.block_on(async move {
-        let client = iar::k8s::client()
+        let client = iar::k8s::client_reading_within(iar::k8s::node_agent::READ_PATIENCE)
             .await
             .context("connecting to the API server")?;
         iar::k8s::version::check(&client).await?;

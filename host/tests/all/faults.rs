@@ -855,7 +855,7 @@ async fn check_restore(
 
 /// A kubeconfig for the admin whose server is a new proxy `name` to the
 /// API server.
-fn proxied_kubeconfig(
+pub(crate) fn proxied_kubeconfig(
     server: &iar_apiserver::ApiServer,
     proxy: &Toxiproxy,
     name: &str,
@@ -1270,6 +1270,17 @@ async fn run_seed(
             .unwrap_or_default();
         if phase == BackupPhase::PartiallyFailed {
             why = format!(" why={:?}", first_errors(&world.store.store, &name).await);
+            // An agent that did not take a request: what it was doing
+            // (the campaign saw agents deaf for minutes after API faults).
+            if why.contains("took the request within")
+                && let Some(agent) = &world.agent
+            {
+                let log = agent.log();
+                let tail: Vec<&str> = log.lines().rev().take(12).collect();
+                for line in tail.into_iter().rev() {
+                    println!("fault-campaign agent-log seed={seed} round={round}: {line}");
+                }
+            }
         }
         if phase == BackupPhase::Completed {
             if let Err(e) = check_restore(&world.store.store, &name, &frozen).await {

@@ -832,3 +832,104 @@ async fn deleting_the_backup_mid_wait_cancels_its_volume_backups() {
         controller_log()
     );
 }
+
+/// The agent cut off from the API server while it reads a volume (Shopify's
+/// toxiproxy between them, its `timeout` toxic dropping whatever the agent
+/// sends while its connections stay open, as a network that loses a node's
+/// packets does, and closing them when it ends): each request it sent
+/// then is lost. It reports that volume's end once the network is back,
+/// and serves the next backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_partition_mid_volume_leaves_the_agent_serving() {
+    use iar_tests::toxiproxy::{Stream, Toxiproxy};
+    let ns = "agent-partition";
+    let Some(KwokCluster {
+        kwok,
+        server,
+        admin,
+    }) = kwok_cluster(ns, &["kwok-p"]).await
+    else {
+        return;
+    };
+    let toxiproxy = crate::volume_repository::go_tool("toxiproxy").expect("Go builds toxiproxy");
+    let proxy = Toxiproxy::start(&toxiproxy, 1);
+    let root = tempfile::tempdir().unwrap();
+    let dir = pod_with_volume(
+        kwok,
+        &admin,
+        ns,
+        "big-0",
+        "kwok-p",
+        "pv-agent-p",
+        root.path(),
+        json!({}),
+    )
+    .await;
+    big_file(&dir.join("big.bin"), 96);
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap();
+    let store = BackupStore::open(url).unwrap();
+    let kubeconfig = crate::faults::proxied_kubeconfig(server, &proxy, "agent-api", root.path());
+    let agent = Agent::start_with(server, User::Admin, ns, "kwok-p", root.path(), url, |c| {
+        c.env("KUBECONFIG", &kubeconfig);
+    });
+    let (_, controller) = start_controller(
+        admin.clone(),
+        ns,
+        store.clone(),
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    create_backup(&admin, ns, "cut", fs_backup_spec(ns)).await;
+    let requests = Api::<VolumeBackup>::namespaced(admin.clone(), ns);
+    let cut = wait_in_progress(&requests, Duration::from_secs(60)).await;
+    proxy.add(
+        "agent-api",
+        "partition",
+        "timeout",
+        Stream::Upstream,
+        json!({"timeout": 0}),
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    proxy.remove("agent-api", "partition");
+
+    // Its end is the agent's to say (or to find already said by the
+    // controller, which fails a silent agent's request): it says so once
+    // its lost requests have failed and been sent again.
+    let ended = format!("request={cut}");
+    iar_tests::wait_for(
+        "the agent to end the volume backup it read during the partition",
+        Duration::from_secs(90),
+        || {
+            let log = agent.log();
+            let done = log
+                .lines()
+                .any(|l| l.contains("volume backup ended") && l.contains(&ended));
+            std::future::ready(if done { Ok(()) } else { Err(log) })
+        },
+    )
+    .await;
+    let backups = Api::<iar::k8s::crd::Backup>::namespaced(admin.clone(), ns);
+    iar_tests::wait_for("backup cut to end", Duration::from_secs(90), || {
+        let backups = backups.clone();
+        async move {
+            let phase = backups
+                .get("cut")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .map(|s| s.phase);
+            match phase {
+                Some(p) if p.is_terminal() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+
+    create_backup(&admin, ns, "after", fs_backup_spec(ns)).await;
+    let after = wait_phase(&admin, ns, "after", BackupPhase::Completed).await;
+    controller.abort();
+    assert_eq!(after.status.unwrap().errors, 0, "{}", agent.log());
+}
