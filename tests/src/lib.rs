@@ -20,6 +20,7 @@ pub mod artifacts {
     include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 }
 
+pub mod blackhole;
 pub mod fixtures;
 pub mod http_faults;
 pub mod snapshots;

@@ -493,8 +493,8 @@ async fn fail_interrupted(
     selector: &str,
     node: &str,
 ) -> Result<(), AgentError> {
-    let list = api
-        .list(&ListParams::default().labels(selector))
+    let params = ListParams::default().labels(selector);
+    let list = crate::reach::at_start("listing this node's volume backups", || api.list(&params))
         .await
         .map_err(AgentError::List)?;
     for request in list.items {

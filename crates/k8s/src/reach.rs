@@ -81,6 +81,40 @@ where
     }
 }
 
+/// How long a process that is starting (the node agent, the controller)
+/// waits for the API server before it gives up and exits, for its
+/// kubelet to start it again.
+pub const START_PATIENCE: Duration = Duration::from_secs(600);
+
+/// `attempt`, the first request of a process that is starting, tried
+/// again while the API server is unreached, for up to
+/// [`START_PATIENCE`], each failure said: a node agent that exited when
+/// its first list met an API server outage or a partition left its node
+/// without volume backups until something restarted it (the fault
+/// campaign's seeds 3614 and 3620; a kubelet's crash-loop backoff grows
+/// to five minutes). An answer (a refusal included) is final at once.
+pub async fn at_start<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match attempt().await {
+            Err(e) if unreached(&e) && started.elapsed() + wait < START_PATIENCE => {
+                tracing::warn!(
+                    "{what}: the API server was not reached, trying again in {}: {e}",
+                    humantime::format_duration(wait)
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// `api.get_opt(name)`, tried again while the API server is unreached,
 /// for up to [`READ_PATIENCE`].
 pub async fn get_opt<K>(api: &kube::Api<K>, name: &str) -> Result<Option<K>, kube::Error>

@@ -47,10 +47,11 @@ pub fn judge(major: &str, minor: &str, shown: &str) -> Result<(), VersionError> 
 
 /// Asks the API server its version and judges it.
 pub async fn check(client: &kube::Client) -> Result<(), VersionError> {
-    let info = client
-        .apiserver_version()
-        .await
-        .map_err(VersionError::Ask)?;
+    let info = crate::reach::at_start("asking the API server's version", || {
+        client.apiserver_version()
+    })
+    .await
+    .map_err(VersionError::Ask)?;
     judge(&info.major, &info.minor, &info.git_version)
 }
 

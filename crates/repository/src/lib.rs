@@ -769,6 +769,39 @@ impl VolumeRepository {
         Ok(ids.len())
     }
 
+    /// Forgets every snapshot iar wrote whose backup `owned` does not
+    /// claim, given the snapshot's `backup=` and `backup-uid=` tags (an
+    /// untagged one is not iar's to judge, and stays); returns their ids.
+    /// A snapshot is an orphan when its backup was deleted before it was
+    /// written, and its writer could not forget it itself (a node agent
+    /// stopped past its silence, then cut off from the API server and the
+    /// store: the fault campaign's seed 3655).
+    pub fn forget_orphans(
+        &self,
+        owned: impl Fn(&str, &str) -> bool,
+    ) -> Result<Vec<String>, RepositoryError> {
+        let _lock = self.forget_lock()?;
+        let tag = |s: &SnapshotFile, key: &str| {
+            s.tags
+                .iter()
+                .find_map(|t| t.strip_prefix(key))
+                .map(str::to_string)
+        };
+        let orphans: Vec<_> = self
+            .snapshots()?
+            .into_iter()
+            .filter(|s| match (tag(s, "backup="), tag(s, "backup-uid=")) {
+                (Some(backup), Some(uid)) => !owned(&backup, &uid),
+                _ => false,
+            })
+            .collect();
+        let ids: Vec<_> = orphans.iter().map(|s| s.id).collect();
+        self.repo
+            .delete_snapshots(&ids)
+            .map_err(failed(&self.location, "forgetting orphaned snapshots"))?;
+        Ok(ids.iter().map(ToString::to_string).collect())
+    }
+
     /// A forget's lock: shared, where restic's `forget` takes an
     /// exclusive one. Deleting a snapshot file cannot take data a
     /// concurrent writer needs: only a prune deletes data, and a prune is

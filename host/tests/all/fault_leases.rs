@@ -33,6 +33,9 @@ pub(crate) fn replica_agent(i: usize) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct Write {
     pub(crate) at: SystemTime,
+    /// Its line in the store's access log (answers are logged in the
+    /// order they are made): none for the API server's.
+    pub(crate) line: Option<usize>,
     pub(crate) who: String,
     pub(crate) backup: String,
     pub(crate) what: String,
@@ -42,6 +45,8 @@ pub(crate) struct Write {
 #[derive(Clone, Debug)]
 struct Take {
     at: SystemTime,
+    /// Its line in the access log.
+    line: usize,
     generation: u64,
     who: String,
 }
@@ -53,7 +58,7 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
     let text = std::fs::read_to_string(access_log).unwrap_or_default();
     let mut takes: BTreeMap<String, Vec<Take>> = BTreeMap::new();
     let mut writes = Vec::new();
-    for line in text.lines() {
+    for (index, line) in text.lines().enumerate() {
         // owner bucket [time zone] ip requester id operation key uri
         // status ...; an error code may hold spaces, so the user agent is
         // found by its prefix, and only a replica's or iar's.
@@ -101,6 +106,7 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
                 if !chain.iter().any(|t| t.generation == generation) {
                     chain.push(Take {
                         at,
+                        line: index,
                         generation,
                         who,
                     });
@@ -113,6 +119,7 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
         }
         writes.push(Write {
             at,
+            line: Some(index),
             who,
             backup: backup.to_string(),
             what: format!("{operation} {key}"),
@@ -219,6 +226,7 @@ fn api_writes(audit_log: &Path, ns: &str) -> Vec<Write> {
             .unwrap_or_default();
         writes.push(Write {
             at,
+            line: None,
             who: who.to_string(),
             backup: name.to_string(),
             what: format!(
@@ -236,11 +244,22 @@ fn api_writes(audit_log: &Path, ns: &str) -> Vec<Write> {
 /// Every audited write to Backup `name` of namespace `ns`: verb, user,
 /// user agent, answer and time (a round's diagnostics).
 pub(crate) fn audit_events_of(audit_log: &Path, ns: &str, name: &str) -> Vec<String> {
+    audit_events_for(audit_log, "backups", ns, name)
+}
+
+/// Every audited write to the `resource` object `ns`/`name`, as
+/// [`audit_events_of`] says them.
+pub(crate) fn audit_events_for(
+    audit_log: &Path,
+    resource: &str,
+    ns: &str,
+    name: &str,
+) -> Vec<String> {
     let text = std::fs::read_to_string(audit_log).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| {
-            e["objectRef"]["resource"] == "backups"
+            e["objectRef"]["resource"] == resource
                 && e["objectRef"]["namespace"] == ns
                 && e["objectRef"]["name"] == name
         })
@@ -287,10 +306,21 @@ pub(crate) fn audit(access_log: &Path, audit_log: &Path, ns: &str) -> Audit {
             continue;
         };
         // The writer's own newest generation before the write, and any
-        // newer one another process created well before it.
+        // newer one another process created well before it. Its own take
+        // was answered before it sent the write: in the access log, an
+        // earlier line (the log's times are whole seconds, and an arrival
+        // reckoned from one may fall just before a take made in the same
+        // second: the campaign's seed 3642). The API server's writes go by
+        // time, a second's leeway given.
         let own = chain
             .iter()
-            .filter(|t| t.who == w.who && t.at <= w.at)
+            .filter(|t| {
+                t.who == w.who
+                    && match w.line {
+                        Some(line) => t.line < line,
+                        None => t.at <= w.at + Duration::from_secs(1),
+                    }
+            })
             .map(|t| t.generation)
             .max();
         let Some(own) = own else { continue };
@@ -340,7 +370,8 @@ fn the_access_logs_time_is_read() {
 /// The audit on logs written here: replica 0 takes backup b's lease,
 /// replica 1 takes the next generation at :10; replica 0's writes at :11
 /// (within the slack) pass, its PUT at :20 and its status patch at :21
-/// are late; replica 1's own writes and a hook claim pass.
+/// are late; replica 1's own writes and a hook claim pass, and so does a
+/// write logged after its writer's own take in the same second.
 #[test]
 fn a_write_after_another_took_the_lease_is_found() {
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +380,8 @@ fn a_write_after_another_took_the_lease_is_found() {
             "- bucket [06/December/2026:17:00:{time} +0000] 127.0.0.1 - ID s3_{op} {key} /bucket/{key} 200 - 0 0 1 1 - {agent} - host SigV4 - AuthHeader h - arn Yes\n"
         )
     };
-    let lease = |g: u32| format!("backups/b/b-lease-{g:020}.json");
+    let lease_of = |b: &str, g: u32| format!("backups/{b}/{b}-lease-{g:020}.json");
+    let lease = |g: u32| lease_of("b", g);
     let access = [
         line("01", "PutObject", &lease(1), "iar-replica-0"),
         line(
@@ -360,6 +392,14 @@ fn a_write_after_another_took_the_lease_is_found() {
         ),
         line("10", "PutObject", &lease(2), "iar-replica-1"),
         line("11", "PutObject", "backups/b/b-results.gz", "iar-replica-0"),
+        // Backup c: replica 2 takes it back (generation 3) and writes in
+        // the same second, the write logged after the take; its arrival,
+        // reckoned from the whole second less the 900 ms it took, falls
+        // before the take's (the campaign's seed 3642). Its own.
+        line("01", "PutObject", &lease_of("c", 1), "iar-replica-2"),
+        line("05", "PutObject", &lease_of("c", 2), "iar-replica-1"),
+        line("13", "PutObject", &lease_of("c", 3), "iar-replica-2"),
+        "- bucket [06/December/2026:17:00:13 +0000] 127.0.0.1 - ID s3_PutObject backups/c/c-logs.gz /backups/c/c-logs.gz 200 - 0 0 900 1 - iar-replica-2 - host SigV4 - AuthHeader h - arn Yes\n".to_string(),
         line(
             "12",
             "PutObject",
@@ -402,7 +442,7 @@ fn a_write_after_another_took_the_lease_is_found() {
         &dir.path().join("audit.log"),
         "ns",
     );
-    assert_eq!(found.takes, 2);
+    assert_eq!(found.takes, 5);
     assert_eq!(found.late.len(), 2, "{:#?}", found.late);
     assert!(
         found.late[0].contains("PutObject backups/b/velero-backup.json 10s after iar-replica-1")

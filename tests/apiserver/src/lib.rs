@@ -55,8 +55,9 @@ const APISERVER_READY: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(100);
 const CRDS_SERVED: Duration = Duration::from_secs(60);
 
-/// What a durable server audits: writes to iar's resources and pod execs,
-/// with who made them (user and user agent) and when.
+/// What a durable server audits: writes to iar's resources, to
+/// VolumeSnapshots (what plugins create for backups, and GC deletes) and
+/// pod execs, with who made them (user and user agent) and when.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -70,6 +71,8 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
   resources:
   - group: iar.dev
+  - group: snapshot.storage.k8s.io
+    resources: [volumesnapshots]
   - group: \"\"
     resources: [pods/exec]
 - level: None

@@ -1,7 +1,7 @@
 //! Volume repository maintenance: every namespace's repository pruned on
 //! the leader's schedule (`--repository-maintenance-period`; Velero runs a
 //! full maintenance weekly), so what forgotten snapshots held is given
-//! back.
+//! back; first, the snapshots no stored backup owns are forgotten.
 //!
 //! Three guards keep a prune from taking a writer's data: restic's
 //! exclusive lock on the repository (every writer, iar's or restic's,
@@ -19,6 +19,8 @@ use iar_repository::{Pruned, VolumeRepository};
 #[derive(Debug)]
 pub struct Maintained {
     pub namespace: String,
+    /// The snapshots forgotten first because no stored backup owns them.
+    pub orphans: Vec<String>,
     pub outcome: Result<Pruned, String>,
 }
 
@@ -54,11 +56,53 @@ impl PhaseMachine {
             let namespaces =
                 iar_repository::namespaces(&store, &runtime).map_err(|e| e.to_string())?;
             let mut done = Vec::new();
+            // Whose snapshots a stored backup owns: its uid and its
+            // resource's, read after the snapshots were listed (a backup's
+            // object is stored before any snapshot of it is written, so
+            // one that started since is found). A backup that cannot be
+            // read owns whatever names it: nothing is forgotten on doubt.
+            // Only a backup found is remembered: one found missing is read
+            // again for the next snapshot naming it.
+            let found: std::cell::RefCell<std::collections::HashMap<String, Vec<String>>> =
+                Default::default();
+            let owns = |backup: &str, uid: &str| {
+                if let Some(uids) = found.borrow().get(backup) {
+                    return uids.iter().any(|u: &String| u == uid);
+                }
+                let read = runtime.block_on(store.get_json::<crate::backup::object::BackupObject>(
+                    backup,
+                    iar_core::store::BackupFile::Metadata,
+                ));
+                match read {
+                    Ok(Some(o)) => {
+                        let uids = vec![o.metadata.uid.clone(), o.work_uid().to_string()];
+                        let owned = uids.iter().any(|u| u == uid);
+                        found.borrow_mut().insert(backup.to_string(), uids);
+                        owned
+                    }
+                    Ok(None) => false,
+                    Err(_) => true,
+                }
+            };
             for namespace in namespaces {
+                let mut orphans = Vec::new();
+                // A snapshot whose backup is gone, or is another backup
+                // now, is forgotten before the prune, which then gives its
+                // data back.
                 let outcome = VolumeRepository::open(&store, &namespace, &password, &runtime)
-                    .and_then(|repo| repo.prune(false))
+                    .and_then(|repo| {
+                        orphans = repo.forget_orphans(owns)?;
+                        if !orphans.is_empty() {
+                            tracing::warn!(repository = %repo.location(), ?orphans, "forgot snapshots whose backup is gone");
+                        }
+                        repo.prune(false)
+                    })
                     .map_err(|e| e.to_string());
-                done.push(Maintained { namespace, outcome });
+                done.push(Maintained {
+                    namespace,
+                    orphans,
+                    outcome,
+                });
             }
             Ok::<_, String>(done)
         })

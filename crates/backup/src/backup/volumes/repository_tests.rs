@@ -460,3 +460,66 @@ async fn a_sparse_file_of_exabytes_is_recorded_not_read() {
         "{warnings:?}"
     );
 }
+
+/// The leader's maintenance forgets, before it prunes, the snapshots no
+/// stored backup owns: one whose backup is gone (an agent stopped past
+/// its silence wrote it after the backup was deleted, and could not
+/// forget it itself: the fault campaign's seed 3655), and one tagged with
+/// a uid its backup's name no longer has. A stored backup's snapshot
+/// stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_forgets_only_the_snapshots_no_stored_backup_owns() {
+    let s = setup();
+    let vol = s.data.join("shop/db-data");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("f"), noise(1, 1 << 16)).unwrap();
+    for (backup, uid) in [("kept", "u-kept"), ("gone", "u-gone"), ("again", "u-old")] {
+        let done = LocalDirBackupper::new(s.data.clone(), s.store.clone(), 1)
+            .with_limits(limits("pw"))
+            .start(VolumeRequest {
+                backup_uid: uid.into(),
+                ..request(backup)
+            })
+            .await
+            .finished()
+            .await;
+        assert_eq!(done.phase, VolumePhase::Completed, "{:?}", done.error);
+    }
+    for (backup, uid) in [("kept", "u-kept"), ("again", "u-new")] {
+        let mut object =
+            crate::backup::object::BackupObject::new(backup, "velero", uid, serde_json::json!({}));
+        object.status.phase = crate::backup::object::BackupPhase::Completed;
+        s.store
+            .put_json(backup, iar_core::store::BackupFile::Metadata, &object)
+            .await
+            .unwrap();
+    }
+    let machine = crate::phases::PhaseMachine::new(
+        Vec::new(),
+        s.store.clone(),
+        Arc::new(iar_core::NoCluster),
+        crate::phases::Settings {
+            repository_password: Some(password("pw")),
+            ..Default::default()
+        },
+    );
+
+    let done = machine.maintain_repositories().await.unwrap();
+    let crate::phases::maintenance::Maintenance::Done(done) = done else {
+        panic!("{done:?}")
+    };
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].orphans.len(), 2, "{done:?}");
+    assert!(done[0].outcome.is_ok(), "{done:?}");
+    let r = repo(&s, "pw");
+    let left: Vec<String> = blocking(|| r.snapshots())
+        .unwrap()
+        .iter()
+        .map(|s| s.tags.to_string())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0].contains("backup=kept") && left[0].contains("backup-uid=u-kept"),
+        "{left:?}"
+    );
+}
