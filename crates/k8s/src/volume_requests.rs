@@ -184,6 +184,36 @@ impl VolumeBackupper for RequestBackupper {
         Ok(())
     }
 
+    /// Each unfinished request of the backup failed by the controller
+    /// ([`fail_request`]): its agent's fence reads that and writes
+    /// nothing more for it (an end the agent wrote first stands).
+    async fn end_backup(&self, backup: &str) -> Result<(), String> {
+        let api = Api::<VolumeBackup>::namespaced(self.client.clone(), &self.namespace);
+        let params = kube::api::ListParams::default().labels(&format!("{BACKUP_LABEL}={backup}"));
+        let requests =
+            crate::reach::until_reached(crate::reach::READ_PATIENCE, || api.list(&params))
+                .await
+                .map_err(|e| format!("listing the volume backup requests of {backup}: {e}"))?;
+        for request in requests.items {
+            let ended = request
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(VolumePhase::is_terminal);
+            if ended {
+                continue;
+            }
+            let name = request.metadata.name.clone().unwrap_or_default();
+            fail_request(
+                &api,
+                &name,
+                "its backup ended before this volume backup did, and its pod's unfreeze runs now; nothing more is written for it",
+            )
+            .await;
+        }
+        Ok(())
+    }
+
     async fn start(&self, volume: VolumeRequest) -> VolumeHandle {
         let (progress, rx) = watch::channel(volume.record());
         let (cancel, cancel_rx) = watch::channel(false);

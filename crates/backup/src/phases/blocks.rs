@@ -676,6 +676,15 @@ impl Blocks<'_> {
         if BlockWork::owed_post_hooks(&ledger).is_empty() {
             return Ok(());
         }
+        // The volume backups its blocks started end before the unfreeze,
+        // those no record names included (the process that started them
+        // stopped before it recorded them: the fault campaign's seed
+        // 3706 ran the unfreeze 2.5 s before its agent's request ended).
+        if let Some(backupper) = self.volume_backupper
+            && let Err(why) = backupper.end_backup(&name).await
+        {
+            return Err(PhaseError::VolumeData { name, why });
+        }
         let work = self.block_work(run).await?;
         work.continue_ledger(ledger.clone()).await;
         let mut report = crate::backup::block_work::BlockReport::default();

@@ -44,6 +44,23 @@ impl Parts {
     }
 
     pub(super) fn with(cluster: Arc<dyn ClusterReader>, plugins: Vec<Plugin>) -> Parts {
+        Parts::built(cluster, plugins, |m| m)
+    }
+
+    /// On `cluster`, the machine as `build` finishes it (a hook runner, a
+    /// volume backupper).
+    pub(super) fn with_machine(
+        cluster: Arc<dyn ClusterReader>,
+        build: impl FnOnce(PhaseMachine) -> PhaseMachine,
+    ) -> Parts {
+        Parts::built(cluster, Vec::new(), build)
+    }
+
+    fn built(
+        cluster: Arc<dyn ClusterReader>,
+        plugins: Vec<Plugin>,
+        build: impl FnOnce(PhaseMachine) -> PhaseMachine,
+    ) -> Parts {
         let dir = tempfile::tempdir().unwrap();
         let store = BackupStore::open(dir.path().to_str().unwrap()).unwrap();
         let clock = Arc::new(ManualClock::new());
@@ -53,7 +70,7 @@ impl Parts {
             ..Settings::default()
         };
         let machine =
-            PhaseMachine::new(plugins, store, cluster, settings).with_clock(clock.clone());
+            build(PhaseMachine::new(plugins, store, cluster, settings).with_clock(clock.clone()));
         Parts {
             _dir: dir,
             clock,

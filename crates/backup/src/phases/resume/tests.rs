@@ -157,3 +157,84 @@ async fn recorded_sources_must_be_recorded_and_present() {
     annotate(&mut object, &listed);
     assert_eq!(recorded_sources(&object).unwrap(), [here.path()]);
 }
+
+/// What a process taking over a backup does, said in order: the hooks it
+/// runs and the volume backups it ends.
+#[derive(Default)]
+struct Recorder {
+    said: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::backup::hooks::HookRunner for Recorder {
+    async fn run(
+        &self,
+        target: &crate::backup::hooks::HookTarget,
+        hook: &crate::backup::hooks::ResolvedHook,
+    ) -> crate::backup::hooks::HookRun {
+        self.said
+            .lock()
+            .unwrap()
+            .push(format!("{:?} {}", hook.phase, target.pod.name));
+        crate::backup::hooks::HookStatus::Succeeded.into()
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::backup::volumes::VolumeBackupper for Recorder {
+    async fn start(
+        &self,
+        request: crate::backup::volumes::VolumeRequest,
+    ) -> crate::backup::volumes::VolumeHandle {
+        panic!("nothing is started on a takeover: {request:?}")
+    }
+
+    async fn end_backup(&self, backup: &str) -> Result<(), String> {
+        self.said.lock().unwrap().push(format!("end {backup}"));
+        Ok(())
+    }
+}
+
+/// A first pass cut off after its pod's freeze and its volume backup's
+/// request, before it recorded that request (the tarball is not written):
+/// the process taking it over fails it, and ends the backup's volume
+/// backups before it runs the unfreeze it owes. Before, it ran the
+/// unfreeze at once, while the agent still read the volume under a
+/// request no record named (the fault campaign's seed 3706: 2.5 s before
+/// the request ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_ends_the_volume_backups_before_the_unfreeze_it_owes() {
+    let items = tempfile::tempdir().unwrap();
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop", "annotations": {
+            "pre.hook.backup.velero.io/command": "[\"fsfreeze\", \"--freeze\", \"/data\"]",
+            "post.hook.backup.velero.io/command": "[\"fsfreeze\", \"--unfreeze\", \"/data\"]",
+        }},
+        "spec": {"containers": [{"name": "db"}]}});
+    std::fs::write(items.path().join("pod.json"), pod.to_string()).unwrap();
+    let cluster = std::sync::Arc::new(iar_core::ManifestCluster::new(vec![
+        items.path().to_path_buf(),
+    ]));
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let parts = Parts::with_machine(cluster, |m| {
+        m.with_hook_runner(recorder.clone())
+            .with_volume_backupper(recorder.clone())
+    });
+    parts.put_object("b", BackupPhase::InProgress).await;
+    let frozen = crate::backup::block_work::LedgerEntry {
+        pod: iar_core::item::ItemRef::new("", "pods", "shop", "db-0"),
+        phase: "pre".into(),
+        state: "succeeded".into(),
+    };
+    parts
+        .store
+        .put_json("b", BackupFile::HookLedger, &[frozen])
+        .await
+        .unwrap();
+    let mut run = parts.load("b").await;
+
+    let step = parts.resume().step(&mut run).await.unwrap();
+    assert!(matches!(step, Step::Done(_)), "{step:?}");
+    assert_eq!(parts.stored("b").await.status.phase, BackupPhase::Failed);
+    assert_eq!(*recorder.said.lock().unwrap(), ["end b", "Post db-0"]);
+}
