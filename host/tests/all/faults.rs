@@ -664,6 +664,7 @@ async fn check_gone(
     ledger: &Path,
     hooks_before: usize,
     fate: Fate,
+    audit_log: &Path,
 ) -> Result<(BackupPhase, Instant), String> {
     let api = Api::<Backup>::namespaced(admin.clone(), ns);
     let started = Instant::now();
@@ -702,8 +703,13 @@ async fn check_gone(
     // A deleted backup must not leave its application frozen either.
     let (_, pre, post) = freezes_undone(ledger, hooks_before).await;
     if pre > post {
+        // The backup's log went with it; the execs into its pod, as the
+        // API server audited them, say which unfreeze was asked and how
+        // it was answered (seed 3818, as 1734: under an API server
+        // restart).
+        let execs = crate::fault_leases::audit_events_for(audit_log, "pods", ns, "db-0");
         return Err(format!(
-            "gone with {pre} pre and {post} post hook runs: a freeze left in place"
+            "gone with {pre} pre and {post} post hook runs: a freeze left in place; the pod's audited execs: {execs:#?}"
         ));
     }
     if pre > 1 || post > 1 {
@@ -1240,6 +1246,7 @@ async fn run_seed(
                 &ledger,
                 hooks_before.len(),
                 fate,
+                &world.server.audit_log(),
             )
             .await
             .map_err(&violation)?;

@@ -188,7 +188,9 @@ impl Blocks<'_> {
     /// controller to delete. Each owed
     /// unfreeze of a live pod must end up claimed in the store (run here,
     /// or by whoever claimed it), or the deletion stops, to be tried
-    /// again.
+    /// again. The sweep runs it for a Failed backup too
+    /// ([`super::gc`]): a step's error can end one before its blocks'
+    /// post hooks ran.
     pub(super) async fn unfreeze_before_deletion(
         &self,
         object: &crate::backup::object::BackupObject,
@@ -229,10 +231,10 @@ impl Blocks<'_> {
         let mut report = crate::backup::block_work::BlockReport::default();
         work.run_owed_posts(&ledger, &pods, &mut report).await;
         for record in &report.hooks {
-            tracing::info!(backup = %name, pod = %record.pod.path(), status = ?record.status, "an owed unfreeze ran before the backup's deletion");
+            tracing::info!(backup = %name, pod = %record.pod.path(), status = ?record.status, phase = %object.status.phase, "an unfreeze the ended backup owed ran");
         }
         for (_, e) in report.errors.iter().chain(&report.warnings) {
-            tracing::warn!(backup = %name, "before its deletion: {e}");
+            tracing::warn!(backup = %name, "running the unfreezes it owed: {e}");
         }
         for pod in pods
             .iter()

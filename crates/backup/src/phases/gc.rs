@@ -192,6 +192,9 @@ impl Gc<'_> {
         if let Some(kept) =
             why_kept_for(&object, now, reason).map_err(|e| PhaseError::invalid(name, e))?
         {
+            if !dry_run && object.status.phase == BackupPhase::Failed {
+                self.unfreeze_failed(name, &object).await?;
+            }
             return Ok(Outcome::Kept(kept));
         }
         if dry_run {
@@ -212,6 +215,36 @@ impl Gc<'_> {
             tracing::warn!(backup = %name, "deleted, but its lease files stay until the next sweep: {e}");
         }
         Ok(outcome)
+    }
+
+    /// A Failed backup whose hook ledger still owes unfreezes has them
+    /// run by the sweep, once each (claimed), under the backup's lease: a
+    /// step's error (the API server out of reach as it read the pods
+    /// owed their post hooks) ended it Failed before its blocks' post
+    /// hooks ran, and the pods stayed frozen until its deletion, 30 days
+    /// later by default (the fault campaign's seeds 3668, 3670, 3671 and
+    /// 3837). The ledger is read first without the lease: most Failed
+    /// backups owe nothing, and a lease is a store write.
+    async fn unfreeze_failed(&self, name: &str, object: &BackupObject) -> Result<(), PhaseError> {
+        let ledger: Vec<crate::backup::block_work::LedgerEntry> = self
+            .store
+            .get_json(name, BackupFile::HookLedger)
+            .await?
+            .unwrap_or_default();
+        if crate::backup::block_work::BlockWork::owed_post_hooks(&ledger).is_empty() {
+            return Ok(());
+        }
+        let ran = self
+            .leases
+            .with_lease(name, async {
+                self.blocks.unfreeze_before_deletion(object).await.map(drop)
+            })
+            .await;
+        match ran {
+            // Another process holds it: it runs them, or this sweep's next.
+            Err(PhaseError::Lease(LeaseError::Held { .. })) => Ok(()),
+            other => other,
+        }
     }
 
     async fn stored(&self, name: &str) -> Result<Option<BackupObject>, PhaseError> {

@@ -750,6 +750,70 @@ async fn a_deletion_runs_the_unfreeze_its_backup_owes_first() {
     assert_eq!(runner.ran.lock().unwrap().len(), 1);
 }
 
+/// A Failed backup whose ledger owes its pod's unfreeze (a step's error
+/// ended it before its blocks' post hooks ran) has it run by the next
+/// sweep, once, though the backup is kept; a Completed one owing the same
+/// is not touched (its blocks ran their post hooks, or claimed them).
+/// Before, the pod stayed frozen until the backup's deletion (the fault
+/// campaign's seeds 3668, 3670, 3671 and 3837).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_runs_the_unfreeze_a_failed_backup_owes() {
+    let (_dir, store) = temp_store();
+    let items = tempfile::tempdir().unwrap();
+    put_frozen_backup(&store, items.path()).await;
+    // Not expired: kept, and Failed.
+    let mut object: BackupObject = store
+        .get_json("frozen", BackupFile::Metadata)
+        .await
+        .unwrap()
+        .unwrap();
+    object.status.expiration = Some(rfc3339(t0() + HOUR));
+    store
+        .put_json("frozen", BackupFile::Metadata, &object)
+        .await
+        .unwrap();
+    let cluster = Arc::new(iar_core::ManifestCluster::new(vec![
+        items.path().to_path_buf(),
+    ]));
+    let runner = Arc::new(CountingRunner::default());
+    let c = PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        cluster,
+        Settings {
+            lease_duration: Duration::from_secs(30),
+            ..Settings::default()
+        },
+    )
+    .with_hook_runner(runner.clone());
+
+    for _ in 0..2 {
+        let o = outcomes(&c.collect_garbage(t0(), false).await.unwrap());
+        assert_eq!(
+            o,
+            [(
+                "frozen".to_string(),
+                format!("kept NotYet({:?})", rfc3339(t0() + HOUR))
+            )]
+        );
+    }
+    assert_eq!(*runner.ran.lock().unwrap(), ["Post db-0"]);
+
+    // The same, Completed, its claim gone: left alone.
+    store
+        .delete_key("backups/frozen/frozen-claims/post/shop/db-0")
+        .await
+        .unwrap();
+    object.status.phase = BackupPhase::Completed;
+    store
+        .as_another_process()
+        .put_json("frozen", BackupFile::Metadata, &object)
+        .await
+        .unwrap();
+    c.collect_garbage(t0(), false).await.unwrap();
+    assert_eq!(runner.ran.lock().unwrap().len(), 1);
+}
+
 /// What a plugin created for a backup and the record lacks (a pass stopped
 /// between the create and the record) is found by the backup's uid label
 /// in the resources its pinned plugins could write, and deleted with it;
