@@ -157,13 +157,27 @@ impl BackupStore {
     pub async fn current_lease(&self, backup: &str) -> Result<Option<LeaseRecord>, StoreError> {
         self.path(backup, super::BackupFile::Metadata)?;
         check_lease_key(backup)?;
+        // A generation removed between the listing and its read (a taker
+        // deletes the ones before its own) is listed again; a loop, not a
+        // recursion, so that a lease changing hands often cannot deepen
+        // the stack.
+        loop {
+            if let Some(found) = self.newest_lease(backup).await? {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// The newest lease generation as listed and read now; `None` when
+    /// the generation listed was removed before it was read.
+    async fn newest_lease(&self, backup: &str) -> Result<Option<Option<LeaseRecord>>, StoreError> {
         let listing = match self
             .store
             .list_with_delimiter(Some(&Path::from(format!("{BACKUPS}/{backup}"))))
             .await
         {
             Ok(l) => l,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(object_store::Error::NotFound { .. }) => return Ok(Some(None)),
             Err(e) => return Err(self.io(format!("{BACKUPS}/{backup}/"), e)),
         };
         let newest = listing
@@ -172,19 +186,17 @@ impl BackupStore {
             .filter_map(|o| generation_of(backup, o.location.as_ref()))
             .max();
         let Some(generation) = newest else {
-            return Ok(None);
+            return Ok(Some(None));
         };
         let k = key(backup, generation);
         let bytes = match self.store.get(&Path::from(k.as_str())).await {
             Ok(r) => r.bytes().await.map_err(|e| self.io(k.clone(), e))?,
             // Removed since the listing: a newer one exists or none does.
-            Err(object_store::Error::NotFound { .. }) => {
-                return Box::pin(self.current_lease(backup)).await;
-            }
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.io(k, e)),
         };
         serde_json::from_slice(&bytes)
-            .map(Some)
+            .map(|record| Some(Some(record)))
             .map_err(|e| self.corrupt(k, super::Corruption::LeaseJson(e)))
     }
 
