@@ -862,7 +862,7 @@ async fn an_agent_whose_connections_go_dead_serves_again() {
         ns,
         "big-0",
         "kwok-h",
-        "pv-agent-h",
+        "pv-agent-hole",
         root.path(),
         json!({}),
     )
@@ -946,7 +946,7 @@ async fn an_agent_started_while_the_api_server_is_away_waits_for_it() {
         kwok,
         server,
         admin,
-    }) = kwok_cluster(ns, &["kwok-e"]).await
+    }) = kwok_cluster(ns, &["kwok-early"]).await
     else {
         return;
     };
@@ -956,8 +956,8 @@ async fn an_agent_started_while_the_api_server_is_away_waits_for_it() {
         &admin,
         ns,
         "db-0",
-        "kwok-e",
-        "pv-agent-e",
+        "kwok-early",
+        "pv-agent-early",
         root.path(),
         json!({}),
     )
@@ -967,9 +967,17 @@ async fn an_agent_started_while_the_api_server_is_away_waits_for_it() {
     let store = BackupStore::open(url).unwrap();
     let hole = iar_tests::blackhole::Blackhole::start_refusing(api_addr(server));
     let kubeconfig_path = kubeconfig_through(server, &hole, root.path());
-    let mut agent = Agent::start_with(server, User::Admin, ns, "kwok-e", root.path(), url, |c| {
-        c.env("KUBECONFIG", &kubeconfig_path);
-    });
+    let mut agent = Agent::start_with(
+        server,
+        User::Admin,
+        ns,
+        "kwok-early",
+        root.path(),
+        url,
+        |c| {
+            c.env("KUBECONFIG", &kubeconfig_path);
+        },
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(agent.exited(), None, "{}", agent.log());
     hole.pass();
