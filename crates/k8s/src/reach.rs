@@ -61,22 +61,54 @@ where
 pub async fn until<T, F, Fut>(
     patience: Duration,
     again: fn(&kube::Error) -> bool,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let started = tokio::time::Instant::now();
-    let mut wait = Duration::from_millis(500);
-    loop {
-        match attempt().await {
-            Err(e) if again(&e) && started.elapsed() + wait < patience => {
-                tracing::debug!("API server not reached, trying again in {wait:?}: {e}");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
+    let backoff = Backoff {
+        patience,
+        again,
+        longest: Duration::from_secs(5),
+    };
+    backoff
+        .run(attempt, |wait, e| {
+            tracing::debug!("API server not reached, trying again in {wait:?}: {e}")
+        })
+        .await
+}
+
+/// How [`until`] and [`at_start`] try again: while `again` allows the
+/// error and `patience` has not passed, waiting 0.5 s and then twice as
+/// long each time, up to `longest`.
+struct Backoff {
+    patience: Duration,
+    again: fn(&kube::Error) -> bool,
+    longest: Duration,
+}
+
+impl Backoff {
+    async fn run<T, F, Fut>(
+        &self,
+        mut attempt: F,
+        said: impl Fn(Duration, &kube::Error),
+    ) -> Result<T, kube::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let started = tokio::time::Instant::now();
+        let mut wait = Duration::from_millis(500);
+        loop {
+            match attempt().await {
+                Err(e) if (self.again)(&e) && started.elapsed() + wait < self.patience => {
+                    said(wait, &e);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(self.longest);
+                }
+                other => return other,
             }
-            other => return other,
         }
     }
 }
@@ -93,26 +125,24 @@ pub const START_PATIENCE: Duration = Duration::from_secs(600);
 /// without volume backups until something restarted it (the fault
 /// campaign's seeds 3614 and 3620; a kubelet's crash-loop backoff grows
 /// to five minutes). An answer (a refusal included) is final at once.
-pub async fn at_start<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, kube::Error>
+pub async fn at_start<T, F, Fut>(what: &str, attempt: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let started = tokio::time::Instant::now();
-    let mut wait = Duration::from_millis(500);
-    loop {
-        match attempt().await {
-            Err(e) if unreached(&e) && started.elapsed() + wait < START_PATIENCE => {
-                tracing::warn!(
-                    "{what}: the API server was not reached, trying again in {}: {e}",
-                    humantime::format_duration(wait)
-                );
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(10));
-            }
-            other => return other,
-        }
-    }
+    let backoff = Backoff {
+        patience: START_PATIENCE,
+        again: unreached,
+        longest: Duration::from_secs(10),
+    };
+    backoff
+        .run(attempt, |wait, e| {
+            tracing::warn!(
+                "{what}: the API server was not reached, trying again in {}: {e}",
+                humantime::format_duration(wait)
+            )
+        })
+        .await
 }
 
 /// `api.get_opt(name)`, tried again while the API server is unreached,
