@@ -36,6 +36,36 @@ pub struct RequestBackupper {
 }
 
 impl RequestBackupper {
+    fn requests_api(&self) -> Api<VolumeBackup> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Backup `backup`'s requests that have not ended, by name; listed
+    /// again while the API server is unreached, for up to `patience`
+    /// (zero: once).
+    async fn unfinished_requests(
+        &self,
+        backup: &str,
+        patience: Duration,
+    ) -> Result<Vec<(String, VolumeBackup)>, String> {
+        let api = self.requests_api();
+        let params = kube::api::ListParams::default().labels(&format!("{BACKUP_LABEL}={backup}"));
+        let requests = crate::reach::until_reached(patience, || api.list(&params))
+            .await
+            .map_err(|e| format!("listing the volume backup requests of {backup}: {e}"))?;
+        Ok(requests
+            .items
+            .into_iter()
+            .filter(|r| {
+                !r.status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .is_some_and(VolumePhase::is_terminal)
+            })
+            .map(|r| (r.metadata.name.clone().unwrap_or_default(), r))
+            .collect())
+    }
+
     pub fn new(client: kube::Client, namespace: &str, store: &str, silence: Duration) -> Self {
         RequestBackupper {
             client,
@@ -157,22 +187,11 @@ impl VolumeBackupper for RequestBackupper {
     /// `spec.cancel` on each of the backup's requests that has not ended:
     /// their agents stop them, wherever the controller that made them is.
     async fn cancel_backup(&self, backup: &str) -> Result<(), String> {
-        let api = Api::<VolumeBackup>::namespaced(self.client.clone(), &self.namespace);
-        let selector = format!("{BACKUP_LABEL}={backup}");
-        let requests = api
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| format!("listing the volume backup requests of {backup}: {e}"))?;
-        for request in requests.items {
-            let ended = request
-                .status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(VolumePhase::is_terminal);
-            if ended || request.spec.cancel {
+        let api = self.requests_api();
+        for (name, request) in self.unfinished_requests(backup, Duration::ZERO).await? {
+            if request.spec.cancel {
                 continue;
             }
-            let name = request.metadata.name.clone().unwrap_or_default();
             api.patch(
                 &name,
                 &PatchParams::default(),
@@ -188,22 +207,11 @@ impl VolumeBackupper for RequestBackupper {
     /// ([`fail_request`]): its agent's fence reads that and writes
     /// nothing more for it (an end the agent wrote first stands).
     async fn end_backup(&self, backup: &str) -> Result<(), String> {
-        let api = Api::<VolumeBackup>::namespaced(self.client.clone(), &self.namespace);
-        let params = kube::api::ListParams::default().labels(&format!("{BACKUP_LABEL}={backup}"));
-        let requests =
-            crate::reach::until_reached(crate::reach::READ_PATIENCE, || api.list(&params))
-                .await
-                .map_err(|e| format!("listing the volume backup requests of {backup}: {e}"))?;
-        for request in requests.items {
-            let ended = request
-                .status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(VolumePhase::is_terminal);
-            if ended {
-                continue;
-            }
-            let name = request.metadata.name.clone().unwrap_or_default();
+        let api = self.requests_api();
+        for (name, _) in self
+            .unfinished_requests(backup, crate::reach::READ_PATIENCE)
+            .await?
+        {
             fail_request(
                 &api,
                 &name,
@@ -224,7 +232,7 @@ impl VolumeBackupper for RequestBackupper {
                 return VolumeHandle::new(rx, cancel);
             }
         };
-        let api: Api<VolumeBackup> = Api::namespaced(self.client.clone(), &self.namespace);
+        let api = self.requests_api();
         let name = request.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &request).await {
             Ok(_) => {}
