@@ -7,8 +7,9 @@
 //! closed as soon as it is accepted, as a server that is down behind a
 //! load balancer) until told to pass them.
 
+use crate::hop::Hop;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -18,21 +19,12 @@ struct Shared {
     connections: Mutex<Vec<Arc<AtomicBool>>>,
     /// Set: each new connection is closed at once.
     refusing: AtomicBool,
-    stopped: AtomicBool,
 }
 
 /// The hop; it stops accepting when dropped (the black holes stay).
 pub struct Blackhole {
-    addr: SocketAddr,
+    hop: Hop,
     shared: Arc<Shared>,
-}
-
-impl Drop for Blackhole {
-    fn drop(&mut self) {
-        self.shared.stopped.store(true, Ordering::SeqCst);
-        // Wakes the accept loop.
-        let _ = TcpStream::connect(self.addr);
-    }
 }
 
 impl Blackhole {
@@ -51,37 +43,29 @@ impl Blackhole {
 
     /// A hop on a free loopback port to `upstream`.
     pub fn start(upstream: SocketAddr) -> Blackhole {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("binding the hop");
-        let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::default());
         let accepting = shared.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if accepting.stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(client) = client else { continue };
-                if accepting.refusing.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(upstream) else {
-                    continue;
-                };
-                let dead = Arc::new(AtomicBool::new(false));
-                accepting.connections.lock().unwrap().push(dead.clone());
-                let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let d = dead.clone();
-                std::thread::spawn(move || pump(client, server, &d));
-                std::thread::spawn(move || pump(s, c, &dead));
+        let hop = Hop::start(move |client| {
+            if accepting.refusing.load(Ordering::SeqCst) {
+                drop(client);
+                return;
             }
+            let Ok(server) = TcpStream::connect(upstream) else {
+                return;
+            };
+            let dead = Arc::new(AtomicBool::new(false));
+            accepting.connections.lock().unwrap().push(dead.clone());
+            let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let d = dead.clone();
+            std::thread::spawn(move || pump(client, server, &d));
+            std::thread::spawn(move || pump(s, c, &dead));
         });
-        Blackhole { addr, shared }
+        Blackhole { hop, shared }
     }
 
     /// Where clients connect.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.hop.addr()
     }
 
     /// Every connection open now drops all it carries from here on, and

@@ -5,9 +5,10 @@
 //! and the connections open when it began are closed, so no client keeps
 //! talking to the store through it.
 
+use crate::hop::Hop;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,6 @@ struct Shared {
     /// Bumped when a failure begins: piped connections of an older
     /// generation close.
     generation: AtomicU64,
-    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -32,40 +32,24 @@ impl Shared {
 
 /// The hop; it stops accepting when dropped.
 pub struct HttpFaults {
-    addr: SocketAddr,
+    hop: Hop,
     shared: Arc<Shared>,
-}
-
-impl Drop for HttpFaults {
-    fn drop(&mut self) {
-        self.shared.stopped.store(true, Ordering::SeqCst);
-        // Wakes the accept loop.
-        let _ = TcpStream::connect(self.addr);
-    }
 }
 
 impl HttpFaults {
     /// A hop on a free loopback port to `upstream`.
     pub fn start(upstream: SocketAddr) -> HttpFaults {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("binding the hop");
-        let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::default());
-        let accepting = shared.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if accepting.stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(client) = client else { continue };
-                let shared = accepting.clone();
-                std::thread::spawn(move || serve(client, upstream, &shared));
-            }
+        let serving = shared.clone();
+        let hop = Hop::start(move |client| {
+            let shared = serving.clone();
+            std::thread::spawn(move || serve(client, upstream, &shared));
         });
-        HttpFaults { addr, shared }
+        HttpFaults { hop, shared }
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.hop.addr()
     }
 
     /// Answers `status` (500 or 503) to every request for `lasting`.
@@ -155,6 +139,7 @@ fn answer(client: &mut TcpStream, status: u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
 
     /// A request through the hop reaches the upstream; while a failure
     /// lasts it gets the status instead.

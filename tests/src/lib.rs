@@ -22,6 +22,7 @@ pub mod artifacts {
 
 pub mod blackhole;
 pub mod fixtures;
+mod hop;
 pub mod http_faults;
 pub mod snapshots;
 pub mod toxiproxy;
