@@ -1304,7 +1304,7 @@ async fn grant_read(client: &Client, group: &str, resource: &str) {
 }
 
 /// Waits for the resource's status to reach an end, whichever.
-async fn wait_until_done(client: &Client, ns: &str, name: &str) -> Backup {
+pub(crate) async fn wait_until_done(client: &Client, ns: &str, name: &str) -> Backup {
     let api = Api::<Backup>::namespaced(client.clone(), ns);
     wait_for(
         &format!("backup {ns}/{name} ended"),

@@ -51,6 +51,53 @@ struct Take {
     who: String,
 }
 
+/// One line of versitygw's access log, its fields as the log has them:
+/// owner bucket [time zone] ip requester id operation key uri status ...
+struct Request<'a> {
+    /// When it was answered, to the second.
+    answered: SystemTime,
+    /// `s3_PutObject` and the like.
+    operation: &'a str,
+    key: &'a str,
+    uri: &'a str,
+    status: &'a str,
+    /// Its total time (ms), if the line has the field; fixed for a 2xx,
+    /// whose error code is "-" (fields 12-14: bytes sent, object size,
+    /// total time).
+    took: Option<u64>,
+    /// The user agent: an error code may hold spaces, so it is found by
+    /// its prefix, and only a replica's or iar's.
+    who: &'a str,
+}
+
+impl<'a> Request<'a> {
+    fn parse(line: &'a str) -> Option<Request<'a>> {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 12 {
+            return None;
+        }
+        Some(Request {
+            answered: access_time(f[2])?,
+            operation: f[7],
+            key: f[8],
+            uri: f[9],
+            status: f[10],
+            took: f.get(14).map(|ms| ms.parse().unwrap_or_default()),
+            who: f[11..]
+                .iter()
+                .find(|t| t.starts_with("iar-replica-") || t.starts_with("object_store"))
+                .map_or("-", |t| t),
+        })
+    }
+
+    /// When it arrived: its answer's time less the time it took (a slow
+    /// store is not a late writer; a request held up on the way, by a
+    /// partition, is).
+    fn arrived(&self, took: u64) -> SystemTime {
+        self.answered - Duration::from_millis(took)
+    }
+}
+
 /// What versitygw's access log says was written under `backups/`: lease
 /// generations created (by the first successful PUT of each), and every
 /// other successful PUT, COPY or DELETE of a backup's files.
@@ -59,43 +106,24 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
     let mut takes: BTreeMap<String, Vec<Take>> = BTreeMap::new();
     let mut writes = Vec::new();
     for (index, line) in text.lines().enumerate() {
-        // owner bucket [time zone] ip requester id operation key uri
-        // status ...; an error code may hold spaces, so the user agent is
-        // found by its prefix, and only a replica's or iar's.
-        let f: Vec<&str> = line.split(' ').collect();
-        if f.len() < 12 {
-            continue;
-        }
-        let operation = f[7].strip_prefix("s3_").unwrap_or(f[7]);
-        let (Some(answered), key, status) = (access_time(f[2]), f[8], f[10]) else {
+        let Some(r) = Request::parse(line) else {
             continue;
         };
-        // When the request arrived: its answer's time less the time it
-        // took (a slow store is not a late writer; a request held up on
-        // the way, by a partition, is).
-        // Fields 12-14: bytes sent, object size, total time (ms); fixed
-        // for a 2xx, whose error code is "-".
-        let took = f
-            .get(14)
-            .and_then(|ms| ms.parse::<u64>().ok())
-            .unwrap_or_default();
-        let at = answered - Duration::from_millis(took);
-        if !status.starts_with('2')
+        let operation = r.operation.strip_prefix("s3_").unwrap_or(r.operation);
+        let at = r.arrived(r.took.unwrap_or_default());
+        if !r.status.starts_with('2')
             || !matches!(operation, "PutObject" | "CopyObject" | "DeleteObject")
         {
             continue;
         }
-        let Some((backup, file)) = key
+        let Some((backup, file)) = r
+            .key
             .strip_prefix("backups/")
             .and_then(|rest| rest.split_once('/'))
         else {
             continue;
         };
-        let who = f[11..]
-            .iter()
-            .find(|t| t.starts_with("iar-replica-") || t.starts_with("object_store"))
-            .map_or("-", |t| t)
-            .to_string();
+        let who = r.who.to_string();
         let lease = file
             .strip_prefix(&format!("{backup}-lease-"))
             .and_then(|g| g.strip_suffix(".json"))
@@ -122,7 +150,7 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
             line: Some(index),
             who,
             backup: backup.to_string(),
-            what: format!("{operation} {key}"),
+            what: format!("{operation} {}", r.key),
         });
     }
     (takes, writes)
@@ -134,31 +162,27 @@ fn store_log(access_log: &Path) -> (BTreeMap<String, Vec<Take>>, Vec<Write>) {
 fn requests_of(access_log: &Path, backup: &str, from: SystemTime, to: SystemTime) -> Vec<String> {
     let text = std::fs::read_to_string(access_log).unwrap_or_default();
     let prefix = format!("backups/{backup}/");
+    // Its keys, and its listings (the key is "-", the prefix in the URI).
+    let listed = format!("backups%2F{backup}");
     text.lines()
         .filter_map(|line| {
-            let f: Vec<&str> = line.split(' ').collect();
-            // Its keys, and its listings (the key is "-", the prefix in
-            // the URI).
-            let listed = format!("backups%2F{backup}");
-            if f.len() < 15 || !(f[8].starts_with(&prefix) || line.contains(&listed)) {
+            let r = Request::parse(line)?;
+            let took = r.took?;
+            if !(r.key.starts_with(&prefix) || line.contains(&listed)) {
                 return None;
             }
-            let took = f[14].parse::<u64>().unwrap_or_default();
-            let at = access_time(f[2])? - Duration::from_millis(took);
+            let at = r.arrived(took);
             if at < from || at > to {
                 return None;
             }
-            let who = f[11..]
-                .iter()
-                .find(|t| t.starts_with("iar-replica-") || t.starts_with("object_store"))
-                .map_or("-", |t| t);
             Some(format!(
-                "{} {} {} {} {} {took}ms {who}",
+                "{} {} {} {} {} {took}ms {}",
                 humantime::format_rfc3339_seconds(at),
-                f[7],
-                f[8],
-                f[9],
-                f[10]
+                r.operation,
+                r.key,
+                r.uri,
+                r.status,
+                r.who
             ))
         })
         .collect()

@@ -875,18 +875,9 @@ fn proxied_kubeconfig(
     name: &str,
     dir: &Path,
 ) -> PathBuf {
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(server.kubeconfig()).unwrap()).unwrap();
-    config["current-context"] = User::Admin.name().into();
-    for cluster in config["clusters"].as_array_mut().unwrap() {
-        let url = cluster["cluster"]["server"].as_str().unwrap().to_string();
-        let upstream: SocketAddr = url.trim_start_matches("https://").parse().unwrap();
-        let listen = proxy.proxy(name, upstream);
-        cluster["cluster"]["server"] = format!("https://{listen}").into();
-    }
-    let path = dir.join(format!("kubeconfig-{name}"));
-    std::fs::write(&path, config.to_string()).unwrap();
-    path
+    crate::support::admin_kubeconfig_via(server, dir, &format!("kubeconfig-{name}"), |upstream| {
+        proxy.proxy(name, upstream)
+    })
 }
 
 /// A hook (Velero's annotation form) appending `what` and the time to
@@ -1177,10 +1168,9 @@ async fn run_seed(
         if let Some(agent) = world.agent.as_mut()
             && let Some(status) = agent.exited()
         {
-            let log = agent.log();
-            let tail: Vec<&str> = log.lines().rev().take(8).collect();
             return Err(format!(
-                "seed {seed} round {round}: the node agent exited by itself ({status}): {tail:#?}"
+                "seed {seed} round {round}: the node agent exited by itself ({status}): {:#?}",
+                agent.last_lines(8)
             ));
         }
         let changes = 1 + dice.below(12);
@@ -1318,9 +1308,7 @@ async fn run_seed(
             if why.contains("took the request within")
                 && let Some(agent) = &world.agent
             {
-                let log = agent.log();
-                let tail: Vec<&str> = log.lines().rev().take(12).collect();
-                for line in tail.into_iter().rev() {
+                for line in agent.last_lines(12) {
                     println!("fault-campaign agent-log seed={seed} round={round}: {line}");
                 }
             }

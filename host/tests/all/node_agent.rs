@@ -9,7 +9,7 @@
 //! which the test lays out itself. The hooks run through the real exec
 //! path (kwok), in those directories.
 
-use crate::controller::{create_backup, start_controller, wait_phase};
+use crate::controller::{create_backup, start_controller, wait_phase, wait_until_done};
 use crate::pod_hooks::{KwokCluster, kwok_cluster};
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::{VolumeBackup as Record, VolumePhase, restore_volume};
@@ -95,6 +95,16 @@ impl Agent {
 
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last `n` lines of its log, in order.
+    pub(crate) fn last_lines(&self, n: usize) -> Vec<String> {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
     }
 
     /// The agent's process id (to stop and continue it).
@@ -1021,38 +1031,14 @@ fn kubeconfig_through(
     hole: &iar_tests::blackhole::Blackhole,
     dir: &Path,
 ) -> PathBuf {
-    let mut kubeconfig: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(server.kubeconfig()).unwrap()).unwrap();
-    kubeconfig["current-context"] = User::Admin.name().into();
-    for cluster in kubeconfig["clusters"].as_array_mut().unwrap() {
-        cluster["cluster"]["server"] = format!("https://{}", hole.addr()).into();
-    }
-    let path = dir.join("kubeconfig-through-hop");
-    std::fs::write(&path, kubeconfig.to_string()).unwrap();
-    path
+    crate::support::admin_kubeconfig_via(server, dir, "kubeconfig-through-hop", |_| hole.addr())
 }
 
-/// Waits up to 90 s for Backup `name` to reach a terminal phase; returns it.
+/// The phase Backup `name` ended in ([`wait_until_done`]).
 async fn wait_terminal(admin: &Client, ns: &str, name: &str) -> BackupPhase {
-    let backups = Api::<iar::k8s::crd::Backup>::namespaced(admin.clone(), ns);
-    iar_tests::wait_for(
-        &format!("backup {name} to end"),
-        Duration::from_secs(90),
-        || {
-            let backups = backups.clone();
-            async move {
-                let phase = backups
-                    .get(name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status
-                    .map(|s| s.phase);
-                match phase {
-                    Some(p) if p.is_terminal() => Ok(p),
-                    other => Err(format!("{other:?}")),
-                }
-            }
-        },
-    )
-    .await
+    wait_until_done(admin, ns, name)
+        .await
+        .status
+        .expect("ended, so it has a status")
+        .phase
 }

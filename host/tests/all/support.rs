@@ -294,3 +294,25 @@ pub fn run_build_script(script: &str, out_dir: &Path, needs: &str) -> Vec<PathBu
         .map(PathBuf::from)
         .collect()
 }
+
+/// An admin kubeconfig for `server` (its current context the admin's),
+/// each cluster reached at the address `reroute` gives for the server's
+/// own (a proxy or a hop in between), written to `dir/file`.
+pub(crate) fn admin_kubeconfig_via(
+    server: &ApiServer,
+    dir: &Path,
+    file: &str,
+    reroute: impl Fn(std::net::SocketAddr) -> std::net::SocketAddr,
+) -> PathBuf {
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(server.kubeconfig()).unwrap()).unwrap();
+    config["current-context"] = User::Admin.name().into();
+    for cluster in config["clusters"].as_array_mut().unwrap() {
+        let url = cluster["cluster"]["server"].as_str().unwrap().to_string();
+        let upstream = url.trim_start_matches("https://").parse().unwrap();
+        cluster["cluster"]["server"] = format!("https://{}", reroute(upstream)).into();
+    }
+    let path = dir.join(file);
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
