@@ -364,10 +364,15 @@ pub async fn run(
             None => std::future::pending().await,
         }
     };
+    // Every replica, leader or not, ends the backups it keeps a lease for
+    // whose resources are gone (no reconcile comes for them).
+    let orphan_period = (context.controller.settings.sync_period * 3).max(Duration::from_secs(3));
+    let ending_orphans = super::sweep::end_kept_orphans_forever(&context, orphan_period);
     tokio::pin!(reconciling);
     tokio::select! {
         () = &mut reconciling => {}
         never = sweeping => match never {},
+        never = ending_orphans => match never {},
         () = shutdown => {
             let drain = options.drain;
             tracing::info!(

@@ -11,11 +11,10 @@ use super::crd::Backup;
 use super::reconcile::Context;
 use super::resource::{RESOURCE_UID_ANNOTATION, delete_with_uid};
 use iar_backup::backup::object::BackupObject;
-use iar_backup::backup::object::BackupPhase;
 use iar_backup::phases::gc::{Kept, Outcome};
 use kube::ResourceExt;
 use kube::api::Api;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// The Backup resource a swept backup may delete: the one named by the
 /// backup's store directory (never the name its stored object gives
@@ -164,21 +163,43 @@ pub async fn sweep(ctx: &Context, now: SystemTime) {
             Outcome::Failed(reason) => {
                 tracing::error!(backup = %name, "garbage collection: {reason}")
             }
-            Outcome::Kept(Kept::Running(phase)) => end_if_orphaned(ctx, name, phase).await,
+            Outcome::Kept(Kept::Running(_)) => end_if_orphaned(ctx, name).await,
             Outcome::Tidied | Outcome::WouldDelete(_) | Outcome::Kept(_) => {}
         }
     }
 }
 
+/// Every replica's own check, every `period`, for as long as it runs: a
+/// running backup whose lease it keeps between steps and whose Backup
+/// resource is gone is ended ([`end_if_orphaned`]). kube-runtime never
+/// reconciles a resource that is gone, and the leader's sweep leaves a
+/// backup whose lease a live replica keeps (the fault campaign's seed
+/// 3829: a resource deleted within a second of its creation, its cleanup
+/// before the first pass took the lease; that pass then kept the lease
+/// for a next step that never came).
+pub async fn end_kept_orphans_forever(ctx: &Context, period: Duration) -> std::convert::Infallible {
+    loop {
+        tokio::time::sleep(period).await;
+        end_kept_orphans(ctx).await;
+    }
+}
+
+/// One pass of [`end_kept_orphans_forever`].
+pub async fn end_kept_orphans(ctx: &Context) {
+    for name in ctx.controller.kept_backups() {
+        end_if_orphaned(ctx, &name).await;
+    }
+}
+
 /// A running backup of this controller's whose Backup resource is gone
-/// (or is another one of that name now) and that no process drives is
-/// ended, as the resource's cleanup would have ended it. The cleanup
-/// misses a backup whose first pass took its lease just after the
-/// cleanup looked for one (the fault campaign's seed 3413: a resource
-/// deleted as its backup started, its driver then losing the lease to a
-/// store fault, the backup left WaitingForPluginOperations with no
-/// resource to step it).
-async fn end_if_orphaned(ctx: &Context, name: &str, phase: BackupPhase) {
+/// (or is another one of that name now) is ended, as the resource's
+/// cleanup would have ended it; one another process drives is left to it
+/// (the lease is refused). The cleanup misses a backup whose first pass
+/// took its lease just after the cleanup looked for one (the fault
+/// campaign's seed 3413: a resource deleted as its backup started, its
+/// driver then losing the lease to a store fault, the backup left
+/// WaitingForPluginOperations with no resource to step it).
+async fn end_if_orphaned(ctx: &Context, name: &str) {
     let c = &ctx.controller;
     let Ok(Some(object)) = c
         .store
@@ -187,6 +208,10 @@ async fn end_if_orphaned(ctx: &Context, name: &str, phase: BackupPhase) {
     else {
         return;
     };
+    let phase = object.status.phase;
+    if !phase.is_running() {
+        return;
+    }
     let namespace = ctx.api.namespace().unwrap_or_default();
     let Some(made_for) = object.metadata.annotations.get(RESOURCE_UID_ANNOTATION) else {
         return;
@@ -197,12 +222,12 @@ async fn end_if_orphaned(ctx: &Context, name: &str, phase: BackupPhase) {
     match ctx.api.get_opt(name).await {
         Ok(Some(resource)) if resource.uid().as_deref() == Some(made_for.as_str()) => return,
         Ok(_) => {}
-        // Not known to be gone: left for the next sweep.
+        // Not known to be gone: left for the next pass.
         Err(_) => return,
     }
     match super::reconcile::end_deleted(c, name, namespace, phase).await {
         Ok(()) => {
-            tracing::warn!(backup = %name, "its Backup resource is gone and no process drove it: ended Failed")
+            tracing::warn!(backup = %name, "its Backup resource is gone and no reconcile will step it: ended Failed")
         }
         Err(iar_backup::phases::PhaseError::Lease(iar_core::store::lease::LeaseError::Held {
             ..

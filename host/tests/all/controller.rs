@@ -2147,6 +2147,133 @@ async fn a_controllers_backup_deleted_from_the_command_line_takes_its_snapshot()
     assert!(store.list_backups().await.unwrap().is_empty());
 }
 
+/// A replica that keeps a backup's lease between steps ends that backup
+/// once its Backup resource is gone, leader or not: the fault campaign's
+/// seed 3829 had a resource deleted within a second of its creation, its
+/// cleanup before the first pass took the lease; the pass then kept the
+/// lease for a next step that never came (kube-runtime does not reconcile
+/// a resource that is gone), and the leader's sweep leaves a backup whose
+/// lease a live replica keeps. A kept backup whose resource lives, or
+/// whose resource is another one of that name now, is told apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_ends_the_backup_it_keeps_whose_resource_is_gone() {
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    install_crds(&admin).await;
+    let ns = "kept-orphan-system";
+    create_namespace(&admin, ns).await;
+    let api: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let live = api
+        .create(
+            &PostParams::default(),
+            &Backup::new("alive", BackupSpec::default()),
+        )
+        .await
+        .unwrap();
+    let (_dir, store) = store();
+    let uid_key = iar::k8s::resource::RESOURCE_UID_ANNOTATION;
+    for (name, uid) in [
+        ("gone", "deleted-resource-uid".to_string()),
+        ("alive", live.metadata.uid.clone().unwrap()),
+    ] {
+        let mut object = BackupObject::new(name, ns, "store-uid", json!({}));
+        object.status.phase = BackupPhase::WaitingForPluginOperations;
+        object.metadata.annotations.insert(uid_key.into(), uid);
+        store
+            .put_json(name, BackupFile::Metadata, &object)
+            .await
+            .unwrap();
+    }
+    let cluster = Arc::new(LiveCluster::new(
+        admin.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+    let machine = Arc::new(iar::phases::PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        cluster,
+        settings(),
+    ));
+    // Each backup's step ends in a requeue: its lease is kept here.
+    for name in ["gone", "alive"] {
+        let step = machine
+            .drive(name, async {
+                Ok(iar::phases::Step::Requeue(Duration::from_secs(600)))
+            })
+            .await
+            .unwrap();
+        assert!(matches!(step, iar::phases::Step::Requeue(_)));
+    }
+    assert_eq!(machine.kept_backups(), ["alive", "gone"]);
+    let ctx = iar::k8s::reconcile::Context::new(machine.clone(), api.clone());
+    // The leader's sweep leaves both: their leases are held.
+    let other = iar::phases::PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        Arc::new(LiveCluster::new(
+            admin.clone(),
+            tokio::runtime::Handle::current(),
+        )),
+        settings(),
+    );
+    let leader = iar::k8s::reconcile::Context::new(Arc::new(other), api.clone());
+    iar::k8s::sweep::sweep(&leader, std::time::SystemTime::now()).await;
+    let phase = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .get_json::<BackupObject>(name, BackupFile::Metadata)
+                .await
+                .unwrap()
+                .unwrap()
+                .status
+        }
+    };
+    assert_eq!(
+        phase("gone").await.phase,
+        BackupPhase::WaitingForPluginOperations
+    );
+
+    iar::k8s::sweep::end_kept_orphans(&ctx).await;
+    let gone = phase("gone").await;
+    assert_eq!(gone.phase, BackupPhase::Failed);
+    assert!(
+        gone.failure_reason
+            .contains("was deleted while the backup was WaitingForPluginOperations"),
+        "{}",
+        gone.failure_reason
+    );
+    assert_eq!(
+        phase("alive").await.phase,
+        BackupPhase::WaitingForPluginOperations
+    );
+    assert_eq!(machine.kept_backups(), ["alive"]);
+
+    // The resource deleted and made again under the same name: another
+    // resource, so its backup is ended too.
+    api.delete("alive", &DeleteParams::default()).await.unwrap();
+    wait_for("alive deleted", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            match api.get_opt("alive").await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    api.create(
+        &PostParams::default(),
+        &Backup::new("alive", BackupSpec::default()),
+    )
+    .await
+    .unwrap();
+    iar::k8s::sweep::end_kept_orphans(&ctx).await;
+    assert_eq!(phase("alive").await.phase, BackupPhase::Failed);
+    assert!(machine.kept_backups().is_empty());
+    api.delete("alive", &DeleteParams::default()).await.unwrap();
+}
+
 /// A backup left running in the store with no process driving it and no
 /// Backup resource (deleted as the backup began: the resource's cleanup
 /// looked for a lease before the first pass took one, and the driver

@@ -379,6 +379,12 @@ impl PhaseMachine {
         self.leases().with_lease(name, work).await
     }
 
+    /// The backups whose leases this process keeps between their steps,
+    /// sorted.
+    pub fn kept_backups(&self) -> Vec<String> {
+        self.kept.backups()
+    }
+
     /// Abandons the leases kept between steps: they are no longer renewed
     /// and expire, so that another process takes their backups over. For
     /// a controller that stops driving (its run ended or was dropped)
