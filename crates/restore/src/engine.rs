@@ -8,9 +8,11 @@
 //! the cluster's writes wait on the network, so it runs on a blocking
 //! thread, never on the async runtime.
 
+use crate::csi;
 use crate::order;
 use crate::prepare::{self, VolumePlan};
 use crate::spec::{ExistingPolicy, RestoreSpec};
+use iar_core::catalog::GroupResource;
 use iar_core::cluster::{ClusterReader, Created};
 use iar_core::item::{Item, ItemRef};
 use iar_core::results::Results;
@@ -174,6 +176,63 @@ impl Run<'_> {
             }
         };
         prepare::builtin_actions(&gr, &mut value, self.cx.spec.preserve_node_ports);
+        let mut name = item.id.name.clone();
+        match gr.as_str() {
+            csi::SNAPSHOTS | csi::CONTENTS if self.cx.spec.restore_pvs == Some(false) => {
+                self.log(format!("{}: restorePVs is false; not restored", item.id));
+                return;
+            }
+            csi::SNAPSHOTS => {
+                match csi::snapshot(&mut value, item.value(), &self.cx.restore.uid) {
+                    Ok((restored, content)) => {
+                        // Its content first, whatever the filters say.
+                        let content = ItemRef::new(
+                            "snapshot.storage.k8s.io",
+                            "volumesnapshotcontents",
+                            "",
+                            &content,
+                        );
+                        match self.by_id.get(&content.to_string()).cloned() {
+                            Some(found) => self.restore_item(&found, true),
+                            None => {
+                                self.error(&target_ns, format!("error restoring {}: the backup does not hold its {content}", item.id));
+                                return;
+                            }
+                        }
+                        self.log(format!(
+                            "{}: restored as {restored}, from its content's snapshot handle",
+                            item.id
+                        ));
+                        name = restored;
+                    }
+                    Err(e) => {
+                        self.error(&target_ns, format!("error restoring {}: {e}", item.id));
+                        return;
+                    }
+                }
+            }
+            csi::CONTENTS => {
+                let driver = item.value()["spec"]["driver"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let class = self.class_of_driver(&driver);
+                match csi::content(
+                    &mut value,
+                    item.value(),
+                    &self.cx.restore.uid,
+                    &self.cx.spec.namespace_mapping,
+                    class,
+                ) {
+                    Ok(restored) => name = restored,
+                    Err(e) => {
+                        self.error(&target_ns, format!("error restoring {}: {e}", item.id));
+                        return;
+                    }
+                }
+            }
+            _ => {}
+        }
         match gr.as_str() {
             "persistentvolumes" => {
                 if let VolumePlan::Provision = prepare::persistent_volume(&mut value) {
@@ -194,7 +253,7 @@ impl Run<'_> {
         let Some(value) = self.run_actions(item, value, &target_ns) else {
             return;
         };
-        let created = in_namespace(&item.id, value, &target_ns);
+        let created = in_namespace(&item.id, &name, value, &target_ns);
         let id = created.id.clone();
         let mut value = created.into_value();
         prepare::finish(&mut value, &self.cx.spec.backup_name, &self.cx.restore.name);
@@ -212,7 +271,12 @@ impl Run<'_> {
                 continue;
             }
             // Velero picks restore actions by the item's target namespace.
-            let mapped = in_namespace(&current.id, current.value().clone(), target_ns);
+            let mapped = in_namespace(
+                &current.id,
+                &current.id.name,
+                current.value().clone(),
+                target_ns,
+            );
             if !plugin.restore_applies(&mapped) {
                 continue;
             }
@@ -270,6 +334,35 @@ impl Run<'_> {
             }
         }
         Some(current.into_value())
+    }
+
+    /// The restoring cluster's VolumeSnapshotClass for `driver`
+    /// ([`csi::class_of_driver`]); none where the cluster cannot list them
+    /// (a directory).
+    fn class_of_driver(&mut self, driver: &str) -> Option<String> {
+        let classes = GroupResource {
+            group: "snapshot.storage.k8s.io".into(),
+            resource: "volumesnapshotclasses".into(),
+        };
+        match self
+            .cx
+            .cluster
+            .list_within(&classes, "", &Default::default(), 1000, CLUSTER_WAIT)
+        {
+            Ok(found) => {
+                let found: Vec<Value> = found
+                    .iter()
+                    .filter_map(|j| serde_json::from_str(j).ok())
+                    .collect();
+                csi::class_of_driver(&found, driver)
+            }
+            Err(e) => {
+                self.log(format!(
+                    "listing VolumeSnapshotClasses for driver {driver}: {e}; the restored content names none"
+                ));
+                None
+            }
+        }
     }
 
     fn instance(&mut self, index: usize) -> &mut PluginInstance {
@@ -479,8 +572,9 @@ impl Run<'_> {
 }
 
 /// The object as it is created: in namespace `ns` (the restore's mapping
-/// of its own), under the identity it has there.
-fn in_namespace(id: &ItemRef, mut value: Value, ns: &str) -> Item {
+/// of its own), under the identity it has there (`name`: its own, or the
+/// one a built-in action gave it).
+fn in_namespace(id: &ItemRef, name: &str, mut value: Value, ns: &str) -> Item {
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut)
         && !ns.is_empty()
     {
@@ -490,7 +584,7 @@ fn in_namespace(id: &ItemRef, mut value: Value, ns: &str) -> Item {
         id.group.clone(),
         id.resource.clone(),
         ns.to_string(),
-        id.name.clone(),
+        name.to_string(),
     );
     Item::with_id(id, value)
 }

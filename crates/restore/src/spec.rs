@@ -68,6 +68,9 @@ pub struct RestoreSpec {
     pub include_cluster_resources: Option<bool>,
     pub existing: ExistingPolicy,
     pub preserve_node_ports: bool,
+    /// `restorePVs`: `Some(false)` restores no CSI snapshot (Velero's CSI
+    /// actions skip them); iar has no other volume snapshotter.
+    pub restore_pvs: Option<bool>,
     pub operation_timeout: Duration,
     /// The spec as given, what restore actions are handed.
     pub raw: Value,
@@ -125,9 +128,7 @@ impl RestoreSpec {
             }
         };
         let preserve_node_ports = optional_bool(spec, "preserveNodePorts")?.unwrap_or(false);
-        // restorePVs asks for volume snapshots to be restored; iar has no
-        // volume snapshotter, so either value restores the same.
-        optional_bool(spec, "restorePVs")?;
+        let restore_pvs = optional_bool(spec, "restorePVs")?;
         let operation_timeout = match spec.get("itemOperationTimeout") {
             None | Some(Value::Null) => DEFAULT_OPERATION_TIMEOUT,
             Some(Value::String(s)) => parse_non_negative(s)
@@ -146,6 +147,7 @@ impl RestoreSpec {
             include_cluster_resources,
             existing,
             preserve_node_ports,
+            restore_pvs,
             operation_timeout,
             raw: spec.clone(),
         })

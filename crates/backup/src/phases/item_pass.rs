@@ -13,6 +13,7 @@ use iar_core::clock::Clock;
 use iar_core::cluster::ClusterReader;
 use iar_core::item::Item;
 use iar_core::select::BackupFilter;
+use iar_core::store::BackupStore;
 use iar_plugin::plugin::{BackupRef, Relation};
 use std::sync::Arc;
 
@@ -33,6 +34,8 @@ pub(super) struct FirstPassParts {
 pub(super) struct PassRunner<'a> {
     pub(super) plugins: &'a PluginSets,
     pub(super) cluster: &'a Arc<dyn ClusterReader>,
+    /// Whose leases fence the plugins' cluster writes.
+    pub(super) store: &'a BackupStore,
     pub(super) journal: &'a Arc<Journal>,
     /// `Settings::workers`: item-block workers.
     pub(super) workers: usize,
@@ -51,7 +54,8 @@ impl PassRunner<'_> {
         first: Option<FirstPassParts>,
     ) -> Result<PassOutput, PhaseError> {
         let plugins = self.plugins.for_backup(name);
-        let cluster = self.cluster.clone();
+        // The plugins write to the cluster only under the backup's lease.
+        let cluster = super::fenced_cluster::fenced(self.cluster.clone(), self.store, name);
         let workers = self.workers;
         let clock = self.clock.clone();
         let (journal, backup_name) = (self.journal.clone(), name.to_string());

@@ -121,7 +121,19 @@ async fn keep(
                 }
                 return;
             }
-            () = tokio::time::sleep(lease.renew_every()) => match lease.renew().await {
+            // A renewal that has not ended when the lease does (a store
+            // out of reach: a request may hang for longer than the lease)
+            // is a loss: the work stops where it stands, as the process
+            // taking over expects, instead of running on unfenced.
+            () = tokio::time::sleep(lease.renew_every()) => match tokio::time::timeout(lease.time_left(), lease.renew()).await {
+                Err(_) => {
+                    let _ = lost.send(Some(format!(
+                        "its renewal had not ended when it expired (the store out of reach for {:?})",
+                        lease.duration()
+                    )));
+                    return;
+                }
+                Ok(renewed) => match renewed {
                 Ok(()) => {}
                 // Transient: retried until the lease expires.
                 Err(LeaseError::Store(e)) => {
@@ -135,6 +147,7 @@ async fn keep(
                     let _ = lost.send(Some(reason));
                     return;
                 }
+                },
             },
         }
     }

@@ -192,6 +192,7 @@ impl PhaseMachine {
         PassRunner {
             plugins: &self.plugins,
             cluster: &self.cluster,
+            store: &self.store,
             journal: &self.journal,
             workers: self.settings.workers,
             clock: &self.clock,

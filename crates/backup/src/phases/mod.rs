@@ -31,6 +31,7 @@ mod contents;
 mod created;
 mod dispatch;
 mod errors;
+mod fenced_cluster;
 mod finalize;
 mod first_pass;
 pub mod gc;

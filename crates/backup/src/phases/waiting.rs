@@ -83,7 +83,8 @@ impl Waiting<'_> {
         let p = self.pollers.take(&name).unwrap_or_else(|| Poller {
             plugins: self.plugins.for_backup(&name),
             workers: Vec::new(),
-            cluster: self.cluster.clone(),
+            // Its plugins write to the cluster only under the lease.
+            cluster: super::fenced_cluster::fenced(self.cluster.clone(), self.store, &name),
             backup: run.backup_ref(Phase::Backup),
             timeout: self.timeout_for(run),
             logs: Vec::new(),

@@ -74,6 +74,40 @@ impl BackupStore {
         self.fences.get(backup).map(|f| f.generation)
     }
 
+    /// How long this process's lease on `backup` stands by its own clock,
+    /// without asking the store (which may be out of reach): `Ok(None)`
+    /// where it holds no lease on it; refused, with the reason, once the
+    /// lease was given back, given up or expired unrenewed. What a write
+    /// outside the store (a plugin's cluster write) is checked against and
+    /// bounded by: a process cut off from the store cannot renew, so its
+    /// lease runs out here as it does for the process that takes over.
+    pub fn lease_time_left(&self, backup: &str) -> Result<Option<std::time::Duration>, String> {
+        let Some(fence) = self.fences.get(backup) else {
+            return Ok(None);
+        };
+        if fence.released.load(Ordering::Acquire) {
+            return Err(format!(
+                "this process gave its lease on backup {backup} (generation {}) back",
+                fence.generation
+            ));
+        }
+        if fence.abandoned.load(Ordering::Acquire) {
+            return Err(format!(
+                "this process gave up its lease on backup {backup} (generation {})",
+                fence.generation
+            ));
+        }
+        let expires = *fence.expires.lock().unwrap_or_else(|p| p.into_inner());
+        match expires.duration_since(self.clock.system_now()) {
+            Ok(left) if !left.is_zero() => Ok(Some(left)),
+            _ => Err(format!(
+                "its lease on backup {backup} (generation {}) expired at {} unrenewed",
+                fence.generation,
+                humantime::format_rfc3339_millis(expires)
+            )),
+        }
+    }
+
     /// Refuses a write of `backup`'s files when this process's lease on it
     /// is no longer its own; otherwise the lease's end, which the write
     /// must not land after ([`super::deadline`]). No fence (no lease taken

@@ -348,6 +348,15 @@ impl Lease {
         self.duration
     }
 
+    /// How long the lease stands unrenewed, by this process's clock (zero
+    /// once it expired).
+    pub fn time_left(&self) -> Duration {
+        self.record
+            .expires_at()
+            .duration_since(self.store.clock.system_now())
+            .unwrap_or_default()
+    }
+
     /// When a renewal should happen: a third of the duration, so two can
     /// fail before the lease expires.
     pub fn renew_every(&self) -> Duration {
