@@ -54,6 +54,10 @@ pub struct RestoreArgs {
     /// differs); `update` replaces it with the backed-up one.
     #[arg(long, value_name = "none|update")]
     existing_resource_policy: Option<String>,
+    /// Whether to restore the backup's CSI volume snapshots (Velero's
+    /// `--restore-volumes`, `restorePVs`): `false` restores none.
+    #[arg(long, value_name = "BOOL")]
+    restore_volumes: Option<bool>,
     /// Keep Services' node ports instead of letting the cluster assign new
     /// ones.
     #[arg(long)]
@@ -134,6 +138,9 @@ fn build_spec(args: &RestoreArgs) -> anyhow::Result<Value> {
     }
     if let Some(b) = args.include_cluster_resources {
         set("includeClusterResources", json!(b));
+    }
+    if let Some(b) = args.restore_volumes {
+        set("restorePVs", json!(b));
     }
     if let Some(p) = &args.existing_resource_policy {
         set("existingResourcePolicy", json!(p));

@@ -705,3 +705,150 @@ async fn the_controller_restores_a_restore_resource_and_refuses_a_misspelt_one()
     );
     controller.abort();
 }
+
+/// A CSI claim pvc-snapshot snapshotted comes back from its snapshot in
+/// iar's own restore, as Velero's CSI restore brings it back: the claim
+/// (pvc-snapshot's restore half) names the snapshot under this restore's
+/// name for it; the snapshot and its content come back as a
+/// pre-provisioned pair under that name (iar's built-in CSI restore),
+/// the content holding the backed-up snapshot handle and retained; the
+/// real snapshot-controller binds them; the test plays the driver's
+/// sidecar and provisioner, and the claim is bound to a volume made from
+/// that snapshot. A restore with `restorePVs: false` brings no snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iar_restores_a_csi_claim_from_its_snapshot() {
+    use iar_apiserver::{User, create_namespace};
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::api::Api;
+    let Some(server) = server().await else { return };
+    let admin = client(server, User::Admin).await;
+    crate::csi::ready(&admin).await;
+    let (source, target) = ("csi-restore-src", "csi-restore-dst");
+    create_namespace(&admin, source).await;
+    crate::csi::csi_claim(&admin, source, "data", "web").await;
+    let (store_dir, store) = crate::support::store();
+    let cluster = std::sync::Arc::new(iar::k8s::live::LiveCluster::new(
+        admin.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+    let machine = iar::phases::PhaseMachine::new(
+        vec![crate::csi::pvc_snapshot(&runtime())],
+        store,
+        cluster,
+        crate::controller::settings(),
+    );
+    let backup = tokio::spawn(async move {
+        machine
+            .run_backup(iar::phases::BackupRequest {
+                name: "csi".into(),
+                namespace: "iar".into(),
+                spec: json!({"includedNamespaces": [source]}),
+                sources: Vec::new(),
+                annotations: Default::default(),
+            })
+            .await
+    });
+    crate::csi::cut_snapshot(&admin, source, "data-csi").await;
+    let backed_up = backup.await.unwrap().unwrap();
+    assert_eq!(
+        backed_up.status.phase,
+        iar::backup::object::BackupPhase::Completed
+    );
+
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        artifacts::PVC_SNAPSHOT,
+        plugins.path().join("pvc-snapshot.wasm"),
+    )
+    .unwrap();
+    crate::csi::grant_in_dir(plugins.path(), "pvc-snapshot");
+    let restore = |name: &str, target: &str, extra: &[&str]| {
+        let mapping = format!("{source}:{target}");
+        let mut args = vec![
+            "restore",
+            name,
+            "--from-backup",
+            "csi",
+            "--store",
+            store_dir.path().to_str().unwrap(),
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+            "--namespace-mappings",
+            &mapping,
+            "--include-resources",
+            "persistentvolumeclaims",
+            "--cluster",
+        ];
+        args.extend_from_slice(extra);
+        let mut command = iar_command(&args);
+        command.env("KUBECONFIG", server.kubeconfig());
+        tokio::task::block_in_place(|| command.output().unwrap())
+    };
+    let out = restore("csi-back", target, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), target);
+    let claim = claims.get("data").await.unwrap();
+    let spec = claim.spec.as_ref().unwrap();
+    let source_ref = spec.data_source.as_ref().expect("a data source");
+    assert_eq!(source_ref.kind, "VolumeSnapshot", "{claim:?}");
+    let restored = source_ref.name.clone();
+    assert_eq!(restored.len(), 64, "a per-restore name: {restored}");
+    assert_eq!(spec.volume_name, None, "the old volume's binding is gone");
+    let snapshot = crate::csi::snapshot_api(&admin, target)
+        .get(&restored)
+        .await
+        .unwrap_or_else(|e| panic!("the restored snapshot {restored}: {e}\n{}", text(&out)));
+    assert_eq!(
+        snapshot.data["spec"],
+        json!({"source": {"volumeSnapshotContentName": restored}}),
+        "{:?}",
+        snapshot.data
+    );
+    let content = crate::csi::content_api(&admin)
+        .get(&restored)
+        .await
+        .unwrap();
+    let content_spec = &content.data["spec"];
+    assert_eq!(
+        content_spec["source"],
+        json!({"snapshotHandle": "snap-data-csi"})
+    );
+    assert_eq!(content_spec["deletionPolicy"], "Retain");
+    assert_eq!(content_spec["driver"], crate::csi::DRIVER);
+    assert_eq!(content_spec["volumeSnapshotClassName"], crate::csi::CLASS);
+    assert_eq!(content_spec["volumeSnapshotRef"]["namespace"], target);
+    assert_eq!(content_spec["volumeSnapshotRef"]["name"], restored.as_str());
+    // The real controller binds the pair; the driver's part is played.
+    crate::csi::cut_snapshot(&admin, target, &restored).await;
+    let volume = crate::csi::provision_from_snapshot(&admin, target, "data").await;
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(
+        claim.spec.unwrap().volume_name.as_deref(),
+        Some(volume.as_str())
+    );
+
+    // restorePVs: false — the claim still names a snapshot (its action
+    // is pvc-snapshot's), but none is restored for it.
+    let other = "csi-restore-none";
+    let out = restore("csi-none", other, &["--restore-volumes=false"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let log = iar(&[
+        "logs",
+        "csi-none",
+        "--restore",
+        "--store",
+        store_dir.path().to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("restorePVs is false; not restored"),
+        "{}",
+        text(&log)
+    );
+    let none = crate::csi::snapshot_api(&admin, other)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(none.items.is_empty(), "{:?}", none.items);
+    let _ = create_namespace;
+}
