@@ -27,6 +27,11 @@ for l in sys.stdin:
 cp "$exe" "$frozen/all"
 # The `iar` the test binary was built beside (cargo builds it with it).
 cp "$(dirname "$(dirname "$exe")")/iar" "$frozen/iar"
+# Debug builds poll deep client stacks (kube, hyper, rustls) with large
+# frames; two long runs (19, 20) ended with a tokio worker's 2 MiB stack
+# overflowing in the harness. Threads get 32 MiB (tokio's workers follow
+# RUST_MIN_STACK).
+export RUST_MIN_STACK="${RUST_MIN_STACK:-33554432}"
 start=$SECONDS
 (cd host && IAR_TEST_BIN="$frozen/iar" IAR_FAULT_SEEDS="$seeds" IAR_FAULT_ROUNDS="$rounds" \
   IAR_FAULT_PARALLEL="${IAR_FAULT_PARALLEL:-3}" \
