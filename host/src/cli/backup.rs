@@ -274,9 +274,16 @@ fn exit_for(phase: BackupPhase) -> ExitCode {
     }
 }
 
+/// The async runtime of every long-running command. Its threads get 8 MiB
+/// of stack rather than 2: the controller's futures nest deep (kube's
+/// client stack under a reconcile under the phase machine), and an
+/// overflow aborts the whole process; the fault campaign's in-process
+/// replicas, built for debugging, overflowed 2 MiB twice. Untouched
+/// stack costs no memory.
 pub(super) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(8 << 20)
         .build()?)
 }
 

@@ -198,9 +198,7 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         shutdown: Some(Box::pin(terminated())),
         drain: args.drain,
     };
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let tokio = super::backup::tokio_runtime()?;
     tokio.block_on(async move {
         let client = iar::k8s::client()
             .await
@@ -379,9 +377,7 @@ pub fn node_agent(args: NodeAgentArgs) -> anyhow::Result<ExitCode> {
         fs_backup_timeout: args.fs_backup_timeout,
         repository: args.repository.password()?,
     };
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let tokio = super::backup::tokio_runtime()?;
     tokio.block_on(async move {
         let client = iar::k8s::client_reading_within(iar::k8s::node_agent::READ_PATIENCE)
             .await
