@@ -226,4 +226,12 @@ impl ThroughController {
             .await
             .map_err(|e| format!("reading Backup {}/{name}: {e}", self.namespace))
     }
+
+    /// The Restore resource `name`, if there is one.
+    pub async fn restore(&self, name: &str) -> Result<Option<super::crd::Restore>, String> {
+        Api::<super::crd::Restore>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading Restore {}/{name}: {e}", self.namespace))
+    }
 }

@@ -54,12 +54,26 @@ fn print_as(output: Output, value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A restore as the store keeps it: its record and its results.
-fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
+/// A restore's record (its spec and status) and results: as the store
+/// keeps them, or (`--cluster`) the Restore resource and its results
+/// through a DownloadRequest, with no store credentials.
+fn restore_record(args: &DescribeArgs) -> anyhow::Result<(serde_json::Value, Option<Vec<u8>>)> {
     use iar::store::restores::RestoreFile;
+    let name = &args.name;
+    if args.through.cluster {
+        let reader = args.through.connect()?;
+        let resource = reader
+            .restore(name)?
+            .with_context(|| format!("no Restore {name:?} in namespace {}", reader.namespace()))?;
+        let record = serde_json::json!({
+            "metadata": {"name": name, "namespace": reader.namespace()},
+            "spec": resource.spec.fields,
+            "status": resource.status.unwrap_or_default(),
+        });
+        return Ok((record, reader.fetch("RestoreResults", name)?));
+    }
     let rt = tokio_runtime()?;
     let store = BackupStore::open_existing(&args.store.store)?;
-    let name = &args.name;
     let (record, results) = rt.block_on(async {
         let record = store.get_restore(name, RestoreFile::Object).await?;
         let results = store.get_restore(name, RestoreFile::Results).await?;
@@ -69,6 +83,13 @@ fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
         &record.with_context(|| format!("restore {name:?} not found in {}", args.store.store))?,
     )
     .with_context(|| format!("restore {name:?}: its record is not JSON"))?;
+    Ok((record, results))
+}
+
+/// A restore: its record and its results ([`restore_record`]).
+fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
+    let name = &args.name;
+    let (record, results) = restore_record(args)?;
     let results: Results = match results {
         Some(bytes) => serde_json::from_slice(&bytes)
             .with_context(|| format!("restore {name:?}: its results are not JSON"))?,
@@ -113,14 +134,6 @@ fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
 
 pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     if args.restore {
-        if args.through.cluster {
-            anyhow::bail!(
-                "--restore --cluster: a restore is described from the store (iar describe {} --restore --store URL), or from the cluster with kubectl get restores.iar.dev {} -o yaml; its log: iar logs {} --restore --cluster",
-                args.name,
-                args.name,
-                args.name
-            );
-        }
         return describe_restore(&args);
     }
     let name = &args.name;

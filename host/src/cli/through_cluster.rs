@@ -47,6 +47,13 @@ impl Reader {
             .map_err(anyhow::Error::msg)
     }
 
+    /// The Restore resource `name`, if there is one.
+    pub(super) fn restore(&self, name: &str) -> anyhow::Result<Option<iar::k8s::crd::Restore>> {
+        self.runtime
+            .block_on(self.through.restore(name))
+            .map_err(anyhow::Error::msg)
+    }
+
     /// The Backup resource `name`, if there is one.
     pub(super) fn backup(&self, name: &str) -> anyhow::Result<Option<Backup>> {
         self.runtime

@@ -1,6 +1,6 @@
 //! DownloadRequests, as Velero's CLI reads a backup's log from a laptop
 //! without the bucket's credentials: `iar logs NAME --cluster` and `iar
-//! describe NAME --cluster` through the real controller, the real API
+//! describe NAME [--restore] --cluster` through the real controller, the real API
 //! server and versitygw's presigned URLs, printing what the store holds;
 //! a target iar does not keep, or a name that climbs out of the store,
 //! refused by rule in the request's status.
@@ -72,6 +72,57 @@ async fn logs_and_describe_through_the_cluster_need_no_store_credentials() {
         "{described}"
     );
 
+    // A Restore of it, run by the controller, described and its log read
+    // through the cluster as well.
+    use iar::k8s::crd::{Restore, RestoreResourceSpec};
+    let restores = Api::<Restore>::namespaced(admin.clone(), ns);
+    let fields = serde_json::json!({"backupName": "dl-nightly",
+        "namespaceMapping": {app: "dl-app-restored"}, "includeClusterResources": false});
+    restores
+        .create(
+            &PostParams::default(),
+            &Restore::new(
+                "dl-back",
+                RestoreResourceSpec {
+                    fields: fields.as_object().unwrap().clone(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    iar_tests::wait_for(
+        "restore dl-back to end",
+        std::time::Duration::from_secs(120),
+        || {
+            let restores = restores.clone();
+            async move {
+                let r = restores.get("dl-back").await.map_err(|e| e.to_string())?;
+                match r.status.and_then(|s| s.phase).as_deref() {
+                    Some("Completed") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await;
+    let described = through(&["describe", "dl-back", "--restore"]);
+    assert!(described.status.success(), "{}", text(&described));
+    let described = String::from_utf8_lossy(&described.stdout);
+    for line in [
+        "Backup:       dl-nightly",
+        "Phase:        Completed",
+        "Errors:       0",
+    ] {
+        assert!(described.contains(line), "{line}: {described}");
+    }
+    let logs = through(&["logs", "dl-back", "--restore"]);
+    assert!(logs.status.success(), "{}", text(&logs));
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("created"),
+        "{}",
+        text(&logs)
+    );
+
     // A backup that is not there; a kind iar keeps no file for; a name
     // that is no object name: each refused with its reason.
     let missing = through(&["logs", "no-such-backup"]);
@@ -85,6 +136,7 @@ async fn logs_and_describe_through_the_cluster_need_no_store_credentials() {
     for (kind, name, rule) in [
         ("BackupVolumeInfos", "dl-nightly", "not one iar keeps"),
         ("BackupLog", "../dl-nightly", "rule: download-target"),
+        ("RestoreResults", "../dl-back", "rule: download-target"),
     ] {
         let made = requests
             .create(

@@ -776,7 +776,10 @@ impl BackupStore {
         key: &str,
         expires: std::time::Duration,
     ) -> Result<Download, StoreError> {
-        let path = self.checked_key(key)?;
+        let path = match key.starts_with("restores/") {
+            true => self.checked_restore_key(key)?,
+            false => self.checked_key(key)?,
+        };
         let Some(signer) = &self.deadline else {
             return Ok(Download::Unsigned);
         };

@@ -48,6 +48,27 @@ impl BackupStore {
         Ok((Path::from(key.as_str()), key))
     }
 
+    /// `key` as the store path of one of a restore's files: exactly what
+    /// [`RestoreFile::key`] makes for a restore name, and nothing else.
+    pub(super) fn checked_restore_key(&self, key: &str) -> Result<Path, StoreError> {
+        let not_one = || StoreError::Name {
+            name: key.to_string(),
+            reason: NameProblem::Key("not one of a restore's files"),
+        };
+        let restore = key
+            .strip_prefix("restores/")
+            .and_then(|rest| rest.split_once('/'))
+            .map(|(name, _)| name)
+            .ok_or_else(not_one)?;
+        let known = [RestoreFile::Object, RestoreFile::Results, RestoreFile::Logs];
+        if !known.iter().any(|f| f.key(restore) == key) {
+            return Err(not_one());
+        }
+        // The name checked as every restore's is.
+        self.restore_path(restore, RestoreFile::Object)?;
+        Ok(Path::from(key))
+    }
+
     /// Writes one of a restore's files (gzip'd where Velero gzips it).
     pub async fn put_restore(
         &self,
