@@ -28,6 +28,18 @@ use std::time::{Duration, SystemTime};
 /// How often the leader looks for new Restores.
 const LOOK_EVERY: Duration = Duration::from_secs(2);
 
+/// Tells a restore's blocking run to stop when dropped: the leader's
+/// future is dropped when its term ends, and the restore it runs must not
+/// go on creating objects beside the next leader's `Failed`.
+#[derive(Default)]
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Velero's words for a restore its server found InProgress on start.
 const INTERRUPTED: &str =
     "found a restore with status \"InProgress\" during the server starting, mark it as \"Failed\"";
@@ -178,7 +190,11 @@ async fn run_one(
     let (cluster, plugins) = (restorer.cluster.clone(), (restorer.plugins)());
     let for_run = restore_ref.clone();
     // The restore's plugin calls are wasm calls and its creates wait on
-    // the API server: a blocking thread, never the runtime's.
+    // the API server: a blocking thread, never the runtime's. Dropping
+    // this future (the leader's term ended) does not stop that thread:
+    // the guard tells it to.
+    let stop = StopOnDrop::default();
+    let stop_flag = stop.0.clone();
     let outcome = tokio::task::spawn_blocking(move || {
         iar_restore::stored::restore(
             iar_restore::Context {
@@ -186,11 +202,13 @@ async fn run_one(
                 restore: for_run,
                 cluster,
                 plugins: &plugins,
+                stop: Some(stop_flag),
             },
             loaded,
         )
     })
     .await;
+    drop(stop);
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(e) => return failed(api, &name, format!("the restore stopped: {e}")).await,

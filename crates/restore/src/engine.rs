@@ -20,6 +20,7 @@ use iar_plugin::plugin::{Interface, Plugin, PluginInstance, RestoreRef};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long one create, get or replace may wait for the cluster.
@@ -38,7 +39,14 @@ pub struct Context<'a> {
     pub cluster: Arc<dyn ClusterReader>,
     /// The plugins that may export a restore action, in order.
     pub plugins: &'a [Plugin],
+    /// Set when whoever runs the restore no longer may (a controller that
+    /// lost its leadership): the restore creates nothing more and ends at
+    /// the next object or poll, with an error saying so.
+    pub stop: Option<Arc<AtomicBool>>,
 }
+
+/// The error a restore stopped by [`Context::stop`] ends with.
+pub const STOPPED: &str = "the restore was stopped before its end: whoever ran it may no longer (a controller that lost its leadership); the next leader marks it Failed";
 
 /// What a restore did.
 #[derive(Debug, Default)]
@@ -109,6 +117,9 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
         let mut keys = by_resource.remove(&gr).unwrap_or_default();
         keys.sort();
         for key in keys {
+            if run.stopped() {
+                return run.out;
+            }
             let item = run.by_id[&key].clone();
             if run.selected(&item) {
                 run.out.selected += 1;
@@ -121,6 +132,20 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
 }
 
 impl Run<'_> {
+    /// Whether the restore was told to stop; the first time, an error
+    /// says so.
+    fn stopped(&mut self) -> bool {
+        let stop = self
+            .cx
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Acquire));
+        if stop && !self.out.log.iter().any(|l| l.ends_with(STOPPED)) {
+            self.error("", STOPPED.to_string());
+        }
+        stop
+    }
+
     fn log(&mut self, line: String) {
         tracing::info!(restore = %self.cx.restore.name, "{line}");
         self.out.log.push(line);
@@ -140,6 +165,9 @@ impl Run<'_> {
     }
 
     fn restore_item(&mut self, item: &Item, must_include: bool) {
+        if self.stopped() {
+            return;
+        }
         let key = item.id.to_string();
         if !self.done.insert(key) {
             return;
@@ -515,7 +543,7 @@ impl Run<'_> {
         let until = Instant::now() + self.cx.spec.operation_timeout;
         let restore = self.cx.restore.clone();
         let mut pending = std::mem::take(&mut self.operations);
-        while !pending.is_empty() {
+        while !pending.is_empty() && !self.stopped() {
             let mut still = Vec::new();
             for op in pending {
                 let name = self.cx.plugins[op.plugin].name().to_string();
@@ -587,4 +615,89 @@ fn in_namespace(id: &ItemRef, name: &str, mut value: Value, ns: &str) -> Item {
         name.to_string(),
     );
     Item::with_id(id, value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iar_core::cluster::{ClusterError, ClusterWriter};
+    use std::sync::Mutex;
+
+    /// Creates whatever it is given; after `stop_after` creates, sets the
+    /// stop flag, as a controller losing its leadership mid-restore does.
+    struct Stopping {
+        created: Mutex<Vec<String>>,
+        stop: Arc<AtomicBool>,
+        stop_after: usize,
+    }
+
+    impl ClusterWriter for Stopping {
+        fn create_within(
+            &self,
+            id: &ItemRef,
+            object: Value,
+            _: Duration,
+        ) -> Result<Created, ClusterError> {
+            let mut created = self.created.lock().unwrap();
+            created.push(id.to_string());
+            if created.len() >= self.stop_after {
+                self.stop.store(true, Ordering::Release);
+            }
+            Ok(Created::New(object))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ClusterReader for Stopping {
+        fn get(&self, _: &ItemRef) -> Result<Option<Value>, ClusterError> {
+            Ok(None)
+        }
+    }
+
+    fn config_map(name: &str) -> Item {
+        Item::with_id(
+            ItemRef::new("", "configmaps", "shop", name),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "shop"}}),
+        )
+    }
+
+    /// Told to stop (its leader's term ended), a restore creates nothing
+    /// more from the next object on, and its errors say why.
+    #[test]
+    fn a_restore_told_to_stop_creates_nothing_more() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cluster = Arc::new(Stopping {
+            created: Mutex::default(),
+            stop: stop.clone(),
+            // The namespace, then one config map.
+            stop_after: 2,
+        });
+        let spec = RestoreSpec::from_value(&json!({"backupName": "b"})).unwrap();
+        let outcome = run(
+            Context {
+                spec: &spec,
+                restore: RestoreRef {
+                    name: "r".into(),
+                    namespace: "iar".into(),
+                    uid: "u".into(),
+                    spec: json!({}),
+                },
+                cluster: cluster.clone(),
+                plugins: &[],
+                stop: Some(stop),
+            },
+            (0..5).map(|i| config_map(&format!("cm-{i}"))).collect(),
+        );
+        assert_eq!(
+            *cluster.created.lock().unwrap(),
+            ["namespaces shop", "configmaps shop/cm-0"]
+        );
+        assert_eq!(outcome.results.errors.count(), 1);
+        assert!(
+            outcome.log.iter().any(|l| l.ends_with(STOPPED)),
+            "{:?}",
+            outcome.log
+        );
+        assert_eq!(outcome.phase(), "PartiallyFailed");
+    }
 }

@@ -12,7 +12,7 @@ pub mod prepare;
 pub mod spec;
 pub mod stored;
 
-pub use engine::{Context, Outcome, run};
+pub use engine::{Context, Outcome, STOPPED, run};
 pub use iar_plugin::plugin::RestoreRef;
 
 /// A uid for a restore that is not a resource (the command line's).

@@ -210,6 +210,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             restore: restore_ref.clone(),
             cluster,
             plugins: &plugins,
+            stop: None,
         },
         loaded,
     );
