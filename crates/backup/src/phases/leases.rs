@@ -186,6 +186,17 @@ impl Kept {
         all.into_values().collect()
     }
 
+    /// Whether backup `backup`'s kept lease was lost (false when none is
+    /// kept).
+    #[cfg(test)]
+    pub(super) fn is_lost(&self, backup: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(backup)
+            .is_some_and(Held::is_lost)
+    }
+
     /// The backups whose leases are kept here, sorted.
     pub(super) fn backups(&self) -> Vec<String> {
         let mut names: Vec<String> = self
@@ -222,10 +233,17 @@ impl Leases<'_> {
     /// The backup's lease: the one this process keeps between steps, or
     /// taken now.
     pub(super) async fn kept_or_take(&self, name: &str) -> Result<Held, PhaseError> {
-        if let Some(kept) = self.kept.take(name)
-            && !kept.is_lost()
-        {
-            return Ok(kept);
+        if let Some(kept) = self.kept.take(name) {
+            if !kept.is_lost() {
+                return Ok(kept);
+            }
+            // Lost while kept between steps: another process drove the
+            // backup meanwhile, and this machine's block work for it ran
+            // under a lease no longer its own (its writes refused). It
+            // stops, as after a loss during a step; a resume that waited
+            // for it instead would record none of what it did (the fault
+            // campaign's seed 4013: Completed with no volume records).
+            self.live.abort_backup(name);
         }
         Ok(self.take(name).await?)
     }

@@ -63,7 +63,7 @@ pub struct PhaseMachine {
     /// Leases kept between the steps of the backups this process drives.
     pub(super) kept: Kept,
     /// Block work this machine started and has not recorded.
-    live_blocks: super::live_blocks::LiveBlocks,
+    pub(super) live_blocks: super::live_blocks::LiveBlocks,
 }
 
 impl PhaseMachine {

@@ -167,3 +167,52 @@ async fn kept_leases_are_given_back_at_once() {
             .unwrap();
     }
 }
+
+/// A lease lost while kept between steps (its renewal found it expired;
+/// another process may have driven the backup meanwhile): when this
+/// machine comes back to the backup, the block work it kept for it stops
+/// and is forgotten. That work ran under a lease no longer its own (its
+/// writes refused), and a resume that waited for it instead recorded none
+/// of its volumes: the fault campaign's seed 4013, Completed with no
+/// volume records.
+#[tokio::test]
+async fn a_lease_lost_between_steps_stops_the_block_work_kept_for_it() {
+    use crate::backup::block_work::BlockWork;
+    let (_dir, store) = store();
+    let clock = Arc::new(iar_core::clock::ManualClock::new());
+    let lease = Duration::from_millis(600);
+    let ours = machine(&store.clone().with_holder_name("a"), lease).with_clock(clock.clone());
+    let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
+    ours.drive("b3", requeue()).await.unwrap();
+    let work = Arc::new(BlockWork::new(
+        "b3".into(),
+        Default::default(),
+        Arc::new(crate::backup::hooks::runner::SkippingRunner),
+        None,
+        None,
+        None,
+        false,
+        tokio::runtime::Handle::current(),
+    ));
+    ours.live_blocks.insert("uid-3", &work);
+    // Past the lease's end by the machine's clock: the keeper's next
+    // renewal finds it expired.
+    clock.advance(Duration::from_secs(1));
+    iar_tests::wait_for("the kept lease lost", Duration::from_secs(30), || async {
+        if ours.kept.is_lost("b3") {
+            Ok(())
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    assert!(ours.live_blocks.get("uid-3").is_some());
+    ours.drive("b3", requeue()).await.unwrap();
+    assert!(
+        ours.live_blocks.get("uid-3").is_none(),
+        "the block work kept under the lost lease is forgotten"
+    );
+    let now = store.current_lease("b3").await.unwrap().unwrap();
+    assert_eq!(now.generation, 2, "taken anew: {now:?}");
+    ours.abandon_kept_leases();
+}
