@@ -216,3 +216,34 @@ async fn a_lease_lost_between_steps_stops_the_block_work_kept_for_it() {
     assert_eq!(now.generation, 2, "taken anew: {now:?}");
     ours.abandon_kept_leases();
 }
+
+/// A renewal the store holds up past the lease's end is a loss: the work
+/// running under the lease is dropped there. Before, the keeper waited on
+/// the renewal, and the work ran on past the lease (the fault campaign's
+/// seed 3906: a first pass whose store was partitioned away created a
+/// VolumeSnapshot after another replica had failed and deleted its
+/// backup).
+#[tokio::test]
+async fn a_renewal_held_up_past_the_leases_end_stops_the_work() {
+    use iar_core::store::faulty::FaultyStore;
+    let dir = tempfile::tempdir().unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let faulty = Arc::new(FaultyStore::new(Arc::new(local)));
+    let store = BackupStore::from_object_store(faulty.clone(), "held-up");
+    let ours = machine(&store, Duration::from_millis(900));
+    let stepped = ours
+        .drive("b4", async {
+            // From here every write of the lease hangs, as under a
+            // partition that the client does not time out first.
+            let _held_up = faulty.pause_puts_to("-lease-00000000000000000001.json");
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(Step::Requeue(Duration::ZERO))
+        })
+        .await;
+    match stepped {
+        Err(PhaseError::Lease(LeaseError::Lost { reason, .. })) => {
+            assert!(reason.contains("renewal had not ended"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
