@@ -452,9 +452,13 @@ impl Run<'_> {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("name".into(), json!(target));
         }
-        // Its phase and finalizers are the API server's to set.
-        value.as_object_mut().map(|m| m.remove("spec"));
-        prepare::finish(&mut value, &self.cx.spec.backup_name, &self.cx.restore.name);
+        // Its phase and finalizers are the API server's to set. Velero
+        // creates it as backed up (`kube.EnsureNamespaceExistsAndIsReady`),
+        // without the restore's labels, which every other object gets.
+        if let Some(map) = value.as_object_mut() {
+            map.remove("spec");
+            map.remove("status");
+        }
         self.create(&id, value, "")
     }
 

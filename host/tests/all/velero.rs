@@ -573,6 +573,36 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         "nightly-1"
     );
 
+    // The same backup restored by Velero's server and by iar into empty
+    // namespaces: the same objects, field for field, but for what each
+    // restore names itself by and what the API server assigns.
+    let (status, results) = velero_restore(
+        &client,
+        "velero",
+        "nightly-velero",
+        json!({"backupName": "nightly", "namespaceMapping": {"shop": "shop-velero"}}),
+        &s3_root,
+        &log,
+    )
+    .await;
+    assert_eq!(status["phase"], "Completed", "{status}\n{results}");
+    let mut by_iar = iar_command(&[
+        "restore",
+        "nightly-iar",
+        "--from-backup",
+        "nightly",
+        "--store",
+        &format!("s3://{BUCKET}"),
+        "--namespace-mappings",
+        "shop:shop-iar",
+        "--cluster",
+    ]);
+    s3_env(&mut by_iar, &endpoint);
+    by_iar.env("KUBECONFIG", server.kubeconfig());
+    let out = tokio::task::block_in_place(|| by_iar.output().unwrap());
+    assert!(out.status.success(), "iar restore: {}", text(&out));
+    same_as_velero_restored(&client, "shop-velero", "shop-iar").await;
+
     // With EnableCSI, Velero restores iar's VolumeSnapshot as a static one
     // bound to a VolumeSnapshotContent it recreates from the backed-up
     // content's snapshot handle (it refuses a snapshot without one).
@@ -630,6 +660,88 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         content.data
     );
     drop(velero);
+}
+
+/// The objects of backup `nightly` that Velero restored into `velero_ns`
+/// and iar into `iar_ns`, compared field by field once each is rid of
+/// what differs by design: what the API server assigns (identity,
+/// version, times, field managers, a Service's address), the namespace
+/// itself and the label naming the restore. Nothing else may differ.
+async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns: &str) {
+    fn comparable(mut v: Value) -> Value {
+        let meta = v["metadata"].as_object_mut().unwrap();
+        for key in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+            "namespace",
+            "name",
+        ] {
+            meta.remove(key);
+        }
+        if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+            labels.remove("velero.io/restore-name");
+            labels.remove("kubernetes.io/metadata.name");
+        }
+        let object = v.as_object_mut().unwrap();
+        object.remove("status");
+        if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("clusterIP");
+            spec.remove("clusterIPs");
+        }
+        v
+    }
+    let mut compared = Vec::new();
+    let namespaces = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &resource("", "v1", "Namespace", "namespaces"),
+    );
+    let pairs: Vec<(ApiResource, Option<&str>)> = vec![
+        (resource("", "v1", "Namespace", "namespaces"), None),
+        (
+            resource("", "v1", "ConfigMap", "configmaps"),
+            Some("web-config"),
+        ),
+        (resource("", "v1", "Service", "services"), Some("web")),
+        (
+            resource("apps", "v1", "Deployment", "deployments"),
+            Some("web"),
+        ),
+    ];
+    for (ar, name) in pairs {
+        let (by_velero, by_iar) = match name {
+            None => (
+                namespaces.get(velero_ns).await.unwrap(),
+                namespaces.get(iar_ns).await.unwrap(),
+            ),
+            Some(name) => (
+                Api::<DynamicObject>::namespaced_with(client.clone(), velero_ns, &ar)
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("Velero's {} {name}: {e}", ar.kind)),
+                Api::<DynamicObject>::namespaced_with(client.clone(), iar_ns, &ar)
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("iar's {} {name}: {e}", ar.kind)),
+            ),
+        };
+        let (by_velero, by_iar) = (
+            comparable(serde_json::to_value(by_velero).unwrap()),
+            comparable(serde_json::to_value(by_iar).unwrap()),
+        );
+        assert_eq!(
+            by_iar, by_velero,
+            "{} as iar restored it (left) and as Velero did (right)",
+            ar.kind
+        );
+        compared.push(ar.kind);
+    }
+    assert_eq!(
+        compared,
+        ["Namespace", "ConfigMap", "Service", "Deployment"]
+    );
 }
 
 /// Waits for `check` to find something; on a timeout the message ends
