@@ -14,8 +14,8 @@
 # registry is reachable, nothing needs pulling, and an image of one layer
 # needs no image builder. `ctr -n k8s.io images import` loads them.
 #
-# Debian's containerd, runc, containernetworking-plugins and busybox-static
-# are installed with apt-get when missing (as root only; the node needs
+# Debian's containerd, runc, containernetworking-plugins, busybox-static and
+# iptables (the kubelet's chains) are installed with apt-get when missing (as root only; the node needs
 # root anyway). The output lands in
 # ${XDG_CACHE_HOME:-$HOME/.cache}/iar/node-<hash of this script>/ and is
 # reused while it exists. Only the path goes to stdout; progress to stderr.
@@ -34,6 +34,7 @@ packages=(
   containernetworking-plugins:/usr/lib/cni/host-local
   containernetworking-plugins:/usr/lib/cni/loopback
   busybox-static:/bin/busybox
+  iptables:/usr/sbin/iptables
 )
 missing=()
 for entry in "${packages[@]}"; do
