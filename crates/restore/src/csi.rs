@@ -62,13 +62,12 @@ pub fn snapshot(
     }
     if let Some(meta) = object_mut(restored, "metadata") {
         meta.insert("name".into(), json!(new_name));
-        if !meta.get("annotations").is_some_and(Value::is_object) {
-            meta.insert("annotations".into(), json!({}));
-        }
-        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-            annotations.insert(DELETION_POLICY_ANNOTATION.into(), json!("Retain"));
-            annotations.insert(MUST_INCLUDE_ANNOTATION.into(), json!("true"));
-        }
+    }
+    if let Some(meta) = restored.get_mut("metadata")
+        && let Some(annotations) = object_mut(meta, "annotations")
+    {
+        annotations.insert(DELETION_POLICY_ANNOTATION.into(), json!("Retain"));
+        annotations.insert(MUST_INCLUDE_ANNOTATION.into(), json!("true"));
     }
     Ok((new_name, content.to_string()))
 }

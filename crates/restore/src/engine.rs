@@ -88,6 +88,8 @@ struct Run<'a> {
     instances: Vec<Option<PluginInstance>>,
     operations: Vec<Operation>,
     out: Outcome,
+    /// Whether the stop was seen (and its error said once).
+    stop_seen: bool,
 }
 
 /// Restores `items` (a backup's, from its tarball).
@@ -102,6 +104,7 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
         instances,
         operations: Vec::new(),
         out: Outcome::default(),
+        stop_seen: false,
     };
     let mut by_resource: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in items {
@@ -135,15 +138,17 @@ impl Run<'_> {
     /// Whether the restore was told to stop; the first time, an error
     /// says so.
     fn stopped(&mut self) -> bool {
-        let stop = self
-            .cx
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Acquire));
-        if stop && !self.out.log.iter().any(|l| l.ends_with(STOPPED)) {
+        if !self.stop_seen
+            && self
+                .cx
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Acquire))
+        {
+            self.stop_seen = true;
             self.error("", STOPPED.to_string());
         }
-        stop
+        self.stop_seen
     }
 
     fn log(&mut self, line: String) {
@@ -210,58 +215,14 @@ impl Run<'_> {
                 self.log(format!("{}: restorePVs is false; not restored", item.id));
                 return;
             }
-            csi::SNAPSHOTS => {
-                match csi::snapshot(&mut value, item.value(), &self.cx.restore.uid) {
-                    Ok((restored, content)) => {
-                        // Its content first, whatever the filters say.
-                        let content = ItemRef::new(
-                            "snapshot.storage.k8s.io",
-                            "volumesnapshotcontents",
-                            "",
-                            &content,
-                        );
-                        match self.by_id.get(&content.to_string()).cloned() {
-                            Some(found) => self.restore_item(&found, true),
-                            None => {
-                                self.error(&target_ns, format!("error restoring {}: the backup does not hold its {content}", item.id));
-                                return;
-                            }
-                        }
-                        self.log(format!(
-                            "{}: restored as {restored}, from its content's snapshot handle",
-                            item.id
-                        ));
-                        name = restored;
-                    }
-                    Err(e) => {
-                        self.error(&target_ns, format!("error restoring {}: {e}", item.id));
-                        return;
-                    }
-                }
-            }
-            csi::CONTENTS => {
-                let driver = item.value()["spec"]["driver"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                let class = self.class_of_driver(&driver);
-                match csi::content(
-                    &mut value,
-                    item.value(),
-                    &self.cx.restore.uid,
-                    &self.cx.spec.namespace_mapping,
-                    class,
-                ) {
-                    Ok(restored) => name = restored,
-                    Err(e) => {
-                        self.error(&target_ns, format!("error restoring {}: {e}", item.id));
-                        return;
-                    }
-                }
-            }
-            _ => {}
-        }
-        match gr.as_str() {
+            csi::SNAPSHOTS => match self.snapshot(item, &mut value, &target_ns) {
+                Some(restored) => name = restored,
+                None => return,
+            },
+            csi::CONTENTS => match self.content(item, &mut value, &target_ns) {
+                Some(restored) => name = restored,
+                None => return,
+            },
             "persistentvolumes" => {
                 if let VolumePlan::Provision = prepare::persistent_volume(&mut value) {
                     self.provisioned.insert(item.id.name.clone());
@@ -362,6 +323,62 @@ impl Run<'_> {
             }
         }
         Some(current.into_value())
+    }
+
+    /// A VolumeSnapshot as restored ([`csi::snapshot`]), its content
+    /// restored first whatever the filters say; its new name, or `None`
+    /// (an error said) when it cannot be restored.
+    fn snapshot(&mut self, item: &Item, value: &mut Value, target_ns: &str) -> Option<String> {
+        let (restored, content) = match csi::snapshot(value, item.value(), &self.cx.restore.uid) {
+            Ok(found) => found,
+            Err(e) => {
+                self.error(target_ns, format!("error restoring {}: {e}", item.id));
+                return None;
+            }
+        };
+        let content = ItemRef::new(
+            "snapshot.storage.k8s.io",
+            "volumesnapshotcontents",
+            "",
+            &content,
+        );
+        let Some(found) = self.by_id.get(&content.to_string()).cloned() else {
+            self.error(
+                target_ns,
+                format!(
+                    "error restoring {}: the backup does not hold its {content}",
+                    item.id
+                ),
+            );
+            return None;
+        };
+        self.restore_item(&found, true);
+        self.log(format!(
+            "{}: restored as {restored}, from its content's snapshot handle",
+            item.id
+        ));
+        Some(restored)
+    }
+
+    /// A VolumeSnapshotContent as restored ([`csi::content`]) with this
+    /// cluster's class of its driver; its new name, or `None` (an error
+    /// said).
+    fn content(&mut self, item: &Item, value: &mut Value, target_ns: &str) -> Option<String> {
+        let driver = item.value()["spec"]["driver"].as_str().unwrap_or_default();
+        let class = self.class_of_driver(driver);
+        match csi::content(
+            value,
+            item.value(),
+            &self.cx.restore.uid,
+            &self.cx.spec.namespace_mapping,
+            class,
+        ) {
+            Ok(restored) => Some(restored),
+            Err(e) => {
+                self.error(target_ns, format!("error restoring {}: {e}", item.id));
+                None
+            }
+        }
     }
 
     /// The restoring cluster's VolumeSnapshotClass for `driver`

@@ -2184,16 +2184,19 @@ async fn a_replica_ends_the_backup_it_keeps_whose_resource_is_gone() {
             .await
             .unwrap();
     }
-    let cluster = Arc::new(LiveCluster::new(
-        admin.clone(),
-        tokio::runtime::Handle::current(),
-    ));
-    let machine = Arc::new(iar::phases::PhaseMachine::new(
-        Vec::new(),
-        store.clone(),
-        cluster,
-        settings(),
-    ));
+    // A replica's machine over the API server, with no plugins.
+    let replica = || {
+        Arc::new(iar::phases::PhaseMachine::new(
+            Vec::new(),
+            store.clone(),
+            Arc::new(LiveCluster::new(
+                admin.clone(),
+                tokio::runtime::Handle::current(),
+            )),
+            settings(),
+        ))
+    };
+    let machine = replica();
     // Each backup's step ends in a requeue: its lease is kept here.
     for name in ["gone", "alive"] {
         let step = machine
@@ -2207,16 +2210,7 @@ async fn a_replica_ends_the_backup_it_keeps_whose_resource_is_gone() {
     assert_eq!(machine.kept_backups(), ["alive", "gone"]);
     let ctx = iar::k8s::reconcile::Context::new(machine.clone(), api.clone());
     // The leader's sweep leaves both: their leases are held.
-    let other = iar::phases::PhaseMachine::new(
-        Vec::new(),
-        store.clone(),
-        Arc::new(LiveCluster::new(
-            admin.clone(),
-            tokio::runtime::Handle::current(),
-        )),
-        settings(),
-    );
-    let leader = iar::k8s::reconcile::Context::new(Arc::new(other), api.clone());
+    let leader = iar::k8s::reconcile::Context::new(replica(), api.clone());
     iar::k8s::sweep::sweep(&leader, std::time::SystemTime::now()).await;
     let phase = |name: &'static str| {
         let store = store.clone();

@@ -49,7 +49,8 @@ impl LeaseFenced {
             Ok(None) => Ok(budget),
             Ok(Some(left)) => Ok(budget.min(left)),
             Err(reason) => Err(ClusterError::Refused(format!(
-                "{what} {id} refused: {reason} (rule: {RULE})"
+                "{what} {id} for backup {} refused: {reason} (rule: {RULE})",
+                self.backup
             ))),
         }
     }

@@ -126,20 +126,12 @@ async fn keep(
             // is a loss: the work stops where it stands, as the process
             // taking over expects, instead of running on unfenced.
             () = tokio::time::sleep(lease.renew_every()) => match tokio::time::timeout(lease.time_left(), lease.renew()).await {
-                Err(_) => {
-                    let _ = lost.send(Some(format!(
-                        "its renewal had not ended when it expired (the store out of reach for {:?})",
-                        lease.duration()
-                    )));
-                    return;
-                }
-                Ok(renewed) => match renewed {
-                Ok(()) => {}
+                Ok(Ok(())) => {}
                 // Transient: retried until the lease expires.
-                Err(LeaseError::Store(e)) => {
+                Ok(Err(LeaseError::Store(e))) => {
                     tracing::warn!("renewing a backup lease failed, will retry: {e}");
                 }
-                Err(gone) => {
+                Ok(Err(gone)) => {
                     let reason = match gone {
                         LeaseError::Lost { reason, .. } => reason,
                         other => other.to_string(),
@@ -147,7 +139,13 @@ async fn keep(
                     let _ = lost.send(Some(reason));
                     return;
                 }
-                },
+                Err(_) => {
+                    let _ = lost.send(Some(format!(
+                        "its renewal had not ended when it expired (the store out of reach for {:?})",
+                        lease.duration()
+                    )));
+                    return;
+                }
             },
         }
     }

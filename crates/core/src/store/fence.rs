@@ -74,38 +74,48 @@ impl BackupStore {
         self.fences.get(backup).map(|f| f.generation)
     }
 
-    /// How long this process's lease on `backup` stands by its own clock,
-    /// without asking the store (which may be out of reach): `Ok(None)`
-    /// where it holds no lease on it; refused, with the reason, once the
-    /// lease was given back, given up or expired unrenewed. What a write
-    /// outside the store (a plugin's cluster write) is checked against and
-    /// bounded by: a process cut off from the store cannot renew, so its
-    /// lease runs out here as it does for the process that takes over.
-    pub fn lease_time_left(&self, backup: &str) -> Result<Option<std::time::Duration>, String> {
+    /// This process's fence on `backup` as its own clock sees it, without
+    /// asking the store (which may be out of reach): `Ok(None)` where it
+    /// holds no lease on it; the reason once the lease was given back,
+    /// given up or expired unrenewed; otherwise the fence and the lease's
+    /// end.
+    fn local_fence(&self, backup: &str) -> Result<Option<(Arc<Fence>, SystemTime)>, String> {
         let Some(fence) = self.fences.get(backup) else {
             return Ok(None);
         };
         if fence.released.load(Ordering::Acquire) {
             return Err(format!(
-                "this process gave its lease on backup {backup} (generation {}) back",
+                "this process gave its lease (generation {}) back; it writes nothing more for the backup without taking the lease again",
                 fence.generation
             ));
         }
         if fence.abandoned.load(Ordering::Acquire) {
             return Err(format!(
-                "this process gave up its lease on backup {backup} (generation {})",
+                "this process gave up its lease (generation {}) without releasing it",
                 fence.generation
             ));
         }
         let expires = *fence.expires.lock().unwrap_or_else(|p| p.into_inner());
-        match expires.duration_since(self.clock.system_now()) {
-            Ok(left) if !left.is_zero() => Ok(Some(left)),
-            _ => Err(format!(
-                "its lease on backup {backup} (generation {}) expired at {} unrenewed",
+        if expires <= self.clock.system_now() {
+            return Err(format!(
+                "its lease (generation {}) expired at {} unrenewed",
                 fence.generation,
                 humantime::format_rfc3339_millis(expires)
-            )),
+            ));
         }
+        Ok(Some((fence, expires)))
+    }
+
+    /// How long this process's lease on `backup` stands by its own clock
+    /// ([`BackupStore::local_fence`]'s answer). What a write outside the
+    /// store (a plugin's cluster write) is checked against and bounded by:
+    /// a process cut off from the store cannot renew, so its lease runs
+    /// out here as it does for the process that takes over.
+    pub fn lease_time_left(&self, backup: &str) -> Result<Option<std::time::Duration>, String> {
+        let now = self.clock.system_now();
+        Ok(self
+            .local_fence(backup)?
+            .map(|(_, expires)| expires.duration_since(now).unwrap_or_default()))
     }
 
     /// Refuses a write of `backup`'s files when this process's lease on it
@@ -113,33 +123,13 @@ impl BackupStore {
     /// must not land after ([`super::deadline`]). No fence (no lease taken
     /// here): unchecked, `None`.
     pub(super) async fn check_fence(&self, backup: &str) -> Result<Option<SystemTime>, StoreError> {
-        let Some(fence) = self.fences.get(backup) else {
-            return Ok(None);
-        };
         let refuse = |reason: String| StoreError::Fenced {
             backup: backup.to_string(),
             reason,
         };
-        if fence.released.load(Ordering::Acquire) {
-            return Err(refuse(format!(
-                "this process gave its lease (generation {}) back; it writes nothing more for the backup without taking the lease again",
-                fence.generation
-            )));
-        }
-        if fence.abandoned.load(Ordering::Acquire) {
-            return Err(refuse(format!(
-                "this process gave up its lease (generation {}) without releasing it",
-                fence.generation
-            )));
-        }
-        let expires = *fence.expires.lock().unwrap_or_else(|p| p.into_inner());
-        if expires <= self.clock.system_now() {
-            return Err(refuse(format!(
-                "its lease (generation {}) expired at {} unrenewed",
-                fence.generation,
-                humantime::format_rfc3339_millis(expires)
-            )));
-        }
+        let Some((fence, expires)) = self.local_fence(backup).map_err(refuse)? else {
+            return Ok(None);
+        };
         match self.current_lease(backup).await? {
             Some(current) if current.generation == fence.generation => Ok(Some(expires)),
             Some(current) => Err(refuse(format!(

@@ -776,9 +776,10 @@ impl BackupStore {
         key: &str,
         expires: std::time::Duration,
     ) -> Result<Download, StoreError> {
-        let path = match key.starts_with("restores/") {
-            true => self.checked_restore_key(key)?,
-            false => self.checked_key(key)?,
+        let path = if key.starts_with("restores/") {
+            self.checked_restore_key(key)?
+        } else {
+            self.checked_key(key)?
         };
         let Some(signer) = &self.deadline else {
             return Ok(Download::Unsigned);
