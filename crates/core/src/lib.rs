@@ -10,6 +10,7 @@
 pub mod catalog;
 pub mod clock;
 pub mod cluster;
+pub mod command;
 pub mod duration;
 pub mod identifier;
 pub mod item;

@@ -171,6 +171,19 @@ pub struct RestoreStatus {
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<RestoreProgress>,
+    /// Restored pods' exec hooks: how many applied, how many failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_status: Option<RestoreHookStatus>,
+}
+
+/// Velero's `HookStatus` of a restore.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreHookStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_attempted: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_failed: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -14,8 +14,13 @@ use kube::api::{Api, AttachParams};
 use crate::reach::{never_started, until, until_reached};
 
 use iar_backup::backup::hooks::{
-    DEFAULT_TIMEOUT, HookOutput, HookRun, HookRunner, HookStatus, HookTarget, ResolvedHook, Tail,
+    DEFAULT_TIMEOUT, ExecHook, HookOutput, HookPhase, HookRun, HookRunner, HookSource, HookStatus,
+    HookTarget, OnError, ResolvedHook, Tail,
 };
+use iar_core::item::ItemRef;
+use iar_plugin::sandbox::one_line;
+use iar_restore::hooks::post::PodExec;
+use iar_restore::hooks::{ExecHook as RestoreHook, FROM_ANNOTATION, OnError as RestoreOnError};
 
 /// Runs each hook with `pods/exec` in the hook's container.
 pub struct PodExecRunner {
@@ -165,6 +170,70 @@ impl HookRunner for PodExecRunner {
                 status: exit_status(status.as_ref(), &output),
                 output,
             },
+        }
+    }
+}
+
+/// Restored pods' exec hooks ([`PodExec`]) through the same `pods/exec`
+/// as backup hooks. The restore calls it on a thread of its own, never a
+/// runtime thread, so it waits for the exec on the runtime's `handle`.
+pub struct RestoreHookExec {
+    runner: PodExecRunner,
+    handle: tokio::runtime::Handle,
+}
+
+impl RestoreHookExec {
+    pub fn new(client: kube::Client, handle: tokio::runtime::Handle) -> Self {
+        RestoreHookExec {
+            runner: PodExecRunner::new(client),
+            handle,
+        }
+    }
+}
+
+impl PodExec for RestoreHookExec {
+    fn exec(&self, namespace: &str, pod: &str, hook: &RestoreHook) -> Result<(), String> {
+        let target = HookTarget {
+            pod: ItemRef::new("", "pods", namespace, pod),
+            volume_dirs: Default::default(),
+        };
+        let source = if hook.name == FROM_ANNOTATION {
+            HookSource::Annotation
+        } else {
+            HookSource::Spec(hook.name.clone())
+        };
+        let on_error = match hook.on_error {
+            RestoreOnError::Fail => OnError::Fail,
+            RestoreOnError::Continue => OnError::Continue,
+        };
+        let resolved = ResolvedHook {
+            source,
+            phase: HookPhase::Post,
+            hook: ExecHook {
+                container: hook.container.clone(),
+                command: hook.command.clone(),
+                on_error,
+                timeout: hook.exec_timeout,
+            },
+        };
+        let run = self.handle.block_on(self.runner.run(&target, &resolved));
+        match run.status {
+            HookStatus::Succeeded => Ok(()),
+            HookStatus::Failed {
+                exit_code: Some(code),
+                stderr_tail,
+            } => Err(format!(
+                "command terminated with exit code {code}: {}",
+                one_line(stderr_tail.trim_end().to_string())
+            )),
+            HookStatus::Failed { stderr_tail, .. } => {
+                Err(one_line(stderr_tail.trim_end().to_string()))
+            }
+            HookStatus::TimedOut => Err(format!(
+                "timed out after {}",
+                humantime::format_duration(timeout_of(hook.exec_timeout))
+            )),
+            HookStatus::Skipped { reason } => Err(reason),
         }
     }
 }

@@ -12,12 +12,14 @@
 //! Velero's server marks such restores on start.
 
 use super::crd::Restore;
+use super::exec::RestoreHookExec;
 use super::resource::patch_status;
 use iar_backup::phases::PluginSource;
 use iar_core::cluster::ClusterReader;
 use iar_core::store::BackupStore;
 use iar_core::store::restores::RestoreFile;
 use iar_plugin::plugin::RestoreRef;
+use iar_restore::hooks::post::PodExec;
 use iar_restore::spec::RestoreSpec;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -59,7 +61,12 @@ pub async fn restore_forever(
     namespace: String,
     restorer: Restorer,
 ) -> std::convert::Infallible {
-    let api = Api::<Restore>::namespaced(client, &namespace);
+    let api = Api::<Restore>::namespaced(client.clone(), &namespace);
+    // Restored pods' exec hooks run in their containers (pods/exec).
+    let exec: Arc<dyn PodExec> = Arc::new(RestoreHookExec::new(
+        client,
+        tokio::runtime::Handle::current(),
+    ));
     let mut started = false;
     loop {
         if !started {
@@ -68,7 +75,7 @@ pub async fn restore_forever(
                 Err(e) => tracing::warn!("restores: {e}"),
             }
         }
-        if started && let Err(e) = tick(&api, &restorer).await {
+        if started && let Err(e) = tick(&api, &restorer, &exec).await {
             tracing::warn!("restores: {e}");
         }
         tokio::time::sleep(LOOK_EVERY).await;
@@ -109,7 +116,11 @@ async fn failed(api: &Api<Restore>, name: &str, reason: String) -> Result<(), ku
 }
 
 /// One look: the new Restores, oldest first, each to its end.
-async fn tick(api: &Api<Restore>, restorer: &Restorer) -> Result<(), kube::Error> {
+async fn tick(
+    api: &Api<Restore>,
+    restorer: &Restorer,
+    exec: &Arc<dyn PodExec>,
+) -> Result<(), kube::Error> {
     let mut new: Vec<Restore> = api
         .list(&ListParams::default())
         .await?
@@ -123,7 +134,7 @@ async fn tick(api: &Api<Restore>, restorer: &Restorer) -> Result<(), kube::Error
     });
     for restore in new {
         let name = restore.name_any();
-        match run_one(api, restorer, &restore).await {
+        match run_one(api, restorer, exec.clone(), &restore).await {
             Ok(()) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tracing::debug!(restore = %name, "started elsewhere: the resource changed since it was read");
@@ -138,6 +149,7 @@ async fn tick(api: &Api<Restore>, restorer: &Restorer) -> Result<(), kube::Error
 async fn run_one(
     api: &Api<Restore>,
     restorer: &Restorer,
+    exec: Arc<dyn PodExec>,
     restore: &Restore,
 ) -> Result<(), kube::Error> {
     let name = restore.name_any();
@@ -203,6 +215,7 @@ async fn run_one(
                 cluster,
                 plugins: &plugins,
                 stop: Some(stop_flag),
+                exec: Some(exec),
             },
             loaded,
         )

@@ -9,6 +9,7 @@
 //! thread, never on the async runtime.
 
 use crate::csi;
+use crate::hooks::post::{self, PodExec, PodHooks};
 use crate::order;
 use crate::prepare::{self, VolumePlan};
 use crate::spec::{ExistingPolicy, RestoreSpec};
@@ -43,6 +44,9 @@ pub struct Context<'a> {
     /// lost its leadership): the restore creates nothing more and ends at
     /// the next object or poll, with an error saying so.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Runs restored pods' exec hooks; `None` where there is no pod to
+    /// run them in (a restore into a directory): each is a warning.
+    pub exec: Option<Arc<dyn PodExec>>,
 }
 
 /// The error a restore stopped by [`Context::stop`] ends with.
@@ -60,6 +64,10 @@ pub struct Outcome {
     pub existing: usize,
     /// Log lines, in order.
     pub log: Vec<String>,
+    /// Velero's `hookStatus`: exec hooks that applied to restored pods,
+    /// and those of them that failed or never ran.
+    pub hooks_attempted: usize,
+    pub hooks_failed: usize,
 }
 
 impl Outcome {
@@ -90,6 +98,17 @@ struct Run<'a> {
     out: Outcome,
     /// Whether the stop was seen (and its error said once).
     stop_seen: bool,
+    /// Restored pods' exec hooks, each pod's waiting and running on a
+    /// thread of its own from its creation on, as in Velero.
+    hooks: Vec<(String, std::thread::JoinHandle<post::Report>)>,
+}
+
+/// How [`Run::create`] left an object.
+#[derive(PartialEq, Eq)]
+enum Placed {
+    New,
+    Existing,
+    Failed,
 }
 
 /// Restores `items` (a backup's, from its tarball).
@@ -105,6 +124,7 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
         operations: Vec::new(),
         out: Outcome::default(),
         stop_seen: false,
+        hooks: Vec::new(),
     };
     let mut by_resource: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in items {
@@ -131,6 +151,7 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
         }
     }
     run.wait_for_operations();
+    run.wait_for_hooks();
     run.out
 }
 
@@ -237,6 +258,17 @@ impl Run<'_> {
                 let provisioned = self.provisioned.clone();
                 prepare::persistent_volume_claim(&mut value, &|v| provisioned.contains(v));
             }
+            "pods" => {
+                let seed = self.cx.restore.uid.clone();
+                for w in self
+                    .cx
+                    .spec
+                    .hooks
+                    .add_init_containers(&mut value, &target_ns, &seed)
+                {
+                    self.out.results.warnings.add(&target_ns, w);
+                }
+            }
             _ => {}
         }
         let Some(value) = self.run_actions(item, value, &target_ns) else {
@@ -246,7 +278,81 @@ impl Run<'_> {
         let id = created.id.clone();
         let mut value = created.into_value();
         prepare::finish(&mut value, &self.cx.spec.backup_name, &self.cx.restore.name);
-        self.create(&id, value, &target_ns);
+        let hooks = (gr == "pods").then(|| self.cx.spec.hooks.exec_hooks(&value));
+        // Only a pod this restore created runs its hooks (Velero's
+        // restoreItem returns before them for one that existed).
+        if self.create(&id, value, &target_ns) == Placed::New
+            && let Some((hooks, warnings)) = hooks
+        {
+            for w in warnings {
+                self.out.results.warnings.add(&target_ns, w);
+            }
+            self.start_hooks(&id, hooks);
+        }
+    }
+
+    /// Starts waiting for a created pod's containers to run its exec
+    /// hooks.
+    fn start_hooks(&mut self, pod: &ItemRef, hooks: Vec<crate::hooks::ExecHook>) {
+        if hooks.is_empty() {
+            return;
+        }
+        let Some(exec) = self.cx.exec.clone() else {
+            for h in hooks {
+                self.out.results.warnings.add(
+                    &pod.namespace,
+                    format!(
+                        "pod {}/{}: post-restore hook {} in container {} not run: this restore writes manifests, with no pod to run it in (iar restore --cluster and iar controller run them)",
+                        pod.namespace, pod.name, h.name, h.container
+                    ),
+                );
+            }
+            return;
+        };
+        let job = PodHooks {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            hooks,
+        };
+        let (cluster, stop) = (self.cx.cluster.clone(), self.cx.stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("restore-hooks".into())
+            .spawn(move || post::run(job, cluster, exec, stop));
+        match thread {
+            Ok(handle) => self.hooks.push((pod.namespace.clone(), handle)),
+            Err(e) => self.error(
+                &pod.namespace,
+                format!(
+                    "pod {}/{}: its post-restore hooks could not start: {e}",
+                    pod.namespace, pod.name
+                ),
+            ),
+        }
+    }
+
+    /// Waits for every pod's hooks to end (each bounded by its wait and
+    /// its hooks' timeouts), and counts them in the outcome.
+    fn wait_for_hooks(&mut self) {
+        for (ns, handle) in std::mem::take(&mut self.hooks) {
+            let report = match handle.join() {
+                Ok(report) => report,
+                Err(_) => {
+                    self.error(&ns, "a pod's post-restore hooks ended in a panic".into());
+                    continue;
+                }
+            };
+            self.out.hooks_attempted += report.attempted;
+            self.out.hooks_failed += report.failed;
+            for line in report.log {
+                self.log(line);
+            }
+            for w in report.warnings {
+                self.out.results.warnings.add(&ns, w);
+            }
+            for e in report.errors {
+                self.error(&ns, e);
+            }
+        }
     }
 
     /// The restore actions that apply to the item, in order, each handed
@@ -476,13 +582,12 @@ impl Run<'_> {
             map.remove("spec");
             map.remove("status");
         }
-        self.create(&id, value, "")
+        self.create(&id, value, "") != Placed::Failed
     }
 
     /// Creates `id`; an object already there is left (a warning when it
-    /// differs) or replaced, as the spec's policy says. True when the
-    /// object is there afterwards.
-    fn create(&mut self, id: &ItemRef, value: Value, ns: &str) -> bool {
+    /// differs) or replaced, as the spec's policy says.
+    fn create(&mut self, id: &ItemRef, value: Value, ns: &str) -> Placed {
         let kind = value
             .get("kind")
             .and_then(Value::as_str)
@@ -499,18 +604,18 @@ impl Run<'_> {
                     self.namespaces.insert(id.name.clone());
                 }
                 self.log(format!("{id}: created"));
-                true
+                Placed::New
             }
             Ok(Created::Existing(found)) => {
                 if id.resource == "namespaces" {
                     self.namespaces.insert(id.name.clone());
                 }
                 self.existing(id, &kind, value, found, ns);
-                true
+                Placed::Existing
             }
             Err(e) => {
                 self.error(ns, format!("error restoring {id}: {e}"));
-                false
+                Placed::Failed
             }
         }
     }
@@ -706,6 +811,7 @@ mod tests {
                 cluster: cluster.clone(),
                 plugins: &[],
                 stop: Some(stop),
+                exec: None,
             },
             (0..5).map(|i| config_map(&format!("cm-{i}"))).collect(),
         );
@@ -720,5 +826,146 @@ mod tests {
             outcome.log
         );
         assert_eq!(outcome.phase(), "PartiallyFailed");
+    }
+
+    /// Keeps what is created; a pod reads back running, as a kubelet
+    /// would make it; `existing` objects are already there.
+    #[derive(Default)]
+    struct Kubelet {
+        objects: Mutex<HashMap<String, Value>>,
+        existing: Vec<String>,
+    }
+
+    impl ClusterWriter for Kubelet {
+        fn create_within(
+            &self,
+            id: &ItemRef,
+            object: Value,
+            _: Duration,
+        ) -> Result<Created, ClusterError> {
+            if self.existing.contains(&id.to_string()) {
+                return Ok(Created::Existing(object));
+            }
+            self.objects
+                .lock()
+                .unwrap()
+                .insert(id.to_string(), object.clone());
+            Ok(Created::New(object))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ClusterReader for Kubelet {
+        fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
+            let mut found = self.objects.lock().unwrap().get(&id.to_string()).cloned();
+            if let Some(pod) = found.as_mut().filter(|_| id.resource == "pods") {
+                pod["status"] = json!({"phase": "Running", "containerStatuses": [
+                    {"name": "web", "ready": true, "state": {"running": {}}}
+                ]});
+            }
+            Ok(found)
+        }
+    }
+
+    #[derive(Default)]
+    struct Execs(Mutex<Vec<String>>);
+
+    impl PodExec for Execs {
+        fn exec(&self, ns: &str, pod: &str, hook: &crate::hooks::ExecHook) -> Result<(), String> {
+            let line = format!("{ns}/{pod} {}: {}", hook.container, hook.command.join(" "));
+            self.0.lock().unwrap().push(line);
+            Ok(())
+        }
+    }
+
+    fn web_pod(name: &str) -> Item {
+        Item::with_id(
+            ItemRef::new("", "pods", "shop", name),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "shop", "labels": {"app": "web"},
+                                "annotations": {"post.hook.restore.velero.io/command": "[\"warm\", \"up\"]"}},
+                   "spec": {"containers": [{"name": "web", "image": "nginx"}]}}),
+        )
+    }
+
+    fn restore_pods(
+        spec: &RestoreSpec,
+        cluster: Arc<Kubelet>,
+        exec: Option<Arc<dyn PodExec>>,
+        pods: &[&str],
+    ) -> Outcome {
+        run(
+            Context {
+                spec,
+                restore: RestoreRef {
+                    name: "r".into(),
+                    namespace: "iar".into(),
+                    uid: "u".into(),
+                    spec: spec.raw.clone(),
+                },
+                cluster,
+                plugins: &[],
+                stop: None,
+                exec,
+            },
+            pods.iter().map(|p| web_pod(p)).collect(),
+        )
+    }
+
+    /// A restored pod gets the spec's init containers and runs its exec
+    /// hook once it runs, in its namespace after mapping; a pod that was
+    /// already there runs none (Velero's restoreItem returns before them).
+    #[test]
+    fn a_created_pod_gets_its_init_containers_and_runs_its_exec_hook() {
+        let spec = RestoreSpec::from_value(&json!({
+            "backupName": "b",
+            "namespaceMapping": {"shop": "shop-2"},
+            "hooks": {"resources": [{
+                "name": "prep", "includedNamespaces": ["shop-2"],
+                "postHooks": [{"init": {"initContainers": [
+                    {"name": "prep", "image": "busybox", "command": ["true"]}
+                ]}}],
+            }]},
+        }))
+        .unwrap();
+        let cluster = Arc::new(Kubelet {
+            existing: vec!["pods shop-2/web-1".into()],
+            ..Kubelet::default()
+        });
+        let execs = Arc::new(Execs::default());
+        let outcome = restore_pods(
+            &spec,
+            cluster.clone(),
+            Some(execs.clone()),
+            &["web-0", "web-1"],
+        );
+        assert_eq!(*execs.0.lock().unwrap(), ["shop-2/web-0 web: warm up"]);
+        assert_eq!((outcome.hooks_attempted, outcome.hooks_failed), (1, 0));
+        assert_eq!(outcome.phase(), "Completed", "{:?}", outcome.results);
+        let created = cluster.objects.lock().unwrap()["pods shop-2/web-0"].clone();
+        assert_eq!(created["spec"]["initContainers"][0]["name"], "prep");
+        assert!(
+            outcome
+                .log
+                .iter()
+                .any(|l| l.contains("post-restore hook <from-annotation> in container web ran")),
+            "{:?}",
+            outcome.log
+        );
+    }
+
+    /// Into a directory there is no pod to run a hook in: each is a
+    /// warning, never silently dropped.
+    #[test]
+    fn with_nothing_to_exec_in_each_hook_is_a_warning() {
+        let spec = RestoreSpec::from_value(&json!({"backupName": "b"})).unwrap();
+        let outcome = restore_pods(&spec, Arc::new(Kubelet::default()), None, &["web-0"]);
+        assert_eq!(outcome.hooks_attempted, 0);
+        let warnings = outcome.results.warnings.lines().join("\n");
+        assert!(
+            warnings.contains("post-restore hook <from-annotation> in container web not run"),
+            "{warnings}"
+        );
+        assert_eq!(outcome.phase(), "Completed");
     }
 }

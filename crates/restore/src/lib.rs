@@ -7,6 +7,7 @@
 pub mod archive;
 pub mod csi;
 mod engine;
+pub mod hooks;
 pub mod order;
 pub mod prepare;
 pub mod spec;

@@ -3,6 +3,7 @@
 //! supports it; every other field of it is refused by name, and a key it
 //! does not have at all is refused with the key it most likely meant.
 
+use crate::hooks::RestoreHooks;
 use iar_core::duration::parse_non_negative;
 use iar_core::select::backup_filter::{BackupFilter, type_name};
 use serde_json::Value;
@@ -40,7 +41,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     ("orLabelSelectors", "use one labelSelector"),
     ("restoreStatus", "statuses are not restored"),
-    ("hooks", "restore hooks are not run"),
     ("resourceModifier", "resource modifiers are not applied"),
     ("uploaderConfig", "it configures Velero's uploader"),
 ];
@@ -72,6 +72,8 @@ pub struct RestoreSpec {
     /// actions skip them); iar has no other volume snapshotter.
     pub restore_pvs: Option<bool>,
     pub operation_timeout: Duration,
+    /// `hooks`: init containers and exec hooks for restored pods.
+    pub hooks: RestoreHooks,
     /// The spec as given, what restore actions are handed.
     pub raw: Value,
 }
@@ -140,7 +142,9 @@ impl RestoreSpec {
                 ));
             }
         };
+        let hooks = RestoreHooks::from_spec(spec.get("hooks"))?;
         Ok(RestoreSpec {
+            hooks,
             backup_name,
             filter,
             namespace_mapping,
@@ -241,13 +245,13 @@ mod tests {
 
     #[test]
     fn fields_iar_does_not_implement_are_refused_by_name() {
-        for key in ["scheduleName", "hooks", "restoreStatus", "orLabelSelectors"] {
+        for key in ["scheduleName", "restoreStatus", "orLabelSelectors"] {
             let e =
                 RestoreSpec::from_value(&json!({"backupName": "b", key: {"x": 1}})).unwrap_err();
             assert!(e.contains(key) && e.contains("not supported"), "{e}");
         }
         // Null is Velero's "not set".
-        RestoreSpec::from_value(&json!({"backupName": "b", "hooks": null})).unwrap();
+        RestoreSpec::from_value(&json!({"backupName": "b", "restoreStatus": null})).unwrap();
     }
 
     #[test]

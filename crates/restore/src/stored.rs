@@ -54,14 +54,22 @@ pub fn restore(cx: Context<'_>, loaded: Loaded) -> Outcome {
 
 /// Velero's Restore status for a restore that ran to its end.
 pub fn status(outcome: &Outcome, started: SystemTime, finished: SystemTime) -> Value {
-    json!({
+    let mut status = json!({
         "phase": outcome.phase(),
         "startTimestamp": humantime::format_rfc3339_seconds(started).to_string(),
         "completionTimestamp": humantime::format_rfc3339_seconds(finished).to_string(),
         "warnings": outcome.results.warnings.count(),
         "errors": outcome.results.errors.count(),
         "progress": { "totalItems": outcome.selected, "itemsRestored": outcome.restored },
-    })
+    });
+    // Velero's counts are omitted when zero.
+    if outcome.hooks_attempted > 0 {
+        status["hookStatus"] = json!({"hooksAttempted": outcome.hooks_attempted});
+        if outcome.hooks_failed > 0 {
+            status["hookStatus"]["hooksFailed"] = json!(outcome.hooks_failed);
+        }
+    }
+    status
 }
 
 /// Writes the restore's results, log and record (a Velero Restore object

@@ -120,6 +120,19 @@ fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
         field("/status/progress/itemsRestored"),
         field("/status/progress/totalItems")
     );
+    if let Some(hooks) = record.pointer("/status/hookStatus") {
+        let count = |key: &str| {
+            hooks
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        outln!(
+            "Hooks:        {} attempted, {} failed",
+            count("hooksAttempted"),
+            count("hooksFailed")
+        );
+    }
     for (label, set) in [
         ("Errors:", &results.errors),
         ("Warnings:", &results.warnings),

@@ -7,6 +7,7 @@ use super::backup::load_plugins;
 use anyhow::Context as _;
 use iar::cluster::ClusterReader;
 use iar::plugin::RestoreRef;
+use iar::restore::hooks::post::PodExec;
 use iar::restore::spec::RestoreSpec;
 use iar::store::BackupStore;
 use iar::store::restores::RestoreFile;
@@ -191,12 +192,27 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         }
         None => Vec::new(),
     };
-    let cluster: Arc<dyn ClusterReader> = if args.cluster {
-        Arc::new(super::backup::live_cluster(&runtime)?)
+    // Into a cluster, restored pods' exec hooks run in their containers;
+    // into a directory there is no pod to run them in.
+    let (cluster, exec): (Arc<dyn ClusterReader>, Option<Arc<dyn PodExec>>) = if args.cluster {
+        let client = super::backup::cluster_client(&runtime)?;
+        let handle = runtime.handle().clone();
+        (
+            Arc::new(iar::k8s::live::LiveCluster::new(
+                client.clone(),
+                handle.clone(),
+            )),
+            Some(Arc::new(iar::k8s::exec::RestoreHookExec::new(
+                client, handle,
+            ))),
+        )
     } else {
         let dir = args.to.clone().expect("clap: --to without --cluster");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Arc::new(iar::ManifestCluster::new(Vec::new()).with_overlay(dir))
+        (
+            Arc::new(iar::ManifestCluster::new(Vec::new()).with_overlay(dir)),
+            None,
+        )
     };
     let restore_ref = RestoreRef {
         name: name.clone(),
@@ -211,6 +227,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             cluster,
             plugins: &plugins,
             stop: None,
+            exec,
         },
         loaded,
     );

@@ -859,3 +859,148 @@ async fn iar_restores_a_csi_claim_from_its_snapshot() {
     assert!(none.items.is_empty(), "{:?}", none.items);
     let _ = create_namespace;
 }
+
+/// Velero's restore hooks in iar's own restore, reconciled by the
+/// controller on the real API server with kwok as the node: the spec's
+/// init container goes before the restored pod's own, chosen by the
+/// namespace the pod is restored into (Velero issue 4720); its exec hooks
+/// wait for the pod to run (the test binds it: no scheduler runs here)
+/// and then run through `pods/exec` (kwok's `Exec` runs them as local
+/// processes in a directory the test owns, the one part kwok cannot
+/// provide); a failed hook is an error of the restore, which ends
+/// PartiallyFailed with Velero's `hookStatus` counts, also shown by
+/// `iar describe --restore`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
+    use iar::k8s::crd::{Restore, RestoreResourceSpec};
+    use iar::k8s::plugins::PluginRegistry;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let ns = "restore-hooks-system";
+    let node = "kwok-restore-hooks";
+    let target = "restore-hooks-shop";
+    let Some(crate::pod_hooks::KwokCluster { kwok, admin, .. }) =
+        crate::pod_hooks::kwok_cluster(ns, &[node]).await
+    else {
+        return;
+    };
+    let store_dir = tempfile::tempdir().unwrap();
+    tokio::task::block_in_place(|| back_up_the_shop(store_dir.path(), "shop"));
+    let store = iar::store::BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_, controller) = crate::controller::start_controller(
+        admin.clone(),
+        ns,
+        store,
+        Vec::new(),
+        PluginRegistry::new(),
+    )
+    .await;
+    let spec = json!({
+        "backupName": "shop",
+        "includedNamespaces": ["shop"],
+        "includedResources": ["pods"],
+        "namespaceMapping": {"shop": target},
+        "hooks": {"resources": [
+            // The backed-up namespace: not where the pod is restored.
+            {"name": "elsewhere", "includedNamespaces": ["shop"],
+             "postHooks": [{"exec": {"command": ["sh", "-c", "echo wrong > elsewhere.txt"]}}]},
+            {"name": "warm", "includedNamespaces": [target],
+             "labelSelector": {"matchLabels": {"app": "web"}},
+             "postHooks": [
+                {"init": {"initContainers": [
+                    {"name": "prep", "image": "busybox:1.36", "command": ["true"]}
+                ]}},
+                {"exec": {"command": ["sh", "-c", "echo warmed > warmed.txt"], "waitTimeout": "2m"}},
+                {"exec": {"command": ["sh", "-c", "echo broken >&2; exit 3"]}},
+                {"exec": {"command": ["sh", "-c", "echo after > after.txt"]}},
+             ]},
+        ]},
+    });
+    let restores = Api::<Restore>::namespaced(admin.clone(), ns);
+    restores
+        .create(
+            &PostParams::default(),
+            &Restore::new(
+                "hooked",
+                RestoreResourceSpec {
+                    fields: spec.as_object().unwrap().clone(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    // The restored pod appears unscheduled; its execs will run in `dir`.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), target);
+    let pod = iar_tests::wait_for(
+        "the restored pod",
+        std::time::Duration::from_secs(120),
+        || {
+            let pods = pods.clone();
+            async move { pods.get("web-0").await.map_err(|e| e.to_string()) }
+        },
+    )
+    .await;
+    let init: Vec<_> = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(init, ["prep"]);
+    let dir = tempfile::tempdir().unwrap();
+    kwok.local_exec(&admin, target, "web-0", dir.path(), &[])
+        .await;
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web-0"},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    pods.create_subresource::<Value, Value>("binding", "web-0", &PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let done = iar_tests::wait_for(
+        "restore hooked to end",
+        std::time::Duration::from_secs(180),
+        || {
+            let restores = restores.clone();
+            async move {
+                let r = restores.get("hooked").await.map_err(|e| e.to_string())?;
+                let status = r.status.clone().unwrap_or_default();
+                match status.phase.as_deref() {
+                    Some("InProgress") | Some("New") | None => Err(format!("{status:?}")),
+                    Some(_) => Ok(status),
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(done.phase.as_deref(), Some("PartiallyFailed"), "{done:?}");
+    assert_eq!(done.errors, Some(1), "{done:?}");
+    let hooks = done.hook_status.clone().unwrap();
+    assert_eq!(
+        (hooks.hooks_attempted, hooks.hooks_failed),
+        (Some(3), Some(1)),
+        "{done:?}"
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).ok();
+    assert_eq!(read("warmed.txt").as_deref(), Some("warmed\n"));
+    // The failed hook's mode is Continue (Velero's when none is set).
+    assert_eq!(read("after.txt").as_deref(), Some("after\n"));
+    assert_eq!(read("elsewhere.txt"), None);
+    let described = tokio::task::block_in_place(|| {
+        iar(&[
+            "describe",
+            "hooked",
+            "--restore",
+            "--store",
+            store_dir.path().to_str().unwrap(),
+        ])
+    });
+    let out = text(&described);
+    assert!(out.contains("Hooks:        3 attempted, 1 failed"), "{out}");
+    assert!(
+        out.contains("hook warm in container web failed to execute"),
+        "{out}"
+    );
+    controller.abort();
+}

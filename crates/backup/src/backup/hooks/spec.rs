@@ -4,6 +4,7 @@
 //! for one pod and phase. An annotation hook replaces the spec hooks for
 //! that pod and phase, as in Velero.
 
+pub use iar_core::command::parse_command;
 use iar_core::duration::parse_non_negative;
 use iar_core::item::Item;
 use iar_core::select::BackupFilter;
@@ -132,22 +133,6 @@ fn herr(at: impl Into<String>, reason: impl Into<String>) -> HookError {
         at: at.into(),
         reason: reason.into(),
     }
-}
-
-/// A command as Velero reads it: a JSON array of strings, or one string
-/// that is the whole command (not split on spaces).
-pub fn parse_command(s: &str) -> Result<Vec<String>, String> {
-    let t = s.trim();
-    let command = if t.starts_with('[') {
-        serde_json::from_str::<Vec<String>>(t)
-            .map_err(|e| format!("not a JSON string array: {e}"))?
-    } else {
-        vec![s.to_string()]
-    };
-    if command.is_empty() || command[0].is_empty() {
-        return Err("empty command".into());
-    }
-    Ok(command)
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {
