@@ -662,7 +662,6 @@ async fn check_gone(
     uid: &str,
     store: &BackupStore,
     ledger: &Path,
-    hooks_before: usize,
     fate: Fate,
     audit_log: &Path,
 ) -> Result<(BackupPhase, Instant), String> {
@@ -701,7 +700,7 @@ async fn check_gone(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     // A deleted backup must not leave its application frozen either.
-    let (_, pre, post) = freezes_undone(ledger, hooks_before).await;
+    let (_, pre, post) = freezes_undone(ledger, name).await;
     if pre > post {
         // The backup's log went with it; the execs into its pod, as the
         // API server audited them, say which unfreeze was asked and how
@@ -777,6 +776,7 @@ async fn terminal_phase(
     ns: &str,
     name: &str,
     audit_log: &Path,
+    store: &BackupStore,
 ) -> Result<(BackupPhase, Instant), String> {
     let api = Api::<Backup>::namespaced(admin.clone(), ns);
     let started = Instant::now();
@@ -793,8 +793,27 @@ async fn terminal_phase(
             break (p, Instant::now());
         }
         if started.elapsed() > ROUND_BUDGET {
+            // What it waits for (seed 4223: WaitingForPluginOperations
+            // after an API server restart): its status, its CSI
+            // snapshot's, its operations and its last log lines.
+            let status = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|b| serde_json::to_string(&b.status).ok());
+            let snapshot = csi_snapshot(admin, ns, name)
+                .await
+                .map(|vs| vs.map(|vs| vs.data["status"].clone()));
+            let operations = store
+                .get_json::<serde_json::Value>(name, BackupFile::ItemOperations)
+                .await
+                .map_err(|e| e.to_string());
+            let log = last_log_lines(store, name, 12).await;
+            let events = crate::fault_leases::audit_events_of(audit_log, ns, name);
+            let events = &events[events.len().saturating_sub(12)..];
             return Err(format!(
-                "no terminal phase within {ROUND_BUDGET:?} (now {:?})",
+                "no terminal phase within {ROUND_BUDGET:?} (now {:?}); resource status {status:?}; its CSI snapshot's status {snapshot:?}; its operations {operations:?}; last log lines {log:#?}; last audit events {events:#?}",
                 phase_now().await
             ));
         }
@@ -880,22 +899,36 @@ fn proxied_kubeconfig(
     })
 }
 
-/// A hook (Velero's annotation form) appending `what` and the time to
-/// `ledger`.
-fn hook_command(what: &str, ledger: &Path) -> String {
-    let line = format!("echo {what} $(date +%s%N) >> {}", ledger.display());
+/// A hook (Velero's annotation form) appending `what`, the backup it is
+/// for and the time to `ledger`.
+fn hook_command(what: &str, backup: &str, ledger: &Path) -> String {
+    let line = format!("echo {what} {backup} $(date +%s%N) >> {}", ledger.display());
     serde_json::json!(["sh", "-c", line]).to_string()
 }
 
-/// The ledger's lines after its first `before`, once every freeze among
-/// them is undone (the pod's hooks always succeed here, so a post hook is
-/// owed once the pre hook ran), or after 30 s; with the pre and post
-/// counts.
-async fn freezes_undone(ledger: &Path, before: usize) -> (Vec<(String, u128)>, usize, usize) {
+/// The pod's hook annotations, naming `backup` in the ledger: set before
+/// each round's backup is made, so that a backup, which reads the pod
+/// when it starts, names itself in every hook it runs, whenever it runs
+/// them (seed 4218: a round counted two pre hooks and could not say
+/// whose they were).
+fn hook_annotations(backup: &str, ledger: &Path) -> serde_json::Value {
+    serde_json::json!({
+        "pre.hook.backup.velero.io/command": hook_command("pre", backup, ledger),
+        "post.hook.backup.velero.io/command": hook_command("post", backup, ledger),
+    })
+}
+
+/// Backup `backup`'s lines of the ledger, once every freeze among them is
+/// undone (the pod's hooks always succeed here, so a post hook is owed
+/// once the pre hook ran), or after 30 s; with the pre and post counts.
+async fn freezes_undone(ledger: &Path, backup: &str) -> (Vec<(String, u128)>, usize, usize) {
     let waited = Instant::now();
     loop {
-        let lines = ledger_lines(ledger);
-        let new = lines[before.min(lines.len())..].to_vec();
+        let new: Vec<(String, u128)> = ledger_lines(ledger)
+            .into_iter()
+            .filter(|(_, b, _)| b == backup)
+            .map(|(w, _, at)| (w, at))
+            .collect();
         let count = |what: &str| new.iter().filter(|(w, _)| w == what).count();
         let (pre, post) = (count("pre"), count("post"));
         if post >= pre || waited.elapsed() > Duration::from_secs(30) {
@@ -956,16 +989,69 @@ async fn first_errors(store: &BackupStore, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The hook ledger's lines: (`pre` or `post`, when in ns since the epoch).
-fn ledger_lines(ledger: &Path) -> Vec<(String, u128)> {
+/// The hook ledger's lines: (`pre` or `post`, the backup, when in ns
+/// since the epoch).
+fn ledger_lines(ledger: &Path) -> Vec<(String, String, u128)> {
     std::fs::read_to_string(ledger)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| {
-            let (what, at) = l.split_once(' ')?;
-            Some((what.to_string(), at.trim().parse().ok()?))
+            let mut fields = l.split_whitespace();
+            let (what, backup, at) = (fields.next()?, fields.next()?, fields.next()?);
+            Some((what.to_string(), backup.to_string(), at.parse().ok()?))
         })
         .collect()
+}
+
+/// At the seed's end, every backup's hooks over the whole ledger: at most
+/// one pre and one post each, and no freeze left (a pass still running
+/// after its round was judged would escape the round's own check).
+fn every_backups_hooks(ledger: &Path) -> Result<(), String> {
+    let mut counts: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for (what, backup, _) in ledger_lines(ledger) {
+        let c = counts.entry(backup).or_default();
+        match what.as_str() {
+            "pre" => c.0 += 1,
+            _ => c.1 += 1,
+        }
+    }
+    for (backup, (pre, post)) in counts {
+        if pre > 1 || post > 1 || pre > post {
+            return Err(format!(
+                "backup {backup}'s hooks ran {pre} pre and {post} post times over the whole seed"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Sets the pod's hooks to name `backup` (see [`hook_annotations`]),
+/// asked until the API server takes it (a fault of the last round may
+/// still hold it).
+async fn name_hooks(
+    admin: &kube::Client,
+    ns: &str,
+    backup: &str,
+    ledger: &Path,
+) -> Result<(), String> {
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), ns);
+    let patch = serde_json::json!({"metadata": {"annotations": hook_annotations(backup, ledger)}});
+    let mut last = String::new();
+    for _ in 0..120 {
+        match pods
+            .patch(
+                "db-0",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!("naming the pod's hooks for {backup}: {last}"))
 }
 
 /// The hook invariants of one round, once its backup is terminal: each
@@ -977,11 +1063,10 @@ async fn check_hooks(
     name: &str,
     phase: BackupPhase,
     ledger: &Path,
-    before: Vec<(String, u128)>,
     requests: &Api<iar::k8s::volume_backup::VolumeBackup>,
 ) -> Result<(), String> {
     // Every freeze is undone, whatever the phase.
-    let (new, pre, post) = freezes_undone(ledger, before.len()).await;
+    let (new, pre, post) = freezes_undone(ledger, name).await;
     let new = &new[..];
     if pre > post {
         return Err(format!(
@@ -1077,10 +1162,7 @@ async fn run_seed(
         // Each hook appends to a ledger, outside the volume (kwok runs the
         // pod's execs in the volume's directory), what it is and when, in
         // nanoseconds.
-        serde_json::json!({
-            "pre.hook.backup.velero.io/command": hook_command("pre", &ledger),
-            "post.hook.backup.velero.io/command": hook_command("post", &ledger),
-        }),
+        hook_annotations("none", &ledger),
     )
     .await;
     let password_file = kubelet_root.path().join("repository-password");
@@ -1179,7 +1261,9 @@ async fn run_seed(
         let name = format!("b{round}");
         let mut faults = Fault::draw(&mut dice);
         faults.sort_by_key(|(_, at)| *at);
-        let hooks_before = ledger_lines(&ledger);
+        name_hooks(&world.admin, &ns, &name, &ledger)
+            .await
+            .map_err(|e| format!("seed {seed} round {round}: {e}"))?;
         let fate = Fate::draw(&mut fates);
         let mut spec = fs_backup_spec(&ns);
         if fate == Fate::Expires {
@@ -1234,7 +1318,6 @@ async fn run_seed(
                 &uid,
                 &world.store.store,
                 &ledger,
-                hooks_before.len(),
                 fate,
                 &world.server.audit_log(),
             )
@@ -1286,9 +1369,15 @@ async fn run_seed(
             });
             continue;
         }
-        let (phase, ended) = terminal_phase(&world.admin, &ns, &name, &world.server.audit_log())
-            .await
-            .map_err(violation)?;
+        let (phase, ended) = terminal_phase(
+            &world.admin,
+            &ns,
+            &name,
+            &world.server.audit_log(),
+            &world.store.store,
+        )
+        .await
+        .map_err(violation)?;
         let recovery = ended.saturating_duration_since(last_fault);
         // Why it did not complete, for the report (Failed: the backup's
         // reason; PartiallyFailed: its stored log's errors are counted).
@@ -1344,16 +1433,7 @@ async fn run_seed(
             kept.push((name.clone(), frozen));
         }
         let requests = Api::namespaced(world.admin.clone(), &ns);
-        if let Err(e) = check_hooks(
-            &world.store.store,
-            &name,
-            phase,
-            &ledger,
-            hooks_before,
-            &requests,
-        )
-        .await
-        {
+        if let Err(e) = check_hooks(&world.store.store, &name, phase, &ledger, &requests).await {
             // Why it ended, and what of it the store holds (a Failed
             // round with a freeze left and no log: seeds 3668, 3670,
             // 3671).
@@ -1375,6 +1455,7 @@ async fn run_seed(
             recovery,
         });
     }
+    every_backups_hooks(&ledger).map_err(|e| format!("seed {seed}: {e}"))?;
     // What the other rounds deleted, collected and pruned took nothing a
     // kept backup needs.
     for (name, frozen) in &kept {
