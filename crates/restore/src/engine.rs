@@ -8,6 +8,7 @@
 //! the cluster's writes wait on the network, so it runs on a blocking
 //! thread, never on the async runtime.
 
+use crate::builtin;
 use crate::csi;
 use crate::hooks::post::{self, PodExec, PodHooks};
 use crate::order;
@@ -258,7 +259,57 @@ impl Run<'_> {
                 let provisioned = self.provisioned.clone();
                 prepare::persistent_volume_claim(&mut value, &|v| provisioned.contains(v));
             }
+            "rolebindings.rbac.authorization.k8s.io"
+            | "clusterrolebindings.rbac.authorization.k8s.io" => {
+                builtin::binding_subjects(&mut value, &self.cx.spec.namespace_mapping);
+            }
+            "apiservices.apiregistration.k8s.io" if builtin::skips_api_service(&value) => {
+                self.log(format!(
+                    "{}: managed by the API server's aggregator; not restored",
+                    item.id
+                ));
+                return;
+            }
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io"
+            | "validatingwebhookconfigurations.admissionregistration.k8s.io" => {
+                builtin::webhook_side_effects(&mut value);
+            }
+            "customresourcedefinitions.apiextensions.k8s.io" => {
+                builtin::crd_preserve_unknown_fields(&mut value);
+            }
+            "secrets" => {
+                // Velero lists the accounts of the secret's own (backed-up)
+                // namespace in the cluster.
+                let cluster = self.cx.cluster.clone();
+                let exists = |account: &str| {
+                    let id = ItemRef::new("", "serviceaccounts", source_ns.as_str(), account);
+                    matches!(cluster.get(&id), Ok(Some(_)))
+                };
+                if let builtin::TokenSecret::Skip(account) =
+                    builtin::token_secret(&mut value, &exists)
+                {
+                    self.log(format!(
+                        "{}: a token Kubernetes makes again for service account {account}; not restored",
+                        item.id
+                    ));
+                    return;
+                }
+            }
             "pods" => {
+                // AddPVCFromPodAction: its claims first, whatever the
+                // filters (additional items).
+                for claim in builtin::pod_claims(&value) {
+                    let key = ItemRef::new(
+                        "",
+                        "persistentvolumeclaims",
+                        source_ns.as_str(),
+                        claim.as_str(),
+                    )
+                    .to_string();
+                    if let Some(found) = self.by_id.get(&key).cloned() {
+                        self.restore_item(&found, true);
+                    }
+                }
                 let seed = self.cx.restore.uid.clone();
                 for w in self
                     .cx

@@ -5,6 +5,7 @@
 //! and where it differs from Velero's restore.
 
 pub mod archive;
+pub mod builtin;
 pub mod csi;
 mod engine;
 pub mod hooks;

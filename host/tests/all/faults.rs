@@ -1377,7 +1377,17 @@ async fn run_seed(
             &world.store.store,
         )
         .await
-        .map_err(violation)?;
+        .map_err(|e| {
+            // Whether the snapshot-controller still runs (it exits on
+            // some API server errors), from its log's last lines.
+            let log = std::fs::read_to_string(world.server.dir().join("snapshot-controller.log"))
+                .unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(6)..].join("\n");
+            violation(format!(
+                "{e}; the snapshot-controller's last lines:\n{tail}"
+            ))
+        })?;
         let recovery = ended.saturating_duration_since(last_fault);
         // Why it did not complete, for the report (Failed: the backup's
         // reason; PartiallyFailed: its stored log's errors are counted).

@@ -199,6 +199,31 @@ fn filters_take_only_what_is_asked_and_cluster_objects_follow_velero() {
         "{}",
         text(&out)
     );
+    // Pods only: each with the claims it mounts (Velero's
+    // AddPVCFromPodAction names them as additional items).
+    let to = tempfile::tempdir().unwrap();
+    let pods = [
+        "--include-resources",
+        "pods",
+        "--include-namespaces",
+        "shop",
+    ];
+    let out = restore_to(store.path(), Some("pods-only"), &pods, to.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let files: Vec<String> = iar::cluster::overlay::objects(to.path())
+        .into_iter()
+        .map(|(id, _)| id.to_string())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "namespaces shop",
+            "persistentvolumeclaims shop/data-web-0",
+            "pods shop/web-0"
+        ],
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

@@ -365,12 +365,49 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
     let items = work.path().join("items");
     std::fs::create_dir_all(&items).unwrap();
     write_application(&items);
+    // And what a restore's built-in actions change: an account with a
+    // legacy token reference, RBAC whose subject follows a namespace
+    // mapping, a claim, and a pod bound to a node that mounts it.
+    std::fs::write(
+        items.join("more.yaml"),
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: web, namespace: shop}
+secrets: [{name: web-token-abcde}, {name: web-registry}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reader, namespace: shop}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: web-reads, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}
+subjects: [{kind: ServiceAccount, name: web, namespace: shop}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: cache, namespace: shop}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: runner, namespace: shop, labels: {app: runner}}
+spec:
+  nodeName: node-a
+  priority: 0
+  containers: [{name: run, image: "busybox:1.36", command: [sleep, "3600"]}]
+  volumes: [{name: cache, persistentVolumeClaim: {claimName: cache}}]
+"#,
+    )
+    .unwrap();
     let plugins = work.path().join("iar-plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::copy(iar_tests::artifacts::LABELS, plugins.join("labels.wasm")).unwrap();
     std::fs::write(
         plugins.join("labels.yaml"),
-        "config:\n  labels: backed-up-by=iar\n# It labels every item, the namespace's ServiceAccounts too.\nallowMutate: ['*', serviceaccounts]\n",
+        "config:\n  labels: backed-up-by=iar\n# It labels every item, the namespace's ServiceAccounts and RBAC too.\nallowMutate: ['*', serviceaccounts, roles.rbac.authorization.k8s.io, rolebindings.rbac.authorization.k8s.io]\n",
     )
     .unwrap();
     let spec = work.path().join("spec.yaml");
@@ -521,8 +558,8 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
         "Phase:  Completed",
         "Backup Format Version:  1.1.0",
         "ItemOperationTimeout:  4h0m0s",
-        "Items backed up:              4",
-        "Resource List:\n  apps/v1/Deployment:\n    - shop/web\n  v1/ConfigMap:\n    - shop/web-config\n  v1/Namespace:\n    - shop\n  v1/Service:\n    - shop/web\n",
+        "Items backed up:              9",
+        "Resource List:\n  apps/v1/Deployment:\n    - shop/web\n  rbac.authorization.k8s.io/v1/Role:\n    - shop/reader\n  rbac.authorization.k8s.io/v1/RoleBinding:\n    - shop/web-reads\n  v1/ConfigMap:\n    - shop/web-config\n  v1/Namespace:\n    - shop\n  v1/PersistentVolumeClaim:\n    - shop/cache\n  v1/Pod:\n    - shop/runner\n  v1/Service:\n    - shop/web\n  v1/ServiceAccount:\n    - shop/web\n",
     ] {
         assert!(described.contains(line), "{line:?} not in:\n{described}");
     }
@@ -668,7 +705,16 @@ async fn velero_restores_an_iar_backup_with_api_group_versions() {
 /// version, times, field managers, a Service's address), the namespace
 /// itself and the label naming the restore. Nothing else may differ.
 async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns: &str) {
-    fn comparable(mut v: Value) -> Value {
+    // Each restore's own namespace, where a binding's subject was mapped
+    // to it, is said the same way for both.
+    fn comparable(mut v: Value, target: &str) -> Value {
+        if let Some(Value::Array(subjects)) = v.get_mut("subjects") {
+            for s in subjects {
+                if s["namespace"] == target {
+                    s["namespace"] = json!("<the restore's namespace>");
+                }
+            }
+        }
         let meta = v["metadata"].as_object_mut().unwrap();
         for key in [
             "uid",
@@ -709,6 +755,28 @@ async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns:
             resource("apps", "v1", "Deployment", "deployments"),
             Some("web"),
         ),
+        (
+            resource("", "v1", "ServiceAccount", "serviceaccounts"),
+            Some("web"),
+        ),
+        (
+            resource("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+            Some("reader"),
+        ),
+        (
+            resource(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "RoleBinding",
+                "rolebindings",
+            ),
+            Some("web-reads"),
+        ),
+        (
+            resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+            Some("cache"),
+        ),
+        (resource("", "v1", "Pod", "pods"), Some("runner")),
     ];
     for (ar, name) in pairs {
         let (by_velero, by_iar) = match name {
@@ -728,8 +796,8 @@ async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns:
             ),
         };
         let (by_velero, by_iar) = (
-            comparable(serde_json::to_value(by_velero).unwrap()),
-            comparable(serde_json::to_value(by_iar).unwrap()),
+            comparable(serde_json::to_value(by_velero).unwrap(), velero_ns),
+            comparable(serde_json::to_value(by_iar).unwrap(), iar_ns),
         );
         assert_eq!(
             by_iar, by_velero,
@@ -740,8 +808,42 @@ async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns:
     }
     assert_eq!(
         compared,
-        ["Namespace", "ConfigMap", "Service", "Deployment"]
+        [
+            "Namespace",
+            "ConfigMap",
+            "Service",
+            "Deployment",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "PersistentVolumeClaim",
+            "Pod"
+        ]
     );
+    // Both mapped the binding's subject, and dropped the legacy token.
+    let binding = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        iar_ns,
+        &resource(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+        ),
+    )
+    .get("web-reads")
+    .await
+    .unwrap();
+    assert_eq!(binding.data["subjects"][0]["namespace"], iar_ns);
+    let account = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        iar_ns,
+        &resource("", "v1", "ServiceAccount", "serviceaccounts"),
+    )
+    .get("web")
+    .await
+    .unwrap();
+    assert_eq!(account.data["secrets"], json!([{"name": "web-registry"}]));
 }
 
 /// Waits for `check` to find something; on a timeout the message ends
