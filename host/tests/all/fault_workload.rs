@@ -165,6 +165,11 @@ pub(crate) enum Fault {
     /// `SlowDown`) for 1–6 s, through an HTTP hop before it; the
     /// connections open then are closed.
     StoreUnavailable,
+    /// The seed's node gone for good: its agent killed and never started
+    /// again, its Node object deleted. Only in the last round, of a
+    /// quarter of the seeds, on dice of its own (so every other draw of a
+    /// seed stays what it was): not in [`Fault::ALL`].
+    NodeGone,
 }
 
 impl Fault {
