@@ -21,6 +21,7 @@ use iar_core::store::restores::RestoreFile;
 use iar_plugin::plugin::RestoreRef;
 use iar_restore::hooks::post::PodExec;
 use iar_restore::spec::RestoreSpec;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -62,6 +63,7 @@ pub async fn restore_forever(
     restorer: Restorer,
 ) -> std::convert::Infallible {
     let api = Api::<Restore>::namespaced(client.clone(), &namespace);
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
     // Restored pods' exec hooks run in their containers (pods/exec).
     let exec: Arc<dyn PodExec> = Arc::new(RestoreHookExec::new(
         client,
@@ -75,7 +77,7 @@ pub async fn restore_forever(
                 Err(e) => tracing::warn!("restores: {e}"),
             }
         }
-        if started && let Err(e) = tick(&api, &restorer, &exec).await {
+        if started && let Err(e) = tick(&api, &restorer, &exec, &config_maps).await {
             tracing::warn!("restores: {e}");
         }
         tokio::time::sleep(LOOK_EVERY).await;
@@ -115,11 +117,41 @@ async fn failed(api: &Api<Restore>, name: &str, reason: String) -> Result<(), ku
     .await
 }
 
+/// The data of Velero's change-storage-class ConfigMap in the Restores'
+/// namespace (old class → new), as Velero's `GetPluginConfig` finds it:
+/// none is no mapping; two are an error naming both.
+pub async fn storage_class_mapping(
+    config_maps: &Api<ConfigMap>,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let selector = iar_restore::builtin::STORAGE_CLASS_CONFIG;
+    let list = config_maps
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| format!("reading the change-storage-class ConfigMap: {e}"))?;
+    match &list.items[..] {
+        [] => Ok(Default::default()),
+        [one] => Ok(one.data.clone().unwrap_or_default()),
+        many => Err(format!(
+            "found more than one ConfigMap matching label selector {selector:?}: {:?}",
+            many.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+        )),
+    }
+}
+
+/// [`storage_class_mapping`] in `namespace`.
+pub async fn storage_class_mapping_in(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    storage_class_mapping(&Api::namespaced(client.clone(), namespace)).await
+}
+
 /// One look: the new Restores, oldest first, each to its end.
 async fn tick(
     api: &Api<Restore>,
     restorer: &Restorer,
     exec: &Arc<dyn PodExec>,
+    config_maps: &Api<ConfigMap>,
 ) -> Result<(), kube::Error> {
     let mut new: Vec<Restore> = api
         .list(&ListParams::default())
@@ -134,7 +166,7 @@ async fn tick(
     });
     for restore in new {
         let name = restore.name_any();
-        match run_one(api, restorer, exec.clone(), &restore).await {
+        match run_one(api, restorer, exec.clone(), config_maps, &restore).await {
             Ok(()) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tracing::debug!(restore = %name, "started elsewhere: the resource changed since it was read");
@@ -150,6 +182,7 @@ async fn run_one(
     api: &Api<Restore>,
     restorer: &Restorer,
     exec: Arc<dyn PodExec>,
+    config_maps: &Api<ConfigMap>,
     restore: &Restore,
 ) -> Result<(), kube::Error> {
     let name = restore.name_any();
@@ -193,6 +226,10 @@ async fn run_one(
         Ok(loaded) => loaded,
         Err(reason) => return failed(api, &name, reason).await,
     };
+    let storage_classes = match storage_class_mapping(config_maps).await {
+        Ok(mapping) => mapping,
+        Err(reason) => return failed(api, &name, reason).await,
+    };
     let restore_ref = RestoreRef {
         name: name.clone(),
         namespace: restore.namespace().unwrap_or_default(),
@@ -216,6 +253,7 @@ async fn run_one(
                 plugins: &plugins,
                 stop: Some(stop_flag),
                 exec: Some(exec),
+                storage_classes,
             },
             loaded,
         )

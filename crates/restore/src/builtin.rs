@@ -129,6 +129,57 @@ pub fn token_secret(secret: &mut Value, exists: &dyn Fn(&str) -> bool) -> TokenS
     TokenSecret::Reset
 }
 
+/// The ConfigMap Velero's change-storage-class action reads, by its
+/// labels (`common.PluginConfigLabelSelector`): in the namespace of the
+/// server that restores (here, of the Restore).
+pub const STORAGE_CLASS_CONFIG: &str =
+    "velero.io/plugin-config,velero.io/change-storage-class=RestoreItemAction";
+
+/// ChangeStorageClassAction: a volume's, a claim's or a stateful set's
+/// claim templates' storage class that `mapping` names becomes the one it
+/// maps to, which must exist (`exists`); `Err` names the missing one, and
+/// the object is not restored, as in Velero. Returns the classes changed.
+pub fn storage_class(
+    object: &mut Value,
+    group_resource: &str,
+    mapping: &BTreeMap<String, String>,
+    exists: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, String> {
+    if mapping.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut specs: Vec<&mut Value> = match group_resource {
+        "persistentvolumes" | "persistentvolumeclaims" => {
+            object.get_mut("spec").into_iter().collect()
+        }
+        "statefulsets.apps" => match object.pointer_mut("/spec/volumeClaimTemplates") {
+            Some(Value::Array(templates)) => templates
+                .iter_mut()
+                .filter_map(|t| t.get_mut("spec"))
+                .collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let mut changed = Vec::new();
+    for spec in specs.iter_mut() {
+        let Some(old) = spec.get("storageClassName").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(new) = mapping.get(old) else {
+            continue;
+        };
+        if !exists(new) {
+            return Err(format!(
+                "storage class {new} (mapped from {old} by the change-storage-class ConfigMap) does not exist"
+            ));
+        }
+        changed.push((old.to_string(), new.clone()));
+        spec["storageClassName"] = json!(new);
+    }
+    Ok(changed)
+}
+
 /// AddPVCFromPodAction: the claims a pod mounts, restored before it.
 pub fn pod_claims(pod: &Value) -> Vec<String> {
     pod.pointer("/spec/volumes")
@@ -217,6 +268,43 @@ mod tests {
             json!({"type": "Opaque", "metadata": {"name": "x-token-y"}, "data": {"token": "dA=="}});
         assert_eq!(token_secret(&mut opaque, &|_| true), TokenSecret::Other);
         assert_eq!(opaque["data"]["token"], "dA==");
+    }
+
+    #[test]
+    fn storage_classes_change_as_the_config_map_maps_them() {
+        let mapping = BTreeMap::from([("slow".to_string(), "fast".to_string())]);
+        let mut pvc = json!({"spec": {"storageClassName": "slow"}});
+        let changed = storage_class(&mut pvc, "persistentvolumeclaims", &mapping, &|c| {
+            c == "fast"
+        });
+        assert_eq!(changed.unwrap(), [("slow".to_string(), "fast".to_string())]);
+        assert_eq!(pvc["spec"]["storageClassName"], "fast");
+        let mut sts = json!({"spec": {"volumeClaimTemplates": [
+            {"spec": {"storageClassName": "slow"}}, {"spec": {"storageClassName": "other"}}, {"spec": {}},
+        ]}});
+        storage_class(&mut sts, "statefulsets.apps", &mapping, &|_| true).unwrap();
+        assert_eq!(
+            sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"],
+            "fast"
+        );
+        assert_eq!(
+            sts["spec"]["volumeClaimTemplates"][1]["spec"]["storageClassName"],
+            "other"
+        );
+        // The class it maps to must exist; the object is then not restored.
+        let mut pv = json!({"spec": {"storageClassName": "slow"}});
+        let e = storage_class(&mut pv, "persistentvolumes", &mapping, &|_| false).unwrap_err();
+        assert!(
+            e.contains("storage class fast") && e.contains("does not exist"),
+            "{e}"
+        );
+        // Other resources are left.
+        let mut pod = json!({"spec": {"storageClassName": "slow"}});
+        assert!(
+            storage_class(&mut pod, "pods", &mapping, &|_| true)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

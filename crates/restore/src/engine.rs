@@ -48,6 +48,9 @@ pub struct Context<'a> {
     /// Runs restored pods' exec hooks; `None` where there is no pod to
     /// run them in (a restore into a directory): each is a warning.
     pub exec: Option<Arc<dyn PodExec>>,
+    /// Velero's change-storage-class ConfigMap's data (old class → new);
+    /// empty when there is none ([`builtin::STORAGE_CLASS_CONFIG`]).
+    pub storage_classes: BTreeMap<String, String>,
 }
 
 /// The error a restore stopped by [`Context::stop`] ends with.
@@ -231,6 +234,30 @@ impl Run<'_> {
             }
         };
         prepare::builtin_actions(&gr, &mut value, self.cx.spec.preserve_node_ports);
+        if matches!(
+            gr.as_str(),
+            "persistentvolumes" | "persistentvolumeclaims" | "statefulsets.apps"
+        ) {
+            let cluster = self.cx.cluster.clone();
+            let exists = |class: &str| {
+                let id = ItemRef::new("storage.k8s.io", "storageclasses", "", class);
+                matches!(cluster.get(&id), Ok(Some(_)))
+            };
+            match builtin::storage_class(&mut value, &gr, &self.cx.storage_classes, &exists) {
+                Ok(changed) => {
+                    for (old, new) in changed {
+                        self.log(format!(
+                            "{}: storage class {old} changed to {new} (change-storage-class)",
+                            item.id
+                        ));
+                    }
+                }
+                Err(e) => {
+                    self.error(&target_ns, format!("error restoring {}: {e}", item.id));
+                    return;
+                }
+            }
+        }
         let mut name = item.id.name.clone();
         match gr.as_str() {
             csi::SNAPSHOTS | csi::CONTENTS if self.cx.spec.restore_pvs == Some(false) => {
@@ -863,6 +890,7 @@ mod tests {
                 plugins: &[],
                 stop: Some(stop),
                 exec: None,
+                storage_classes: BTreeMap::new(),
             },
             (0..5).map(|i| config_map(&format!("cm-{i}"))).collect(),
         );
@@ -958,6 +986,7 @@ mod tests {
                 plugins: &[],
                 stop: None,
                 exec,
+                storage_classes: BTreeMap::new(),
             },
             pods.iter().map(|p| web_pod(p)).collect(),
         )

@@ -152,6 +152,11 @@ fn build_spec(args: &RestoreArgs) -> anyhow::Result<Value> {
     Ok(Value::Object(spec))
 }
 
+/// The namespace a command-line restore is said to run in (its record's,
+/// and where Velero's change-storage-class ConfigMap is read): iar's own,
+/// as deploy/ makes it.
+const RESTORE_NAMESPACE: &str = "iar";
+
 pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let spec_value = build_spec(&args)?;
     let spec = RestoreSpec::from_value(&spec_value).map_err(anyhow::Error::msg)?;
@@ -192,11 +197,19 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         }
         None => Vec::new(),
     };
-    // Into a cluster, restored pods' exec hooks run in their containers;
-    // into a directory there is no pod to run them in.
+    // Into a cluster, restored pods' exec hooks run in their containers,
+    // and Velero's change-storage-class ConfigMap in the restore's
+    // namespace applies; into a directory there is neither.
+    let mut storage_classes = Default::default();
     let (cluster, exec): (Arc<dyn ClusterReader>, Option<Arc<dyn PodExec>>) = if args.cluster {
         let client = super::backup::cluster_client(&runtime)?;
         let handle = runtime.handle().clone();
+        storage_classes = runtime
+            .block_on(iar::k8s::restores::storage_class_mapping_in(
+                &client,
+                RESTORE_NAMESPACE,
+            ))
+            .map_err(anyhow::Error::msg)?;
         (
             Arc::new(iar::k8s::live::LiveCluster::new(
                 client.clone(),
@@ -216,7 +229,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     };
     let restore_ref = RestoreRef {
         name: name.clone(),
-        namespace: "iar".into(),
+        namespace: RESTORE_NAMESPACE.into(),
         uid: iar::restore::new_uid(&name, started),
         spec: spec.raw.clone(),
     };
@@ -228,6 +241,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             plugins: &plugins,
             stop: None,
             exec,
+            storage_classes,
         },
         loaded,
     );

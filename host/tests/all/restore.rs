@@ -894,7 +894,9 @@ async fn iar_restores_a_csi_claim_from_its_snapshot() {
 /// processes in a directory the test owns, the one part kwok cannot
 /// provide); a failed hook is an error of the restore, which ends
 /// PartiallyFailed with Velero's `hookStatus` counts, also shown by
-/// `iar describe --restore`.
+/// `iar describe --restore`. The pod's claim comes with it (Velero's
+/// AddPVCFromPodAction), its storage class changed as Velero's
+/// change-storage-class ConfigMap in the controller's namespace says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
     use iar::k8s::crd::{Restore, RestoreResourceSpec};
@@ -941,6 +943,26 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
              ]},
         ]},
     });
+    // The class the backed-up one (csi-standard) is mapped to.
+    let fast = "restore-hooks-fast";
+    let class: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(
+        json!({"metadata": {"name": fast}, "provisioner": "hostpath.csi.k8s.io"}),
+    )
+    .unwrap();
+    Api::all(admin.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let mapping: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "change-storage-class", "labels": {
+            "velero.io/plugin-config": "", "velero.io/change-storage-class": "RestoreItemAction"}},
+        "data": {"csi-standard": fast},
+    }))
+    .unwrap();
+    Api::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &mapping)
+        .await
+        .unwrap();
     let restores = Api::<Restore>::namespaced(admin.clone(), ns);
     restores
         .create(
@@ -1012,6 +1034,15 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
     // The failed hook's mode is Continue (Velero's when none is set).
     assert_eq!(read("after.txt").as_deref(), Some("after\n"));
     assert_eq!(read("elsewhere.txt"), None);
+    let claim =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(admin.clone(), target)
+            .get("data-web-0")
+            .await
+            .unwrap();
+    assert_eq!(
+        claim.spec.unwrap().storage_class_name.as_deref(),
+        Some(fast)
+    );
     let described = tokio::task::block_in_place(|| {
         iar(&[
             "describe",
