@@ -19,6 +19,7 @@ use iar_core::cluster::ClusterReader;
 use iar_core::store::BackupStore;
 use iar_core::store::restores::RestoreFile;
 use iar_plugin::plugin::RestoreRef;
+use iar_restore::builtin::VeleroConfigs;
 use iar_restore::hooks::post::PodExec;
 use iar_restore::spec::RestoreSpec;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -117,17 +118,33 @@ async fn failed(api: &Api<Restore>, name: &str, reason: String) -> Result<(), ku
     .await
 }
 
-/// The data of Velero's change-storage-class ConfigMap in the Restores'
-/// namespace (old class → new), as Velero's `GetPluginConfig` finds it:
-/// none is no mapping; two are an error naming both.
-pub async fn storage_class_mapping(
+/// The data of Velero's change-storage-class and change-image-name
+/// ConfigMaps in the Restores' namespace, as Velero's `GetPluginConfig`
+/// finds each: none is no rule; two of one kind are an error naming both.
+pub async fn velero_configs(config_maps: &Api<ConfigMap>) -> Result<VeleroConfigs, String> {
+    Ok(VeleroConfigs {
+        storage_classes: plugin_config(config_maps, iar_restore::builtin::STORAGE_CLASS_CONFIG)
+            .await?,
+        image_names: plugin_config(config_maps, iar_restore::builtin::IMAGE_NAME_CONFIG).await?,
+    })
+}
+
+/// [`velero_configs`] in `namespace`.
+pub async fn velero_configs_in(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<VeleroConfigs, String> {
+    velero_configs(&Api::namespaced(client.clone(), namespace)).await
+}
+
+async fn plugin_config(
     config_maps: &Api<ConfigMap>,
+    selector: &str,
 ) -> Result<std::collections::BTreeMap<String, String>, String> {
-    let selector = iar_restore::builtin::STORAGE_CLASS_CONFIG;
     let list = config_maps
         .list(&ListParams::default().labels(selector))
         .await
-        .map_err(|e| format!("reading the change-storage-class ConfigMap: {e}"))?;
+        .map_err(|e| format!("reading the ConfigMap labelled {selector:?}: {e}"))?;
     match &list.items[..] {
         [] => Ok(Default::default()),
         [one] => Ok(one.data.clone().unwrap_or_default()),
@@ -136,14 +153,6 @@ pub async fn storage_class_mapping(
             many.iter().map(|c| c.name_any()).collect::<Vec<_>>()
         )),
     }
-}
-
-/// [`storage_class_mapping`] in `namespace`.
-pub async fn storage_class_mapping_in(
-    client: &kube::Client,
-    namespace: &str,
-) -> Result<std::collections::BTreeMap<String, String>, String> {
-    storage_class_mapping(&Api::namespaced(client.clone(), namespace)).await
 }
 
 /// One look: the new Restores, oldest first, each to its end.
@@ -226,8 +235,8 @@ async fn run_one(
         Ok(loaded) => loaded,
         Err(reason) => return failed(api, &name, reason).await,
     };
-    let storage_classes = match storage_class_mapping(config_maps).await {
-        Ok(mapping) => mapping,
+    let configs = match velero_configs(config_maps).await {
+        Ok(configs) => configs,
         Err(reason) => return failed(api, &name, reason).await,
     };
     let restore_ref = RestoreRef {
@@ -253,7 +262,7 @@ async fn run_one(
                 plugins: &plugins,
                 stop: Some(stop_flag),
                 exec: Some(exec),
-                storage_classes,
+                configs,
             },
             loaded,
         )

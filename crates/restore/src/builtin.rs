@@ -135,6 +135,78 @@ pub fn token_secret(secret: &mut Value, exists: &dyn Fn(&str) -> bool) -> TokenS
 pub const STORAGE_CLASS_CONFIG: &str =
     "velero.io/plugin-config,velero.io/change-storage-class=RestoreItemAction";
 
+/// The ConfigMap Velero's change-image-name action reads, likewise.
+pub const IMAGE_NAME_CONFIG: &str =
+    "velero.io/plugin-config,velero.io/change-image-name=RestoreItemAction";
+
+/// The data of the two ConfigMaps Velero's built-in restore actions read;
+/// empty where there is none.
+#[derive(Clone, Debug, Default)]
+pub struct VeleroConfigs {
+    /// Old storage class → new.
+    pub storage_classes: BTreeMap<String, String>,
+    /// Rules `"<old part>,<new part>"`, by key.
+    pub image_names: BTreeMap<String, String>,
+}
+
+/// Where ChangeImageNameAction looks for containers, by resource.
+fn container_paths(group_resource: &str) -> &'static [&'static str] {
+    match group_resource {
+        "pods" => &["/spec/containers", "/spec/initContainers"],
+        "cronjobs.batch" => &[
+            "/spec/jobTemplate/spec/template/spec/containers",
+            "/spec/jobTemplate/spec/template/spec/initContainers",
+        ],
+        "deployments.apps"
+        | "statefulsets.apps"
+        | "daemonsets.apps"
+        | "replicasets.apps"
+        | "replicationcontrollers"
+        | "jobs.batch" => &[
+            "/spec/template/spec/containers",
+            "/spec/template/spec/initContainers",
+        ],
+        _ => &[],
+    }
+}
+
+/// ChangeImageNameAction: each container's image that a rule's old part
+/// is in has every occurrence of it replaced by the rule's new part; the
+/// first rule that matches, in key order (Velero takes them in Go's map
+/// order, which varies), and none whose old part is empty (it would match
+/// every image). Returns the images changed.
+pub fn image_names(
+    object: &mut Value,
+    group_resource: &str,
+    rules: &BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut changed = Vec::new();
+    if rules.is_empty() {
+        return changed;
+    }
+    for path in container_paths(group_resource) {
+        let Some(Value::Array(containers)) = object.pointer_mut(path) else {
+            continue;
+        };
+        for c in containers.iter_mut() {
+            let Some(image) = c.get("image").and_then(Value::as_str).map(String::from) else {
+                continue;
+            };
+            let rule = rules.values().find_map(|row| {
+                let (old, new) = row.split_once(',')?;
+                let (old, new) = (old.trim(), new.trim());
+                (!old.is_empty() && !new.is_empty() && image.contains(old)).then_some((old, new))
+            });
+            if let Some((old, new)) = rule {
+                let replaced = image.replace(old, new);
+                c["image"] = json!(replaced);
+                changed.push((image, replaced));
+            }
+        }
+    }
+    changed
+}
+
 /// ChangeStorageClassAction: a volume's, a claim's or a stateful set's
 /// claim templates' storage class that `mapping` names becomes the one it
 /// maps to, which must exist (`exists`); `Err` names the missing one, and
@@ -305,6 +377,39 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn images_change_as_the_rules_say() {
+        let rules = BTreeMap::from([
+            ("case1".to_string(), "1.1.1.1:5000,2.2.2.2:3000".to_string()),
+            ("case2".to_string(), ",everything".to_string()),
+        ]);
+        let mut pod = json!({"spec": {
+            "containers": [{"name": "a", "image": "1.1.1.1:5000/abc:test"}, {"name": "b", "image": "nginx"}],
+            "initContainers": [{"name": "i", "image": "1.1.1.1:5000/init"}],
+        }});
+        let changed = image_names(&mut pod, "pods", &rules);
+        assert_eq!(changed.len(), 2, "{changed:?}");
+        assert_eq!(
+            pod["spec"]["containers"][0]["image"],
+            "2.2.2.2:3000/abc:test"
+        );
+        assert_eq!(pod["spec"]["containers"][1]["image"], "nginx");
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["image"],
+            "2.2.2.2:3000/init"
+        );
+        let mut cron = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {
+            "containers": [{"name": "c", "image": "1.1.1.1:5000/job"}]}}}}}});
+        image_names(&mut cron, "cronjobs.batch", &rules);
+        assert_eq!(
+            cron.pointer("/spec/jobTemplate/spec/template/spec/containers/0/image"),
+            Some(&json!("2.2.2.2:3000/job"))
+        );
+        let mut cm =
+            json!({"spec": {"template": {"spec": {"containers": [{"image": "1.1.1.1:5000/x"}]}}}});
+        assert!(image_names(&mut cm, "configmaps", &rules).is_empty());
     }
 
     #[test]

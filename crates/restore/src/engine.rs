@@ -48,9 +48,9 @@ pub struct Context<'a> {
     /// Runs restored pods' exec hooks; `None` where there is no pod to
     /// run them in (a restore into a directory): each is a warning.
     pub exec: Option<Arc<dyn PodExec>>,
-    /// Velero's change-storage-class ConfigMap's data (old class → new);
-    /// empty when there is none ([`builtin::STORAGE_CLASS_CONFIG`]).
-    pub storage_classes: BTreeMap<String, String>,
+    /// The data of Velero's change-storage-class and change-image-name
+    /// ConfigMaps ([`builtin::VeleroConfigs`]).
+    pub configs: builtin::VeleroConfigs,
 }
 
 /// The error a restore stopped by [`Context::stop`] ends with.
@@ -243,7 +243,8 @@ impl Run<'_> {
                 let id = ItemRef::new("storage.k8s.io", "storageclasses", "", class);
                 matches!(cluster.get(&id), Ok(Some(_)))
             };
-            match builtin::storage_class(&mut value, &gr, &self.cx.storage_classes, &exists) {
+            match builtin::storage_class(&mut value, &gr, &self.cx.configs.storage_classes, &exists)
+            {
                 Ok(changed) => {
                     for (old, new) in changed {
                         self.log(format!(
@@ -257,6 +258,12 @@ impl Run<'_> {
                     return;
                 }
             }
+        }
+        for (old, new) in builtin::image_names(&mut value, &gr, &self.cx.configs.image_names) {
+            self.log(format!(
+                "{}: image {old} changed to {new} (change-image-name)",
+                item.id
+            ));
         }
         let mut name = item.id.name.clone();
         match gr.as_str() {
@@ -890,7 +897,7 @@ mod tests {
                 plugins: &[],
                 stop: Some(stop),
                 exec: None,
-                storage_classes: BTreeMap::new(),
+                configs: Default::default(),
             },
             (0..5).map(|i| config_map(&format!("cm-{i}"))).collect(),
         );
@@ -986,7 +993,7 @@ mod tests {
                 plugins: &[],
                 stop: None,
                 exec,
-                storage_classes: BTreeMap::new(),
+                configs: Default::default(),
             },
             pods.iter().map(|p| web_pod(p)).collect(),
         )

@@ -198,14 +198,14 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     // Into a cluster, restored pods' exec hooks run in their containers,
-    // and Velero's change-storage-class ConfigMap in the restore's
-    // namespace applies; into a directory there is neither.
-    let mut storage_classes = Default::default();
+    // and Velero's change-storage-class and change-image-name ConfigMaps
+    // in the restore's namespace apply; into a directory there is neither.
+    let mut configs = Default::default();
     let (cluster, exec): (Arc<dyn ClusterReader>, Option<Arc<dyn PodExec>>) = if args.cluster {
         let client = super::backup::cluster_client(&runtime)?;
         let handle = runtime.handle().clone();
-        storage_classes = runtime
-            .block_on(iar::k8s::restores::storage_class_mapping_in(
+        configs = runtime
+            .block_on(iar::k8s::restores::velero_configs_in(
                 &client,
                 RESTORE_NAMESPACE,
             ))
@@ -241,7 +241,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             plugins: &plugins,
             stop: None,
             exec,
-            storage_classes,
+            configs,
         },
         loaded,
     );

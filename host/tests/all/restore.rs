@@ -895,8 +895,9 @@ async fn iar_restores_a_csi_claim_from_its_snapshot() {
 /// provide); a failed hook is an error of the restore, which ends
 /// PartiallyFailed with Velero's `hookStatus` counts, also shown by
 /// `iar describe --restore`. The pod's claim comes with it (Velero's
-/// AddPVCFromPodAction), its storage class changed as Velero's
-/// change-storage-class ConfigMap in the controller's namespace says.
+/// AddPVCFromPodAction), its storage class and the pod's image changed as
+/// Velero's change-storage-class and change-image-name ConfigMaps in the
+/// controller's namespace say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
     use iar::k8s::crd::{Restore, RestoreResourceSpec};
@@ -963,6 +964,16 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
         .create(&PostParams::default(), &mapping)
         .await
         .unwrap();
+    let images: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "change-image-name", "labels": {
+            "velero.io/plugin-config": "", "velero.io/change-image-name": "RestoreItemAction"}},
+        "data": {"mirror": "nginx,mirror.example/nginx"},
+    }))
+    .unwrap();
+    Api::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &images)
+        .await
+        .unwrap();
     let restores = Api::<Restore>::namespaced(admin.clone(), ns);
     restores
         .create(
@@ -997,6 +1008,9 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
         .map(|c| c.name.clone())
         .collect();
     assert_eq!(init, ["prep"]);
+    // Velero's change-image-name ConfigMap rewrote the image.
+    let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("mirror.example/nginx:1.27"));
     let dir = tempfile::tempdir().unwrap();
     kwok.local_exec(&admin, target, "web-0", dir.path(), &[])
         .await;
