@@ -3,7 +3,7 @@
 # through the three example plugins, into a fresh local store, with the web
 # pod's volume backed up between its pre and post hooks and its claim
 # snapshotted by pvc-snapshot (the snapshot controller played below), then
-# describe it.
+# describe it and restore it (objects as manifests, the volume's files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip2 >/dev/null
@@ -69,4 +69,13 @@ cp -R examples/volume-data "$work/volume-data"
   --store "$store" --config iar_plugin_labels:labels=backed-up-by=iar \
   --volume-data "$work/volume-data" --exec-hooks-locally --sync-period 2s
 ./target/release/iar describe demo --store "$store"
+# And back: the backup's objects restored as iar's restore runs Velero's
+# (order, resets, built-in actions, labels; the labels plugin's restore
+# action), into namespace shop-restored as manifests (`--cluster` restores
+# into the cluster the environment reaches), and the web pod's volume
+# files into a directory.
+./target/release/iar restore demo-back --from-backup demo --store "$store" \
+  --plugins "$work/plugins" --namespace-mappings shop:shop-restored --to "$work/restored"
+./target/release/iar volume restore demo shop/web-0/html --store "$store" --to "$work/restored-html"
 echo "store: $store  (iar get --store $store)"
+echo "restored: $work/restored (manifests), $work/restored-html (the html volume's files)"
