@@ -389,6 +389,15 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
             };
             let stepped = c
                 .drive(&name, async {
+                    // Read afresh under the lease, not from the watch's
+                    // cache: a Backup deleted while this reconcile waited
+                    // (for the store, for a start slot) is not started
+                    // (the fault campaign's seed 4218: a first pass that
+                    // ran its pod's hooks ten seconds after its resource
+                    // was deleted, the store out of reach meanwhile).
+                    if withdrawn(&ctx.api, &name, backup.uid()).await {
+                        return Err(PhaseError::Withdrawn(name.clone()));
+                    }
                     c.start(request).await?;
                     c.step(&name).await
                 })
@@ -511,6 +520,20 @@ async fn expire(ctx: &Context, name: &str, now: SystemTime) -> Result<Action, Re
     }
 }
 
+/// Whether Backup `name` (of uid `uid`) is gone or being deleted, read
+/// from the API server now. An answer it cannot give is not a deletion:
+/// the first pass goes on, as it would have before this read.
+async fn withdrawn(api: &Api<Backup>, name: &str, uid: Option<String>) -> bool {
+    match api.get_opt(name).await {
+        Ok(Some(b)) => b.metadata.deletion_timestamp.is_some() || b.uid() != uid,
+        Ok(None) => true,
+        Err(e) => {
+            tracing::debug!(backup = %name, "reading the resource before its first pass: {e}");
+            false
+        }
+    }
+}
+
 async fn after_step(
     ctx: &Context,
     name: &str,
@@ -526,6 +549,11 @@ async fn after_step(
             ctx.polled(name, true);
             c.release(name).await;
             write_status(ctx, name, &object.status).await?;
+            Ok(Action::await_change())
+        }
+        Err(PhaseError::Withdrawn(_)) => {
+            tracing::info!(backup = %name, "not started: its Backup resource was deleted first");
+            c.release(name).await;
             Ok(Action::await_change())
         }
         // Another replica drives it (or one that died, whose lease in

@@ -1151,8 +1151,15 @@ async fn check_hooks(
         ));
     }
     if pre > 1 || post > 1 {
+        // Whether iar asked twice (two runs in the backup's own account)
+        // or an exec it asked once ran twice (seed 4218).
+        let log: Vec<String> = log_lines(store, name)
+            .await
+            .into_iter()
+            .filter(|l| l.contains("hook"))
+            .collect();
         return Err(format!(
-            "hooks ran {pre} pre and {post} post times: {new:?}"
+            "hooks ran {pre} pre and {post} post times: {new:?}; its log's hook lines: {log:#?}"
         ));
     }
     if phase == BackupPhase::Completed && (pre, post) != (1, 1) {

@@ -69,6 +69,10 @@ pub enum PhaseError {
         "backup {0:?} is being deleted (phase Deleting); the next garbage collection (`iar gc`, or the controller's sweep) finishes it"
     )]
     Deleting(String),
+    /// Its Backup resource was deleted before its first pass began (read
+    /// afresh under the lease): nothing was written, and nothing runs.
+    #[error("backup {0:?} was not started: its Backup resource was deleted first")]
+    Withdrawn(String),
     /// An object a backup's plugins created could not be read or deleted
     /// (a deletion or cancel then stops, to be tried again: nothing is
     /// leaked quietly).
