@@ -15,12 +15,12 @@ use crate::reach::{never_started, until, until_reached};
 
 use iar_backup::backup::hooks::{
     DEFAULT_TIMEOUT, ExecHook, HookOutput, HookPhase, HookRun, HookRunner, HookSource, HookStatus,
-    HookTarget, OnError, ResolvedHook, Tail,
+    HookTarget, ResolvedHook, Tail,
 };
 use iar_core::item::ItemRef;
 use iar_plugin::sandbox::one_line;
 use iar_restore::hooks::post::PodExec;
-use iar_restore::hooks::{ExecHook as RestoreHook, FROM_ANNOTATION, OnError as RestoreOnError};
+use iar_restore::hooks::{ExecHook as RestoreHook, FROM_ANNOTATION};
 
 /// Runs each hook with `pods/exec` in the hook's container.
 pub struct PodExecRunner {
@@ -202,17 +202,13 @@ impl PodExec for RestoreHookExec {
         } else {
             HookSource::Spec(hook.name.clone())
         };
-        let on_error = match hook.on_error {
-            RestoreOnError::Fail => OnError::Fail,
-            RestoreOnError::Continue => OnError::Continue,
-        };
         let resolved = ResolvedHook {
             source,
             phase: HookPhase::Post,
             hook: ExecHook {
                 container: hook.container.clone(),
                 command: hook.command.clone(),
-                on_error,
+                on_error: hook.on_error,
                 timeout: hook.exec_timeout,
             },
         };

@@ -93,10 +93,7 @@ pub enum TokenSecret {
 
 /// The service accounts a token secret's name may belong to (Velero
 /// matches every account whose name and `-token-` begin the secret's).
-pub fn token_accounts(secret: &Value) -> Vec<String> {
-    if secret.get("type").and_then(Value::as_str) != Some("kubernetes.io/service-account-token") {
-        return Vec::new();
-    }
+fn token_accounts(secret: &Value) -> Vec<String> {
     let name = secret
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -109,11 +106,10 @@ pub fn token_accounts(secret: &Value) -> Vec<String> {
 
 /// SecretAction, given whether each of [`token_accounts`] exists.
 pub fn token_secret(secret: &mut Value, exists: &dyn Fn(&str) -> bool) -> TokenSecret {
-    let accounts = token_accounts(secret);
     if secret.get("type").and_then(Value::as_str) != Some("kubernetes.io/service-account-token") {
         return TokenSecret::Other;
     }
-    if let Some(a) = accounts.into_iter().find(|a| exists(a)) {
+    if let Some(a) = token_accounts(secret).into_iter().find(|a| exists(a)) {
         return TokenSecret::Skip(a);
     }
     if let Some(a) = secret

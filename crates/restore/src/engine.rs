@@ -234,29 +234,30 @@ impl Run<'_> {
             }
         };
         prepare::builtin_actions(&gr, &mut value, self.cx.spec.preserve_node_ports);
-        if matches!(
-            gr.as_str(),
-            "persistentvolumes" | "persistentvolumeclaims" | "statefulsets.apps"
+        let cluster = self.cx.cluster.clone();
+        let class_exists = |class: &str| {
+            exists(
+                &*cluster,
+                ItemRef::new("storage.k8s.io", "storageclasses", "", class),
+            )
+        };
+        match builtin::storage_class(
+            &mut value,
+            &gr,
+            &self.cx.configs.storage_classes,
+            &class_exists,
         ) {
-            let cluster = self.cx.cluster.clone();
-            let exists = |class: &str| {
-                let id = ItemRef::new("storage.k8s.io", "storageclasses", "", class);
-                matches!(cluster.get(&id), Ok(Some(_)))
-            };
-            match builtin::storage_class(&mut value, &gr, &self.cx.configs.storage_classes, &exists)
-            {
-                Ok(changed) => {
-                    for (old, new) in changed {
-                        self.log(format!(
-                            "{}: storage class {old} changed to {new} (change-storage-class)",
-                            item.id
-                        ));
-                    }
+            Ok(changed) => {
+                for (old, new) in changed {
+                    self.log(format!(
+                        "{}: storage class {old} changed to {new} (change-storage-class)",
+                        item.id
+                    ));
                 }
-                Err(e) => {
-                    self.error(&target_ns, format!("error restoring {}: {e}", item.id));
-                    return;
-                }
+            }
+            Err(e) => {
+                self.error(&target_ns, format!("error restoring {}: {e}", item.id));
+                return;
             }
         }
         for (old, new) in builtin::image_names(&mut value, &gr, &self.cx.configs.image_names) {
@@ -314,13 +315,14 @@ impl Run<'_> {
             "secrets" => {
                 // Velero lists the accounts of the secret's own (backed-up)
                 // namespace in the cluster.
-                let cluster = self.cx.cluster.clone();
-                let exists = |account: &str| {
-                    let id = ItemRef::new("", "serviceaccounts", source_ns.as_str(), account);
-                    matches!(cluster.get(&id), Ok(Some(_)))
+                let account_exists = |account: &str| {
+                    exists(
+                        &*cluster,
+                        ItemRef::new("", "serviceaccounts", source_ns.as_str(), account),
+                    )
                 };
                 if let builtin::TokenSecret::Skip(account) =
-                    builtin::token_secret(&mut value, &exists)
+                    builtin::token_secret(&mut value, &account_exists)
                 {
                     self.log(format!(
                         "{}: a token Kubernetes makes again for service account {account}; not restored",
@@ -808,6 +810,11 @@ impl Run<'_> {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// Whether `id` is in the cluster now (an unanswered read is not).
+fn exists(cluster: &dyn ClusterReader, id: ItemRef) -> bool {
+    matches!(cluster.get(&id), Ok(Some(_)))
 }
 
 /// The object as it is created: in namespace `ns` (the restore's mapping

@@ -15,7 +15,8 @@
 
 pub mod post;
 
-use iar_core::command::parse_command;
+pub use iar_core::command::OnError;
+use iar_core::command::{command_list, parse_command, parse_on_error};
 use iar_core::duration::parse_non_negative;
 use iar_core::item::{Item, ItemRef};
 use iar_core::select::BackupFilter;
@@ -33,15 +34,6 @@ pub const FROM_ANNOTATION: &str = "<from-annotation>";
 
 const INIT: &str = "init.hook.restore.velero.io/";
 const POST: &str = "post.hook.restore.velero.io/";
-
-/// What a failed exec hook does to the pod's other hooks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnError {
-    /// The pod's later hooks still run (also Velero's reading of no mode).
-    Continue,
-    /// The pod's later hooks are not run.
-    Fail,
-}
 
 /// One exec hook for one pod.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,20 +117,11 @@ fn duration(v: Option<&Value>, at: &str) -> Result<Duration, String> {
 fn exec_hook(exec: &Value, name: &str, at: &str) -> Result<ExecHook, String> {
     let map = object(exec, at)?;
     keys(exec, EXEC_KEYS, at)?;
-    let command = map
-        .get("command")
-        .and_then(Value::as_array)
-        .and_then(|a| {
-            a.iter()
-                .map(|v| v.as_str().map(String::from))
-                .collect::<Option<Vec<_>>>()
-        })
-        .filter(|c| c.first().is_some_and(|c| !c.is_empty()))
-        .ok_or_else(|| format!("{at}.command: want a non-empty list of strings"))?;
+    let command = command_list(map.get("command")).map_err(|e| format!("{at}.command: {e}"))?;
+    // No mode is Velero's Continue for restore hooks.
     let on_error = match map.get("onError") {
         None | Some(Value::Null) => OnError::Continue,
-        Some(v) if v == "Continue" => OnError::Continue,
-        Some(v) if v == "Fail" => OnError::Fail,
+        Some(Value::String(v)) => parse_on_error(v).map_err(|e| format!("{at}.onError: {e}"))?,
         Some(v) => return Err(format!("{at}.onError: {v} is not Continue or Fail")),
     };
     let wait_for_ready = match map.get("waitForReady") {

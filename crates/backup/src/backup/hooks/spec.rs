@@ -4,7 +4,8 @@
 //! for one pod and phase. An annotation hook replaces the spec hooks for
 //! that pod and phase, as in Velero.
 
-pub use iar_core::command::parse_command;
+pub use iar_core::command::{OnError, parse_command};
+use iar_core::command::{command_list, parse_on_error};
 use iar_core::duration::parse_non_negative;
 use iar_core::item::Item;
 use iar_core::select::BackupFilter;
@@ -67,12 +68,6 @@ impl HookPhase {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum OnError {
-    Fail,
-    Continue,
-}
-
 /// One exec hook. An empty `container` means the pod's first container.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -132,14 +127,6 @@ fn herr(at: impl Into<String>, reason: impl Into<String>) -> HookError {
     HookError {
         at: at.into(),
         reason: reason.into(),
-    }
-}
-
-fn parse_on_error(s: &str) -> Result<OnError, String> {
-    match s {
-        "Fail" => Ok(OnError::Fail),
-        "Continue" => Ok(OnError::Continue),
-        other => Err(format!("{other:?} is not Fail or Continue")),
     }
 }
 
@@ -217,20 +204,8 @@ fn exec_hooks(list: Option<&Value>, at: &str) -> Result<Vec<ExecHook>, HookError
             return Err(herr(at, "missing (only exec hooks exist)"));
         };
         let s = |k: &str| exec.get(k).and_then(Value::as_str);
-        let command = match exec.get("command") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| v.as_str().map(String::from))
-                .collect::<Option<Vec<_>>>()
-                .filter(|c| c.first().is_some_and(|c| !c.is_empty()))
-                .ok_or_else(|| herr(format!("{at}.command"), "want a non-empty list of strings"))?,
-            _ => {
-                return Err(herr(
-                    format!("{at}.command"),
-                    "want a non-empty list of strings",
-                ));
-            }
-        };
+        let command =
+            command_list(exec.get("command")).map_err(|e| herr(format!("{at}.command"), e))?;
         let on_error = match s("onError") {
             Some(v) => parse_on_error(v).map_err(|e| herr(format!("{at}.onError"), e))?,
             None => OnError::Fail,
