@@ -74,37 +74,14 @@ async fn logs_and_describe_through_the_cluster_need_no_store_credentials() {
 
     // A Restore of it, run by the controller, described and its log read
     // through the cluster as well.
-    use iar::k8s::crd::{Restore, RestoreResourceSpec};
-    let restores = Api::<Restore>::namespaced(admin.clone(), ns);
-    let fields = serde_json::json!({"backupName": "dl-nightly",
+    let restores = Api::<iar::k8s::crd::Restore>::namespaced(admin.clone(), ns);
+    let spec = serde_json::json!({"backupName": "dl-nightly",
         "namespaceMapping": {app: "dl-app-restored"}, "includeClusterResources": false});
-    restores
-        .create(
-            &PostParams::default(),
-            &Restore::new(
-                "dl-back",
-                RestoreResourceSpec {
-                    fields: fields.as_object().unwrap().clone(),
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    iar_tests::wait_for(
-        "restore dl-back to end",
-        std::time::Duration::from_secs(120),
-        || {
-            let restores = restores.clone();
-            async move {
-                let r = restores.get("dl-back").await.map_err(|e| e.to_string())?;
-                match r.status.and_then(|s| s.phase).as_deref() {
-                    Some("Completed") => Ok(()),
-                    other => Err(format!("{other:?}")),
-                }
-            }
-        },
-    )
-    .await;
+    crate::restore::create_restore(&restores, "dl-back", spec).await;
+    let ended =
+        crate::restore::restore_ended(&restores, "dl-back", std::time::Duration::from_secs(120))
+            .await;
+    assert_eq!(ended.phase.as_deref(), Some("Completed"), "{ended:?}");
     let described = through(&["describe", "dl-back", "--restore"]);
     assert!(described.status.success(), "{}", text(&described));
     let described = String::from_utf8_lossy(&described.stdout);

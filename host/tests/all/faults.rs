@@ -752,12 +752,7 @@ async fn check_gone(
             Err(_) => {}
         }
         if started.elapsed() > ROUND_BUDGET {
-            let status = api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|b| serde_json::to_string(&b.status).ok());
+            let status = resource_status(&api, name).await;
             // An unreadable record is said as such, not as no record.
             let stored = store
                 .get_json::<serde_json::Value>(name, BackupFile::Metadata)
@@ -842,6 +837,16 @@ async fn check_gone(
     ))
 }
 
+/// Backup `name`'s resource status as JSON text, for a violation's
+/// report; `None` when it cannot be read.
+async fn resource_status(api: &Api<Backup>, name: &str) -> Option<String> {
+    api.get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::to_string(&b.status).ok())
+}
+
 /// Polls the Backup until a terminal phase, then 2 s longer to see it
 /// stay there; the phase, and when it was first seen.
 async fn terminal_phase(
@@ -869,12 +874,7 @@ async fn terminal_phase(
             // What it waits for (seed 4223: WaitingForPluginOperations
             // after an API server restart): its status, its CSI
             // snapshot's, its operations and its last log lines.
-            let status = api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|b| serde_json::to_string(&b.status).ok());
+            let status = resource_status(&api, name).await;
             let snapshot = csi_snapshot(admin, ns, name)
                 .await
                 .map(|vs| vs.map(|vs| vs.data["status"].clone()));

@@ -37,6 +37,61 @@ fn restore_to(store: &Path, name: Option<&str>, args: &[&str], to: &Path) -> std
     restore(store, &all)
 }
 
+/// The example application backed up into a fresh local store (kept for
+/// as long as the directory lives), and a controller in `ns` over it.
+async fn controller_over_the_shop(
+    admin: &kube::Client,
+    ns: &str,
+) -> (tempfile::TempDir, tokio::task::JoinHandle<()>) {
+    let store_dir = tempfile::tempdir().unwrap();
+    tokio::task::block_in_place(|| back_up_the_shop(store_dir.path(), "shop"));
+    let store = iar::store::BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
+    let (_, controller) = crate::controller::start_controller(
+        admin.clone(),
+        ns,
+        store,
+        Vec::new(),
+        iar::k8s::plugins::PluginRegistry::new(),
+    )
+    .await;
+    (store_dir, controller)
+}
+
+/// Creates Restore `name` with `spec` (Velero's RestoreSpec, as written).
+pub(crate) async fn create_restore(
+    restores: &kube::Api<iar::k8s::crd::Restore>,
+    name: &str,
+    spec: Value,
+) {
+    use iar::k8s::crd::{Restore, RestoreResourceSpec};
+    let fields = spec.as_object().unwrap().clone();
+    restores
+        .create(
+            &kube::api::PostParams::default(),
+            &Restore::new(name, RestoreResourceSpec { fields }),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating restore {name}: {e}"));
+}
+
+/// Restore `name`'s status once it has ended (any phase past New and
+/// InProgress), waited for up to `within`.
+pub(crate) async fn restore_ended(
+    restores: &kube::Api<iar::k8s::crd::Restore>,
+    name: &str,
+    within: std::time::Duration,
+) -> iar::k8s::crd::RestoreStatus {
+    iar_tests::wait_for(&format!("restore {name} to end"), within, || async move {
+        let r = restores.get(name).await.map_err(|e| e.to_string())?;
+        let status = r.status.clone().unwrap_or_default();
+        match status.phase.as_deref() {
+            Some("InProgress") | Some("New") | None => Err(format!("{:?}", status.phase)),
+            Some(_) => Ok(status),
+        }
+    })
+    .await
+}
+
 fn yaml(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     iar::yaml::from_str(&text).unwrap()
@@ -613,79 +668,33 @@ async fn a_backup_restored_into_the_api_server_reads_back_as_backed_up() {
 /// nothing restored; a backup that is not there is Failed with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_controller_restores_a_restore_resource_and_refuses_a_misspelt_one() {
-    use iar::k8s::crd::{Restore, RestoreResourceSpec};
-    use iar::k8s::plugins::PluginRegistry;
+    use iar::k8s::crd::Restore;
     use iar_apiserver::{User, create_namespace};
-    use kube::api::{Api, PostParams};
+    use kube::api::Api;
     let Some(server) = server().await else { return };
     let admin = client(server, User::Admin).await;
     crate::controller::install_crds(&admin).await;
     let ns = "restore-system";
     create_namespace(&admin, ns).await;
-    let store_dir = tempfile::tempdir().unwrap();
-    tokio::task::block_in_place(|| back_up_the_shop(store_dir.path(), "shop"));
-    let store = iar::store::BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    let (_, controller) = crate::controller::start_controller(
-        admin.clone(),
-        ns,
-        store,
-        Vec::new(),
-        PluginRegistry::new(),
-    )
-    .await;
+    let (store_dir, controller) = controller_over_the_shop(&admin, ns).await;
     let restores = Api::<Restore>::namespaced(admin.clone(), ns);
-    let create = |name: &str, spec: Value| {
-        let restores = restores.clone();
-        let name = name.to_string();
-        async move {
-            let fields = spec.as_object().unwrap().clone();
-            restores
-                .create(
-                    &PostParams::default(),
-                    &Restore::new(&name, RestoreResourceSpec { fields }),
-                )
-                .await
-                .unwrap()
-        }
-    };
-    let ended = |name: &'static str| {
-        let restores = restores.clone();
-        async move {
-            iar_tests::wait_for(
-                &format!("restore {name} to end"),
-                std::time::Duration::from_secs(120),
-                || {
-                    let restores = restores.clone();
-                    async move {
-                        let r = restores.get(name).await.map_err(|e| e.to_string())?;
-                        let status = r.status.clone().unwrap_or_default();
-                        match status.phase.as_deref() {
-                            Some("InProgress") | Some("New") | None => {
-                                Err(format!("{:?}", status.phase))
-                            }
-                            Some(_) => Ok(status),
-                        }
-                    }
-                },
-            )
-            .await
-        }
-    };
     let target = "restored-by-controller";
-    create(
+    create_restore(
+        &restores,
         "from-shop",
         json!({"backupName": "shop", "namespaceMapping": {"shop": target},
                "includeClusterResources": false}),
     )
     .await;
-    create(
+    create_restore(
+        &restores,
         "misspelt",
         json!({"backupName": "shop", "includeNamespaces": ["shop"]}),
     )
     .await;
-    create("no-backup", json!({"backupName": "nope"})).await;
+    create_restore(&restores, "no-backup", json!({"backupName": "nope"})).await;
 
-    let done = ended("from-shop").await;
+    let done = restore_ended(&restores, "from-shop", std::time::Duration::from_secs(120)).await;
     assert_eq!(done.phase.as_deref(), Some("Completed"), "{done:?}");
     let progress = done.progress.unwrap();
     assert_eq!(progress.items_restored, progress.total_items);
@@ -713,7 +722,7 @@ async fn the_controller_restores_a_restore_resource_and_refuses_a_misspelt_one()
         text(&described)
     );
 
-    let refused = ended("misspelt").await;
+    let refused = restore_ended(&restores, "misspelt", std::time::Duration::from_secs(120)).await;
     assert_eq!(refused.phase.as_deref(), Some("FailedValidation"));
     let why = refused.validation_errors.unwrap().join("; ");
     assert!(
@@ -725,7 +734,7 @@ async fn the_controller_restores_a_restore_resource_and_refuses_a_misspelt_one()
         "a refused restore left a record"
     );
 
-    let failed = ended("no-backup").await;
+    let failed = restore_ended(&restores, "no-backup", std::time::Duration::from_secs(120)).await;
     assert_eq!(failed.phase.as_deref(), Some("Failed"));
     assert!(
         failed
@@ -900,8 +909,7 @@ async fn iar_restores_a_csi_claim_from_its_snapshot() {
 /// controller's namespace say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
-    use iar::k8s::crd::{Restore, RestoreResourceSpec};
-    use iar::k8s::plugins::PluginRegistry;
+    use iar::k8s::crd::Restore;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, PostParams};
     let ns = "restore-hooks-system";
@@ -912,17 +920,7 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
     else {
         return;
     };
-    let store_dir = tempfile::tempdir().unwrap();
-    tokio::task::block_in_place(|| back_up_the_shop(store_dir.path(), "shop"));
-    let store = iar::store::BackupStore::open(store_dir.path().to_str().unwrap()).unwrap();
-    let (_, controller) = crate::controller::start_controller(
-        admin.clone(),
-        ns,
-        store,
-        Vec::new(),
-        PluginRegistry::new(),
-    )
-    .await;
+    let (store_dir, controller) = controller_over_the_shop(&admin, ns).await;
     let spec = json!({
         "backupName": "shop",
         "includedNamespaces": ["shop"],
@@ -975,18 +973,7 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
         .await
         .unwrap();
     let restores = Api::<Restore>::namespaced(admin.clone(), ns);
-    restores
-        .create(
-            &PostParams::default(),
-            &Restore::new(
-                "hooked",
-                RestoreResourceSpec {
-                    fields: spec.as_object().unwrap().clone(),
-                },
-            ),
-        )
-        .await
-        .unwrap();
+    create_restore(&restores, "hooked", spec).await;
     // The restored pod appears unscheduled; its execs will run in `dir`.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), target);
     let pod = iar_tests::wait_for(
@@ -1019,22 +1006,7 @@ async fn the_controller_runs_restore_hooks_in_the_restored_pod() {
     pods.create_subresource::<Value, Value>("binding", "web-0", &PostParams::default(), &binding)
         .await
         .unwrap();
-    let done = iar_tests::wait_for(
-        "restore hooked to end",
-        std::time::Duration::from_secs(180),
-        || {
-            let restores = restores.clone();
-            async move {
-                let r = restores.get("hooked").await.map_err(|e| e.to_string())?;
-                let status = r.status.clone().unwrap_or_default();
-                match status.phase.as_deref() {
-                    Some("InProgress") | Some("New") | None => Err(format!("{status:?}")),
-                    Some(_) => Ok(status),
-                }
-            }
-        },
-    )
-    .await;
+    let done = restore_ended(&restores, "hooked", std::time::Duration::from_secs(180)).await;
     assert_eq!(done.phase.as_deref(), Some("PartiallyFailed"), "{done:?}");
     assert_eq!(done.errors, Some(1), "{done:?}");
     let hooks = done.hook_status.clone().unwrap();

@@ -740,6 +740,7 @@ async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns:
         v
     }
     let mut compared = Vec::new();
+    let mut as_iar_restored = std::collections::BTreeMap::new();
     let namespaces = Api::<DynamicObject>::all_with(
         client.clone(),
         &resource("", "v1", "Namespace", "namespaces"),
@@ -795,9 +796,11 @@ async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns:
                     .unwrap_or_else(|e| panic!("iar's {} {name}: {e}", ar.kind)),
             ),
         };
+        let by_iar = serde_json::to_value(by_iar).unwrap();
+        as_iar_restored.insert(ar.kind.clone(), by_iar.clone());
         let (by_velero, by_iar) = (
             comparable(serde_json::to_value(by_velero).unwrap(), velero_ns),
-            comparable(serde_json::to_value(by_iar).unwrap(), iar_ns),
+            comparable(by_iar, iar_ns),
         );
         assert_eq!(
             by_iar, by_velero,
@@ -821,29 +824,14 @@ async fn same_as_velero_restored(client: &kube::Client, velero_ns: &str, iar_ns:
         ]
     );
     // Both mapped the binding's subject, and dropped the legacy token.
-    let binding = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        iar_ns,
-        &resource(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "RoleBinding",
-            "rolebindings",
-        ),
-    )
-    .get("web-reads")
-    .await
-    .unwrap();
-    assert_eq!(binding.data["subjects"][0]["namespace"], iar_ns);
-    let account = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        iar_ns,
-        &resource("", "v1", "ServiceAccount", "serviceaccounts"),
-    )
-    .get("web")
-    .await
-    .unwrap();
-    assert_eq!(account.data["secrets"], json!([{"name": "web-registry"}]));
+    assert_eq!(
+        as_iar_restored["RoleBinding"]["subjects"][0]["namespace"],
+        iar_ns
+    );
+    assert_eq!(
+        as_iar_restored["ServiceAccount"]["secrets"],
+        json!([{"name": "web-registry"}])
+    );
 }
 
 /// Waits for `check` to find something; on a timeout the message ends
