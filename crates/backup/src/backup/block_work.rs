@@ -809,119 +809,10 @@ impl BlockWork {
                 Err(m) => report.errors.push((pod.id.namespace.clone(), m)),
             }
         }
-    }
-
-    /// Runs `pod`'s post hooks if this run wins their claim in the store
-    /// (created once, [`BackupStore::claim_once`]), so that of every
-    /// process and machine driving the backup, before or after a
-    /// takeover, exactly one runs them; records them in the ledger and in
-    /// the claim. A claim another process holds is waited for until it
-    /// says how the hooks ended (bounded by their timeouts); `Err` is the
-    /// backup's error when they were not run here and their end is not
-    /// known, or they failed there.
-    async fn post_once(
-        &self,
-        pod: &ItemRef,
-        target: &HookTarget,
-        hooks: &[crate::backup::hooks::ResolvedHook],
-    ) -> Result<Vec<HookRecord>, String> {
-        let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
-        let Some(store) = self.ledger_store.clone() else {
-            return Ok(run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await);
-        };
-        // A backup being deleted (or gone) runs no more hooks: a late
-        // run's claim would outlive the deletion, and the collection of
-        // the claims it races (the fault campaign's seeds 1219, 1231).
-        // The deletion itself runs what is owed, before the claims go.
-        if !self.deletion && !self.still_stored(&store).await {
-            self.claims.release(&self.backup_key, pod);
-            return Err(format!(
-                "post hooks of pod {}: not run: the backup is being deleted, or gone",
-                pod.path()
-            ));
-        }
-        let token = claim_token(store.holder());
-        let claim = |state: &str| serde_json::json!({"holder": store.holder(), "token": token, "state": state});
-        match claim_hooks(&store, &self.backup, &what, &claim("started"), &token).await {
-            Err(e) => {
-                self.claims.release(&self.backup_key, pod);
-                return Err(format!(
-                    "post hooks of pod {}: not run: their claim could not be written to the store: {e} (rule: hook-ledger)",
-                    pod.path()
-                ));
-            }
-            Ok(Some(theirs)) => return self.await_their_post(pod, hooks, theirs).await,
-            Ok(None) => {}
-        }
-        self.ledger(started(pod, "post")).await;
-        let post = run_hooks(self.runner.as_ref(), target, hooks, &*self.clock).await;
-        let entry = LedgerEntry::of(pod, "post", &post);
-        if let Err(e) = store
-            .update_claim(&self.backup, &what, &claim(&entry.state))
-            .await
-        {
-            self.state()
-                .warnings
-                .push((pod.namespace.clone(), format!("hook claim: {e}")));
-        }
-        self.ledger(entry).await;
-        Ok(post)
-    }
-
-    /// Waits for the process holding `pod`'s post-hook claim to say how
-    /// they ended, for as long as they may take and 30 s more.
-    async fn await_their_post(
-        &self,
-        pod: &ItemRef,
-        hooks: &[crate::backup::hooks::ResolvedHook],
-        mut claim: serde_json::Value,
-    ) -> Result<Vec<HookRecord>, String> {
-        let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
-        let bound =
-            hooks.iter().map(|h| h.hook.timeout).sum::<Duration>() + Duration::from_secs(30);
-        let deadline = tokio::time::Instant::now() + bound;
-        loop {
-            let holder = claim["holder"]
-                .as_str()
-                .unwrap_or("another process")
-                .to_string();
-            match claim["state"].as_str().unwrap_or("started") {
-                "started" => {}
-                "failed" => {
-                    return Err(format!(
-                        "post hooks of pod {}: failed in {holder}, which ran them",
-                        pod.path()
-                    ));
-                }
-                state => {
-                    self.state().warnings.push((
-                        pod.namespace.clone(),
-                        format!(
-                            "post hooks of pod {}: run by {holder} ({state})",
-                            pod.path()
-                        ),
-                    ));
-                    return Ok(Vec::new());
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "post hooks of pod {}: started by {holder}, which has not said how they ended within {}s; not run again, so they may not have run (rule: hook-ledger)",
-                    pod.path(),
-                    bound.as_secs()
-                ));
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            if let Ok(Some(now)) = self
-                .ledger_store
-                .as_ref()
-                .expect("a claim was read from it")
-                .read_claim(&self.backup, &what)
-                .await
-            {
-                claim = now;
-            }
-        }
+        // What the runs said on the way (a second run, another's end).
+        let mut state = self.state();
+        report.warnings.append(&mut state.warnings);
+        report.errors.append(&mut state.errors);
     }
 
     /// Hooks run so far and how many of them failed (skipped ones are
@@ -960,46 +851,7 @@ impl BlockWork {
     }
 }
 
-/// Claims hooks `what` of `backup` in the store with `claim` (holding
-/// `token`): `Ok(None)` when this run has them, the claim as it is when
-/// another has. Asked again after an error (three tries, 2 s apart): the
-/// token tells our own claim, created by a try whose answer was lost,
-/// from another's.
-async fn claim_hooks(
-    store: &BackupStore,
-    backup: &str,
-    what: &[&str],
-    claim: &serde_json::Value,
-    token: &str,
-) -> Result<Option<serde_json::Value>, iar_core::store::StoreError> {
-    let mut tries = 0;
-    loop {
-        match store.claim_once(backup, what, claim).await {
-            Ok(Some(c)) if c["token"] == token => return Ok(None),
-            Ok(theirs) => return Ok(theirs),
-            Err(e) if tries == 2 => return Err(e),
-            Err(_) => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        }
-    }
-}
-
-/// A token no other claim has: this process's holder, a count and the
-/// time, so a retried claim knows itself.
-fn claim_token(holder: &str) -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    format!("{holder}/{n}/{nanos}")
-}
-
-/// A pod's hooks of `phase`, about to run.
-fn started(pod: &ItemRef, phase: &str) -> LedgerEntry {
+pub(super) fn started(pod: &ItemRef, phase: &str) -> LedgerEntry {
     LedgerEntry {
         pod: pod.clone(),
         phase: phase.into(),
@@ -1054,5 +906,11 @@ pub fn interrupted(
     out
 }
 
+mod post_once;
+pub use post_once::post_settled;
+use post_once::{claim_hooks, claim_token};
+
+#[cfg(test)]
+mod rerun_tests;
 #[cfg(test)]
 mod tests;

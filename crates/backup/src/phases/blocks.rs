@@ -197,12 +197,12 @@ impl Blocks<'_> {
     ) -> Result<bool, PhaseError> {
         let name = object.metadata.name.clone();
         let ledger = self.hook_ledger(&name).await?;
-        // An owed unfreeze already claimed was run, or is run, by its
-        // claimer (its end may be missing from the ledger: a write lost).
+        // An owed unfreeze whose claim says how it ended was run (its end
+        // may be missing from the ledger: a write lost); one claimed and
+        // never ended is run again ([`crate::backup::block_work::post_settled`]).
         let mut unclaimed = Vec::new();
         for pod in BlockWork::owed_post_hooks(&ledger) {
-            let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
-            if self.store.read_claim(&name, &what).await?.is_none() {
+            if !crate::backup::block_work::post_settled(self.store, &name, &pod).await? {
                 unclaimed.push(pod);
             }
         }
@@ -233,9 +233,15 @@ impl Blocks<'_> {
         for record in &report.hooks {
             tracing::info!(backup = %name, pod = %record.pod.path(), status = ?record.status, phase = %object.status.phase, "an unfreeze the ended backup owed ran");
         }
+        let mut said = Vec::new();
         for (_, e) in report.errors.iter().chain(&report.warnings) {
             tracing::warn!(backup = %name, "running the unfreezes it owed: {e}");
+            said.push(format!(
+                "{} warning: running the unfreezes it owed: {e}",
+                crate::backup::object::rfc3339(self.clock.system_now())
+            ));
         }
+        self.append_to_log(&name, said).await;
         for pod in pods
             .iter()
             .filter(|p| work.has_hooks(p, crate::backup::hooks::HookPhase::Post))
@@ -252,6 +258,28 @@ impl Blocks<'_> {
             }
         }
         Ok(true)
+    }
+
+    /// Adds `lines` to the ended backup `name`'s stored log, so that what
+    /// its deletion or the sweep did for it (a second unfreeze) is read
+    /// where the backup's own run is. Under the backup's lease: no run of
+    /// it rewrites the log meanwhile. A log that cannot be written keeps
+    /// the lines in the host log only.
+    async fn append_to_log(&self, name: &str, lines: Vec<String>) {
+        if lines.is_empty() {
+            return;
+        }
+        let mut log = match self.store.get_logs(name).await {
+            Ok(log) => log.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(backup = %name, "its log was not added to: {e}");
+                return;
+            }
+        };
+        log.extend(lines);
+        if let Err(e) = self.store.put_logs(name, &log).await {
+            tracing::warn!(backup = %name, "its log was not added to: {e}");
+        }
     }
 
     /// Asks the node agents to stop every unfinished volume backup of

@@ -231,12 +231,11 @@ impl Gc<'_> {
             .get_json(name, BackupFile::HookLedger)
             .await?
             .unwrap_or_default();
-        // Only what is owed, unclaimed, to a pod that still exists: each
+        // Only what is owed, unsettled, to a pod that still exists: each
         // sweep would otherwise take the lease again for a pod gone.
         let mut runnable = false;
         for pod in crate::backup::block_work::BlockWork::owed_post_hooks(&ledger) {
-            let what = ["post", pod.namespace.as_str(), pod.name.as_str()];
-            if self.store.read_claim(name, &what).await?.is_none()
+            if !crate::backup::block_work::post_settled(self.store, name, &pod).await?
                 && matches!(self.created.cluster.get_item_async(&pod).await, Ok(Some(_)))
             {
                 runnable = true;

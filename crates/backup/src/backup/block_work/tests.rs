@@ -36,7 +36,7 @@ impl HookRunner for Scripted {
     }
 }
 
-fn hooked_pod(name: &str, on_error: &str, timeout: &str) -> Item {
+pub(super) fn hooked_pod(name: &str, on_error: &str, timeout: &str) -> Item {
     Item::from_value(
         serde_json::json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "shop", "annotations": {
@@ -227,7 +227,7 @@ fn pod(name: &str) -> ItemRef {
     ItemRef::new("", "pods", "shop", name)
 }
 
-fn entry(name: &str, phase: &str, state: &str) -> LedgerEntry {
+pub(super) fn entry(name: &str, phase: &str, state: &str) -> LedgerEntry {
     LedgerEntry {
         pod: pod(name),
         phase: phase.into(),
@@ -351,7 +351,7 @@ fn a_resume_in_the_same_process_does_not_run_a_post_hook_again() {
 }
 
 /// The store in `dir` as machine `holder` opens it (its claims say so).
-fn store_of(dir: &std::path::Path, holder: &str) -> BackupStore {
+pub(super) fn store_of(dir: &std::path::Path, holder: &str) -> BackupStore {
     let fs = object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap();
     BackupStore::from_object_store(Arc::new(fs), "file://claims").with_holder_name(holder)
 }
