@@ -144,7 +144,12 @@ pub async fn run(
             // that version, so that one held up on the way lands over
             // nothing a taker wrote since the check.
             let version = match generation {
-                Some(_) => match writer_api.get_status(&name).await {
+                Some(made_under) => match writer_api.get_status(&name).await {
+                    // Fenced by a later takeover: that holder writes it.
+                    Ok(current) if super::resource::fenced_generation(&current) > made_under => {
+                        tracing::debug!(backup = %name, made_under, "status {} not written: the backup was taken over since", status.phase);
+                        continue;
+                    }
                     Ok(current) => current.metadata.resource_version,
                     Err(e) => {
                         tracing::warn!(backup = %name, "status {} not written: reading the resource: {e}", status.phase);
@@ -239,6 +244,13 @@ pub async fn run(
                 options.volume_agent_silence,
             )))
             .with_status_sink(sink)
+            .with_takeover_fence({
+                let api = api.clone();
+                Arc::new(move |name: String, generation: u64| {
+                    let api = api.clone();
+                    Box::pin(async move { super::resource::fence(&api, &name, generation).await })
+                })
+            })
             .with_cancel_probe(given_up(Api::namespaced(
                 client.clone(),
                 &options.namespace,

@@ -420,13 +420,25 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
             let leased = c
                 .with_lease(&name, async {
                     written = Some(
-                        replace_status(&ctx.api, &name, backup.status.as_ref(), &status).await,
+                        replace_status(
+                            &ctx.api,
+                            &name,
+                            backup.metadata.resource_version.as_deref(),
+                            backup.status.as_ref(),
+                            &status,
+                        )
+                        .await,
                     );
                     Ok(())
                 })
                 .await;
             match (leased, written) {
                 (Ok(()), Some(Ok(()))) => Ok(until_expiry(c, &status, now)),
+                // Written since it was read (a takeover's fence, another
+                // status): the next reconcile reads it again.
+                (Ok(()), Some(Err(kube::Error::Api(e)))) if e.code == 409 => {
+                    Ok(Action::requeue(Duration::from_secs(1)))
+                }
                 (Ok(()), Some(Err(source))) => Err(ReconcileError::Status {
                     name: name.clone(),
                     source,

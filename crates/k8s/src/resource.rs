@@ -35,15 +35,51 @@ where
         .map(|_| ())
 }
 
+/// The lease generation of the backup's last takeover, on its Backup
+/// resource: written by the taker before anything else, so that every
+/// status write prepared under an older generation (over the resource
+/// version it read) conflicts (the fault campaign's seed 4408: a status
+/// patch held on the way landed 9 s after a takeover).
+pub const LEASE_GENERATION_ANNOTATION: &str = "iar.dev/lease-generation";
+
+/// The fence of a takeover ([`LEASE_GENERATION_ANNOTATION`]); a resource
+/// that is gone needs none. Bounded: a take waits no longer for it.
+pub async fn fence(api: &Api<Backup>, name: &str, generation: u64) -> Result<(), String> {
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        LEASE_GENERATION_ANNOTATION: generation.to_string(),
+    }}});
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    let write = api.patch(name, &params, &patch);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), write).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(kube::Error::Api(e))) if e.code == 404 => Ok(()),
+        Ok(Err(e)) => Err(format!("annotating Backup {name}: {e}")),
+        Err(_) => Err(format!("annotating Backup {name}: no answer within 10s")),
+    }
+}
+
+/// The generation a takeover fenced the resource with; 0 if none.
+pub fn fenced_generation(backup: &Backup) -> u64 {
+    backup
+        .annotations()
+        .get(LEASE_GENERATION_ANNOTATION)
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Makes the resource's status `target` exactly: a merge patch that also
 /// clears what `current` has and `target` does not (a field left by an
 /// earlier progress write, which a plain merge patch keeps, so that the
 /// status never equals the stored one and every reconcile wrote it
 /// again: the fault campaign's lease audit saw eight writes in two
 /// seconds).
+///
+/// Over `version`, the resource version `current` was read at: a replace
+/// held on the way conflicts with any write since (a takeover's fence).
 pub async fn replace_status(
     api: &Api<Backup>,
     name: &str,
+    version: Option<&str>,
     current: Option<&BackupStatus>,
     target: &BackupStatus,
 ) -> Result<(), kube::Error> {
@@ -52,10 +88,7 @@ pub async fn replace_status(
         let current = serde_json::to_value(current).expect("a status serializes");
         clear_absent(&mut status, &current);
     }
-    let patch = serde_json::json!({ "status": status });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
+    patch_status(api, name, version, &status).await
 }
 
 /// Sets to null, in merge patch `patch`, every key `current` has and

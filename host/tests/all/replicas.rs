@@ -143,7 +143,7 @@ async fn three_replicas_share_thirty_backups_and_finish_a_killed_ones() {
     }
     for name in &names {
         let done = wait_phase(&admin, system, name, BackupPhase::Completed).await;
-        let status = done.status.unwrap();
+        let status = done.status.clone().unwrap();
         assert_eq!(
             (
                 status.backup_item_operations_attempted,
@@ -154,11 +154,16 @@ async fn three_replicas_share_thirty_backups_and_finish_a_killed_ones() {
             logs()
         );
         let driven = drivers(&store, name).await;
+        // A takeover fences the resource before anything else: every
+        // status write the victim prepared conflicts with it.
+        let fenced = iar::k8s::resource::fenced_generation(&done);
         if first[name] == victim {
             assert_eq!(driven.len(), 2, "{name}: {driven:?}\n{}", logs());
             assert_ne!(driven[1], victim, "{name}: taken over by a survivor");
+            assert!(fenced >= 2, "{name}: taken over unfenced ({fenced})");
         } else {
             assert_eq!(driven, [first[name].clone()], "{name}: no second driver");
+            assert_eq!(fenced, 0, "{name}: fenced, never taken over");
         }
         // The resource shows Completed as soon as the phase is persisted
         // (the status writer); the driver releases the lease when its

@@ -88,13 +88,76 @@ impl Held {
     }
 }
 
-/// Takes the lease and starts its keeper.
+/// Writes something every write prepared under an older lease generation
+/// must conflict with, before the taker does anything (the cluster
+/// controller: an annotation on the Backup resource, whose status writes
+/// go over the version they read). Called with the backup and the new
+/// generation.
+pub type TakeoverFence = std::sync::Arc<
+    dyn Fn(String, u64) -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync,
+>;
+
+/// The takeover fence, and the backups whose lease this process took over
+/// without fencing (it failed): fenced at their next take, whoever the
+/// generation before was.
+#[derive(Default)]
+pub(super) struct Fencing {
+    pub(super) fence: Option<TakeoverFence>,
+    unfenced: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Fencing {
+    /// Fences `lease` of `backup` when it was taken from another process
+    /// (or an earlier fence of it failed here). A failure leaves the lease
+    /// to expire unreleased (whoever takes it next fences it) and is the
+    /// take's error: nothing is done under a lease whose predecessor's
+    /// writes may still land.
+    async fn takeover(&self, backup: &str, lease: &Lease) -> Result<(), LeaseError> {
+        let Some(fence) = &self.fence else {
+            return Ok(());
+        };
+        let owed = self
+            .unfenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(backup);
+        if lease.taken_from().is_none() && !owed {
+            return Ok(());
+        }
+        match fence(backup.to_string(), lease.generation()).await {
+            Ok(()) => {
+                self.unfenced
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(backup);
+                Ok(())
+            }
+            Err(why) => {
+                self.unfenced
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(backup.to_string());
+                Err(LeaseError::Lost {
+                    backup: backup.to_string(),
+                    reason: format!(
+                        "taken over (generation {}), but what the process before may still write could not be fenced off first: {why}; left to expire",
+                        lease.generation()
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// Takes the lease (fenced, when taken over) and starts its keeper.
 pub(super) async fn take(
     store: &BackupStore,
     backup: &str,
     duration: Duration,
+    fencing: &Fencing,
 ) -> Result<Held, LeaseError> {
     let lease = store.acquire_lease(backup, duration).await?;
+    fencing.takeover(backup, &lease).await?;
     let (lost_tx, lost) = watch::channel(None);
     let (give_back, asked) = oneshot::channel();
     tokio::spawn(keep(lease, lost_tx, asked));
@@ -219,13 +282,14 @@ pub(super) struct Leases<'a> {
     pub(super) kept: &'a Kept,
     /// The block work this machine runs: a backup's stops with its lease.
     pub(super) live: &'a super::live_blocks::LiveBlocks,
+    pub(super) fencing: &'a Fencing,
 }
 
 impl Leases<'_> {
     /// Takes the backup's lease now (refused while another live process
     /// holds it).
     pub(super) async fn take(&self, name: &str) -> Result<Held, LeaseError> {
-        take(self.store, name, self.duration).await
+        take(self.store, name, self.duration, self.fencing).await
     }
 
     /// The backup's lease: the one this process keeps between steps, or

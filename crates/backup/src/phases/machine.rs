@@ -64,6 +64,8 @@ pub struct PhaseMachine {
     pub(super) kept: Kept,
     /// Block work this machine started and has not recorded.
     pub(super) live_blocks: super::live_blocks::LiveBlocks,
+    /// What a takeover writes before anything else.
+    fencing: super::leases::Fencing,
 }
 
 impl PhaseMachine {
@@ -89,6 +91,7 @@ impl PhaseMachine {
             turns: PassTurns::default(),
             kept: Kept::default(),
             live_blocks: Default::default(),
+            fencing: Default::default(),
         }
     }
 
@@ -117,6 +120,13 @@ impl PhaseMachine {
     /// a reconcile, which the deletion's reconcile would wait behind).
     pub fn with_cancel_probe(mut self, probe: CancelProbe) -> Self {
         self.cancel_probe = Some(probe);
+        self
+    }
+
+    /// Calls `fence` when this process takes a backup's lease over from
+    /// another, before anything else under it ([`super::leases::TakeoverFence`]).
+    pub fn with_takeover_fence(mut self, fence: super::leases::TakeoverFence) -> Self {
+        self.fencing.fence = Some(fence);
         self
     }
 
@@ -170,6 +180,7 @@ impl PhaseMachine {
             duration: self.settings.lease_duration,
             kept: &self.kept,
             live: &self.live_blocks,
+            fencing: &self.fencing,
         }
     }
 

@@ -38,6 +38,7 @@ pub mod gc;
 mod item_pass;
 mod journal;
 mod leases;
+pub use leases::TakeoverFence;
 mod live_blocks;
 mod load;
 mod machine;

@@ -76,6 +76,9 @@ pub struct Lease {
     duration: Duration,
     /// What this process's writes of the backup are checked against.
     fence: Arc<Fence>,
+    /// The holder of the generation before, when this one took the lease
+    /// from it (it expired unreleased, and was another process's).
+    taken_from: Option<String>,
 }
 
 impl Drop for Lease {
@@ -260,7 +263,7 @@ impl BackupStore {
         // next time round, so a few rounds always settle it.
         for _ in 0..8 {
             let now = self.clock.system_now();
-            let generation = match self.current_lease(backup).await? {
+            let (generation, taken_from) = match self.current_lease(backup).await? {
                 Some(current) if !current.free(now) => {
                     return Err(LeaseError::Held {
                         backup: backup.into(),
@@ -268,8 +271,12 @@ impl BackupStore {
                         expires: current.expires,
                     });
                 }
-                Some(current) => current.generation + 1,
-                None => 1,
+                Some(current) => {
+                    let from =
+                        (!current.released && current.holder != holder).then_some(current.holder);
+                    (current.generation + 1, from)
+                }
+                None => (1, None),
             };
             // On a local store: the writes of the generations taken over
             // that are still on their way land now or never; and this
@@ -319,6 +326,7 @@ impl BackupStore {
                         record,
                         duration,
                         fence,
+                        taken_from,
                     });
                 }
                 Err(e) => {
@@ -342,6 +350,18 @@ impl BackupStore {
 impl Lease {
     pub fn holder(&self) -> &str {
         &self.record.holder
+    }
+
+    /// The generation this lease is.
+    pub fn generation(&self) -> u64 {
+        self.record.generation
+    }
+
+    /// The process this lease was taken over from: the generation before
+    /// expired unreleased, and was another's (which may still have
+    /// writes on their way).
+    pub fn taken_from(&self) -> Option<&str> {
+        self.taken_from.as_deref()
     }
 
     pub fn duration(&self) -> Duration {

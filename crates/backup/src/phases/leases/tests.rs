@@ -247,3 +247,70 @@ async fn a_renewal_held_up_past_the_leases_end_stops_the_work() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A lease taken over (its generation before expired unreleased, another
+/// process's) is fenced before the step runs: the fence is called with
+/// the new generation. One that fails refuses the take, runs nothing and
+/// leaves the lease to expire; the same process fences at its next take
+/// although the generation before is its own. A lease given back and
+/// taken by another, or taken again by its holder, needs no fence.
+#[tokio::test]
+async fn a_takeover_fences_before_it_steps() {
+    let (_dir, store) = store();
+    let clock = Arc::new(iar_core::clock::ManualClock::new());
+    let lease = Duration::from_secs(3600);
+    let fenced = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let fence: super::TakeoverFence = {
+        let (fenced, failing) = (fenced.clone(), failing.clone());
+        Arc::new(move |name: String, generation: u64| {
+            let (fenced, failing) = (fenced.clone(), failing.clone());
+            Box::pin(async move {
+                if failing.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err("the API server is out of reach".to_string());
+                }
+                fenced.lock().unwrap().push((name, generation));
+                Ok(())
+            })
+        })
+    };
+    let ours = machine(&store.clone().with_holder_name("a"), lease).with_clock(clock.clone());
+    let theirs = machine(&store.clone().with_holder_name("b"), lease)
+        .with_clock(clock.clone())
+        .with_takeover_fence(fence);
+    let stepped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let step = || {
+        let stepped = stepped.clone();
+        async move {
+            stepped.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    };
+    // Given back, then taken by another: no fence.
+    ours.with_lease("b5", step()).await.unwrap();
+    theirs.with_lease("b5", step()).await.unwrap();
+    assert!(fenced.lock().unwrap().is_empty());
+    // Abandoned (a crash) and expired: the taker's fence fails first.
+    let requeue = || async { Ok(Step::Requeue(Duration::ZERO)) };
+    ours.drive("b5", requeue()).await.unwrap();
+    ours.abandon_kept_leases();
+    clock.advance(lease + Duration::from_secs(1));
+    let before = stepped.load(std::sync::atomic::Ordering::SeqCst);
+    let refused = theirs.with_lease("b5", step()).await;
+    assert!(
+        matches!(&refused, Err(PhaseError::Lease(LeaseError::Lost { reason, .. })) if reason.contains("fenced")),
+        "{refused:?}"
+    );
+    assert_eq!(stepped.load(std::sync::atomic::Ordering::SeqCst), before);
+    let left = store.current_lease("b5").await.unwrap().unwrap();
+    assert!(left.holder.starts_with("b: ") && !left.released, "{left:?}");
+    // Its own generation before, unfenced: fenced now, then it steps.
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    clock.advance(lease + Duration::from_secs(1));
+    theirs.with_lease("b5", step()).await.unwrap();
+    let generation = store.current_lease("b5").await.unwrap().unwrap().generation;
+    assert_eq!(*fenced.lock().unwrap(), [("b5".to_string(), generation)]);
+    // Taken again by the same process once given back: no fence.
+    theirs.with_lease("b5", step()).await.unwrap();
+    assert_eq!(fenced.lock().unwrap().len(), 1);
+}
