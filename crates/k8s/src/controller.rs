@@ -49,6 +49,10 @@ pub struct Options {
     /// (not take it, or stop reporting) before it fails; more than the
     /// agents' heartbeat ([`super::node_agent::HEARTBEAT`]).
     pub volume_agent_silence: Duration,
+    /// The image a restored pod's `restore-wait` init container runs
+    /// (iar's own), and how long one pod volume's restore may take.
+    pub restore_helper_image: String,
+    pub pod_volume_timeout: Duration,
 }
 
 /// Where plugins come from: the ConfigMaps of the namespace (hot
@@ -231,6 +235,17 @@ pub async fn run(
         store: store.clone(),
         plugins: plugins.source(),
         cluster: cluster.clone(),
+        pod_volumes: iar_restore::pod_volumes::PodVolumes {
+            restorer: Arc::new(super::volume_restorer::RequestRestorer {
+                client: client.clone(),
+                namespace: options.namespace.clone(),
+                store_url: store.url().to_string(),
+                schedule_wait: Duration::from_secs(600),
+                timeout: options.pod_volume_timeout,
+                runtime: tokio::runtime::Handle::current(),
+            }),
+            image: options.restore_helper_image.clone(),
+        },
     };
     let store_url = store.url().to_string();
     let controller = Arc::new(

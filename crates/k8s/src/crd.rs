@@ -174,6 +174,20 @@ pub struct RestoreStatus {
     /// Restored pods' exec hooks: how many applied, how many failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_status: Option<RestoreHookStatus>,
+    /// Pod volumes filled from their file-system backups (iar's own; Velero
+    /// lists its PodVolumeRestores apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_volume_restores: Option<PodVolumeRestoreCounts>,
+}
+
+/// How many restored pods' volumes were filled, and how many were not.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodVolumeRestoreCounts {
+    #[serde(default)]
+    pub completed: u32,
+    #[serde(default)]
+    pub failed: u32,
 }
 
 /// Velero's `HookStatus` of a restore.
@@ -294,6 +308,11 @@ pub fn volume_backup_definition() -> CustomResourceDefinition {
     formatted::<super::volume_backup::VolumeBackup>()
 }
 
+/// The `volumerestores.iar.dev` CRD, formats as [`definition`]'s.
+pub fn volume_restore_definition() -> CustomResourceDefinition {
+    formatted::<super::volume_restore::VolumeRestore>()
+}
+
 /// The `schedules.iar.dev` CRD, formats as [`definition`]'s.
 pub fn schedule_definition() -> CustomResourceDefinition {
     formatted::<Schedule>()
@@ -322,9 +341,10 @@ pub fn definitions_yaml() -> String {
     let yaml =
         |crd: CustomResourceDefinition| iar_core::yaml::to_string(&crd).expect("a CRD serializes");
     format!(
-        "{}---\n{}---\n{}---\n{}---\n{}",
+        "{}---\n{}---\n{}---\n{}---\n{}---\n{}",
         definition_yaml(),
         yaml(volume_backup_definition()),
+        yaml(volume_restore_definition()),
         yaml(schedule_definition()),
         yaml(restore_definition()),
         yaml(download_request_definition())

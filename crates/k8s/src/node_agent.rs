@@ -354,6 +354,8 @@ pub async fn run(client: kube::Client, options: AgentOptions) -> Result<(), Agen
     let permits = VolumePermits::new(options.concurrency, options.per_namespace);
     let running: Arc<Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>> = Default::default();
     let options = Arc::new(options);
+    // Restores into this node's pods, beside the backups.
+    tokio::spawn(super::restore_agent::run(client.clone(), options.clone()));
     let mut events = std::pin::pin!(
         watcher::watcher(
             api.clone(),

@@ -54,6 +54,8 @@ pub struct Restorer {
     pub store: BackupStore,
     pub plugins: PluginSource,
     pub cluster: Arc<dyn ClusterReader>,
+    /// Fills restored pods' volumes through the node agents.
+    pub pod_volumes: iar_restore::pod_volumes::PodVolumes,
 }
 
 /// Restores the namespace's new Restores, for as long as it runs (the
@@ -246,6 +248,7 @@ async fn run_one(
         spec: raw,
     };
     let (cluster, plugins) = (restorer.cluster.clone(), (restorer.plugins)());
+    let pod_volumes = restorer.pod_volumes.clone();
     let for_run = restore_ref.clone();
     // The restore's plugin calls are wasm calls and its creates wait on
     // the API server: a blocking thread, never the runtime's. Dropping
@@ -263,6 +266,7 @@ async fn run_one(
                 stop: Some(stop_flag),
                 exec: Some(exec),
                 configs,
+                pod_volumes: Some(pod_volumes),
             },
             loaded,
         )

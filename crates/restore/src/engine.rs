@@ -12,6 +12,7 @@ use crate::builtin;
 use crate::csi;
 use crate::hooks::post::{self, PodExec, PodHooks};
 use crate::order;
+use crate::pod_volumes::{self, BackedUpVolume, PodVolumeJob, PodVolumeReport, PodVolumes};
 use crate::prepare::{self, VolumePlan};
 use crate::spec::{ExistingPolicy, RestoreSpec};
 use iar_core::catalog::GroupResource;
@@ -51,6 +52,10 @@ pub struct Context<'a> {
     /// The data of Velero's change-storage-class and change-image-name
     /// ConfigMaps ([`builtin::VeleroConfigs`]).
     pub configs: builtin::VeleroConfigs,
+    /// Fills restored pods' volumes from their file-system backups;
+    /// `None` where there is no pod to fill (a restore into a directory):
+    /// each such volume is a warning.
+    pub pod_volumes: Option<PodVolumes>,
 }
 
 /// The error a restore stopped by [`Context::stop`] ends with.
@@ -72,6 +77,10 @@ pub struct Outcome {
     /// and those of them that failed or never ran.
     pub hooks_attempted: usize,
     pub hooks_failed: usize,
+    /// Pod volumes filled from their file-system backups, and those that
+    /// were not.
+    pub pod_volumes_completed: usize,
+    pub pod_volumes_failed: usize,
 }
 
 impl Outcome {
@@ -105,18 +114,23 @@ struct Run<'a> {
     /// Restored pods' exec hooks, each pod's waiting and running on a
     /// thread of its own from its creation on, as in Velero.
     hooks: Vec<(String, std::thread::JoinHandle<post::Report>)>,
+    /// The backup's pod volume backups.
+    volumes: &'a [BackedUpVolume],
+    /// Restored pods' volume restores, each pod's on a thread of its own.
+    volume_jobs: Vec<(String, std::thread::JoinHandle<PodVolumeReport>)>,
 }
 
 /// How [`Run::create`] left an object.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Placed {
     New,
     Existing,
     Failed,
 }
 
-/// Restores `items` (a backup's, from its tarball).
-pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
+/// Restores `items` (a backup's, from its tarball), and the data of its
+/// pod volume backups `volumes` into the pods it creates.
+pub fn run(cx: Context<'_>, items: Vec<Item>, volumes: &[BackedUpVolume]) -> Outcome {
     let instances = cx.plugins.iter().map(|_| None).collect();
     let mut run = Run {
         cx,
@@ -129,6 +143,8 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
         out: Outcome::default(),
         stop_seen: false,
         hooks: Vec::new(),
+        volumes,
+        volume_jobs: Vec::new(),
     };
     let mut by_resource: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in items {
@@ -155,11 +171,12 @@ pub fn run(cx: Context<'_>, items: Vec<Item>) -> Outcome {
         }
     }
     run.wait_for_operations();
+    run.wait_for_volumes();
     run.wait_for_hooks();
     run.out
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
     /// Whether the restore was told to stop; the first time, an error
     /// says so.
     fn stopped(&mut self) -> bool {
@@ -267,6 +284,7 @@ impl Run<'_> {
             ));
         }
         let mut name = item.id.name.clone();
+        let mut fill = Vec::new();
         match gr.as_str() {
             csi::SNAPSHOTS | csi::CONTENTS if self.cx.spec.restore_pvs == Some(false) => {
                 self.log(format!("{}: restorePVs is false; not restored", item.id));
@@ -346,6 +364,7 @@ impl Run<'_> {
                         self.restore_item(&found, true);
                     }
                 }
+                fill = self.wait_for_data(&item.id, &mut value, &target_ns);
                 let seed = self.cx.restore.uid.clone();
                 for w in self
                     .cx
@@ -368,13 +387,119 @@ impl Run<'_> {
         let hooks = (gr == "pods").then(|| self.cx.spec.hooks.exec_hooks(&value));
         // Only a pod this restore created runs its hooks (Velero's
         // restoreItem returns before them for one that existed).
-        if self.create(&id, value, &target_ns) == Placed::New
+        let placed = self.create(&id, value, &target_ns);
+        if !fill.is_empty() {
+            self.start_volumes(&id, &item.id, fill, placed);
+        }
+        if placed == Placed::New
             && let Some((hooks, warnings)) = hooks
         {
             for w in warnings {
                 self.out.results.warnings.add(&target_ns, w);
             }
             self.start_hooks(&id, hooks);
+        }
+    }
+
+    /// The volumes of backed-up pod `value` to fill from the backup, with
+    /// the pod made to wait for them ([`pod_volumes::add_restore_wait`]);
+    /// a wait of an earlier restore it carries goes. Without a pod to
+    /// fill (a restore into a directory), each is a warning and none.
+    fn wait_for_data(&mut self, from: &ItemRef, value: &mut Value, target_ns: &str) -> Vec<String> {
+        let fill = pod_volumes::volumes_of(self.volumes, &from.namespace, &from.name, value);
+        pod_volumes::remove_restore_wait(value);
+        if fill.is_empty() {
+            return fill;
+        }
+        let Some(pv) = &self.cx.pod_volumes else {
+            let (source, pod) = (&from.namespace, &from.name);
+            for v in fill {
+                self.out.results.warnings.add(
+                    target_ns,
+                    format!(
+                        "pod {target_ns}/{pod}: the data of its volume {v} is not restored into it: this restore writes manifests, with no pod to fill (iar volume restore {} {source}/{pod}/{v} --to DIR writes it out)",
+                        self.cx.spec.backup_name
+                    ),
+                );
+            }
+            return Vec::new();
+        };
+        let (uid, image) = (self.cx.restore.uid.clone(), pv.image.clone());
+        pod_volumes::add_restore_wait(value, &fill, &uid, &image);
+        fill
+    }
+
+    /// Starts filling the volumes of pod `pod` (created from pod
+    /// `source`) on a thread of its own. A pod that was there already
+    /// keeps its data, as in Velero.
+    fn start_volumes(
+        &mut self,
+        pod: &ItemRef,
+        source: &ItemRef,
+        volumes: Vec<String>,
+        placed: Placed,
+    ) {
+        if placed != Placed::New {
+            if placed == Placed::Existing {
+                self.out.results.warnings.add(
+                    &pod.namespace,
+                    format!(
+                        "pod {}/{} already existed: the data of its volumes {volumes:?} is not restored into it",
+                        pod.namespace, pod.name
+                    ),
+                );
+            }
+            return;
+        }
+        let Some(pv) = self.cx.pod_volumes.clone() else {
+            return;
+        };
+        let job = PodVolumeJob {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            source_namespace: source.namespace.clone(),
+            source_pod: source.name.clone(),
+            backup: self.cx.spec.backup_name.clone(),
+            restore_name: self.cx.restore.name.clone(),
+            volumes,
+        };
+        let (uid, stop) = (self.cx.restore.uid.clone(), self.cx.stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("restore-volumes".into())
+            .spawn(move || pv.restorer.restore(&uid, job, stop));
+        match thread {
+            Ok(handle) => self.volume_jobs.push((pod.namespace.clone(), handle)),
+            Err(e) => self.error(
+                &pod.namespace,
+                format!(
+                    "pod {}/{}: its volume restores could not start: {e}",
+                    pod.namespace, pod.name
+                ),
+            ),
+        }
+    }
+
+    /// Waits for every pod's volume restores to end, and counts them.
+    fn wait_for_volumes(&mut self) {
+        for (ns, handle) in std::mem::take(&mut self.volume_jobs) {
+            let report = match handle.join() {
+                Ok(report) => report,
+                Err(_) => {
+                    self.error(&ns, "a pod's volume restores ended in a panic".into());
+                    continue;
+                }
+            };
+            self.out.pod_volumes_completed += report.completed;
+            self.out.pod_volumes_failed += report.failed;
+            for line in report.log {
+                self.log(line);
+            }
+            for w in report.warnings {
+                self.out.results.warnings.add(&ns, w);
+            }
+            for e in report.errors {
+                self.error(&ns, e);
+            }
         }
     }
 
@@ -905,8 +1030,10 @@ mod tests {
                 stop: Some(stop),
                 exec: None,
                 configs: Default::default(),
+                pod_volumes: None,
             },
             (0..5).map(|i| config_map(&format!("cm-{i}"))).collect(),
+            &[],
         );
         assert_eq!(
             *cluster.created.lock().unwrap(),
@@ -1001,8 +1128,10 @@ mod tests {
                 stop: None,
                 exec,
                 configs: Default::default(),
+                pod_volumes: None,
             },
             pods.iter().map(|p| web_pod(p)).collect(),
+            &[],
         )
     }
 
@@ -1061,5 +1190,135 @@ mod tests {
             "{warnings}"
         );
         assert_eq!(outcome.phase(), "Completed");
+    }
+
+    /// Asked to fill pods' volumes: every job, and the counts it gives.
+    #[derive(Default)]
+    struct Filler(Mutex<Vec<(String, PodVolumeJob)>>);
+
+    impl crate::pod_volumes::PodVolumeRestorer for Filler {
+        fn restore(
+            &self,
+            restore_uid: &str,
+            job: PodVolumeJob,
+            _: Option<Arc<AtomicBool>>,
+        ) -> PodVolumeReport {
+            let report = PodVolumeReport {
+                completed: job.volumes.len() - 1,
+                failed: 1,
+                errors: vec![format!("{}: one failed", job.pod)],
+                ..Default::default()
+            };
+            self.0.lock().unwrap().push((restore_uid.to_string(), job));
+            report
+        }
+    }
+
+    fn pod_with_volumes(name: &str) -> Item {
+        Item::with_id(
+            ItemRef::new("", "pods", "shop", name),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "shop"},
+                   "spec": {"containers": [{"name": "web", "image": "nginx"}],
+                            "initContainers": [{"name": "restore-wait", "image": "old"}],
+                            "volumes": [{"name": "html", "emptyDir": {}}, {"name": "logs", "emptyDir": {}}]}}),
+        )
+    }
+
+    fn backed_up(pod: &str, volume: &str) -> BackedUpVolume {
+        BackedUpVolume {
+            pod_namespace: "shop".into(),
+            pod_name: pod.into(),
+            volume: volume.into(),
+            phase: "Completed".into(),
+        }
+    }
+
+    /// A pod whose volumes were backed up file by file is created waiting
+    /// for their data (restore-wait first, naming the restore's uid), its
+    /// volumes are asked of the restorer with the namespace it went to and
+    /// the one the data is of, and the restore counts how they ended. A
+    /// pod with nothing backed up loses an earlier restore's wait. Into a
+    /// directory, each volume is a warning naming the command that writes
+    /// it out.
+    #[test]
+    fn a_restored_pod_waits_for_its_volumes_data() {
+        let spec = RestoreSpec::from_value(
+            &json!({"backupName": "b", "namespaceMapping": {"shop": "shop-2"}}),
+        )
+        .unwrap();
+        let volumes = [backed_up("web-0", "html"), backed_up("web-0", "logs")];
+        let (cluster, filler) = (Arc::new(Kubelet::default()), Arc::new(Filler::default()));
+        let cx = |pod_volumes| Context {
+            spec: &spec,
+            restore: RestoreRef {
+                name: "r".into(),
+                namespace: "iar".into(),
+                uid: "u-1".into(),
+                spec: spec.raw.clone(),
+            },
+            cluster: cluster.clone(),
+            plugins: &[],
+            stop: None,
+            exec: None,
+            configs: Default::default(),
+            pod_volumes,
+        };
+        let pods = || vec![pod_with_volumes("web-0"), pod_with_volumes("web-1")];
+        let outcome = run(
+            cx(Some(PodVolumes {
+                restorer: filler.clone(),
+                image: "iar:9".into(),
+            })),
+            pods(),
+            &volumes,
+        );
+        let jobs = filler.0.lock().unwrap().clone();
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
+        let (uid, job) = &jobs[0];
+        assert_eq!(uid, "u-1");
+        assert_eq!(
+            (
+                job.namespace.as_str(),
+                job.pod.as_str(),
+                job.source_namespace.as_str()
+            ),
+            ("shop-2", "web-0", "shop")
+        );
+        assert_eq!((job.backup.as_str(), job.restore_name.as_str()), ("b", "r"));
+        assert_eq!(job.volumes, ["html", "logs"]);
+        assert_eq!(
+            (outcome.pod_volumes_completed, outcome.pod_volumes_failed),
+            (1, 1)
+        );
+        assert!(outcome.results.errors.count() == 1, "{:?}", outcome.results);
+        let objects = cluster.objects.lock().unwrap().clone();
+        let init =
+            |pod: &str| objects[&format!("pods shop-2/{pod}")]["spec"]["initContainers"].clone();
+        assert_eq!(init("web-0")[0]["name"], "restore-wait");
+        assert_eq!(init("web-0")[0]["image"], "iar:9");
+        assert_eq!(init("web-0")[0]["command"][2], "u-1");
+        assert_eq!(init("web-1"), Value::Null, "an old wait goes");
+        // Into a directory: no wait, a warning per volume.
+        let (cluster2, plain) = (Arc::new(Kubelet::default()), cx(None));
+        let plain = Context {
+            cluster: cluster2.clone(),
+            ..plain
+        };
+        let outcome = run(plain, pods(), &volumes);
+        let warned = outcome.results.warnings.lines();
+        assert_eq!(
+            warned
+                .iter()
+                .filter(|w| w.contains("iar volume restore b shop/web-0/"))
+                .count(),
+            2,
+            "{warned:?}"
+        );
+        let objects = cluster2.objects.lock().unwrap().clone();
+        assert_eq!(
+            objects["pods shop-2/web-0"]["spec"]["initContainers"],
+            Value::Null
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod csi;
 mod engine;
 pub mod hooks;
 pub mod order;
+pub mod pod_volumes;
 pub mod prepare;
 pub mod spec;
 pub mod stored;

@@ -15,6 +15,8 @@ use std::time::SystemTime;
 pub struct Loaded {
     pub items: Vec<Item>,
     pub refused: Vec<String>,
+    /// Its pod volume backups, whose data goes into the restored pods.
+    pub volumes: Vec<crate::pod_volumes::BackedUpVolume>,
 }
 
 /// Reads `backup` from `store` for a restore: only a Completed or
@@ -42,12 +44,21 @@ pub async fn load(store: &BackupStore, backup: &str) -> Result<Loaded, String> {
     let entries = tarball::read(&contents)
         .map_err(|e| format!("backup {backup:?}: reading its contents tarball: {e}"))?;
     let (items, refused) = crate::archive::items(entries);
-    Ok(Loaded { items, refused })
+    let volumes = store
+        .get_json(backup, BackupFile::VolumeBackups)
+        .await
+        .map_err(|e| format!("backup {backup:?}: its volume backups: {e}"))?
+        .unwrap_or_default();
+    Ok(Loaded {
+        items,
+        refused,
+        volumes,
+    })
 }
 
 /// Restores what [`load`] read. Blocking (see [`crate::run`]).
 pub fn restore(cx: Context<'_>, loaded: Loaded) -> Outcome {
-    let mut outcome = run(cx, loaded.items);
+    let mut outcome = run(cx, loaded.items, &loaded.volumes);
     outcome.results.errors.velero.extend(loaded.refused);
     outcome
 }
@@ -63,6 +74,13 @@ pub fn status(outcome: &Outcome, started: SystemTime, finished: SystemTime) -> V
         "progress": { "totalItems": outcome.selected, "itemsRestored": outcome.restored },
     });
     // Velero's counts are omitted when zero.
+    // iar's own (Velero counts its PodVolumeRestores apart).
+    if outcome.pod_volumes_completed + outcome.pod_volumes_failed > 0 {
+        status["podVolumeRestores"] = json!({
+            "completed": outcome.pod_volumes_completed,
+            "failed": outcome.pod_volumes_failed,
+        });
+    }
     if outcome.hooks_attempted > 0 {
         status["hookStatus"] = json!({"hooksAttempted": outcome.hooks_attempted});
         if outcome.hooks_failed > 0 {

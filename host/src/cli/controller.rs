@@ -105,6 +105,14 @@ pub struct ControllerArgs {
     /// hook-timeout-cap).
     #[arg(long, value_parser = super::backup::parse_max_hook_timeout, default_value = "30m")]
     max_hook_timeout: Duration,
+    /// The image a restored pod's `restore-wait` init container runs while
+    /// the node agent fills its volumes: iar's own (deploy/ sets it).
+    #[arg(long, env = "IAR_RESTORE_HELPER_IMAGE", default_value = "iar:0.1.0")]
+    restore_helper_image: String,
+    /// How long one pod volume's restore may take (Velero's
+    /// --pod-volume-operation-timeout).
+    #[arg(long, value_parser = iar::duration::parse_positive, default_value = "4h")]
+    pod_volume_operation_timeout: Duration,
 }
 
 fn parse_silence(s: &str) -> Result<Duration, String> {
@@ -193,6 +201,8 @@ pub fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         settings,
         store,
         volume_agent_silence: args.volume_agent_silence,
+        restore_helper_image: args.restore_helper_image,
+        pod_volume_timeout: args.pod_volume_operation_timeout,
         // Kubernetes stops a pod with SIGTERM (and a terminal with ^C):
         // the replica gives its backups back before it exits.
         shutdown: Some(Box::pin(terminated())),

@@ -133,6 +133,19 @@ fn describe_restore(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
             count("hooksFailed")
         );
     }
+    if let Some(volumes) = record.pointer("/status/podVolumeRestores") {
+        let count = |key: &str| {
+            volumes
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        outln!(
+            "Pod volumes:  {} restored, {} failed",
+            count("completed"),
+            count("failed")
+        );
+    }
     for (label, set) in [
         ("Errors:", &results.errors),
         ("Warnings:", &results.warnings),

@@ -26,6 +26,7 @@ mod plugin;
 mod progress;
 mod repository;
 mod restore;
+mod restore_wait;
 mod run;
 mod schedule;
 mod test;
@@ -99,8 +100,12 @@ enum Command {
     /// Back up the pod volumes of one node (a DaemonSet): serves the
     /// volumebackups.iar.dev requests of its node.
     NodeAgent(controller::NodeAgentArgs),
-    /// Print iar's CustomResourceDefinitions (backups and volumebackups).
+    /// Print iar's CustomResourceDefinitions (backups, volumebackups,
+    /// volumerestores, schedules, restores, downloadrequests).
     Crd(controller::CrdArgs),
+    /// What a restored pod's `restore-wait` init container runs: waits
+    /// until each volume holds the file its restore writes last.
+    RestoreWait(restore_wait::RestoreWaitArgs),
     /// Plugin packaging: `iar plugin configmap` prints a plugin ConfigMap.
     Plugin(plugin::PluginArgs),
     /// Velero's schedules without a cluster: print the backup due now
@@ -187,6 +192,7 @@ pub fn main() -> ExitCode {
         Command::Controller(args) => controller::controller(args),
         Command::NodeAgent(args) => controller::node_agent(args),
         Command::Crd(args) => controller::crd(args),
+        Command::RestoreWait(args) => restore_wait::restore_wait(args),
         Command::Plugin(args) => plugin::plugin(args),
     };
     match result {

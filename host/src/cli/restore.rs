@@ -242,6 +242,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             stop: None,
             exec,
             configs,
+            pod_volumes: None,
         },
         loaded,
     );

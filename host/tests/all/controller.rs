@@ -47,6 +47,7 @@ pub(crate) async fn install_crds_on(client: &Client) {
     for crd in [
         iar::k8s::crd::definition(),
         iar::k8s::crd::volume_backup_definition(),
+        iar::k8s::crd::volume_restore_definition(),
         iar::k8s::crd::schedule_definition(),
         iar::k8s::crd::restore_definition(),
         iar::k8s::crd::download_request_definition(),
@@ -209,6 +210,8 @@ pub(crate) async fn start_replica_with(
         store,
         // Above the agents' 5 s heartbeat, short enough for a test.
         volume_agent_silence: Duration::from_secs(10),
+        restore_helper_image: "iar:test".into(),
+        pod_volume_timeout: Duration::from_secs(120),
         shutdown: None,
         drain: Duration::ZERO,
     };

@@ -1196,21 +1196,37 @@ async fn check_hooks(
         .await
         .map_err(|e| e.to_string())?
         .unwrap_or_default();
+    let listed: Vec<_> = requests
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("{}={name}", iar::k8s::volume_backup::BACKUP_LABEL)),
+        )
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     for r in &records {
         if let Some(done) = r.completed {
+            // The volume's work ended when its record says, or when its
+            // request did if that was earlier: a record marked
+            // "interrupted by restart" by a process that took the backup
+            // over carries the time of that bookkeeping, after a request
+            // the controller had already failed (its agent silent) and
+            // whose post hook had rightly run (seed 4612).
+            let ended_request = listed
+                .iter()
+                .filter(|q| q.spec.pod.name == r.pod_name && q.spec.volume == r.volume)
+                .filter_map(|q| q.status.as_ref())
+                .filter(|s| s.phase.is_some_and(|p| p.is_terminal()))
+                .filter_map(|s| s.completion_timestamp.as_deref())
+                .filter_map(|t| humantime::parse_rfc3339_weak(t).ok())
+                .min();
+            let done = ended_request.map_or(done, |q| q.min(done));
             let done = done
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_nanos();
             if *post_at < done {
-                let statuses: Vec<_> = requests
-                    .list(
-                        &kube::api::ListParams::default()
-                            .labels(&format!("{}={name}", iar::k8s::volume_backup::BACKUP_LABEL)),
-                    )
-                    .await
-                    .map(|l| l.items.into_iter().map(|r| r.status).collect())
-                    .unwrap_or_default();
+                let statuses: Vec<_> = listed.iter().map(|r| r.status.clone()).collect();
                 return Err(format!(
                     "the post hook ran {} ms before its block's volume ended (backup {phase:?}; volume {:?}: {:?}); its requests: {statuses:?}; its log: {:#?}",
                     (done - post_at) / 1_000_000,

@@ -27,6 +27,7 @@ mod node_agent;
 mod node_agent_repository;
 mod node_boundary;
 mod pod_hooks;
+mod pod_volume_restore;
 mod polyglot;
 mod real_node;
 mod replicas;
