@@ -220,6 +220,23 @@ fn workload(local_dir: &Path) -> Vec<Value> {
                 ],
             },
         }),
+        // What step 5 restores into a pod: a volume the test writes, which
+        // the container itself never does.
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "cache-0", "namespace": "shop", "labels": {"app": "web", "tier": "cache"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "image": iar_apiserver::node::BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "exec sleep 3600"],
+                    "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                }],
+                "volumes": [{"name": "cache", "emptyDir": {}}],
+            },
+        }),
     ]
 }
 
@@ -274,6 +291,16 @@ spec:
   defaultVolumesToFsBackup: true   # or per pod: backup.velero.io/backup-volumes
   itemOperationTimeout: 1h
   ttl: 168h0m0s          # kept a week; unset: --default-backup-ttl (720h)
+";
+
+const RESTORE: &str = "apiVersion: iar.dev/v1
+kind: Restore
+metadata: {name: back, namespace: iar-system}
+spec:
+  backupName: nightly
+  includedNamespaces: [shop]
+  labelSelector: {matchLabels: {tier: cache}}
+  namespaceMapping: {shop: shop-restored}
 ";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,13 +434,25 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     for object in workload(&local) {
         kubectl.apply(&object);
     }
+    for pod in ["pod/db-0", "pod/cache-0"] {
+        kubectl.run(&[
+            "-n",
+            "shop",
+            "wait",
+            pod,
+            "--for=condition=Ready",
+            "--timeout=120s",
+        ]);
+    }
     kubectl.run(&[
         "-n",
         "shop",
-        "wait",
-        "pod/db-0",
-        "--for=condition=Ready",
-        "--timeout=120s",
+        "exec",
+        "cache-0",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /cache/pages && echo cached-by-the-test > /cache/pages/note",
     ]);
 
     // 3. Back up; while the pre hook lingers, every controller pod goes.
@@ -547,6 +586,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     assert_eq!(
         volumes,
         [
+            ("cache".into(), "Completed".into()),
             ("data".into(), "Completed".into()),
             ("scratch".into(), "Completed".into())
         ],
@@ -595,6 +635,44 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     let second = BACKUP.replace("name: nightly,", "name: nightly-2,");
     kubectl.run_with(&["apply", "-f", "-"], Some(second.as_bytes()));
     assert_eq!(wait_backup(&kubectl, "nightly-2"), "Completed");
+
+    // 5. The cache pod restored by the controller into another namespace
+    // (deploy/restorer.yaml lets it create what a backup holds): it waits
+    // for its volume's data (restore-wait, iar's own image), the node
+    // agent writes it into the kubelet's directory of the new pod, and
+    // the pod starts on it.
+    kubectl.run(&["apply", "-f", "deploy/restorer.yaml"]);
+    kubectl.run_with(&["apply", "-f", "-"], Some(RESTORE.as_bytes()));
+    let phase = wait("restore back to end", Duration::from_secs(300), || {
+        let r = kubectl.json(&["-n", NS, "get", "restore", "back"]);
+        match r["status"]["phase"].as_str() {
+            Some("InProgress") | Some("New") | None => Err(format!("{:#}", r["status"])),
+            Some(_) => Ok(r["status"].clone()),
+        }
+    });
+    let requests = kubectl.json(&["-n", NS, "get", "volumerestores"]);
+    assert_eq!(phase["phase"], "Completed", "{phase:#}\n{requests:#}");
+    assert_eq!(phase["podVolumeRestores"]["completed"], 1, "{phase:#}");
+    kubectl.run(&[
+        "-n",
+        "shop-restored",
+        "wait",
+        "pod/cache-0",
+        "--for=condition=Ready",
+        "--timeout=120s",
+    ]);
+    let note = kubectl.run(&[
+        "-n",
+        "shop-restored",
+        "exec",
+        "cache-0",
+        "-c",
+        "app",
+        "--",
+        "cat",
+        "/cache/pages/note",
+    ]);
+    assert_eq!(note.trim(), "cached-by-the-test");
 
     // What `kubectl logs` shows of each (docs/cluster.md, "Logs"): the
     // replicas running now drove the second backup, and the agent read
