@@ -87,6 +87,18 @@ impl RequestRestorer {
                     source_pod: job.source_pod.clone(),
                 },
             );
+            // Goes with its Restore (Kubernetes' garbage collector), as
+            // Velero's PodVolumeRestores do.
+            request.metadata.owner_references = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "iar.dev/v1".into(),
+                    kind: "Restore".into(),
+                    name: restore_name.clone(),
+                    uid: restore_uid.to_string(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                },
+            ]);
             request.metadata.labels = Some(
                 [
                     (NODE_LABEL.to_string(), node_label(&node)),

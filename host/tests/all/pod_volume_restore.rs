@@ -287,6 +287,12 @@ async fn a_restore_fills_each_pods_volume_before_it_starts() {
         .filter(|r| r.spec.pod.namespace == target && r.spec.pod.name == "evil-0")
         .collect::<Vec<_>>();
     assert_eq!(evil_requests.len(), 1);
+    // Each request goes with its Restore.
+    let owner = &evil_requests[0].metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Restore", restore_uid.as_str())
+    );
     let status = evil_requests[0].status.clone().unwrap();
     assert_eq!(status.phase, Some(VolumePhase::Failed), "{status:?}");
     assert!(

@@ -124,7 +124,13 @@ impl Fencing {
         if lease.taken_from().is_none() && !owed {
             return Ok(());
         }
-        match fence(backup.to_string(), lease.generation()).await {
+        // Bounded by a third of the lease, so that the keeper started
+        // after it still renews in time.
+        let bound = lease.time_left() / 3;
+        let fenced = tokio::time::timeout(bound, fence(backup.to_string(), lease.generation()))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {bound:?}")));
+        match fenced {
             Ok(()) => {
                 self.unfenced
                     .lock()
