@@ -250,6 +250,12 @@ async fn a_restore_fills_each_pods_volume_before_it_starts() {
     );
     let counts = done.pod_volume_restores.clone().expect("pod volume counts");
     assert_eq!((counts.completed, counts.failed), (1, 1), "{done:?}");
+    let described = tokio::task::block_in_place(|| {
+        crate::support::iar(&["describe", "back", "--restore", "--store", url])
+    });
+    let out = crate::support::text(&described);
+    assert!(out.contains("Pod volumes:  1 restored, 1 failed"), "{out}");
+    assert!(out.contains("rule: volume-root-symlink"), "{out}");
 
     let read = |d: &Path, f: &str| std::fs::read(d.join(f)).unwrap_or_default();
     assert_eq!(read(&restored_web, "index.html"), b"<h1>shop</h1>\n");
