@@ -641,6 +641,40 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
     // for its volume's data (restore-wait, iar's own image), the node
     // agent writes it into the kubelet's directory of the new pod, and
     // the pod starts on it.
+    // The labels plugin's restore action annotates what it restores, and
+    // deploy/grant-policy.yaml grants no plugin a change: loaded, it would
+    // have the pod refused (rule item-change-not-granted). Disabled first,
+    // as an operator would (its ConfigMap's `enabled: "false"`).
+    kubectl.run(&[
+        "-n",
+        NS,
+        "patch",
+        "configmap",
+        "labels",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data": {"enabled": "false"}}"#,
+    ]);
+    wait(
+        "the labels plugin Disabled",
+        Duration::from_secs(120),
+        || {
+            let status = kubectl.run(&[
+                "-n",
+                NS,
+                "get",
+                "configmap",
+                "labels",
+                "-o",
+                r"jsonpath={.metadata.annotations.iar\.dev/status}",
+            ]);
+            match status.as_str() {
+                "Disabled" => Ok(()),
+                other => Err(format!("status {other:?}")),
+            }
+        },
+    );
     kubectl.run(&["apply", "-f", "deploy/restorer.yaml"]);
     kubectl.run_with(&["apply", "-f", "-"], Some(RESTORE.as_bytes()));
     let phase = wait("restore back to end", Duration::from_secs(300), || {
@@ -650,8 +684,24 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
             Some(_) => Ok(r["status"].clone()),
         }
     });
-    let requests = kubectl.json(&["-n", NS, "get", "volumerestores"]);
-    assert_eq!(phase["phase"], "Completed", "{phase:#}\n{requests:#}");
+    if phase["phase"] != "Completed" {
+        let requests = kubectl.json(&["-n", NS, "get", "volumerestores"]);
+        let pods = kubectl.json(&["-n", "shop-restored", "get", "pods"]);
+        let described = iar_on_store(
+            &endpoint,
+            &[
+                "describe",
+                "back",
+                "--restore",
+                "--store",
+                &format!("s3://{BUCKET}"),
+            ],
+        );
+        panic!(
+            "restore back: {phase:#}\n{}\nits requests: {requests:#}\nits pods: {pods:#}",
+            output("iar describe back --restore", &described)
+        );
+    }
     assert_eq!(phase["podVolumeRestores"]["completed"], 1, "{phase:#}");
     kubectl.run(&[
         "-n",

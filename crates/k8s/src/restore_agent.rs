@@ -160,7 +160,7 @@ async fn checked(
         ));
     }
     let mapped = check_restore(client, &options.namespace, spec).await?;
-    let pod = check_pod(client, &options.node, spec).await?;
+    let pod = mounted(client, &options.node, spec).await?;
     if mapped != spec.pod.namespace {
         return Err(format!(
             "restore {} maps namespace {} to {mapped}, not to the pod's {} (rule: restore-scope)",
@@ -288,6 +288,45 @@ async fn check_pod(
         )));
     }
     Ok(pod)
+}
+
+/// How long the agent waits for a scheduled pod's volumes to be set up.
+const MOUNT_WAIT: Duration = Duration::from_secs(600);
+
+/// The pod ([`check_pod`]) once its volumes are set up: its `restore-wait`
+/// init container has started (Velero's agent waits for the same).
+/// Before, the kubelet may not have made the volume's directory, or not
+/// yet mounted the volume over it: data written then would land on the
+/// node's disk under the mount and be hidden by it (the real node showed
+/// the directory missing a second after the pod was bound).
+async fn mounted(
+    client: &kube::Client,
+    node: &str,
+    spec: &VolumeRestoreSpec,
+) -> Result<Pod, String> {
+    let deadline = tokio::time::Instant::now() + MOUNT_WAIT;
+    loop {
+        let pod = check_pod(client, node, spec).await?;
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|all| all.iter().find(|c| c.name == RESTORE_WAIT))
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some());
+        if started {
+            return Ok(pod);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "pod {}/{}: its {RESTORE_WAIT} init container did not start within {}: its volumes are not set up",
+                spec.pod.namespace,
+                spec.pod.name,
+                humantime::format_duration(MOUNT_WAIT)
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The volume's directory name under the kubelet's
