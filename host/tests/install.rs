@@ -726,7 +726,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
 
     // What `kubectl logs` shows of each (docs/cluster.md, "Logs"): the
     // replicas running now drove the second backup, and the agent read
-    // both volumes of each.
+    // every volume of each and filled the restored pod's.
     let controllers = kubectl.run(&[
         "-n",
         NS,
@@ -763,7 +763,12 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         .lines()
         .filter(|l| l.contains("volume backup ended") && l.contains("phase=Completed"))
         .count();
-    assert_eq!(ended, 4, "{agent}");
+    // Three volumes (db-0's two, cache-0's), two backups.
+    assert_eq!(ended, 6, "{agent}");
+    assert!(
+        agent.contains("volume restored request=back-"),
+        "the agent restored cache-0's volume: {agent}"
+    );
     let pods = kubectl.json(&["-n", NS, "get", "pods"]);
     let pods = pods["items"].as_array().unwrap();
     // The agent keeps the repository's cache (rustic's, by repository id)
