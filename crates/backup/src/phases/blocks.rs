@@ -217,6 +217,18 @@ impl Blocks<'_> {
                 .metadata
                 .annotations
                 .contains_key(crate::backup::object::RESOURCE_UID_ANNOTATION);
+            // Owed only to pods that are gone (their node with them): no
+            // freeze is left to undo, and nothing waits for a controller
+            // (the campaign's seed 4740: a claim its crashed holder never
+            // ended, its pod gone with its node). Known only where the
+            // cluster is read.
+            if controllers && self.cluster.is_live() {
+                let live = self.owed_pods(&name, &ledger).await?;
+                if !live.iter().any(|p| unclaimed.contains(&p.id)) {
+                    tracing::warn!(backup = %name, pods = ?unclaimed, "deleted with post hooks owed to pods that are gone");
+                    return Ok(true);
+                }
+            }
             if !controllers {
                 tracing::warn!(backup = %name, "deleted with post hooks owed by its hook ledger (rule: hook-ledger)");
             }

@@ -735,19 +735,31 @@ async fn a_deletion_runs_the_unfreeze_its_backup_owes_first() {
     assert_eq!(*runner.ran.lock().unwrap(), ["Post db-0"]);
     assert!(store.list_backups().await.unwrap().is_empty());
 
-    // Owed by the ledger but claimed (run by its claimer, whose end the
-    // ledger lacks: a write lost): nothing is left to run, and a process
-    // that runs no hooks deletes it. (Backed up again by another process:
-    // this one gave its lease on the name back.)
+    // Owed by the ledger but claimed and ended (run by its claimer, whose
+    // end the ledger lacks: a write lost): nothing is left to run, and a
+    // process that runs no hooks deletes it. (Backed up again by another
+    // process: this one gave its lease on the name back.)
     put_frozen_backup(&store.as_another_process(), items.path()).await;
-    let claim = serde_json::json!({"holder": "another", "token": "t", "state": "started"});
+    let ended = serde_json::json!({"holder": "another", "token": "t", "state": "succeeded"});
     store
-        .claim_once("frozen", &["post", "shop", "db-0"], &claim)
+        .claim_once("frozen", &["post", "shop", "db-0"], &ended)
         .await
         .unwrap();
     let o = outcomes(&no_hooks.collect_garbage(t0(), false).await.unwrap());
     assert_eq!(o, [("frozen".to_string(), "deleted".to_string())]);
     assert_eq!(runner.ran.lock().unwrap().len(), 1);
+
+    // Claimed and never ended (its claimer crashed, maybe before its
+    // exec): still owed, so a process that runs no hooks keeps it for one
+    // that does, which runs it again (`rerun_tests`; seeds 4429, 4512).
+    put_frozen_backup(&store.as_another_process(), items.path()).await;
+    let started = serde_json::json!({"holder": "another", "token": "t", "state": "started"});
+    store
+        .claim_once("frozen", &["post", "shop", "db-0"], &started)
+        .await
+        .unwrap();
+    let o = outcomes(&no_hooks.collect_garbage(t0(), false).await.unwrap());
+    assert_eq!(o, [("frozen".to_string(), "kept UnfreezeOwed".to_string())]);
 }
 
 /// A Failed backup whose ledger owes its pod's unfreeze (a step's error
@@ -851,4 +863,51 @@ async fn what_the_record_lacks_is_found_by_the_backups_uid_label() {
         exists(&namesake),
         "its uid under another backup's name stays"
     );
+}
+
+/// A live cluster in which every pod is gone (its node with it).
+struct PodsGone;
+
+impl iar_core::cluster::ClusterWriter for PodsGone {
+    fn is_live(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait::async_trait]
+impl iar_core::cluster::ClusterReader for PodsGone {
+    fn get(
+        &self,
+        _: &iar_core::item::ItemRef,
+    ) -> Result<Option<serde_json::Value>, iar_core::cluster::ClusterError> {
+        Ok(None)
+    }
+}
+
+/// An unfreeze owed (claimed, never ended) to a pod that is gone leaves
+/// nothing to undo: a process that runs no hooks deletes the backup,
+/// where it keeps one whose pod is there for a controller (the
+/// campaign's seed 4740: `iar delete` refused a backup whose pod had
+/// gone with its node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfreeze_owed_to_a_pod_that_is_gone_keeps_nothing() {
+    let (_dir, store) = temp_store();
+    let items = tempfile::tempdir().unwrap();
+    put_frozen_backup(&store, items.path()).await;
+    let started = serde_json::json!({"holder": "crashed", "token": "t", "state": "started"});
+    store
+        .claim_once("frozen", &["post", "shop", "db-0"], &started)
+        .await
+        .unwrap();
+    let no_hooks = PhaseMachine::new(
+        Vec::new(),
+        store.clone(),
+        Arc::new(PodsGone),
+        Settings {
+            lease_duration: Duration::from_secs(30),
+            ..Settings::default()
+        },
+    );
+    let o = outcomes(&no_hooks.collect_garbage(t0(), false).await.unwrap());
+    assert_eq!(o, [("frozen".to_string(), "deleted".to_string())]);
 }
