@@ -297,6 +297,11 @@ impl World {
         let plugins = vec![crate::csi::pvc_snapshot(&crate::support::runtime())];
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            // Debug builds poll the controller's deep futures (kube,
+            // hyper, the phase machine) in large frames: 2 MiB overflowed
+            // in the README's test run (bench/faults.sh sets
+            // RUST_MIN_STACK, which the test command does not).
+            .thread_stack_size(32 << 20)
             .thread_name(format!("{ns}-replica-{replica}"))
             .enable_all()
             .build()
