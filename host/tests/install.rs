@@ -240,6 +240,31 @@ fn workload(local_dir: &Path) -> Vec<Value> {
     ]
 }
 
+/// Waits until the labels plugin's ConfigMap says `want` (its
+/// `iar.dev/status` annotation).
+fn wait_plugin_status(kubectl: &Kubectl, want: &str) {
+    wait(
+        &format!("the labels plugin {want}"),
+        Duration::from_secs(120),
+        || {
+            let status = kubectl.run(&[
+                "-n",
+                NS,
+                "get",
+                "configmap",
+                "labels",
+                "-o",
+                r"jsonpath={.metadata.annotations.iar\.dev/status}",
+            ]);
+            if status == want {
+                Ok(())
+            } else {
+                Err(format!("status {status:?}"))
+            }
+        },
+    )
+}
+
 /// The controller's pods, as `pod/NAME`.
 fn controller_pods(kubectl: &Kubectl) -> Vec<String> {
     kubectl
@@ -412,21 +437,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         output("iar plugin configmap", &out)
     );
     kubectl.run_with(&["apply", "--server-side", "-f", "-"], Some(&out.stdout));
-    wait("the labels plugin Ready", Duration::from_secs(120), || {
-        let status = kubectl.run(&[
-            "-n",
-            NS,
-            "get",
-            "configmap",
-            "labels",
-            "-o",
-            r"jsonpath={.metadata.annotations.iar\.dev/status}",
-        ]);
-        match status.as_str() {
-            "Ready" => Ok(()),
-            other => Err(format!("status {other:?}")),
-        }
-    });
+    wait_plugin_status(&kubectl, "Ready");
 
     // The workload, its local volume a directory of the node.
     let local = work.path().join("local-volume");
@@ -656,25 +667,7 @@ fn install_and_back_up(cluster: &Cluster, tools: &Path, begun: Instant) {
         "-p",
         r#"{"data": {"enabled": "false"}}"#,
     ]);
-    wait(
-        "the labels plugin Disabled",
-        Duration::from_secs(120),
-        || {
-            let status = kubectl.run(&[
-                "-n",
-                NS,
-                "get",
-                "configmap",
-                "labels",
-                "-o",
-                r"jsonpath={.metadata.annotations.iar\.dev/status}",
-            ]);
-            match status.as_str() {
-                "Disabled" => Ok(()),
-                other => Err(format!("status {other:?}")),
-            }
-        },
-    );
+    wait_plugin_status(&kubectl, "Disabled");
     kubectl.run(&["apply", "-f", "deploy/restorer.yaml"]);
     kubectl.run_with(&["apply", "-f", "-"], Some(RESTORE.as_bytes()));
     let phase = wait("restore back to end", Duration::from_secs(300), || {

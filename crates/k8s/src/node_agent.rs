@@ -234,22 +234,17 @@ pub fn check_volume_type(
     }
 }
 
-/// Checks a request against the live Pod before anything is read: a pod
-/// of this node whose uid, namespace and name agree with the request and
-/// that has the named volume, backed by the named claim and, for a claim,
-/// the bound volume the request names as its directory. A request that
-/// disagrees (forged, stale, or a pod re-created under the same name) is
-/// refused with rule `request-mismatch`; a volume of a type no backup
-/// reads, with rule `volume-type` ([`check_volume_type`]). Returns the
-/// pod, for [`check_scope`].
-pub async fn check_request(
+/// The live pod a request (backup or restore) names, refused with rule
+/// `request-mismatch` unless it exists with the request's uid and runs on
+/// this agent's node, the node the request names too.
+pub async fn request_pod(
     client: &kube::Client,
     node: &str,
-    spec: &super::volume_backup::VolumeBackupSpec,
+    request_node: &str,
+    pod_ref: &super::volume_backup::PodReference,
 ) -> Result<k8s_openapi::api::core::v1::Pod, String> {
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::core::v1::Pod;
     let mismatch = |why: String| format!("{why} (rule: request-mismatch)");
-    let pod_ref = &spec.pod;
     let pod = crate::reach::get_opt(
         &Api::<Pod>::namespaced(client.clone(), &pod_ref.namespace),
         &pod_ref.name,
@@ -269,14 +264,38 @@ pub async fn check_request(
             pod_ref.namespace, pod_ref.name, pod_ref.uid
         )));
     }
-    let pod_spec = pod.spec.clone().unwrap_or_default();
-    let on = pod_spec.node_name.as_deref().unwrap_or_default();
-    if on != node || spec.node != node {
+    let on = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default();
+    if on != node || request_node != node {
         return Err(mismatch(format!(
             "pod {}/{} runs on node {on:?}, this agent serves {node:?}",
             pod_ref.namespace, pod_ref.name
         )));
     }
+    Ok(pod)
+}
+
+/// Checks a request against the live Pod before anything is read: a pod
+/// of this node whose uid, namespace and name agree with the request and
+/// that has the named volume, backed by the named claim and, for a claim,
+/// the bound volume the request names as its directory. A request that
+/// disagrees (forged, stale, or a pod re-created under the same name) is
+/// refused with rule `request-mismatch`; a volume of a type no backup
+/// reads, with rule `volume-type` ([`check_volume_type`]). Returns the
+/// pod, for [`check_scope`].
+pub async fn check_request(
+    client: &kube::Client,
+    node: &str,
+    spec: &super::volume_backup::VolumeBackupSpec,
+) -> Result<k8s_openapi::api::core::v1::Pod, String> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let mismatch = |why: String| format!("{why} (rule: request-mismatch)");
+    let pod_ref = &spec.pod;
+    let pod = request_pod(client, node, &spec.node, pod_ref).await?;
+    let pod_spec = pod.spec.clone().unwrap_or_default();
     let volume = pod_spec
         .volumes
         .unwrap_or_default()

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::node_agent::{AgentOptions, check_volume_type, kubelet_volume_dir};
+use super::node_agent::{AgentOptions, check_volume_type, kubelet_volume_dir, request_pod};
 use super::volume_backup::{NODE_LABEL, node_label};
 use super::volume_restore::{VolumeRestore, VolumeRestoreSpec, VolumeRestoreStatus};
 use iar_backup::backup::volumes::{
@@ -244,28 +244,8 @@ async fn check_pod(
 ) -> Result<Pod, String> {
     let mismatch = |why: String| format!("{why} (rule: request-mismatch)");
     let p = &spec.pod;
-    let pod = crate::reach::get_opt(
-        &Api::<Pod>::namespaced(client.clone(), &p.namespace),
-        &p.name,
-    )
-    .await
-    .map_err(|e| format!("reading pod {}/{}: {e}", p.namespace, p.name))?
-    .ok_or_else(|| mismatch(format!("pod {}/{} does not exist", p.namespace, p.name)))?;
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    if uid != p.uid {
-        return Err(mismatch(format!(
-            "pod {}/{} has uid {uid}, the request names {}",
-            p.namespace, p.name, p.uid
-        )));
-    }
+    let pod = request_pod(client, node, &spec.node, p).await?;
     let pod_spec = pod.spec.clone().unwrap_or_default();
-    let on = pod_spec.node_name.as_deref().unwrap_or_default();
-    if on != node || spec.node != node {
-        return Err(mismatch(format!(
-            "pod {}/{} runs on node {on:?}, this agent serves {node:?}",
-            p.namespace, p.name
-        )));
-    }
     let waits = pod_spec
         .init_containers
         .as_deref()

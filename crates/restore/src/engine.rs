@@ -120,6 +120,36 @@ struct Run<'a> {
     volume_jobs: Vec<(String, std::thread::JoinHandle<PodVolumeReport>)>,
 }
 
+/// What a pod's thread ([`Run::spawn_for_pod`]) said: log lines,
+/// warnings and errors, taken into the restore's outcome.
+trait PodThreadReport {
+    fn said(&mut self) -> (Vec<String>, Vec<String>, Vec<String>);
+}
+
+impl PodThreadReport for post::Report {
+    fn said(&mut self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        take_said(&mut self.log, &mut self.warnings, &mut self.errors)
+    }
+}
+
+impl PodThreadReport for PodVolumeReport {
+    fn said(&mut self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        take_said(&mut self.log, &mut self.warnings, &mut self.errors)
+    }
+}
+
+fn take_said(
+    log: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+    errors: &mut Vec<String>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    (
+        std::mem::take(log),
+        std::mem::take(warnings),
+        std::mem::take(errors),
+    )
+}
+
 /// How [`Run::create`] left an object.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Placed {
@@ -464,42 +494,72 @@ impl<'a> Run<'a> {
             volumes,
         };
         let (uid, stop) = (self.cx.restore.uid.clone(), self.cx.stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("restore-volumes".into())
-            .spawn(move || pv.restorer.restore(&uid, job, stop));
-        match thread {
-            Ok(handle) => self.volume_jobs.push((pod.namespace.clone(), handle)),
-            Err(e) => self.error(
-                &pod.namespace,
-                format!(
-                    "pod {}/{}: its volume restores could not start: {e}",
-                    pod.namespace, pod.name
-                ),
-            ),
+        if let Some(handle) = self.spawn_for_pod(pod, "volume restores", move || {
+            pv.restorer.restore(&uid, job, stop)
+        }) {
+            self.volume_jobs.push((pod.namespace.clone(), handle));
         }
+    }
+
+    /// Runs `work` for pod `pod` on a thread of its own (its `what`: hooks
+    /// or volume restores); a thread that cannot start is an error.
+    fn spawn_for_pod<R: Send + 'static>(
+        &mut self,
+        pod: &ItemRef,
+        what: &str,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Option<std::thread::JoinHandle<R>> {
+        let name = format!("restore-{}", what.replace(' ', "-"));
+        match std::thread::Builder::new().name(name).spawn(work) {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                self.error(
+                    &pod.namespace,
+                    format!(
+                        "pod {}/{}: its {what} could not start: {e}",
+                        pod.namespace, pod.name
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// The reports of `jobs` (each pod's thread, by its namespace) once
+    /// each has ended, their lines, warnings and errors in the outcome; a
+    /// thread that panicked is an error.
+    fn joined<R: PodThreadReport>(
+        &mut self,
+        jobs: Vec<(String, std::thread::JoinHandle<R>)>,
+        what: &str,
+    ) -> Vec<R> {
+        let mut reports = Vec::new();
+        for (ns, handle) in jobs {
+            let Ok(mut report) = handle.join() else {
+                self.error(&ns, format!("a pod's {what} ended in a panic"));
+                continue;
+            };
+            let (log, warnings, errors) = report.said();
+            for line in log {
+                self.log(line);
+            }
+            for w in warnings {
+                self.out.results.warnings.add(&ns, w);
+            }
+            for e in errors {
+                self.error(&ns, e);
+            }
+            reports.push(report);
+        }
+        reports
     }
 
     /// Waits for every pod's volume restores to end, and counts them.
     fn wait_for_volumes(&mut self) {
-        for (ns, handle) in std::mem::take(&mut self.volume_jobs) {
-            let report = match handle.join() {
-                Ok(report) => report,
-                Err(_) => {
-                    self.error(&ns, "a pod's volume restores ended in a panic".into());
-                    continue;
-                }
-            };
+        let jobs = std::mem::take(&mut self.volume_jobs);
+        for report in self.joined(jobs, "volume restores") {
             self.out.pod_volumes_completed += report.completed;
             self.out.pod_volumes_failed += report.failed;
-            for line in report.log {
-                self.log(line);
-            }
-            for w in report.warnings {
-                self.out.results.warnings.add(&ns, w);
-            }
-            for e in report.errors {
-                self.error(&ns, e);
-            }
         }
     }
 
@@ -527,43 +587,20 @@ impl<'a> Run<'a> {
             hooks,
         };
         let (cluster, stop) = (self.cx.cluster.clone(), self.cx.stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("restore-hooks".into())
-            .spawn(move || post::run(job, cluster, exec, stop));
-        match thread {
-            Ok(handle) => self.hooks.push((pod.namespace.clone(), handle)),
-            Err(e) => self.error(
-                &pod.namespace,
-                format!(
-                    "pod {}/{}: its post-restore hooks could not start: {e}",
-                    pod.namespace, pod.name
-                ),
-            ),
+        if let Some(handle) = self.spawn_for_pod(pod, "post-restore hooks", move || {
+            post::run(job, cluster, exec, stop)
+        }) {
+            self.hooks.push((pod.namespace.clone(), handle));
         }
     }
 
     /// Waits for every pod's hooks to end (each bounded by its wait and
     /// its hooks' timeouts), and counts them in the outcome.
     fn wait_for_hooks(&mut self) {
-        for (ns, handle) in std::mem::take(&mut self.hooks) {
-            let report = match handle.join() {
-                Ok(report) => report,
-                Err(_) => {
-                    self.error(&ns, "a pod's post-restore hooks ended in a panic".into());
-                    continue;
-                }
-            };
+        let jobs = std::mem::take(&mut self.hooks);
+        for report in self.joined(jobs, "post-restore hooks") {
             self.out.hooks_attempted += report.attempted;
             self.out.hooks_failed += report.failed;
-            for line in report.log {
-                self.log(line);
-            }
-            for w in report.warnings {
-                self.out.results.warnings.add(&ns, w);
-            }
-            for e in report.errors {
-                self.error(&ns, e);
-            }
         }
     }
 

@@ -25,7 +25,7 @@ const SECRET: &[u8] = b"projected token of another tenant";
 
 /// A pod on `node` with an emptyDir `scratch`; its directory under
 /// `kubelet_root` is made as the kubelet makes it. Returns (uid, dir).
-async fn pod_with_scratch(
+pub(crate) async fn pod_with_scratch(
     kwok: &iar_apiserver::kwok::Kwok,
     client: &Client,
     ns: &str,

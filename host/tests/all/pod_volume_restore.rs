@@ -11,6 +11,7 @@
 
 use crate::controller::{create_backup, start_controller, wait_phase};
 use crate::node_agent::{Agent, fs_backup_spec};
+use crate::node_boundary::pod_with_scratch;
 use crate::restore::{create_restore, restore_ended};
 use iar::backup::object::BackupPhase;
 use iar::backup::volumes::VolumePhase;
@@ -28,37 +29,8 @@ use std::time::Duration;
 
 const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
 
-/// Pod `name` in `ns` on `node` with an emptyDir volume `html`, running;
-/// its volume's directory under `root`.
-async fn pod_with_empty_dir(
-    kwok: &iar_apiserver::kwok::Kwok,
-    client: &Client,
-    ns: &str,
-    name: &str,
-    node: &str,
-    root: &Path,
-) -> PathBuf {
-    let spec: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": "web"}},
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "web", "image": "registry.example/web:1"}],
-            "volumes": [{"name": "html", "emptyDir": {}}],
-        },
-    }))
-    .unwrap();
-    let created = Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &spec)
-        .await
-        .unwrap();
-    let dir = volume_dir(root, &created.metadata.uid.unwrap());
-    std::fs::create_dir_all(&dir).unwrap();
-    kwok.wait_running(client, ns, name).await;
-    dir
-}
-
 fn volume_dir(root: &Path, uid: &str) -> PathBuf {
-    root.join(format!("pods/{uid}/volumes/{EMPTY_DIR}/html"))
+    root.join(format!("pods/{uid}/volumes/{EMPTY_DIR}/scratch"))
 }
 
 /// Binds restored pod `name` to `node`, as the scheduler would, and lays
@@ -123,14 +95,14 @@ async fn a_restore_fills_each_pods_volume_before_it_starts() {
         return;
     };
     let root = tempfile::tempdir().unwrap();
-    let web = pod_with_empty_dir(kwok, &admin, ns, "web-0", node, root.path()).await;
+    let (_, web) = pod_with_scratch(kwok, &admin, ns, "web-0", node, root.path()).await;
     std::fs::write(web.join("index.html"), "<h1>shop</h1>\n").unwrap();
     std::fs::write(web.join("big.bin"), iar_tests::fixtures::noise(7, 1 << 20)).unwrap();
     std::fs::create_dir_all(web.join("sub/dir")).unwrap();
     std::fs::write(web.join("sub/dir/a.txt"), "a\n").unwrap();
     std::os::unix::fs::symlink("index.html", web.join("latest")).unwrap();
     let outside = tempfile::tempdir().unwrap();
-    let evil = pod_with_empty_dir(kwok, &admin, ns, "evil-0", node, root.path()).await;
+    let (_, evil) = pod_with_scratch(kwok, &admin, ns, "evil-0", node, root.path()).await;
     std::fs::write(evil.join("page.html"), "evil\n").unwrap();
     std::os::unix::fs::symlink(outside.path(), evil.join(".velero")).unwrap();
 
@@ -187,7 +159,7 @@ async fn a_restore_fills_each_pods_volume_before_it_starts() {
             "/usr/local/bin/iar",
             "restore-wait",
             restore_uid.as_str(),
-            "/restores/html"
+            "/restores/scratch"
         ]
     );
 
@@ -214,7 +186,7 @@ async fn a_restore_fills_each_pods_volume_before_it_starts() {
                 name: "web-0".into(),
                 uid: source_uid,
             },
-            volume: "html".into(),
+            volume: "scratch".into(),
             source_namespace: ns.into(),
             source_pod: "web-0".into(),
         },
