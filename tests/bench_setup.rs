@@ -22,6 +22,7 @@ pub fn bench_settings() -> PluginSettings {
 /// The backup every benchmark call belongs to.
 pub fn bench_backup() -> BackupRef {
     BackupRef {
+        object: None,
         name: "bench".into(),
         namespace: "velero".into(),
         uid: "bench".into(),

@@ -67,6 +67,7 @@ mod host;
 mod item;
 mod output;
 mod restore;
+mod runs;
 mod skim;
 
 pub use cluster::{create, delete, list, object_name};
@@ -74,6 +75,7 @@ pub use host::{cluster_get, cluster_get_as, config, log};
 pub use item::{Backup, Item, Phase, ResourceId};
 pub use output::{Error, Output, Progress, Result, Selector, Timestamp};
 pub use restore::{Restore, RestoreInput, RestoreItemAction, RestoreOutput};
+pub use runs::{backup_object, restore_object};
 pub use serde_json::{self, Value, json};
 
 #[doc(hidden)]
@@ -148,6 +150,18 @@ pub mod bindings_v1_2 {
             "iar:plugin/types@1.2.0": crate::bindings::iar::plugin::types,
         },
         default_bindings_module: "::iar_sdk::bindings_v1_2",
+    });
+}
+
+/// Generated bindings for `iar:plugin@1.4.0`'s `runs` import (world
+/// `run-reader`), beside the exports of any version: only a plugin that
+/// calls [`backup_object`] or [`restore_object`] imports it.
+#[doc(hidden)]
+pub mod bindings_v1_4 {
+    wit_bindgen::generate!({
+        path: "wit/v1.4",
+        world: "iar:plugin/run-reader",
+        default_bindings_module: "::iar_sdk::bindings_v1_4",
     });
 }
 

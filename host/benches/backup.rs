@@ -337,6 +337,7 @@ fn backup_volume(c: &mut Criterion, rt: &Tokio) {
     }
     let bytes = (VOLUME_FILES * VOLUME_FILE_BYTES) as u64;
     let request = BackupRequest {
+        labels: Default::default(),
         name: BACKUP.into(),
         namespace: "velero".into(),
         spec: json!({}),

@@ -15,11 +15,12 @@ use wit_component::{ComponentEncoder, StringEncoding};
 use wit_parser::{PackageId, Resolve};
 
 /// The contract's WIT, one file per version.
-const CONTRACTS: [(&str, &str); 4] = [
+const CONTRACTS: [(&str, &str); 5] = [
     ("1.0.0", include_str!("../../../wit/plugin.wit")),
     ("1.1.0", include_str!("../../../wit/v1.1/plugin.wit")),
     ("1.2.0", include_str!("../../../wit/v1.2/plugin.wit")),
     ("1.3.0", include_str!("../../../wit/v1.3/plugin.wit")),
+    ("1.4.0", include_str!("../../../wit/v1.4/plugin.wit")),
 ];
 
 /// Why a module could not become a plugin component.

@@ -71,6 +71,7 @@ fn fail(check: &'static str, detail: String, item: Option<&Item>) -> CheckResult
 
 fn backup(phase: Phase) -> BackupRef {
     BackupRef {
+        object: None,
         name: "conformance".into(),
         namespace: "velero".into(),
         uid: "00000000-0000-4000-8000-00000000c0f0".into(),

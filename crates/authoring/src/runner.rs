@@ -176,6 +176,7 @@ fn backup_ref(file: Option<&BackupSpec>, case: Option<&BackupSpec>, phase: Phase
             .unwrap_or_else(|| default.to_string())
     };
     BackupRef {
+        object: None,
         name: pick(|b| b.name.clone(), "iar-test"),
         namespace: pick(|b| b.namespace.clone(), "velero"),
         uid: pick(|b| b.uid.clone(), "00000000-0000-0000-0000-000000000000"),
@@ -189,6 +190,7 @@ fn backup_ref(file: Option<&BackupSpec>, case: Option<&BackupSpec>, phase: Phase
 
 fn restore_ref(spec: &RestoreSpec) -> RestoreRef {
     RestoreRef {
+        object: None,
         name: spec
             .name
             .clone()

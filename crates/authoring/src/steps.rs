@@ -157,6 +157,7 @@ impl Life<'_> {
                 .push(format!("{call}: execute named no post-operation items"));
         }
         let backup = BackupRef {
+            object: None,
             phase: Phase::Finalize,
             ..self.backup.clone()
         };

@@ -32,6 +32,7 @@ fn write_config_maps(dir: &Path) {
 
 fn request(name: &str, items: &Path, label_selector: Value) -> BackupRequest {
     BackupRequest {
+        labels: Default::default(),
         name: name.into(),
         namespace: "velero".into(),
         spec: json!({"includedNamespaces": ["shop"], "includedResources": ["configmaps"],

@@ -36,7 +36,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event, finalizer};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -355,16 +355,13 @@ async fn apply(backup: Arc<Backup>, ctx: &Context) -> Result<Action, ReconcileEr
     match decision {
         Decision::Start => {
             let request = BackupRequest {
+                labels: backup.labels().clone(),
                 name: name.clone(),
                 namespace: backup.namespace().unwrap_or_default(),
                 spec: backup.spec.to_value(),
                 // Items come from the live cluster.
                 sources: Vec::new(),
-                annotations: backup
-                    .uid()
-                    .map(|uid| (RESOURCE_UID_ANNOTATION.to_string(), uid))
-                    .into_iter()
-                    .collect(),
+                annotations: recorded_annotations(&backup),
             };
             // A request that can never run (a name too long for the store,
             // a spec that does not parse) ends Failed on the resource at
@@ -768,4 +765,22 @@ mod tests {
             "{err}"
         );
     }
+}
+
+/// The Backup resource's annotations as its stored object keeps them (what
+/// a plugin reading the whole Backup sees, as Velero sends them), and the
+/// resource's uid. None of iar's own (`iar.dev/`): the stored object's
+/// `iar.dev/plugin-config` and `iar.dev/item-sources` are what `iar resume`
+/// acts on, which a user's annotation must not set.
+fn recorded_annotations(backup: &Backup) -> BTreeMap<String, String> {
+    let mut annotations: BTreeMap<String, String> = backup
+        .annotations()
+        .iter()
+        .filter(|(key, _)| !key.starts_with("iar.dev/"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if let Some(uid) = backup.uid() {
+        annotations.insert(RESOURCE_UID_ANNOTATION.to_string(), uid);
+    }
+    annotations
 }

@@ -225,11 +225,12 @@ async fn run_one(
         .await;
     };
     let started = SystemTime::now();
+    let in_progress = json!({"phase": "InProgress", "startTimestamp": now()});
     patch_status(
         api,
         &name,
         restore.metadata.resource_version.as_deref(),
-        &json!({"phase": "InProgress", "startTimestamp": now()}),
+        &in_progress,
     )
     .await?;
     tracing::info!(restore = %name, backup = %spec.backup_name, "phase InProgress");
@@ -242,6 +243,7 @@ async fn run_one(
         Err(reason) => return failed(api, &name, reason).await,
     };
     let restore_ref = RestoreRef {
+        object: Some(plugin_view(&restore, in_progress)),
         name: name.clone(),
         namespace: restore.namespace().unwrap_or_default(),
         uid: restore.uid().unwrap_or_default(),
@@ -296,4 +298,15 @@ async fn run_one(
         outcome.phase()
     );
     patch_status(api, &name, None, &status).await
+}
+
+/// The whole Restore as its plugins read it (contract 1.4.0's
+/// `runs.restore`): the resource as read, with the status it was just
+/// given (InProgress, its start time).
+fn plugin_view(restore: &Restore, status: Value) -> std::sync::Arc<str> {
+    let mut object = serde_json::to_value(restore).unwrap_or_else(|_| json!({}));
+    if let Some(obj) = object.as_object_mut() {
+        obj.insert("status".into(), status);
+    }
+    std::sync::Arc::from(object.to_string())
 }

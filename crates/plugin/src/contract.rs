@@ -83,12 +83,30 @@ pub mod since_v1_3 {
     pub use self::exports::iar::plugin::restore_item_action as restore_action;
 }
 
+/// Bindings for `iar:plugin@1.4.0` (`wit/v1.4/plugin.wit`): the `runs`
+/// import it adds, alone (world `run-reader`). Its exports are 1.3.0's,
+/// found by the older modules' indices.
+pub mod since_v1_4 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v1.4",
+        world: "iar:plugin/run-reader",
+        // Counted against the host-call limit: may stop the call.
+        imports: {
+            "iar:plugin/runs.backup": trappable,
+            "iar:plugin/runs.restore": trappable,
+        },
+    });
+
+    pub use self::iar::plugin::runs;
+}
+
 /// The newest contract: what code above the boundary names.
 pub mod latest {
     pub use super::since_v1_0::{host, types};
     pub use super::since_v1_1::{action, block_action};
     pub use super::since_v1_2::{cluster_list, cluster_write};
     pub use super::since_v1_3::restore_action;
+    pub use super::since_v1_4::runs;
 }
 
 /// The 1.0.0 bindings under their old name (the sandbox implements
@@ -101,10 +119,13 @@ pub const PACKAGE: &str = "iar:plugin";
 pub const EXPORT: &str = "item-action";
 /// The item-block-action interface (1.1.0 and later, optional).
 pub const BLOCK_EXPORT: &str = "item-block-action";
+/// The interface a plugin reads its whole Backup or Restore through (1.4.0
+/// and later, an import).
+pub const RUNS_IMPORT: &str = "runs";
 /// The restore-item-action interface (1.3.0 and later, optional).
 pub const RESTORE_EXPORT: &str = "restore-item-action";
 /// Contract versions this host can run, oldest first.
-pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0", "1.2.0", "1.3.0"];
+pub const SUPPORTED: &[&str] = &["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"];
 
 /// The contract interfaces a component exports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

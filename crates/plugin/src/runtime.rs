@@ -188,6 +188,11 @@ impl Runtime {
             _,
             wasmtime::component::HasSelf<State>,
         >(&mut linker, |s| s)?;
+        // 1.4.0's runs, likewise.
+        crate::contract::since_v1_4::RunReader::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<State>,
+        >(&mut linker, |s| s)?;
         spawn_epoch_ticker(&engine);
         let (cache, cache_refused) = match config.cache_dir {
             None => (None, None),

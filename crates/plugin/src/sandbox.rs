@@ -17,7 +17,10 @@ use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamError};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 mod cluster_calls;
+mod runs;
+
 pub use cluster_calls::MAX_LIST_OBJECTS;
+pub use runs::RunObject;
 
 /// A guest tried to grow its memory past its cap. Raised from the resource
 /// limiter so that the call traps with this error and the boundary can name
@@ -263,6 +266,9 @@ pub struct State {
     /// Objects created since the caller last took them, whatever became of
     /// the call: a trap after a create must not lose the record.
     pub(crate) created: Vec<CreatedObject>,
+    /// The whole Backup or Restore of the current call (contract 1.4.0's
+    /// `runs`), set before the host enters the guest.
+    pub(crate) run_object: RunObject,
 }
 
 impl State {
@@ -317,6 +323,7 @@ impl State {
             cluster,
             write_scope: WriteScope::default(),
             created: Vec::new(),
+            run_object: RunObject::None,
         }
     }
 }

@@ -1057,6 +1057,7 @@ mod tests {
             Context {
                 spec: &spec,
                 restore: RestoreRef {
+                    object: None,
                     name: "r".into(),
                     namespace: "iar".into(),
                     uid: "u".into(),
@@ -1155,6 +1156,7 @@ mod tests {
             Context {
                 spec,
                 restore: RestoreRef {
+                    object: None,
                     name: "r".into(),
                     namespace: "iar".into(),
                     uid: "u".into(),
@@ -1289,6 +1291,7 @@ mod tests {
         let cx = |pod_volumes| Context {
             spec: &spec,
             restore: RestoreRef {
+                object: None,
                 name: "r".into(),
                 namespace: "iar".into(),
                 uid: "u-1".into(),

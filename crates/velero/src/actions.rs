@@ -484,6 +484,8 @@ pub fn backup_ref(plugin: &str, bytes: &[u8]) -> Result<BackupRef, Refusal> {
         _ => Phase::Backup,
     };
     Ok(BackupRef {
+        // What Velero sent, byte for byte (contract 1.4.0's `runs.backup`).
+        object: Some(Arc::from(String::from_utf8_lossy(bytes))),
         name: field("/metadata/name"),
         namespace: field("/metadata/namespace"),
         uid: field("/metadata/uid"),

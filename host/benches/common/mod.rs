@@ -189,6 +189,7 @@ pub fn wasm_runtime() -> Runtime {
 
 pub fn backup_ref() -> BackupRef {
     BackupRef {
+        object: None,
         name: BACKUP.into(),
         namespace: "velero".into(),
         uid: "11111111-2222-3333-4444-555555555555".into(),
@@ -277,6 +278,7 @@ pub fn three_plugins(runtime: &Runtime) -> Vec<Plugin> {
 /// finalize reads as post-operation items).
 pub fn request(cluster: &Path) -> BackupRequest {
     BackupRequest {
+        labels: Default::default(),
         name: RUN.into(),
         namespace: "velero".into(),
         spec: json!({"excludedResources": [

@@ -338,6 +338,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("--items: {e}; no backup was created"))?;
     let c = controller(&args.runner, cluster)?;
     let request = BackupRequest {
+        labels: Default::default(),
         name: args.name.clone(),
         namespace: "velero".into(),
         spec,

@@ -100,6 +100,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         None => Arc::new(NoCluster),
     };
     let backup = BackupRef {
+        object: None,
         name: "iar-bench".into(),
         namespace: "velero".into(),
         uid: "00000000-0000-0000-0000-000000000000".into(),

@@ -367,6 +367,7 @@ fn through_cluster(
                 .creation_timestamp
                 .as_ref()
                 .map(|t| t.0.to_string()),
+            labels: Default::default(),
             annotations: Default::default(),
         },
         spec: resource.spec.to_value(),

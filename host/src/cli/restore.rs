@@ -228,6 +228,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         )
     };
     let restore_ref = RestoreRef {
+        object: None,
         name: name.clone(),
         namespace: RESTORE_NAMESPACE.into(),
         uid: iar::restore::new_uid(&name, started),

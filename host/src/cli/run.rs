@@ -120,6 +120,9 @@ fn backup_ref(path: Option<&Path>, phase: Phase) -> anyhow::Result<BackupRef> {
             .to_string()
     };
     Ok(BackupRef {
+        // The file as it is (`runs.backup`); without one, the host builds
+        // the least Velero's type needs.
+        object: path.map(|_| Arc::from(obj.to_string())),
         name: field("/metadata/name", "iar-run"),
         namespace: field("/metadata/namespace", "velero"),
         uid: field("/metadata/uid", "00000000-0000-0000-0000-000000000000"),
@@ -140,6 +143,7 @@ fn restore_ref(path: Option<&Path>) -> anyhow::Result<RestoreRef> {
             .to_string()
     };
     Ok(RestoreRef {
+        object: path.map(|_| Arc::from(obj.to_string())),
         name: field("/metadata/name", "iar-run-restore"),
         namespace: field("/metadata/namespace", "velero"),
         uid: field("/metadata/uid", "00000000-0000-0000-0000-000000000001"),

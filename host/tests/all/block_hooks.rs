@@ -92,6 +92,7 @@ async fn run(
         settings,
     );
     c.run_backup(BackupRequest {
+        labels: Default::default(),
         name: name.into(),
         namespace: "velero".into(),
         spec,

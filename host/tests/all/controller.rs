@@ -783,6 +783,7 @@ async fn cluster_get_reads_live_objects_only_within_the_grants() {
         ReadGrants::only(&["persistentvolumeclaims"]).unwrap(),
     );
     let backup = BackupRef {
+        object: None,
         name: "b".into(),
         namespace: "iar".into(),
         uid: "u".into(),
@@ -1433,6 +1434,7 @@ async fn live_backup_of_5000_objects() {
         let started = Instant::now();
         let object = controller
             .run_backup(iar::phases::BackupRequest {
+                labels: Default::default(),
                 name: name.into(),
                 namespace: "iar".into(),
                 spec: json!({"includedNamespaces": [ns]}),
@@ -1606,6 +1608,7 @@ async fn crafted_identifiers_cannot_read_a_secret_a_pod_log_or_a_node_subresourc
     let cluster: Arc<dyn iar::ClusterReader> = live.clone();
     let rt = runtime();
     let backup = BackupRef {
+        object: None,
         name: "b".into(),
         namespace: "iar".into(),
         uid: "u".into(),
@@ -1946,6 +1949,7 @@ async fn pvc_snapshot_creates_one_labelled_snapshot_the_real_controller_binds() 
         .unwrap()
         .expect("the claim");
     let backup = BackupRef {
+        object: None,
         name: "live".into(),
         namespace: "iar-system".into(),
         uid: "5e1f0000-0000-4000-8000-00000000c5c1".into(),

@@ -781,6 +781,7 @@ async fn iar_restores_a_csi_claim_from_its_snapshot() {
     let backup = tokio::spawn(async move {
         machine
             .run_backup(iar::phases::BackupRequest {
+                labels: Default::default(),
                 name: "csi".into(),
                 namespace: "iar".into(),
                 spec: json!({"includedNamespaces": [source]}),

@@ -163,6 +163,7 @@ pub fn pvc(name: &str, bound: bool) -> Item {
 
 pub fn backup(phase: Phase) -> BackupRef {
     BackupRef {
+        object: None,
         name: "nightly".into(),
         namespace: "velero".into(),
         uid: "11111111-2222-3333-4444-555555555555".into(),

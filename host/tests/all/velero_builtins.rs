@@ -578,6 +578,7 @@ fn on_the_item_iar_hands_it_the_component_returns_the_native_bytes() {
     // What `iar run --restore` hands the action (crates/plugin's
     // RestoreRef::as_restored), given to the native side as it is.
     let reference = iar::plugin::RestoreRef {
+        object: None,
         name: "nightly-restore".into(),
         namespace: "velero".into(),
         uid: "0b5e4c1a-7d11-4f0e-a7c2-5a3c9e8d2f10".into(),

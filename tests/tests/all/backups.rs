@@ -81,6 +81,7 @@ fn controller(plugins: Vec<Plugin>, store: BackupStore, cluster: &Cluster) -> Ph
 
 fn request(name: &str, cluster: &Cluster, spec: Value) -> BackupRequest {
     BackupRequest {
+        labels: Default::default(),
         name: name.into(),
         namespace: "velero".into(),
         spec,

@@ -289,6 +289,7 @@ fn finalize_progress_and_other_backups_cannot_write() {
     let a = backup(Phase::Backup);
     assert!(annotation(&plugin, reader.clone(), &a, "hostile.iar.test/created").starts_with("ok:"));
     let b = BackupRef {
+        object: None,
         uid: "99999999-2222-3333-4444-555555555555".into(),
         ..backup(Phase::Backup)
     };

@@ -247,6 +247,7 @@ async fn many_backups_with_many_operations_persist_exactly_what_is_in_memory() {
         .map(|b| {
             let c = c.clone();
             let req = BackupRequest {
+                labels: Default::default(),
                 name: backup_name(b),
                 namespace: "velero".into(),
                 spec: json!({}),

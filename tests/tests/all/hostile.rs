@@ -286,6 +286,7 @@ fn error_text_is_bounded_across_a_backups_calls() {
     let mut instance = plugin.instance(Arc::new(NoCluster));
     let run = |instance: &mut iar::plugin::PluginInstance, uid: &str, name: &str| {
         let backup = BackupRef {
+            object: None,
             uid: uid.into(),
             ..backup(Phase::Backup)
         };

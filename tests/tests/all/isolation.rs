@@ -38,6 +38,7 @@ fn leaked(instance: &mut PluginInstance, name: &str, backup: &BackupRef) -> Stri
 
 fn other_backup() -> BackupRef {
     BackupRef {
+        object: None,
         name: "weekly".into(),
         uid: "99999999-2222-3333-4444-555555555555".into(),
         ..backup(Phase::Backup)

@@ -20,4 +20,5 @@ mod item_blocks_contract;
 mod loading;
 mod node;
 mod restore_actions;
+mod runs;
 mod support;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 fn restore() -> RestoreRef {
     RestoreRef {
+        object: None,
         name: "from-nightly".into(),
         namespace: "velero".into(),
         uid: "99999999-2222-3333-4444-555555555555".into(),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 fn restore() -> RestoreRef {
     RestoreRef {
+        object: None,
         name: "conformance-restore".into(),
         namespace: "velero".into(),
         uid: "00000000-0000-4000-8000-00000000c0f1".into(),

@@ -145,6 +145,8 @@ pub struct ObjectMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -203,6 +205,7 @@ impl BackupObject {
                 namespace: namespace.into(),
                 uid: uid.into(),
                 creation_timestamp: Some(rfc3339(created)),
+                labels: BTreeMap::new(),
                 annotations: BTreeMap::new(),
             },
             spec,

@@ -529,6 +529,7 @@ mod tests {
         .unwrap();
         let cluster: Arc<dyn ClusterReader> = Arc::new(NoCluster);
         let backup = BackupRef {
+            object: None,
             name: "b".into(),
             namespace: "velero".into(),
             uid: "u".into(),

@@ -133,6 +133,7 @@ impl FirstPass<'_> {
             serde_json::to_string(&sources).expect("strings serialize"),
         );
         object.metadata.annotations.extend(req.annotations.clone());
+        object.metadata.labels = req.labels.clone();
         // The expiration is fixed when the backup is first written, as
         // Velero fixes it when it accepts a backup.
         expiry::effective_ttl(&req.spec, self.default_backup_ttl)

@@ -72,6 +72,9 @@ pub struct BackupRequest {
     /// Recorded on the Backup object (iar records the plugin settings it
     /// was run with, for `resume`).
     pub annotations: BTreeMap<String, String>,
+    /// The Backup resource's labels, kept on the Backup object (what a
+    /// plugin reading the whole Backup sees, as in Velero).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Receives every line of every backup's log as it is written (a progress

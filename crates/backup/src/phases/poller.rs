@@ -319,6 +319,7 @@ mod poll_tests {
             workers: Vec::new(),
             cluster: Arc::new(NoCluster),
             backup: BackupRef {
+                object: None,
                 name: "b".into(),
                 namespace: "velero".into(),
                 uid: "u".into(),

@@ -25,14 +25,30 @@ impl Run {
         self.results.errors.count() > 0
     }
 
+    /// The backup as a pass's calls see it; once per pass.
     pub(super) fn backup_ref(&self, phase: Phase) -> BackupRef {
         BackupRef {
+            object: Some(self.plugin_view()),
             name: self.object.metadata.name.clone(),
             namespace: self.object.metadata.namespace.clone(),
             uid: self.object.metadata.uid.clone(),
             spec: self.object.spec.clone(),
             phase,
         }
+    }
+
+    /// The whole Backup as a plugin reads it (contract 1.4.0's
+    /// `runs.backup`): the stored object as it stands, without iar's own
+    /// annotations (the plugin settings, the item sources, the resource's
+    /// uid are iar's bookkeeping, not the user's Backup).
+    fn plugin_view(&self) -> std::sync::Arc<str> {
+        let mut object = self.object.clone();
+        object
+            .metadata
+            .annotations
+            .retain(|key, _| !key.starts_with("iar.dev/"));
+        let text = serde_json::to_string(&object).expect("a backup object serializes");
+        std::sync::Arc::from(text)
     }
 }
 

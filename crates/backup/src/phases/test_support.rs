@@ -132,6 +132,7 @@ impl Parts {
 /// A request for `name` over the manifests in `sources`.
 pub(super) fn request(name: &str, sources: Vec<std::path::PathBuf>) -> BackupRequest {
     BackupRequest {
+        labels: Default::default(),
         name: name.into(),
         namespace: "velero".into(),
         spec: serde_json::json!({}),

@@ -9,7 +9,9 @@ use super::{BackupRef, Plugin, RestoreRef};
 use crate::contract::latest;
 use crate::limits::{Isolation, Limits};
 use crate::runtime::deadline_ticks;
-use crate::sandbox::{GuestLog, HostCallLimit, MemoryCapExceeded, State, WallClockExceeded};
+use crate::sandbox::{
+    GuestLog, HostCallLimit, MemoryCapExceeded, RunObject, State, WallClockExceeded,
+};
 use iar_core::cluster::ClusterReader;
 use iar_core::cluster::writes::{CreatedObject, WriteCall, WriteScope};
 use iar_core::item::{Item, ItemRef};
@@ -309,7 +311,11 @@ impl PluginInstance {
         f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let pass = backup.map(PassKey::of);
-        self.call_in(call, target, pass, backup, f)
+        let object = match backup {
+            Some(b) if self.plugin.0.reads_runs => RunObject::Backup(b.object_text()),
+            _ => RunObject::None,
+        };
+        self.call_in(call, target, pass, backup, object, f)
     }
 
     /// [`Self::call`] for a restore's calls: the instance is kept per
@@ -322,7 +328,12 @@ impl PluginInstance {
         restore: &RestoreRef,
         f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        self.call_in(call, target, Some(PassKey::of_restore(restore)), None, f)
+        let object = match self.plugin.0.reads_runs {
+            true => RunObject::Restore(restore.object_text()),
+            false => RunObject::None,
+        };
+        let pass = Some(PassKey::of_restore(restore));
+        self.call_in(call, target, pass, None, object, f)
     }
 
     fn call_in<R>(
@@ -331,6 +342,7 @@ impl PluginInstance {
         target: &Target,
         pass: Option<PassKey>,
         backup: Option<&BackupRef>,
+        object: RunObject,
         f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let interface = call.interface();
@@ -357,6 +369,7 @@ impl PluginInstance {
         let live = self.live.as_mut().expect("instantiated above");
         live.store.data_mut().begin_call();
         live.store.data_mut().write_scope = scope;
+        live.store.data_mut().run_object = object;
         live.store
             .set_epoch_deadline(first_check(self.plugin.limits()));
         let started = std::time::Instant::now();

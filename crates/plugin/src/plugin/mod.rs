@@ -44,9 +44,35 @@ pub struct BackupRef {
     pub uid: String,
     pub spec: serde_json::Value,
     pub phase: Phase,
+    /// The whole Backup (contract 1.4.0's `runs.backup`), as its producer
+    /// holds it: the bytes Velero's server sent, iar's resource. `None`:
+    /// built from the fields above when a plugin asks.
+    #[serde(skip)]
+    pub object: Option<Arc<str>>,
 }
 
 impl BackupRef {
+    /// The whole Backup a plugin reads through `runs.backup`: the
+    /// producer's, or the least Velero's type needs, from this call's
+    /// fields (`status.phase` the Velero phase of the call's phase).
+    pub fn object_text(&self) -> Arc<str> {
+        if let Some(text) = &self.object {
+            return text.clone();
+        }
+        let phase = match self.phase {
+            Phase::Backup => "InProgress",
+            Phase::Finalize => "Finalizing",
+        };
+        minimal_object(
+            "Backup",
+            &self.name,
+            &self.namespace,
+            &self.uid,
+            &self.spec,
+            phase,
+        )
+    }
+
     pub(crate) fn to_wit(&self) -> v1::types::Backup {
         v1::types::Backup {
             name: self.name.clone(),
@@ -68,9 +94,50 @@ pub struct RestoreRef {
     pub namespace: String,
     pub uid: String,
     pub spec: serde_json::Value,
+    /// The whole Restore (contract 1.4.0's `runs.restore`), as its
+    /// producer holds it; `None`: built from the fields above.
+    #[serde(skip)]
+    pub object: Option<Arc<str>>,
+}
+
+/// A `velero.io/v1` object of `kind` from a call's name, namespace, uid
+/// and spec: what `runs` gives when the producer has no whole object (a
+/// test's backup, `iar run` without a file).
+fn minimal_object(
+    kind: &str,
+    name: &str,
+    namespace: &str,
+    uid: &str,
+    spec: &serde_json::Value,
+    phase: &str,
+) -> Arc<str> {
+    let object = serde_json::json!({
+        "apiVersion": "velero.io/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": spec,
+        "status": {"phase": phase},
+    });
+    Arc::from(object.to_string())
 }
 
 impl RestoreRef {
+    /// The whole Restore a plugin reads through `runs.restore` (see
+    /// [`BackupRef::object_text`]).
+    pub fn object_text(&self) -> Arc<str> {
+        match &self.object {
+            Some(text) => text.clone(),
+            None => minimal_object(
+                "Restore",
+                &self.name,
+                &self.namespace,
+                &self.uid,
+                &self.spec,
+                "InProgress",
+            ),
+        }
+    }
+
     /// The backed-up item as Velero hands it to its restore actions:
     /// without `status` or the metadata the API server sets, still in its
     /// backed-up namespace (Velero applies `namespaceMapping` after the
@@ -165,6 +232,9 @@ pub(crate) struct Inner {
     pub(crate) block: Option<(ResourceSelector, CompiledSelector)>,
     /// The restore-item-action's applies-to, when the plugin exports it.
     pub(crate) restore: Option<(ResourceSelector, CompiledSelector)>,
+    /// Whether it imports `runs` (1.4.0): only then does a call carry the
+    /// whole Backup or Restore.
+    pub(crate) reads_runs: bool,
 }
 
 /// A loaded, linked plugin whose applies-to selector is known. Cheap to
@@ -260,6 +330,12 @@ impl Plugin {
         let config = Arc::new(settings.config.clone());
         let grants = Arc::new(settings.grants.clone());
         let write_grants = Arc::new(settings.write_grants.clone());
+        let reads_runs = shape.imports.iter().any(|import| {
+            import
+                .strip_prefix(contract::PACKAGE)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|rest| rest.split('@').next() == Some(contract::RUNS_IMPORT))
+        });
         let mut inner = Inner {
             name: plugin.clone(),
             digest,
@@ -277,6 +353,7 @@ impl Plugin {
                 .expect("the empty selector compiles"),
             block: None,
             restore: None,
+            reads_runs,
         };
         // applies-to is asked once per load (of each exported interface), on
         // a throwaway instance with no cluster, under the plugin's own limits.

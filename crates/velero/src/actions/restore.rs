@@ -19,6 +19,7 @@ pub fn restore_ref(plugin: &str, bytes: &[u8]) -> Result<RestoreRef, Refusal> {
             .to_string()
     };
     Ok(RestoreRef {
+        object: Some(Arc::from(String::from_utf8_lossy(bytes))),
         name: field("/metadata/name"),
         namespace: field("/metadata/namespace"),
         uid: field("/metadata/uid"),

@@ -46,6 +46,7 @@
 //! | `create-id` | (1.2.0) calls `create` for the identifier of `get-id` with config `object` (JSON), or by default an object of that identity (`apiVersion` from `id-group`, `kind` from config `kind`, default `ConfigMap`), `create-times` times (default 1), and returns the item with annotation `hostile.iar.test/created` = `ok:<the object's JSON>` or `error:<message>` (of the last try) |
 //! | `delete-id` | (1.2.0) calls `delete` for the identifier of `get-id`; annotation `hostile.iar.test/deleted` = `true`, `false` or `error:<message>` |
 //! | `list-id` | (1.2.0) calls `list` for `id-group`, `id-resource`, `id-namespace` and config `selector`; annotation `hostile.iar.test/listed` = the names found, comma-separated, or `error:<message>` |
+//! | `run-object` | (1.4.0) calls `runs.backup` `run-gets` times (config, default 1) and returns the item with annotation `hostile.iar.test/run` = the whole Backup the host gave, or `none`, and `hostile.iar.test/run-restore` = `none`, or `some` when the host gave a Restore in a backup's call |
 //! | `create-then-trap` | (1.2.0) creates as `create-id` does, then panics: the object must still be recorded |
 //!
 //! Any other value fails the item with a message listing the known ones, so
@@ -527,6 +528,25 @@ impl Guest for Hostile {
             "clock-poll" => loop {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             },
+            "run-object" => {
+                let n: usize = config("run-gets").and_then(|n| n.parse().ok()).unwrap_or(1);
+                let mut backup = None;
+                for _ in 0..n {
+                    backup = iar_sdk::bindings_v1_4::iar::plugin::runs::backup();
+                }
+                let restore = iar_sdk::bindings_v1_4::iar::plugin::runs::restore();
+                let mut value = parse(&item)?;
+                let annotations = value["metadata"]
+                    .as_object_mut()
+                    .ok_or_else(|| failed("no metadata"))?
+                    .entry("annotations")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                annotations["hostile.iar.test/run"] =
+                    Value::from(backup.unwrap_or_else(|| "none".into()));
+                annotations["hostile.iar.test/run-restore"] =
+                    Value::from(restore.map_or("none", |_| "some"));
+                Ok(output(Some(value.to_string())))
+            }
             "get-id" => {
                 let got = match iar_sdk::bindings::iar::plugin::host::cluster_get(&configured_id())
                 {

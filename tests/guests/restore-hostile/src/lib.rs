@@ -24,7 +24,10 @@
 //!   additional item; `bring-foreign`: Secret `stolen` of namespace
 //!   `payments`;
 //! - `wait-for-nothing`: asks the restore to wait, naming no item;
-//! - `wait-forever`: restores `dep` first and waits for it for ~292 years.
+//! - `wait-forever`: restores `dep` first and waits for it for ~292 years;
+//! - `run-object` (1.4.0's `runs`): annotates the item `run/restore` with
+//!   the whole Restore the host gives and `run/backup` with `none`, or
+//!   `some` when the host gave a Backup in a restore's call.
 //!
 //! It applies to ConfigMaps, or to the resources config `resources` lists
 //! (comma-separated).
@@ -129,6 +132,13 @@ impl RestoreItemAction for RestoreHostile {
                         "", "secrets", "payments", "stolen",
                     )]),
                 )
+            }
+            "run-object" => {
+                let restore = iar_sdk::restore_object().map_or("none".into(), |r| r.to_string());
+                let backup = iar_sdk::backup_object().map_or("none", |_| "some");
+                item.set_annotation("run/restore", &restore);
+                item.set_annotation("run/backup", backup);
+                Ok(RestoreOutput::item(item))
             }
             "wait-for-nothing" => Ok(RestoreOutput::unchanged().waiting_for_them(None)),
             "wait-forever" => Ok(RestoreOutput::unchanged()

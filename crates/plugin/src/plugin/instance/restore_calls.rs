@@ -8,6 +8,7 @@ use crate::plugin::error::{Call, CallError, Target, Violation};
 use crate::plugin::exports::Guest;
 use crate::plugin::run_budget;
 use crate::plugin::validate::{self, Progress, RestoreResult};
+use crate::sandbox::RunObject;
 use iar_core::item::{Item, ItemRef};
 use iar_core::select::applies_to::ResourceSelector;
 
@@ -15,9 +16,14 @@ impl PluginInstance {
     /// Asks what the plugin's restore action applies to.
     pub fn restore_applies_to(&mut self) -> Result<ResourceSelector, CallError> {
         let target = Target::None;
-        let answer = self.call_in(Call::RestoreAppliesTo, &target, None, None, |g, s| {
-            restore(g).call_applies_to(s)
-        })?;
+        let answer = self.call_in(
+            Call::RestoreAppliesTo,
+            &target,
+            None,
+            None,
+            RunObject::None,
+            |g, s| restore(g).call_applies_to(s),
+        )?;
         self.selector(Call::RestoreAppliesTo, answer)
     }
 
