@@ -40,7 +40,7 @@ GOFLAGS_BUILD=(-buildmode=c-shared -trimpath -ldflags=-s\ -w)
 
 inputs=$(cd "$here" && { find . -name '*.go' -o -name go.mod | sort | xargs cat; cat build.sh; go version; } | sha256sum | cut -d' ' -f1)
 
-for pkg in examples/labels examples/pvc-snapshot examples/config-block internal/testguests/spin internal/testguests/panic internal/testguests/heap; do
+for pkg in examples/labels examples/pvc-snapshot examples/config-block internal/testguests/spin internal/testguests/panic internal/testguests/heap internal/testguests/catalog; do
     name=$(basename "$pkg")
     case $pkg in internal/testguests/*) name=go-$name ;; *) name=$name-go ;; esac
     core=$cache/$inputs/$name.core.wasm

@@ -1,5 +1,5 @@
 // Package backupaction exports a velero.BackupItemActionV2 as the
-// contract's item-action interface (iar:plugin/item-action@1.3.0).
+// contract's item-action interface (iar:plugin/item-action@1.4.0).
 // Importing this package is what makes a plugin a backup item action:
 // its exports are linked in, and `iar componentize` puts item-action in
 // the component's world.
@@ -29,19 +29,19 @@ func registered() error {
 
 // applies-to: result<resource-selector, action-error>, payload at 4.
 //
-//go:wasmexport iar:plugin/item-action@1.3.0#applies-to
+//go:wasmexport iar:plugin/item-action@1.4.0#applies-to
 func appliesTo() uint32 {
 	return wire.AppliesTo(registered, func() (velero.ResourceSelector, error) { return action.AppliesTo() })
 }
 
-//go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#applies-to
+//go:wasmexport cabi_post_iar:plugin/item-action@1.4.0#applies-to
 func postAppliesTo(uint32) { cabi.Release() }
 
 // execute(item, backup): result<execute-output, action-error>, payload at 4
 // (item option<string> 4, additional-items 16, operation-id 24,
 // post-operation-items 36).
 //
-//go:wasmexport iar:plugin/item-action@1.3.0#execute
+//go:wasmexport iar:plugin/item-action@1.4.0#execute
 func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	item, _, itemErr := wire.Item(ip, in, action)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
@@ -68,13 +68,13 @@ func execute(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#execute
+//go:wasmexport cabi_post_iar:plugin/item-action@1.4.0#execute
 func postExecute(uint32) { cabi.Release() }
 
 // progress(operation-id, backup): result<operation-progress, action-error>,
 // payload at 8 (operation-progress is 8-aligned).
 //
-//go:wasmexport iar:plugin/item-action@1.3.0#progress
+//go:wasmexport iar:plugin/item-action@1.4.0#progress
 func progress(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	id := cabi.String(op, on)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
@@ -91,12 +91,12 @@ func progress(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#progress
+//go:wasmexport cabi_post_iar:plugin/item-action@1.4.0#progress
 func postProgress(uint32) { cabi.Release() }
 
 // cancel(operation-id, backup): result<_, action-error>, payload at 4.
 //
-//go:wasmexport iar:plugin/item-action@1.3.0#cancel
+//go:wasmexport iar:plugin/item-action@1.4.0#cancel
 func cancel(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	id := cabi.String(op, on)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
@@ -109,5 +109,5 @@ func cancel(op, on, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/item-action@1.3.0#cancel
+//go:wasmexport cabi_post_iar:plugin/item-action@1.4.0#cancel
 func postCancel(uint32) { cabi.Release() }

@@ -1,5 +1,5 @@
 // Package blockaction exports a velero.ItemBlockAction as the contract's
-// item-block-action interface (iar:plugin/item-block-action@1.3.0):
+// item-block-action interface (iar:plugin/item-block-action@1.4.0):
 // importing it makes the plugin an item block action.
 package blockaction
 
@@ -23,18 +23,18 @@ func registered() error {
 	return nil
 }
 
-//go:wasmexport iar:plugin/item-block-action@1.3.0#applies-to
+//go:wasmexport iar:plugin/item-block-action@1.4.0#applies-to
 func appliesTo() uint32 {
 	return wire.AppliesTo(registered, func() (velero.ResourceSelector, error) { return action.AppliesTo() })
 }
 
-//go:wasmexport cabi_post_iar:plugin/item-block-action@1.3.0#applies-to
+//go:wasmexport cabi_post_iar:plugin/item-block-action@1.4.0#applies-to
 func postAppliesTo(uint32) { cabi.Release() }
 
 // get-related-items(item, backup): result<list<resource-identifier>,
 // action-error>, payload at 4.
 //
-//go:wasmexport iar:plugin/item-block-action@1.3.0#get-related-items
+//go:wasmexport iar:plugin/item-block-action@1.4.0#get-related-items
 func getRelatedItems(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint32 {
 	item, _, itemErr := wire.Item(ip, in, action)
 	backup, backupErr := wire.Backup(np, nn, sp, sn, up, un, jp, jn, phase)
@@ -51,5 +51,5 @@ func getRelatedItems(ip, in, np, nn, sp, sn, up, un, jp, jn, phase uint32) uint3
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/item-block-action@1.3.0#get-related-items
+//go:wasmexport cabi_post_iar:plugin/item-block-action@1.4.0#get-related-items
 func postGetRelatedItems(uint32) { cabi.Release() }

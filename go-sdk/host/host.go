@@ -1,5 +1,5 @@
 // Package host is what iar's host offers a plugin (contract
-// iar:plugin@1.3.0): its config, the log, reading the cluster
+// iar:plugin@1.4.0): its config, the log, reading the cluster
 // (cluster-get, list, under the operator's read grant) and writing
 // objects it creates for its operations (create, delete, under the write
 // grant). Each call's rules are the host's; a refusal names its rule.
@@ -25,13 +25,13 @@ const (
 	Error
 )
 
-//go:wasmimport iar:plugin/host@1.3.0 log
+//go:wasmimport iar:plugin/host@1.4.0 log
 func hostLog(level, ptr, n uint32)
 
-//go:wasmimport iar:plugin/host@1.3.0 config
+//go:wasmimport iar:plugin/host@1.4.0 config
 func hostConfig(ptr, n, ret uint32)
 
-//go:wasmimport iar:plugin/host@1.3.0 cluster-get
+//go:wasmimport iar:plugin/host@1.4.0 cluster-get
 func hostClusterGet(gp, gn, rp, rn, np, nn, mp, mn, ret uint32)
 
 // Log writes one line to the host log, tagged with the plugin's name.

@@ -12,13 +12,13 @@ import (
 // only when it is called, so a plugin that never writes does not import
 // cluster-write (and needs no write grant to load).
 
-//go:wasmimport iar:plugin/cluster-write@1.3.0 create
+//go:wasmimport iar:plugin/cluster-write@1.4.0 create
 func hostCreate(gp, gn, rp, rn, np, nn, mp, mn, op, on, ret uint32)
 
-//go:wasmimport iar:plugin/cluster-write@1.3.0 delete
+//go:wasmimport iar:plugin/cluster-write@1.4.0 delete
 func hostDelete(gp, gn, rp, rn, np, nn, mp, mn, ret uint32)
 
-//go:wasmimport iar:plugin/cluster-list@1.3.0 list
+//go:wasmimport iar:plugin/cluster-list@1.4.0 list
 func hostList(gp, gn, rp, rn, np, nn, sp, sn, ret uint32)
 
 // Create creates object as the object id names (write-grant and the other

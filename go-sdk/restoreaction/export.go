@@ -1,6 +1,6 @@
 // Package restoreaction exports a velero.RestoreItemActionV2 as the
 // contract's restore-item-action interface
-// (iar:plugin/restore-item-action@1.3.0): importing it makes the plugin a
+// (iar:plugin/restore-item-action@1.4.0): importing it makes the plugin a
 // restore item action.
 package restoreaction
 
@@ -24,19 +24,19 @@ func registered() error {
 	return nil
 }
 
-//go:wasmexport iar:plugin/restore-item-action@1.3.0#applies-to
+//go:wasmexport iar:plugin/restore-item-action@1.4.0#applies-to
 func appliesTo() uint32 {
 	return wire.AppliesTo(registered, func() (velero.ResourceSelector, error) { return action.AppliesTo() })
 }
 
-//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#applies-to
+//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.4.0#applies-to
 func postAppliesTo(uint32) { cabi.Release() }
 
 // execute(restore-input): result<restore-output, action-error>, payload at
 // 8 (item 8, additional-items 20, skip-restore 28, operation-id 32,
 // wait-for-additional-items 44, the timeout option<u64> 48).
 //
-//go:wasmexport iar:plugin/restore-item-action@1.3.0#execute
+//go:wasmexport iar:plugin/restore-item-action@1.4.0#execute
 func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	item, _, itemErr := wire.Item(ip, in, action)
 	fromBackup, _, fromErr := wire.Item(bp, bn, action)
@@ -74,10 +74,10 @@ func execute(ip, in, bp, bn, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#execute
+//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.4.0#execute
 func postExecute(uint32) { cabi.Release() }
 
-//go:wasmexport iar:plugin/restore-item-action@1.3.0#progress
+//go:wasmexport iar:plugin/restore-item-action@1.4.0#progress
 func progress(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	id := cabi.String(op, on)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
@@ -94,10 +94,10 @@ func progress(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#progress
+//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.4.0#progress
 func postProgress(uint32) { cabi.Release() }
 
-//go:wasmexport iar:plugin/restore-item-action@1.3.0#cancel
+//go:wasmexport iar:plugin/restore-item-action@1.4.0#cancel
 func cancel(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	id := cabi.String(op, on)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
@@ -110,13 +110,13 @@ func cancel(op, on, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#cancel
+//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.4.0#cancel
 func postCancel(uint32) { cabi.Release() }
 
 // are-additional-items-ready(ids, restore): result<bool, action-error>,
 // payload at 4.
 //
-//go:wasmexport iar:plugin/restore-item-action@1.3.0#are-additional-items-ready
+//go:wasmexport iar:plugin/restore-item-action@1.4.0#are-additional-items-ready
 func areAdditionalItemsReady(lp, ln, np, nn, sp, sn, up, un, jp, jn uint32) uint32 {
 	ids := wire.IDs(lp, ln)
 	restore, restoreErr := wire.Restore(np, nn, sp, sn, up, un, jp, jn)
@@ -133,5 +133,5 @@ func areAdditionalItemsReady(lp, ln, np, nn, sp, sn, up, un, jp, jn uint32) uint
 	})
 }
 
-//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.3.0#are-additional-items-ready
+//go:wasmexport cabi_post_iar:plugin/restore-item-action@1.4.0#are-additional-items-ready
 func postAreAdditionalItemsReady(uint32) { cabi.Release() }

@@ -153,14 +153,15 @@ pub mod bindings_v1_2 {
     });
 }
 
-/// Generated bindings for `iar:plugin@1.4.0`'s `runs` import (world
-/// `run-reader`), beside the exports of any version: only a plugin that
-/// calls [`backup_object`] or [`restore_object`] imports it.
+/// Generated bindings for `iar:plugin@1.4.0`'s `runs` and
+/// `cluster-catalog` imports (world `additions`), beside the exports of
+/// any version: a plugin imports only the functions it calls (one that
+/// never calls [`backup_object`] or [`restore_object`] imports no `runs`).
 #[doc(hidden)]
 pub mod bindings_v1_4 {
     wit_bindgen::generate!({
         path: "wit/v1.4",
-        world: "iar:plugin/run-reader",
+        world: "iar:plugin/additions",
         default_bindings_module: "::iar_sdk::bindings_v1_4",
     });
 }

@@ -219,6 +219,20 @@ impl ClusterWriter for RecordingCluster {
 }
 
 impl ClusterReader for RecordingCluster {
+    fn catalog_within(
+        &self,
+        budget: std::time::Duration,
+    ) -> Result<Arc<Vec<iar_core::cluster::catalog::ApiResourceRow>>, ClusterError> {
+        self.inner.catalog_within(budget)
+    }
+
+    fn server_version_within(
+        &self,
+        budget: std::time::Duration,
+    ) -> Result<iar_core::cluster::catalog::ServerVersion, ClusterError> {
+        self.inner.server_version_within(budget)
+    }
+
     /// Passed on, not recorded: a replayed case declares the objects a
     /// list finds as fixtures.
     fn list_within(

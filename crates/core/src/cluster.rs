@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod catalog;
 mod listing;
 mod manifest;
 pub mod mutate;
@@ -81,6 +82,9 @@ pub enum ClusterError {
         writes::rule::READ_ONLY
     )]
     ReadOnly,
+    /// There is no API server to ask (a cluster of manifests, none).
+    #[error("there is no API server: the cluster is manifests (rule: no-api-server)")]
+    NoApiServer,
 }
 
 impl ClusterError {
@@ -117,6 +121,32 @@ pub trait ClusterReader: ClusterWriter + Send + Sync {
     ) -> Result<Option<Arc<str>>, ClusterError> {
         let _ = budget;
         self.get_json(id)
+    }
+
+    /// The resources this cluster serves, each at its group's preferred
+    /// version (contract 1.4.0's `cluster-catalog`), within `budget`. A
+    /// cluster of manifests answers iar's built-in table; an API server,
+    /// its discovery.
+    fn catalog_within(
+        &self,
+        budget: std::time::Duration,
+    ) -> Result<Arc<Vec<catalog::ApiResourceRow>>, ClusterError> {
+        let _ = budget;
+        static BUILTIN: std::sync::OnceLock<Arc<Vec<catalog::ApiResourceRow>>> =
+            std::sync::OnceLock::new();
+        Ok(BUILTIN
+            .get_or_init(|| Arc::new(catalog::builtin_rows()))
+            .clone())
+    }
+
+    /// The API server's version, within `budget`; a cluster without one
+    /// answers [`ClusterError::NoApiServer`].
+    fn server_version_within(
+        &self,
+        budget: std::time::Duration,
+    ) -> Result<catalog::ServerVersion, ClusterError> {
+        let _ = budget;
+        Err(ClusterError::NoApiServer)
     }
 
     /// [`ClusterReader::get`] for async callers: a cluster that answers

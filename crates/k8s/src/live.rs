@@ -11,6 +11,7 @@
 //! [`get_async`]: ClusterReader::get_async
 
 use iar_core::catalog::GroupResource;
+use iar_core::cluster::catalog::{ApiResourceRow, ServerVersion};
 use iar_core::cluster::{ClusterError, ClusterReader, ClusterWriter, Created};
 use iar_core::item::{Item, ItemRef};
 use iar_core::select::BackupFilter;
@@ -33,6 +34,8 @@ struct Resource {
     namespaced: bool,
     listable: bool,
     gettable: bool,
+    /// What discovery says may be done with it.
+    verbs: Vec<String>,
 }
 
 /// The API server, read-only.
@@ -98,6 +101,7 @@ impl LiveCluster {
                     namespaced: matches!(scope, Scope::Namespaced),
                     listable: operations.iter().any(|o| o == verbs::LIST),
                     gettable: operations.iter().any(|o| o == verbs::GET),
+                    verbs: operations.clone(),
                     api: api.clone(),
                 };
                 map.insert(GroupResource::new(&api.group, &api.plural), resource);
@@ -399,6 +403,57 @@ impl ClusterWriter for LiveCluster {
 
 #[async_trait::async_trait]
 impl ClusterReader for LiveCluster {
+    fn catalog_within(
+        &self,
+        budget: std::time::Duration,
+    ) -> Result<Arc<Vec<ApiResourceRow>>, ClusterError> {
+        let wait = budget.min(GET_TIMEOUT);
+        let resources = self
+            .handle
+            .block_on(async { tokio::time::timeout(wait, self.resources()).await })
+            .map_err(|_| ClusterError::Api {
+                what: "discovery".into(),
+                source: format!("no answer from the API server within {wait:?}").into(),
+            })??;
+        let mut rows: Vec<ApiResourceRow> = resources
+            .values()
+            .map(|r| ApiResourceRow {
+                group: r.api.group.clone(),
+                version: r.api.version.clone(),
+                kind: r.api.kind.clone(),
+                resource: r.api.plural.clone(),
+                // Aggregated discovery, as kube reads it, keeps neither.
+                singular: String::new(),
+                short_names: Vec::new(),
+                namespaced: r.namespaced,
+                verbs: r.verbs.clone(),
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.group, &a.resource).cmp(&(&b.group, &b.resource)));
+        Ok(Arc::new(rows))
+    }
+
+    fn server_version_within(
+        &self,
+        budget: std::time::Duration,
+    ) -> Result<ServerVersion, ClusterError> {
+        let wait = budget.min(GET_TIMEOUT);
+        let info = self
+            .handle
+            .block_on(async { tokio::time::timeout(wait, self.client.apiserver_version()).await })
+            .map_err(|_| ClusterError::Api {
+                what: "/version".into(),
+                source: format!("no answer from the API server within {wait:?}").into(),
+            })?
+            .map_err(|e| api_error("/version".into(), e))?;
+        self.count(1);
+        Ok(ServerVersion {
+            major: info.major,
+            minor: info.minor,
+            git_version: info.git_version,
+        })
+    }
+
     fn get(&self, id: &ItemRef) -> Result<Option<Value>, ClusterError> {
         // Plugin calls run on blocking threads, which may wait on the
         // runtime; tokio refuses (panics) if a runtime thread tries.

@@ -622,6 +622,31 @@ mod tests {
         }
     }
 
+    /// A Backup's own labels and annotations reach the stored object (and
+    /// a plugin reading the whole Backup); an `iar.dev/` annotation set by
+    /// the user, which would steer `iar resume`, does not.
+    #[test]
+    fn the_resources_labels_and_annotations_are_kept_but_not_iars_own() {
+        let backup: Backup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "iar.dev/v1", "kind": "Backup",
+            "metadata": {"name": "b", "namespace": "iar", "uid": "uid-1",
+                "labels": {"team": "payments"},
+                "annotations": {"note": "before the release",
+                    "iar.dev/plugin-config": "{\"evil\":{\"labels\":\"x=y\"}}",
+                    "iar.dev/item-sources": "[\"/etc\"]"}},
+            "spec": {}
+        }))
+        .unwrap();
+        let kept = recorded_annotations(&backup);
+        assert_eq!(
+            kept,
+            BTreeMap::from([
+                ("note".to_string(), "before the release".to_string()),
+                (RESOURCE_UID_ANNOTATION.to_string(), "uid-1".to_string()),
+            ])
+        );
+    }
+
     #[test]
     fn a_deleted_resource_cancels_only_the_backup_made_for_it() {
         let mut o = stored(BackupPhase::WaitingForPluginOperations);

@@ -84,20 +84,23 @@ pub mod since_v1_3 {
 }
 
 /// Bindings for `iar:plugin@1.4.0` (`wit/v1.4/plugin.wit`): the `runs`
-/// import it adds, alone (world `run-reader`). Its exports are 1.3.0's,
-/// found by the older modules' indices.
+/// and `cluster-catalog` imports it adds (world `additions`). Its exports
+/// are 1.3.0's, found by the older modules' indices.
 pub mod since_v1_4 {
     wasmtime::component::bindgen!({
         path: "../../wit/v1.4",
-        world: "iar:plugin/run-reader",
-        // Counted against the host-call limit: may stop the call.
+        world: "iar:plugin/additions",
+        // Each counts against the host-call limit and may stop the call.
         imports: {
             "iar:plugin/runs.backup": trappable,
             "iar:plugin/runs.restore": trappable,
+            "iar:plugin/cluster-catalog.resources": trappable,
+            "iar:plugin/cluster-catalog.server-version": trappable,
+            "iar:plugin/cluster-catalog.home-namespace": trappable,
         },
     });
 
-    pub use self::iar::plugin::runs;
+    pub use self::iar::plugin::{cluster_catalog, runs};
 }
 
 /// The newest contract: what code above the boundary names.
@@ -106,7 +109,7 @@ pub mod latest {
     pub use super::since_v1_1::{action, block_action};
     pub use super::since_v1_2::{cluster_list, cluster_write};
     pub use super::since_v1_3::restore_action;
-    pub use super::since_v1_4::runs;
+    pub use super::since_v1_4::{cluster_catalog, runs};
 }
 
 /// The 1.0.0 bindings under their old name (the sandbox implements

@@ -188,8 +188,8 @@ impl Runtime {
             _,
             wasmtime::component::HasSelf<State>,
         >(&mut linker, |s| s)?;
-        // 1.4.0's runs, likewise.
-        crate::contract::since_v1_4::RunReader::add_to_linker::<
+        // 1.4.0's runs and cluster-catalog, likewise.
+        crate::contract::since_v1_4::Additions::add_to_linker::<
             _,
             wasmtime::component::HasSelf<State>,
         >(&mut linker, |s| s)?;

@@ -16,6 +16,7 @@ use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamError};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+mod catalog;
 mod cluster_calls;
 mod runs;
 
@@ -269,6 +270,9 @@ pub struct State {
     /// The whole Backup or Restore of the current call (contract 1.4.0's
     /// `runs`), set before the host enters the guest.
     pub(crate) run_object: RunObject,
+    /// The namespace of the call's Backup or Restore (1.4.0's
+    /// `cluster-catalog.home-namespace`); "" outside a run.
+    pub(crate) home_namespace: String,
 }
 
 impl State {
@@ -324,6 +328,7 @@ impl State {
             write_scope: WriteScope::default(),
             created: Vec::new(),
             run_object: RunObject::None,
+            home_namespace: String::new(),
         }
     }
 }

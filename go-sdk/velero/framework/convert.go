@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"iar.dev/sdk/host"
 	"iar.dev/sdk/unstructured"
 	"iar.dev/sdk/velero"
 )
@@ -97,10 +98,10 @@ func progress(p vplugin.OperationProgress) velero.OperationProgress {
 	}
 }
 
-// lastObject keeps the last Backup or Restore built, by the contract
-// record it came from: every call of one backup carries the same record,
-// and a plugin gets its own deep copy of it (as Velero's servers decode a
-// fresh one per call).
+// lastObject keeps the last Backup or Restore built, by the text it came
+// from: every call of one pass carries the same object, and a plugin gets
+// its own deep copy of it (as Velero's servers decode a fresh one per
+// call).
 type lastObject[T any] struct {
 	key string
 	obj *T
@@ -112,22 +113,34 @@ var (
 	lastRestore lastObject[velerov1.Restore]
 )
 
-// backup is velerov1.Backup as far as contract 1.3 carries it: name,
-// namespace, uid and spec. Its labels, annotations and status (phase,
-// start timestamp) are not in the contract's record before 1.4.0.
+// backup is the whole velerov1.Backup the call belongs to, as the host
+// holds it (contract 1.4.0's runs: the object Velero's server sent, iar's
+// Backup resource), decoded as Velero's plugin servers decode it
+// (json.Unmarshal); built from the call's record (name, namespace, uid,
+// spec) when the host has none.
 func backup(b *velero.Backup) (*velerov1.Backup, error) {
 	if b == nil {
 		return nil, nil
 	}
-	key := b.Name + "\x00" + b.Namespace + "\x00" + b.UID + "\x00" + b.SpecJSON
+	text, whole := host.BackupObject()
+	key := text
+	if !whole {
+		key = "\x00" + b.Name + "\x00" + b.Namespace + "\x00" + b.UID + "\x00" + b.SpecJSON
+	}
 	if lastBackup.obj == nil || lastBackup.key != key {
 		out := &velerov1.Backup{}
-		out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Backup"
-		out.Name, out.Namespace, out.UID = b.Name, b.Namespace, types.UID(b.UID)
 		var err error
-		if b.SpecJSON != "" {
-			if err = json.Unmarshal([]byte(b.SpecJSON), &out.Spec); err != nil {
-				err = fmt.Errorf("backup %s: spec: %w", b.Name, err)
+		if whole {
+			if err = json.Unmarshal([]byte(text), out); err != nil {
+				err = fmt.Errorf("backup %s: the object the host gave: %w", b.Name, err)
+			}
+		} else {
+			out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Backup"
+			out.Name, out.Namespace, out.UID = b.Name, b.Namespace, types.UID(b.UID)
+			if b.SpecJSON != "" {
+				if err = json.Unmarshal([]byte(b.SpecJSON), &out.Spec); err != nil {
+					err = fmt.Errorf("backup %s: spec: %w", b.Name, err)
+				}
 			}
 		}
 		lastBackup = lastObject[velerov1.Backup]{key, out, err}
@@ -138,20 +151,30 @@ func backup(b *velero.Backup) (*velerov1.Backup, error) {
 	return lastBackup.obj.DeepCopy(), nil
 }
 
-// restore is velerov1.Restore as far as contract 1.3 carries it.
+// restore is the whole velerov1.Restore the call belongs to (see backup).
 func restore(r *velero.Restore) (*velerov1.Restore, error) {
 	if r == nil {
 		return nil, nil
 	}
-	key := r.Name + "\x00" + r.Namespace + "\x00" + r.UID + "\x00" + r.SpecJSON
+	text, whole := host.RestoreObject()
+	key := text
+	if !whole {
+		key = "\x00" + r.Name + "\x00" + r.Namespace + "\x00" + r.UID + "\x00" + r.SpecJSON
+	}
 	if lastRestore.obj == nil || lastRestore.key != key {
 		out := &velerov1.Restore{}
-		out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Restore"
-		out.Name, out.Namespace, out.UID = r.Name, r.Namespace, types.UID(r.UID)
 		var err error
-		if r.SpecJSON != "" {
-			if err = json.Unmarshal([]byte(r.SpecJSON), &out.Spec); err != nil {
-				err = fmt.Errorf("restore %s: spec: %w", r.Name, err)
+		if whole {
+			if err = json.Unmarshal([]byte(text), out); err != nil {
+				err = fmt.Errorf("restore %s: the object the host gave: %w", r.Name, err)
+			}
+		} else {
+			out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Restore"
+			out.Name, out.Namespace, out.UID = r.Name, r.Namespace, types.UID(r.UID)
+			if r.SpecJSON != "" {
+				if err = json.Unmarshal([]byte(r.SpecJSON), &out.Spec); err != nil {
+					err = fmt.Errorf("restore %s: spec: %w", r.Name, err)
+				}
 			}
 		}
 		lastRestore = lastObject[velerov1.Restore]{key, out, err}

@@ -103,7 +103,7 @@ fn the_go_ports_pass_conformance() {
     }
 }
 
-/// What `iar inspect` shows: contract 1.3.0, the two interfaces the port
+/// What `iar inspect` shows: contract 1.4.0, the two interfaces the port
 /// registers (the world derived from the module), and imports iar's
 /// linker provides; pvc-snapshot imports the write and list interfaces it
 /// calls, labels does not.
@@ -116,7 +116,7 @@ fn inspect_shows_the_derived_world() {
     };
     let rust = crate::support::stdout_json(&iar(&["inspect", artifacts::LABELS]));
     let labels = inspect("labels-go");
-    assert_eq!(labels["contract"], "iar:plugin@1.3.0");
+    assert_eq!(labels["contract"], "iar:plugin@1.4.0");
     assert_eq!(
         labels["interfaces"],
         serde_json::json!(["item-action", "restore-item-action"])
@@ -143,8 +143,8 @@ fn inspect_shows_the_derived_world() {
     );
     let pvc = imports(&inspect("pvc-snapshot-go"));
     for want in [
-        "iar:plugin/cluster-write@1.3.0",
-        "iar:plugin/cluster-list@1.3.0",
+        "iar:plugin/cluster-write@1.4.0",
+        "iar:plugin/cluster-list@1.4.0",
     ] {
         assert!(pvc.iter().any(|i| i == want), "{want}: {pvc:?}");
     }
@@ -228,6 +228,56 @@ fn run_output_is_byte_identical_to_rust() {
             String::from_utf8_lossy(&g.stderr)
         );
     }
+}
+
+/// Contract 1.4.0's `cluster-catalog` from Go (`host.Resources`,
+/// `ServerVersion`, `HomeNamespace`, lifted by hand): with no API server,
+/// iar's built-in table, each row whole (its short names and verbs are
+/// lists inside a list), no version (rule `no-api-server`), and the home
+/// namespace of the backup the call belongs to.
+#[test]
+fn a_go_plugin_reads_the_cluster_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("backup.yaml");
+    std::fs::write(
+        &backup,
+        "apiVersion: velero.io/v1\nkind: Backup\nmetadata: {name: nightly, namespace: backup-tools}\nspec: {}\n",
+    )
+    .unwrap();
+    let out = iar(&[
+        "run",
+        "--plugin",
+        go("go-catalog"),
+        "--item",
+        "examples/items/pod.yaml",
+        "--backup",
+        backup.to_str().unwrap(),
+        "--allow-mutate",
+        "*",
+    ]);
+    assert_ok(&out, "iar run go-catalog");
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen: Value = serde_json::from_str(
+        printed["finalItem"]["metadata"]["annotations"]["iar.test/catalog"]
+            .as_str()
+            .expect("annotated"),
+    )
+    .unwrap();
+    assert_eq!(
+        seen["count"],
+        iar::catalog::Catalog::builtin().iter().count()
+    );
+    assert_eq!(
+        seen["pods"],
+        serde_json::json!({"Group": "", "Version": "v1", "Kind": "Pod", "Resource": "pods",
+            "Singular": "pod", "ShortNames": ["po"], "Namespaced": true,
+            "Verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
+    );
+    assert_eq!(
+        seen["version"],
+        "error:there is no API server: the cluster is manifests (rule: no-api-server)"
+    );
+    assert_eq!(seen["home"], "backup-tools");
 }
 
 /// A goroutine that never yields holds Go's one thread: the call runs
@@ -493,7 +543,7 @@ fn componentize_with_a_named_world_and_bad_input() {
     assert_eq!(refused.status.code(), Some(2));
     let line = last_stderr_line(&refused);
     assert!(
-        line.contains("componentizing") && line.contains("item-block-action@1.3.0"),
+        line.contains("componentizing") && line.contains("item-block-action@1.4.0"),
         "{line}"
     );
     let component = componentize(go("labels-go"), "plugin");

@@ -38,5 +38,6 @@ mod support;
 mod velero;
 mod velero_bench;
 mod velero_builtins;
+mod velero_framework;
 mod velero_plugin;
 mod volume_repository;

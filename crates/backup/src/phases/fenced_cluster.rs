@@ -114,6 +114,20 @@ impl ClusterReader for LeaseFenced {
         self.inner.get_async(id).await
     }
 
+    fn catalog_within(
+        &self,
+        budget: Duration,
+    ) -> Result<Arc<Vec<iar_core::cluster::catalog::ApiResourceRow>>, ClusterError> {
+        self.inner.catalog_within(budget)
+    }
+
+    fn server_version_within(
+        &self,
+        budget: Duration,
+    ) -> Result<iar_core::cluster::catalog::ServerVersion, ClusterError> {
+        self.inner.server_version_within(budget)
+    }
+
     async fn list(&self, filter: &BackupFilter) -> Result<Vec<Item>, ClusterError> {
         self.inner.list(filter).await
     }

@@ -142,3 +142,46 @@ pub(super) async fn blocking<T: Send + 'static>(
             source,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::object::{CONFIG_ANNOTATION, SOURCES_ANNOTATION};
+    use serde_json::{Value, json};
+
+    /// A pass's calls read the stored Backup whole (labels, the user's
+    /// annotations, status), but not iar's bookkeeping annotations.
+    #[test]
+    fn a_pass_reads_the_backup_whole_without_iars_annotations() {
+        let mut object = BackupObject::new("nightly", "iar", "u-1", json!({"ttl": "1h0m0s"}));
+        object
+            .metadata
+            .labels
+            .insert("team".into(), "payments".into());
+        let annotations = &mut object.metadata.annotations;
+        annotations.insert("note".into(), "kept".into());
+        annotations.insert(CONFIG_ANNOTATION.into(), "{}".into());
+        annotations.insert(SOURCES_ANNOTATION.into(), "[]".into());
+        object.status.phase = BackupPhase::InProgress;
+        object.status.start_timestamp = Some("2026-12-07T10:00:00Z".into());
+        let run = Run {
+            object,
+            results: Results::default(),
+        };
+        let given = run.backup_ref(Phase::Backup);
+        let seen: Value = serde_json::from_str(&given.object.expect("set")).unwrap();
+        assert_eq!(seen["metadata"]["labels"], json!({"team": "payments"}));
+        assert_eq!(seen["metadata"]["annotations"], json!({"note": "kept"}));
+        assert_eq!(seen["metadata"]["uid"], "u-1");
+        assert_eq!(seen["spec"], json!({"ttl": "1h0m0s"}));
+        assert_eq!(seen["status"]["phase"], "InProgress");
+        assert_eq!(seen["status"]["startTimestamp"], "2026-12-07T10:00:00Z");
+        // The stored object keeps its annotations: `iar resume` reads them.
+        assert!(
+            run.object
+                .metadata
+                .annotations
+                .contains_key(CONFIG_ANNOTATION)
+        );
+    }
+}

@@ -359,6 +359,12 @@ impl PluginInstance {
         if self.run.as_ref().map(|(kind, uid)| (*kind, uid.as_str())) != run {
             self.run = run.map(|(kind, uid)| (kind, uid.to_string()));
         }
+        let home = match &pass {
+            Some(PassKey::Backup(namespace, ..) | PassKey::Restore(namespace, ..)) => {
+                namespace.clone()
+            }
+            None => String::new(),
+        };
         self.isolate(pass.as_ref());
         if self.live.is_none()
             && let Err(violation) = self.instantiate(pass)
@@ -370,6 +376,9 @@ impl PluginInstance {
         live.store.data_mut().begin_call();
         live.store.data_mut().write_scope = scope;
         live.store.data_mut().run_object = object;
+        if live.store.data().home_namespace != home {
+            live.store.data_mut().home_namespace = home;
+        }
         live.store
             .set_epoch_deadline(first_check(self.plugin.limits()));
         let started = std::time::Instant::now();

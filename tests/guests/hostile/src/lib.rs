@@ -47,6 +47,7 @@
 //! | `delete-id` | (1.2.0) calls `delete` for the identifier of `get-id`; annotation `hostile.iar.test/deleted` = `true`, `false` or `error:<message>` |
 //! | `list-id` | (1.2.0) calls `list` for `id-group`, `id-resource`, `id-namespace` and config `selector`; annotation `hostile.iar.test/listed` = the names found, comma-separated, or `error:<message>` |
 //! | `run-object` | (1.4.0) calls `runs.backup` `run-gets` times (config, default 1) and returns the item with annotation `hostile.iar.test/run` = the whole Backup the host gave, or `none`, and `hostile.iar.test/run-restore` = `none`, or `some` when the host gave a Restore in a backup's call |
+//! | `catalog` | (1.4.0) calls `cluster-catalog`'s `resources`, `server-version` and `home-namespace`; annotation `hostile.iar.test/catalog` = `{"resources": [[group, version, kind, resource, namespaced, verbs joined by ","]...] or "error:<message>", "version": "<git-version>" or "error:<message>", "home": "<namespace>"}` |
 //! | `create-then-trap` | (1.2.0) creates as `create-id` does, then panics: the object must still be recorded |
 //!
 //! Any other value fails the item with a message listing the known ones, so
@@ -528,6 +529,33 @@ impl Guest for Hostile {
             "clock-poll" => loop {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             },
+            "catalog" => {
+                use iar_sdk::bindings_v1_4::iar::plugin::cluster_catalog as catalog;
+                let resources = match catalog::resources() {
+                    Ok(rows) => Value::from(
+                        rows.iter()
+                            .map(|r| {
+                                iar_sdk::json!([
+                                    r.group,
+                                    r.version,
+                                    r.kind,
+                                    r.resource,
+                                    r.namespaced,
+                                    r.verbs.join(",")
+                                ])
+                            })
+                            .collect::<Vec<_>>(),
+                    ),
+                    Err(e) => Value::from(format!("error:{e}")),
+                };
+                let version = match catalog::server_version() {
+                    Ok(v) => v.git_version,
+                    Err(e) => format!("error:{e}"),
+                };
+                let seen = iar_sdk::json!({"resources": resources, "version": version,
+                    "home": catalog::home_namespace()});
+                annotate(&item, "hostile.iar.test/catalog", seen.to_string())
+            }
             "run-object" => {
                 let n: usize = config("run-gets").and_then(|n| n.parse().ok()).unwrap_or(1);
                 let mut backup = None;

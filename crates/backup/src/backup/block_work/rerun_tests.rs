@@ -205,3 +205,32 @@ fn an_unfreeze_claimed_by_a_crashed_machine_is_run_by_the_next() {
 fn pod_ref() -> ItemRef {
     ItemRef::new("", "pods", "shop", "db-0")
 }
+
+/// A run of this very machine claimed the unfreeze (here and in the
+/// store) and was stopped before its exec (the campaign's seed 4866: the
+/// store slow, the pod left frozen, "already started here"): whoever owes
+/// it next on this machine waits the claim's bound, then runs it, said.
+#[test]
+fn an_unfreeze_this_machine_claimed_and_never_ran_is_run_by_it() {
+    let runtime = paused();
+    let runner = Unfreezes::new(Vec::new());
+    let dir = tempfile::tempdir().unwrap();
+    let a = machine(&runtime, &runner, dir.path(), "replica-a");
+    assert!(
+        a.claims.claim("u", &pod_ref()),
+        "the stopped run's claim here"
+    );
+    runtime
+        .block_on(store_of(dir.path(), "replica-a").claim_once(
+            "b",
+            &["post", "shop", "db-0"],
+            &serde_json::json!({"holder": "replica-a", "token": "stopped", "state": "started"}),
+        ))
+        .unwrap();
+    let pods = [hooked_pod("db-0", "Continue", "3s")];
+    let ledger = [entry("db-0", "pre", "succeeded")];
+    let report = runtime.block_on(a.resume(&ledger, Vec::new(), &pods));
+    assert_eq!(runner.runs(), 1, "{report:?}");
+    assert!(said_rerun(&report), "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+}

@@ -1,11 +1,13 @@
-//! Contract 1.4.0's `runs`: a plugin asks for the whole Backup or Restore
-//! its call belongs to. What it gets is what the producer holds (the bytes
+//! Contract 1.4.0's imports. `runs`: a plugin asks for the whole Backup or
+//! Restore its call belongs to. What it gets is what the producer holds (the bytes
 //! Velero's server sent, iar's Backup resource), or, without one, the
 //! least Velero's type needs from the call's own fields; a restore's call
 //! gets no Backup and a backup's call no Restore; each ask is a host call,
-//! counted against the limit.
+//! counted against the limit. `cluster-catalog`: discovery for clients
+//! inside a plugin, from the real API server's discovery or, with no API
+//! server, iar's built-in table; the home namespace is the run's.
 
-use crate::support::{artifacts, backup, item, load, load_with, never_seen, pod, runtime};
+use crate::support::{artifacts, backup, item, load, load_with, never_seen, pod, runtime, server};
 use iar::plugin::{RestoreRef, Violation};
 use iar::{Limits, NoCluster, Phase};
 use serde_json::{Value, json};
@@ -134,4 +136,87 @@ fn a_plugin_that_never_asks_imports_no_runs() {
         "{:?}",
         hostile.shape().imports
     );
+}
+
+/// Pods as discovery lists them, in the hostile guest's row form.
+fn pods_row() -> Value {
+    json!(["", "v1", "Pod", "pods", true, ALL_VERBS])
+}
+
+/// The verbs of a full REST resource, as the API server lists them.
+const ALL_VERBS: &str = "create,delete,deletecollection,get,list,patch,update,watch";
+
+/// What the hostile guest's `catalog` mode saw, calling `plugin` on a pod
+/// of a backup in namespace `velero` against `cluster`.
+fn catalog_seen(plugin: &iar::Plugin, cluster: Arc<dyn iar::ClusterReader>) -> Value {
+    let mut b = backup(Phase::Backup);
+    b.namespace = "velero".into();
+    let out = plugin
+        .instance(cluster)
+        .execute(&pod("web-0"), &b, &never_seen)
+        .expect("the catalog is answered");
+    serde_json::from_str(&annotation(&out.item.unwrap(), "hostile.iar.test/catalog")).unwrap()
+}
+
+#[test]
+fn without_an_api_server_the_catalog_is_iars_table() {
+    let rt = runtime();
+    let plugin = load(&rt, artifacts::HOSTILE, &[("behavior", "catalog")]);
+    let seen = catalog_seen(&plugin, Arc::new(NoCluster));
+    let rows = seen["resources"].as_array().expect("resources listed");
+    assert_eq!(rows.len(), iar::catalog::Catalog::builtin().iter().count());
+    assert!(rows.contains(&pods_row()));
+    assert!(rows.contains(&json!([
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+        ALL_VERBS
+    ])));
+    assert_eq!(
+        seen["version"],
+        "error:there is no API server: the cluster is manifests (rule: no-api-server)"
+    );
+    assert_eq!(seen["home"], "velero");
+}
+
+/// Against the real API server: what its discovery serves, at each
+/// group's preferred version, with its verbs and scope, and its
+/// `/version`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_an_api_server_the_catalog_is_its_discovery() {
+    let Some(server) = server().await else {
+        return;
+    };
+    let client = crate::support::client(server, iar_apiserver::User::Admin).await;
+    let expected = client.apiserver_version().await.unwrap();
+    let rt = runtime();
+    let plugin = load(&rt, artifacts::HOSTILE, &[("behavior", "catalog")]);
+    let cluster: Arc<dyn iar::ClusterReader> = Arc::new(iar::k8s::live::LiveCluster::new(
+        client,
+        tokio::runtime::Handle::current(),
+    ));
+    let seen = tokio::task::spawn_blocking(move || catalog_seen(&plugin, cluster))
+        .await
+        .unwrap();
+    assert_eq!(seen["version"], expected.git_version.as_str());
+    assert_eq!(seen["home"], "velero");
+    let rows = seen["resources"].as_array().expect("resources listed");
+    let find = |group: &str, resource: &str| {
+        rows.iter()
+            .find(|r| r[0] == group && r[3] == resource)
+            .unwrap_or_else(|| panic!("{resource}.{group} not in {rows:?}"))
+            .clone()
+    };
+    assert_eq!(find("", "pods"), pods_row());
+    assert_eq!(find("", "namespaces")[4], false);
+    // A read-only resource keeps its verbs.
+    let reviews = find("authentication.k8s.io", "tokenreviews");
+    assert_eq!(reviews[5], "create");
+    // Each group at its preferred version.
+    assert_eq!(find("apps", "deployments")[1], "v1");
+    assert_eq!(find("autoscaling", "horizontalpodautoscalers")[1], "v2");
+    // No subresources.
+    assert!(!rows.iter().any(|r| r[3].as_str().unwrap().contains('/')));
 }
