@@ -6,18 +6,25 @@
 //! (`internal/testguests/whole-objects`) annotates each item with what it
 //! read; `iar run` hands it the object file as the producer's object.
 //!
-//! `go-sdk/velero/framework/build-testguests.sh` builds it (Go >= 1.26;
-//! Velero v1.18.3 and apimachinery through the Go module proxy; a minute
-//! or two the first time, then cached).
+//! And client-go inside the sandbox (`go-sdk/velero/framework/kube`): a
+//! typed clientset built from `kube.Config()` lists, gets, discovers and
+//! reads errors through `apierrors` as against an API server, each request
+//! a host call under the plugin's grants; what the host does not offer is
+//! refused by rule (`internal/testguests/kube-client`).
+//!
+//! `go-sdk/velero/framework/build-testguests.sh` builds them (Go >= 1.26;
+//! Velero v1.18.3, apimachinery and client-go through the Go module proxy;
+//! a few minutes the first time, then cached).
 
 use crate::support::iar;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-fn whole_objects() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
+/// The test guest `name`, built once per test binary.
+fn guest(name: &str) -> &'static Path {
+    static BUILT: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .parent()
             .expect("CARGO_TARGET_TMPDIR is target/tmp")
@@ -27,10 +34,16 @@ fn whole_objects() -> &'static Path {
             &out,
             "Go >= 1.26 on PATH and the Go module proxy",
         )
-        .into_iter()
-        .find(|p| p.ends_with("framework-whole-objects.wasm"))
-        .expect("build-testguests.sh built framework-whole-objects.wasm")
-    })
+    });
+    let file = format!("framework-{name}.wasm");
+    built
+        .iter()
+        .find(|p| p.ends_with(&file))
+        .unwrap_or_else(|| panic!("build-testguests.sh built no {file}: {built:?}"))
+}
+
+fn whole_objects() -> &'static Path {
+    guest("whole-objects")
 }
 
 /// Runs the guest on `item` with `extra` arguments: what it read (the
@@ -120,4 +133,110 @@ fn a_velero_restore_action_reads_the_whole_restore() {
             "phase": "InProgress", "startTimestamp": "2026-12-07T11:00:00Z",
             "spec": {"backupName": "nightly", "namespaceMapping": {"shop": "shop-copy"}}})
     );
+}
+
+/// client-go's typed clientset from `kube.Config()`, against a cluster
+/// of manifests: Velero's ChangeStorageClassAction's own calls (its
+/// ConfigMap by label in Velero's namespace, a cluster-scoped
+/// StorageClass) answered; a missing object `IsNotFound`; a Secret not
+/// granted `IsForbidden`, naming rule `read-grant`; a watch, a subresource
+/// and an update refused (405) naming their rules; discovery's groups at
+/// their preferred versions; no `/version` without an API server.
+#[test]
+fn client_go_inside_the_sandbox_answers_from_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).unwrap();
+    std::fs::write(
+        cluster.join("objects.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: change-storage-class-config\n  namespace: velero\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\ndata: {standard: fast}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated, namespace: velero}\ndata: {a: b}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: elsewhere\n  namespace: shop\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: fast}\nprovisioner: ebs.csi.aws.com\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\ndata: {password: aHVudGVyMg==}\n",
+    )
+    .unwrap();
+    let backup = dir.path().join("backup.yaml");
+    std::fs::write(
+        &backup,
+        "apiVersion: velero.io/v1\nkind: Backup\nmetadata: {name: nightly, namespace: velero}\nspec: {}\n",
+    )
+    .unwrap();
+    let item = dir.path().join("pod.json");
+    std::fs::write(
+        &item,
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-0", "namespace": "shop"},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = iar(&[
+        "run",
+        "--plugin",
+        guest("kube-client").to_str().unwrap(),
+        "--item",
+        item.to_str().unwrap(),
+        "--backup",
+        backup.to_str().unwrap(),
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--allow-mutate",
+        "*",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen: Value = serde_json::from_str(
+        printed["finalItem"]["metadata"]["annotations"]["iar.test/client"]
+            .as_str()
+            .expect("annotated"),
+    )
+    .unwrap();
+    let refused = |message: &str, how: &str| {
+        let mut v = json!({"error": message, "notFound": false, "forbidden": false,
+            "refused": false, "bad": false});
+        v[how] = true.into();
+        v
+    };
+    assert_eq!(seen["namespace"], "velero");
+    assert_eq!(
+        seen["configmaps"],
+        json!(["change-storage-class-config=fast"])
+    );
+    assert_eq!(seen["storageclass"], "ebs.csi.aws.com");
+    assert_eq!(
+        seen["missing"],
+        refused("configmaps \"missing\" not found", "notFound")
+    );
+    assert_eq!(
+        seen["secret"],
+        refused(
+            "reading secrets is not granted to this plugin (rule: read-grant)",
+            "forbidden"
+        )
+    );
+    assert_eq!(
+        seen["watch"],
+        refused(
+            "watch is not offered to plugins: a plugin call is bounded; poll with get or list (rule: no-watch)",
+            "refused"
+        )
+    );
+    assert_eq!(
+        seen["log"],
+        refused(
+            "subresource log of pods: plugins reach objects only (rule: no-subresource)",
+            "refused"
+        )
+    );
+    assert_eq!(
+        seen["update"],
+        refused(
+            "PUT of /api/v1/namespaces/velero/configmaps/settings: updating an object is not offered to plugins yet; create and delete the plugin's own objects (rule: no-update)",
+            "refused"
+        )
+    );
+    assert_eq!(seen["groups"], json!(["apps=v1", "storage.k8s.io=v1"]));
+    assert!(seen["version"]["error"].is_string(), "{seen}");
 }

@@ -260,7 +260,7 @@ fn cluster_reads_obey_the_grants() {
         .unwrap_err();
     assert!(err.is_retryable());
     assert!(
-        err.to_string().ends_with("retryable: reading volumesnapshots.snapshot.storage.k8s.io is not granted to this plugin"),
+        err.to_string().ends_with("retryable: reading volumesnapshots.snapshot.storage.k8s.io is not granted to this plugin (rule: read-grant)"),
         "{err}"
     );
 }

@@ -45,7 +45,10 @@ impl State {
         if self.grants.allows(gr) {
             Ok(())
         } else {
-            Err(format!("reading {gr} is not granted to this plugin"))
+            Err(format!(
+                "reading {gr} is not granted to this plugin (rule: {})",
+                crate::plugin::READ_GRANT_RULE
+            ))
         }
     }
 

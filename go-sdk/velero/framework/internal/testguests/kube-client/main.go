@@ -1,0 +1,133 @@
+// Test guest: a Velero backup item action that builds client-go's typed
+// clientset from kube.Config(), as Velero's built-ins build theirs from
+// its client.Factory, and records what each request got: the item comes
+// back annotated iar.test/client = a JSON object of results. Not an
+// example to follow.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+
+	"iar.dev/sdk/velero/framework"
+	_ "iar.dev/sdk/velero/framework/backupitemaction"
+	"iar.dev/sdk/velero/framework/kube"
+)
+
+func init() {
+	framework.NewServer().
+		RegisterBackupItemActionV2("iar.test/kube-client", func(logrus.FieldLogger) (any, error) { return &action{}, nil }).
+		Serve()
+}
+
+func main() {}
+
+type action struct{}
+
+func (*action) Name() string { return "iar.test/kube-client" }
+
+func (*action) AppliesTo() (velero.ResourceSelector, error) {
+	return velero.ResourceSelector{IncludedResources: []string{"pods"}}, nil
+}
+
+// outcome is one request's answer: what it found, or its error and how
+// apierrors reads it.
+func outcome(found any, err error) any {
+	if err == nil {
+		return found
+	}
+	return map[string]any{
+		"error":     err.Error(),
+		"notFound":  apierrors.IsNotFound(err),
+		"forbidden": apierrors.IsForbidden(err),
+		"refused":   apierrors.IsMethodNotSupported(err),
+		"bad":       apierrors.IsBadRequest(err),
+	}
+}
+
+func (*action) Execute(item runtime.Unstructured, _ *velerov1.Backup) (runtime.Unstructured, []velero.ResourceIdentifier, string, []velero.ResourceIdentifier, error) {
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(kube.Config())
+	if err != nil {
+		return nil, nil, "", nil, fmt.Errorf("client: %w", err)
+	}
+	ns := kube.Namespace()
+	seen := map[string]any{"namespace": ns}
+
+	// Velero's ChangeStorageClassAction: its ConfigMap by label, in
+	// Velero's namespace; then the StorageClass, cluster-scoped.
+	cms, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: "velero.io/plugin-config,velero.io/change-storage-class=RestoreItemAction",
+	})
+	var names []string
+	if err == nil {
+		for _, cm := range cms.Items {
+			names = append(names, cm.Name+"="+cm.Data["standard"])
+		}
+	}
+	seen["configmaps"] = outcome(names, err)
+	sc, err := cs.StorageV1().StorageClasses().Get(ctx, "fast", metav1.GetOptions{})
+	if err == nil {
+		seen["storageclass"] = sc.Provisioner
+	} else {
+		seen["storageclass"] = outcome(nil, err)
+	}
+	_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, "missing", metav1.GetOptions{})
+	seen["missing"] = outcome(nil, err)
+	_, err = cs.CoreV1().Secrets("shop").Get(ctx, "db", metav1.GetOptions{})
+	seen["secret"] = outcome(nil, err)
+	_, err = cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
+	seen["watch"] = outcome(nil, err)
+	err = cs.CoreV1().RESTClient().Get().Namespace("shop").Resource("pods").Name("web-0").SubResource("log").Do(ctx).Error()
+	seen["log"] = outcome(nil, err)
+	_, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, &corev1ConfigMap, metav1.UpdateOptions{})
+	seen["update"] = outcome(nil, err)
+	groups, err := cs.Discovery().ServerGroups()
+	if err == nil {
+		var found []string
+		for _, g := range groups.Groups {
+			if g.Name == "storage.k8s.io" || g.Name == "apps" {
+				found = append(found, g.Name+"="+g.PreferredVersion.Version)
+			}
+		}
+		seen["groups"] = found
+	} else {
+		seen["groups"] = outcome(nil, err)
+	}
+	_, err = cs.Discovery().ServerVersion()
+	seen["version"] = outcome("ok", err)
+
+	text, err := json.Marshal(seen)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	u := &unstructured.Unstructured{Object: item.UnstructuredContent()}
+	u.SetAnnotations(map[string]string{"iar.test/client": string(text)})
+	return u, nil, "", nil, nil
+}
+
+func (*action) Progress(string, *velerov1.Backup) (velero.OperationProgress, error) {
+	return velero.OperationProgress{}, errors.New("this action starts no operations")
+}
+
+func (*action) Cancel(string, *velerov1.Backup) error { return nil }
+
+// corev1ConfigMap is what the update asks to write (refused before it is
+// read).
+var corev1ConfigMap = func() corev1.ConfigMap {
+	cm := corev1.ConfigMap{}
+	cm.Name = "settings"
+	return cm
+}()

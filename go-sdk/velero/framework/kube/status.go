@@ -1,0 +1,61 @@
+package kube
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// refuse is a metav1.Status failure, so client-go's apierrors.Is* read it
+// as they read the API server's.
+func refuse(code int, reason, message string) (int, []byte) {
+	body, _ := json.Marshal(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "message": message, "reason": reason, "code": code,
+	})
+	return code, body
+}
+
+func notFound(t target) (int, []byte) {
+	body, _ := json.Marshal(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "reason": "NotFound", "code": http.StatusNotFound,
+		"message": t.row.Resource + " \"" + t.name + "\" not found",
+		"details": map[string]any{"name": t.name, "group": t.row.Group, "kind": t.row.Resource},
+	})
+	return http.StatusNotFound, body
+}
+
+var ruleOf = regexp.MustCompile(`\(rule: ([a-z0-9-]+)\)\s*$`)
+
+// hostError is the host's refusal or failure as the API server would
+// answer it, by the rule the text names.
+func hostError(err error, t target) (int, []byte) {
+	msg := err.Error()
+	rule := ""
+	if m := ruleOf.FindStringSubmatch(msg); m != nil {
+		rule = m[1]
+	}
+	code, reason := http.StatusInternalServerError, "InternalError"
+	switch {
+	case rule == "create-conflict":
+		code, reason = http.StatusConflict, "AlreadyExists"
+	case rule == "read-grant", rule == "write-grant", rule == "write-call", rule == "write-namespace",
+		rule == "delete-not-own", rule == "create-limit", rule == "lease-fence", rule == "cluster-read-only",
+		strings.HasPrefix(rule, "no-") && strings.HasSuffix(rule, "-in-finalize"):
+		code, reason = http.StatusForbidden, "Forbidden"
+	case rule == "write-object":
+		code, reason = http.StatusUnprocessableEntity, "Invalid"
+	case rule == "invalid-identifier", rule == "label-selector":
+		code, reason = http.StatusBadRequest, "BadRequest"
+	case rule == "list-limit":
+		code, reason = http.StatusRequestEntityTooLarge, "RequestEntityTooLarge"
+	}
+	body, _ := json.Marshal(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "message": msg, "reason": reason, "code": code,
+		"details": map[string]any{"name": t.name, "group": t.row.Group, "kind": t.row.Resource},
+	})
+	return code, body
+}
