@@ -585,6 +585,24 @@ pub fn error_policy(backup: Arc<Backup>, error: &ReconcileError, _ctx: Arc<Conte
     Action::requeue(Duration::from_secs(5))
 }
 
+/// The Backup resource's annotations as its stored object keeps them (what
+/// a plugin reading the whole Backup sees, as Velero sends them), and the
+/// resource's uid. None of iar's own (`iar.dev/`): the stored object's
+/// `iar.dev/plugin-config` and `iar.dev/item-sources` are what `iar resume`
+/// acts on, which a user's annotation must not set.
+fn recorded_annotations(backup: &Backup) -> BTreeMap<String, String> {
+    let mut annotations: BTreeMap<String, String> = backup
+        .annotations()
+        .iter()
+        .filter(|(key, _)| !key.starts_with("iar.dev/"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if let Some(uid) = backup.uid() {
+        annotations.insert(RESOURCE_UID_ANNOTATION.to_string(), uid);
+    }
+    annotations
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -790,22 +808,4 @@ mod tests {
             "{err}"
         );
     }
-}
-
-/// The Backup resource's annotations as its stored object keeps them (what
-/// a plugin reading the whole Backup sees, as Velero sends them), and the
-/// resource's uid. None of iar's own (`iar.dev/`): the stored object's
-/// `iar.dev/plugin-config` and `iar.dev/item-sources` are what `iar resume`
-/// acts on, which a user's annotation must not set.
-fn recorded_annotations(backup: &Backup) -> BTreeMap<String, String> {
-    let mut annotations: BTreeMap<String, String> = backup
-        .annotations()
-        .iter()
-        .filter(|(key, _)| !key.starts_with("iar.dev/"))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
-    if let Some(uid) = backup.uid() {
-        annotations.insert(RESOURCE_UID_ANNOTATION.to_string(), uid);
-    }
-    annotations
 }

@@ -243,7 +243,7 @@ async fn run_one(
         Err(reason) => return failed(api, &name, reason).await,
     };
     let restore_ref = RestoreRef {
-        object: Some(plugin_view(&restore, in_progress)),
+        object: Some(plugin_view(restore, in_progress)),
         name: name.clone(),
         namespace: restore.namespace().unwrap_or_default(),
         uid: restore.uid().unwrap_or_default(),
