@@ -72,6 +72,13 @@ impl SnapshotController {
             // A sync that failed (say, a content created after its snapshot)
             // is retried with backoff from 1 s; its default cap is 5 min.
             .arg("--retry-interval-max=5s")
+            // Its informers drop an update whose old object has no
+            // resourceVersion ("error parsing old ResourceVersion"), which
+            // an API server restart can hand them (the fault campaign's
+            // seed 4914: a content made ready, its snapshot never told);
+            // the periodic resync, 15 min by default, is what recovers.
+            // 30 s keeps that recovery inside a test's bounds.
+            .arg("--resync-period=30s")
             // Level 4 of snapshot_controller_base.go alone: INITIALIZED and
             // each failed sync.
             .arg("--vmodule=snapshot_controller_base=4");
