@@ -13,6 +13,7 @@ require (
 	k8s.io/api v0.33.12
 	k8s.io/apimachinery v0.33.13
 	k8s.io/client-go v0.33.12
+	sigs.k8s.io/controller-runtime v0.21.0
 )
 
 require (
@@ -21,6 +22,7 @@ require (
 	github.com/cockroachdb/redact v1.1.5 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.11.0 // indirect
+	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/fxamacker/cbor/v2 v2.7.0 // indirect
 	github.com/getsentry/sentry-go v0.46.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect

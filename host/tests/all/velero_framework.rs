@@ -141,7 +141,8 @@ fn a_velero_restore_action_reads_the_whole_restore() {
 /// StorageClass) answered; a missing object `IsNotFound`; a Secret not
 /// granted `IsForbidden`, naming rule `read-grant`; a watch, a subresource
 /// and an update refused (405) naming their rules; discovery's groups at
-/// their preferred versions; no `/version` without an API server.
+/// their preferred versions; no `/version` without an API server; and
+/// controller-runtime's client listing through its discovery mapper.
 #[test]
 fn client_go_inside_the_sandbox_answers_from_the_host() {
     let dir = tempfile::tempdir().unwrap();
@@ -149,7 +150,7 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
     std::fs::create_dir(&cluster).unwrap();
     std::fs::write(
         cluster.join("objects.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: change-storage-class-config\n  namespace: velero\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\ndata: {standard: fast}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated, namespace: velero}\ndata: {a: b}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: elsewhere\n  namespace: shop\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: fast}\nprovisioner: ebs.csi.aws.com\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\ndata: {password: aHVudGVyMg==}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: change-storage-class-config\n  namespace: velero\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\ndata: {standard: fast}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated, namespace: velero}\ndata: {a: b}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: elsewhere\n  namespace: shop\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: fast}\nprovisioner: ebs.csi.aws.com\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\ndata: {password: aHVudGVyMg==}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: builder, namespace: shop}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: shop}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: other, namespace: velero}\n",
     )
     .unwrap();
     let backup = dir.path().join("backup.yaml");
@@ -239,4 +240,7 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
     );
     assert_eq!(seen["groups"], json!(["apps=v1", "storage.k8s.io=v1"]));
     assert!(seen["version"]["error"].is_string(), "{seen}");
+    // controller-runtime's client (Velero's SecretAction's), its REST
+    // mapper built from discovery over the same transport.
+    assert_eq!(seen["controller-runtime"], json!(["builder", "default"]));
 }

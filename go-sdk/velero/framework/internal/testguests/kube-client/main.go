@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"iar.dev/sdk/velero/framework"
 	_ "iar.dev/sdk/velero/framework/backupitemaction"
@@ -108,6 +109,21 @@ func (*action) Execute(item runtime.Unstructured, _ *velerov1.Backup) (runtime.U
 	}
 	_, err = cs.Discovery().ServerVersion()
 	seen["version"] = outcome("ok", err)
+
+	// Velero's SecretAction's client: controller-runtime's, its REST
+	// mapper found through discovery over the same transport.
+	crc, err := crclient.New(kube.Config(), crclient.Options{})
+	if err != nil {
+		seen["controller-runtime"] = outcome(nil, err)
+	} else {
+		var sas corev1.ServiceAccountList
+		err = crc.List(ctx, &sas, crclient.InNamespace("shop"))
+		var found []string
+		for _, sa := range sas.Items {
+			found = append(found, sa.Name)
+		}
+		seen["controller-runtime"] = outcome(found, err)
+	}
 
 	text, err := json.Marshal(seen)
 	if err != nil {
