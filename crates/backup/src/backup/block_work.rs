@@ -567,6 +567,31 @@ impl BlockWork {
         self.skipped(pod, hooks, &reason)
     }
 
+    /// The file-system volume backups `items` call for: each pod's
+    /// volumes that its annotations, the volume policy and the default
+    /// choose for one, as [`BlockWork::start_volumes`] decides them (the
+    /// claims and volumes looked up among `items`). `(pod, volume)`.
+    pub fn chosen_fs_volumes(&self, items: &[Item]) -> Vec<(ItemRef, String)> {
+        let mut out = Vec::new();
+        for pod in items
+            .iter()
+            .filter(|i| i.id.group.is_empty() && i.id.resource == "pods")
+        {
+            let claim = |name: &str| claim_in(items, &pod.id.namespace, name);
+            for d in decide_pod_volumes(
+                pod,
+                &claim,
+                self.policies.as_ref(),
+                self.default_volumes_to_fs_backup,
+            ) {
+                if d.action == VolumeAction::FsBackup {
+                    out.push((pod.id.clone(), d.volume));
+                }
+            }
+        }
+        out
+    }
+
     /// After the block's items: decides each pod's volumes, starts the
     /// file-system backups (unless the block failed), and leaves a task on
     /// the runtime that waits for them and then runs the post hooks of the

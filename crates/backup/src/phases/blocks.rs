@@ -364,10 +364,14 @@ impl Blocks<'_> {
     /// the volume backups' progress once per sync period and at the end;
     /// records every hook run and every volume backup that did not complete
     /// in the results and the log.
+    /// `resumed`: the work was found by a later step, which checks that
+    /// every volume the stored pods chose has a record
+    /// ([`Blocks::unstarted_volumes`]); the first pass started them itself.
     pub(super) async fn finish_blocks(
         &self,
         run: &mut Run,
         work: &BlockWork,
+        resumed: bool,
     ) -> Result<(), PhaseError> {
         let name = run.name().to_string();
         let report = {
@@ -402,6 +406,10 @@ impl Blocks<'_> {
         if !BlockWork::owed_post_hooks(&ledger).is_empty() {
             let pods = self.owed_pods(&name, &ledger).await?;
             work.run_owed_posts(&ledger, &pods, &mut report).await;
+        }
+        if resumed {
+            let unstarted = self.unstarted_volumes(&name, work, &report.volumes).await?;
+            report.errors.extend(unstarted);
         }
         self.show_volume_progress(run, &report.volumes);
         // The report holds every hook run: it replaces the counts of the
@@ -564,7 +572,7 @@ impl Blocks<'_> {
                 &name,
                 "resumed by the process that runs its blocks: waiting for them as they go on",
             );
-            return self.finish_blocks(run, &work).await;
+            return self.finish_blocks(run, &work, true).await;
         }
         let ledger = self.hook_ledger(&name).await?;
         let volumes = self.volume_records(&name).await?;
@@ -583,7 +591,60 @@ impl Blocks<'_> {
             .await?;
         let mut report = work.resume(&ledger, volumes, &pods).await;
         report.errors.extend(unrecorded);
+        let unstarted = self
+            .unstarted_volumes(&name, &work, &report.volumes)
+            .await?;
+        report.errors.extend(unstarted);
         self.record_blocks(run, report).await
+    }
+
+    /// Every volume the stored pods chose for a file-system backup that
+    /// has no record, as the backup's errors: a resume knows only the
+    /// records, and a first pass whose step ended after its tarball may
+    /// have started none, or lost them, and said so only in a log that
+    /// went with it (the fault campaign's seeds 4955 and 4960: Completed,
+    /// a pod's volume neither backed up nor reported). The stored pods,
+    /// claims and volumes are read from the tarball.
+    async fn unstarted_volumes(
+        &self,
+        name: &str,
+        work: &BlockWork,
+        recorded: &[VolumeBackup],
+    ) -> Result<Vec<(String, String)>, PhaseError> {
+        let Some(contents) = self.store.get(name, BackupFile::Contents).await? else {
+            return Ok(Vec::new());
+        };
+        let items = super::record::blocking(name, "reading the tarball", move || {
+            let wanted = [
+                "resources/pods/namespaces/",
+                "resources/persistentvolumeclaims/namespaces/",
+                "resources/persistentvolumes/cluster/",
+            ];
+            Ok(iar_core::store::tarball::read(&contents)?
+                .into_iter()
+                .filter(|(path, _)| wanted.iter().any(|w| path.starts_with(w)))
+                .filter_map(|(_, data)| {
+                    let value = serde_json::from_slice(&data).ok()?;
+                    iar_core::item::Item::from_value(value, iar_core::catalog::Catalog::builtin())
+                        .ok()
+                })
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        let mut out = Vec::new();
+        for (pod, volume) in work.chosen_fs_volumes(&items) {
+            let has_record = recorded.iter().any(|v| {
+                v.pod_namespace == pod.namespace && v.pod_name == pod.name && v.volume == volume
+            });
+            if !has_record {
+                let m = format!(
+                    "volume {volume} of pod {}: chosen for a file-system backup, but no backup of it was started or recorded; it is not in this backup (rule: volume-unrecorded)",
+                    pod.path()
+                );
+                out.push((pod.namespace.clone(), m));
+            }
+        }
+        Ok(out)
     }
 
     /// The pods whose volumes were backed up while the ledger holds no
@@ -698,7 +759,7 @@ impl Blocks<'_> {
     /// still runs the blocks itself waits for them instead.
     pub(super) async fn interrupted_blocks(&self, run: &mut Run) -> Result<(), PhaseError> {
         if let Some(work) = self.live.get(run.object.work_uid()) {
-            return self.finish_blocks(run, &work).await;
+            return self.finish_blocks(run, &work, false).await;
         }
         let name = run.name().to_string();
         let ledger = self.hook_ledger(&name).await?;

@@ -235,7 +235,7 @@ impl FirstPass<'_> {
         drop(pass.outcomes);
         run.object.status.hook_status = work.hook_counts();
         self.recorder.persist(run).await?;
-        self.blocks.finish_blocks(run, &work).await?;
+        self.blocks.finish_blocks(run, &work, false).await?;
         let next = if attempted == 0 {
             BackupPhase::finalizing(run.partially_failed())
         } else {

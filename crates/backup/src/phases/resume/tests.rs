@@ -238,3 +238,58 @@ async fn a_takeover_ends_the_volume_backups_before_the_unfreeze_it_owes() {
     assert_eq!(parts.stored("b").await.status.phase, BackupPhase::Failed);
     assert_eq!(*recorder.said.lock().unwrap(), ["end b", "Post db-0"]);
 }
+
+/// A backup whose items were written (the tarball holds a pod whose
+/// volume is chosen for a file-system backup) but which has no record of
+/// that volume's backup: the first pass that wrote the tarball started
+/// none, or lost its record, and its step ended. The process resuming it
+/// fails it partially, naming the volume, instead of completing it without
+/// that volume (the fault campaign's seeds 4955 and 4960: Completed with
+/// no volume records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_fails_a_volume_chosen_but_never_recorded() {
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let parts = Parts::with_machine(std::sync::Arc::new(iar_core::cluster::NoCluster), |m| {
+        m.with_hook_runner(recorder.clone())
+            .with_volume_backupper(recorder.clone())
+    });
+    parts.put_object("b", BackupPhase::InProgress).await;
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "shop",
+            "annotations": {"backup.velero.io/backup-volumes": "data"}},
+        "spec": {"containers": [{"name": "db"}],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "cache", "emptyDir": {}}]}});
+    let contents = iar_core::store::tarball::build(vec![(
+        "resources/pods/namespaces/shop/db-0.json".to_string(),
+        pod.to_string().into_bytes(),
+    )])
+    .unwrap();
+    parts
+        .store
+        .put("b", BackupFile::Contents, Bytes::from(contents))
+        .await
+        .unwrap();
+    let mut run = parts.load("b").await;
+
+    let step = parts.resume().step(&mut run).await.unwrap();
+    assert!(!matches!(step, Step::Done(_)), "it goes on: {step:?}");
+    let results = parts.results("b").await;
+    let errors: Vec<_> = results.errors.all().cloned().collect();
+    assert_eq!(
+        errors,
+        [
+            "volume data of pod shop/db-0: chosen for a file-system backup, but no backup of it was started or recorded; it is not in this backup (rule: volume-unrecorded)"
+        ],
+        "the opted-in volume only"
+    );
+    assert!(
+        matches!(
+            parts.stored("b").await.status.phase,
+            BackupPhase::FinalizingPartiallyFailed
+                | BackupPhase::WaitingForPluginOperationsPartiallyFailed
+                | BackupPhase::PartiallyFailed
+        ),
+        "{:?}",
+        parts.stored("b").await.status.phase
+    );
+}
