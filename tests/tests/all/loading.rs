@@ -14,7 +14,7 @@ fn a_component_of_another_world_is_refused_naming_what_is_missing() {
     let err = load_bytes(&runtime, &bytes).unwrap_err();
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
     let message = err.to_string();
-    assert!(message.starts_with("plugin \"candidate\": does not export iar:plugin/item-action@1.0.0 or @1.1.0 or @1.2.0 or @1.3.0 or iar:plugin/item-block-action@1.1.0 or @1.2.0 or @1.3.0 or iar:plugin/restore-item-action@1.3.0 (rule: plugin-world)"), "{message}");
+    assert!(message.starts_with("plugin \"candidate\": does not export iar:plugin/item-action@1.0.0 or @1.1.0 or @1.2.0 or @1.3.0 or @1.4.0 or iar:plugin/item-block-action@1.1.0 or @1.2.0 or @1.3.0 or @1.4.0 or iar:plugin/restore-item-action@1.3.0 or @1.4.0 (rule: plugin-world)"), "{message}");
     assert!(
         message.contains("wasi:cli/run@0.2"),
         "names what it does export: {message}"
@@ -28,7 +28,7 @@ fn an_unsupported_contract_version_is_refused_naming_the_supported_ones() {
     let err = load_bytes(&runtime, &bytes).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "plugin \"candidate\": built for contract iar:plugin@2.0.0, this host supports iar:plugin@1.0.0, iar:plugin@1.1.0, iar:plugin@1.2.0, iar:plugin@1.3.0 (rule: contract-version)"
+        "plugin \"candidate\": built for contract iar:plugin@2.0.0, this host supports iar:plugin@1.0.0, iar:plugin@1.1.0, iar:plugin@1.2.0, iar:plugin@1.3.0, iar:plugin@1.4.0 (rule: contract-version)"
     );
 }
 
