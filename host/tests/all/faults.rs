@@ -1535,6 +1535,13 @@ async fn run_seed(
                     println!("fault-campaign agent-log seed={seed} round={round}: {line}");
                 }
             }
+            // A volume never started: the whole log, for the first pass
+            // that skipped it (the class of seeds 4955 and 4960).
+            if why.contains("rule: volume-unrecorded") {
+                for line in log_lines(&world.store.store, &name).await {
+                    println!("fault-campaign backup-log seed={seed} round={round}: {line}");
+                }
+            }
         }
         if phase == BackupPhase::Completed {
             if let Err(e) = check_restore(&world.store.store, &name, &frozen).await {
