@@ -55,6 +55,9 @@ pub struct BlockWork {
     ledger: tokio::sync::Mutex<Vec<LedgerEntry>>,
     /// Told each time a block's volume wait and post hooks end.
     tail_ended: tokio::sync::Notify,
+    /// Set once the item pass that owns this work started every block
+    /// ([`BlockWork::all_blocks_started`]).
+    all_started: std::sync::atomic::AtomicBool,
 }
 
 /// One pod's hooks of one phase in the hook ledger
@@ -267,6 +270,7 @@ impl BlockWork {
             state: Mutex::new(State::default()),
             ledger: tokio::sync::Mutex::new(Vec::new()),
             tail_ended: tokio::sync::Notify::new(),
+            all_started: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -565,6 +569,19 @@ impl BlockWork {
             ),
         ));
         self.skipped(pod, hooks, &reason)
+    }
+
+    /// Says that the item pass owning this work has started every block:
+    /// only then is its report the backup's (a pass cut short, or a
+    /// resume that follows records, holds part of it at most).
+    pub fn all_blocks_started(&self) {
+        self.all_started
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`BlockWork::all_blocks_started`] was said.
+    pub fn has_all_blocks(&self) -> bool {
+        self.all_started.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The file-system volume backups `items` call for: each pod's

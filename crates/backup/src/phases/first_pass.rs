@@ -201,6 +201,7 @@ impl FirstPass<'_> {
         let items = self.selected_items(run, req, filter).await?;
         let work = self.blocks.block_work(run).await?;
         let (pass, contents) = self.item_pass(run, items, &work, filter).await?;
+        work.all_blocks_started();
         // The turn covers listing and the plugins; waiting on volumes and
         // post hooks does not hold one.
         drop(turn);

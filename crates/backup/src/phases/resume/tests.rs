@@ -293,3 +293,74 @@ async fn a_resume_fails_a_volume_chosen_but_never_recorded() {
         parts.stored("b").await.status.phase
     );
 }
+
+/// Block work this machine kept from an attempt that did not start every
+/// block (here: none) is not taken for the blocks' work: a resume follows
+/// the stored records instead of recording that attempt's empty report
+/// (the fault campaign's seeds 4955 and 4960).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_does_not_trust_work_that_never_started_its_blocks() {
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let parts = Parts::with_machine(std::sync::Arc::new(iar_core::cluster::NoCluster), |m| {
+        m.with_hook_runner(recorder.clone())
+            .with_volume_backupper(recorder.clone())
+    });
+    let object = parts.put_object("b", BackupPhase::InProgress).await;
+    let contents = iar_core::store::tarball::build(Vec::<(String, Vec<u8>)>::new()).unwrap();
+    parts
+        .store
+        .put("b", BackupFile::Contents, Bytes::from(contents))
+        .await
+        .unwrap();
+    parts
+        .store
+        .put_json(
+            "b",
+            BackupFile::VolumeBackups,
+            &[volume("data", VolumePhase::Completed)],
+        )
+        .await
+        .unwrap();
+    let stale = std::sync::Arc::new(crate::backup::block_work::BlockWork::new(
+        "b".into(),
+        Default::default(),
+        recorder.clone(),
+        None,
+        None,
+        None,
+        false,
+        tokio::runtime::Handle::current(),
+    ));
+    parts.live_blocks.insert(object.work_uid(), &stale);
+    let mut run = parts.load("b").await;
+
+    parts.resume().step(&mut run).await.unwrap();
+    let recorded: Vec<VolumeBackup> = parts
+        .store
+        .get_json("b", BackupFile::VolumeBackups)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].phase, VolumePhase::Completed);
+    assert!(
+        !parts
+            .live_blocks
+            .get(object.work_uid())
+            .is_some_and(|w| std::sync::Arc::ptr_eq(&w, &stale)),
+        "the stale work is gone"
+    );
+    // The resume followed the records (the stored volume is the report's),
+    // not the stale work's empty report.
+    let log = parts.store.get_logs("b").await.unwrap().unwrap_or_default();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("resumed after a restart with its items written")),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("volume backup: ") && l.contains("Completed")),
+        "{log:#?}"
+    );
+}
