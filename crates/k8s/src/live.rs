@@ -226,6 +226,14 @@ fn path_segment(part: &str) -> String {
     percent_encoding::utf8_percent_encode(part, SEGMENT).to_string()
 }
 
+/// A request with no resource to name that had no answer within `wait`.
+fn no_answer(what: &str, wait: std::time::Duration) -> ClusterError {
+    ClusterError::Api {
+        what: what.into(),
+        source: format!("no answer from the API server within {wait:?}").into(),
+    }
+}
+
 fn api_error(what: String, e: impl std::error::Error + Send + Sync + 'static) -> ClusterError {
     ClusterError::Api {
         what,
@@ -356,15 +364,27 @@ impl LiveCluster {
         budget: std::time::Duration,
         f: impl std::future::Future<Output = Result<T, ClusterError>>,
     ) -> Result<T, ClusterError> {
+        let late = |wait| ClusterError::TimedOut {
+            id: id.clone(),
+            wait,
+        };
+        self.bounded(budget, late, f)
+    }
+
+    /// `f` on the runtime for at most `budget` (and [`GET_TIMEOUT`]), from
+    /// a plugin's blocking thread; past that, `late(wait)`.
+    fn bounded<T>(
+        &self,
+        budget: std::time::Duration,
+        late: impl FnOnce(std::time::Duration) -> ClusterError,
+        f: impl std::future::Future<Output = Result<T, ClusterError>>,
+    ) -> Result<T, ClusterError> {
         let wait = budget.min(GET_TIMEOUT);
         // The timer is made inside `block_on`: tokio makes it on the
         // current runtime, and a plugin's blocking thread has none.
         self.handle
             .block_on(async { tokio::time::timeout(wait, f).await })
-            .map_err(|_| ClusterError::TimedOut {
-                id: id.clone(),
-                wait,
-            })?
+            .map_err(|_| late(wait))?
     }
 }
 
@@ -407,14 +427,11 @@ impl ClusterReader for LiveCluster {
         &self,
         budget: std::time::Duration,
     ) -> Result<Arc<Vec<ApiResourceRow>>, ClusterError> {
-        let wait = budget.min(GET_TIMEOUT);
-        let resources = self
-            .handle
-            .block_on(async { tokio::time::timeout(wait, self.resources()).await })
-            .map_err(|_| ClusterError::Api {
-                what: "discovery".into(),
-                source: format!("no answer from the API server within {wait:?}").into(),
-            })??;
+        let resources = self.bounded(
+            budget,
+            |wait| no_answer("discovery", wait),
+            self.resources(),
+        )?;
         let mut rows: Vec<ApiResourceRow> = resources
             .values()
             .map(|r| ApiResourceRow {
@@ -437,15 +454,10 @@ impl ClusterReader for LiveCluster {
         &self,
         budget: std::time::Duration,
     ) -> Result<ServerVersion, ClusterError> {
-        let wait = budget.min(GET_TIMEOUT);
-        let info = self
-            .handle
-            .block_on(async { tokio::time::timeout(wait, self.client.apiserver_version()).await })
-            .map_err(|_| ClusterError::Api {
-                what: "/version".into(),
-                source: format!("no answer from the API server within {wait:?}").into(),
-            })?
-            .map_err(|e| api_error("/version".into(), e))?;
+        let version = async {
+            (self.client.apiserver_version().await).map_err(|e| api_error("/version".into(), e))
+        };
+        let info = self.bounded(budget, |wait| no_answer("/version", wait), version)?;
         self.count(1);
         Ok(ServerVersion {
             major: info.major,

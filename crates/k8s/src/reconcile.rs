@@ -27,7 +27,7 @@ use super::resource::{
     RESOURCE_UID_ANNOTATION, delete_with_uid, deleted, made_for, patch_status, replace_status,
 };
 use iar_backup::backup::expiry;
-use iar_backup::backup::object::{BackupObject, BackupPhase, BackupStatus};
+use iar_backup::backup::object::{BackupObject, BackupPhase, BackupStatus, is_iar_annotation};
 use iar_backup::phases::gc::Outcome;
 use iar_backup::phases::{BackupRequest, PhaseError, PhaseMachine, Step};
 use iar_core::store::lease::LeaseError;
@@ -594,7 +594,7 @@ fn recorded_annotations(backup: &Backup) -> BTreeMap<String, String> {
     let mut annotations: BTreeMap<String, String> = backup
         .annotations()
         .iter()
-        .filter(|(key, _)| !key.starts_with("iar.dev/"))
+        .filter(|(key, _)| !is_iar_annotation(key))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
     if let Some(uid) = backup.uid() {

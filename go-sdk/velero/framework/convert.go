@@ -123,32 +123,16 @@ func backup(b *velero.Backup) (*velerov1.Backup, error) {
 		return nil, nil
 	}
 	text, whole := host.BackupObject()
-	key := text
-	if !whole {
-		key = "\x00" + b.Name + "\x00" + b.Namespace + "\x00" + b.UID + "\x00" + b.SpecJSON
-	}
-	if lastBackup.obj == nil || lastBackup.key != key {
+	key := runKey(text, whole, b.Name, b.Namespace, b.UID, b.SpecJSON)
+	return cached(&lastBackup, key, func() (*velerov1.Backup, error) {
 		out := &velerov1.Backup{}
-		var err error
 		if whole {
-			if err = json.Unmarshal([]byte(text), out); err != nil {
-				err = fmt.Errorf("backup %s: the object the host gave: %w", b.Name, err)
-			}
-		} else {
-			out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Backup"
-			out.Name, out.Namespace, out.UID = b.Name, b.Namespace, types.UID(b.UID)
-			if b.SpecJSON != "" {
-				if err = json.Unmarshal([]byte(b.SpecJSON), &out.Spec); err != nil {
-					err = fmt.Errorf("backup %s: spec: %w", b.Name, err)
-				}
-			}
+			return out, decodeWhole("backup", b.Name, text, out)
 		}
-		lastBackup = lastObject[velerov1.Backup]{key, out, err}
-	}
-	if lastBackup.err != nil {
-		return nil, lastBackup.err
-	}
-	return lastBackup.obj.DeepCopy(), nil
+		out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Backup"
+		out.Name, out.Namespace, out.UID = b.Name, b.Namespace, types.UID(b.UID)
+		return out, decodeSpec("backup", b.Name, b.SpecJSON, &out.Spec)
+	})
 }
 
 // restore is the whole velerov1.Restore the call belongs to (see backup).
@@ -157,30 +141,56 @@ func restore(r *velero.Restore) (*velerov1.Restore, error) {
 		return nil, nil
 	}
 	text, whole := host.RestoreObject()
-	key := text
-	if !whole {
-		key = "\x00" + r.Name + "\x00" + r.Namespace + "\x00" + r.UID + "\x00" + r.SpecJSON
-	}
-	if lastRestore.obj == nil || lastRestore.key != key {
+	key := runKey(text, whole, r.Name, r.Namespace, r.UID, r.SpecJSON)
+	return cached(&lastRestore, key, func() (*velerov1.Restore, error) {
 		out := &velerov1.Restore{}
-		var err error
 		if whole {
-			if err = json.Unmarshal([]byte(text), out); err != nil {
-				err = fmt.Errorf("restore %s: the object the host gave: %w", r.Name, err)
-			}
-		} else {
-			out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Restore"
-			out.Name, out.Namespace, out.UID = r.Name, r.Namespace, types.UID(r.UID)
-			if r.SpecJSON != "" {
-				if err = json.Unmarshal([]byte(r.SpecJSON), &out.Spec); err != nil {
-					err = fmt.Errorf("restore %s: spec: %w", r.Name, err)
-				}
-			}
+			return out, decodeWhole("restore", r.Name, text, out)
 		}
-		lastRestore = lastObject[velerov1.Restore]{key, out, err}
+		out.APIVersion, out.Kind = velerov1.SchemeGroupVersion.String(), "Restore"
+		out.Name, out.Namespace, out.UID = r.Name, r.Namespace, types.UID(r.UID)
+		return out, decodeSpec("restore", r.Name, r.SpecJSON, &out.Spec)
+	})
+}
+
+// runKey is what a decoded object is kept by: the host's text, or, with
+// none, the record's fields (prefixed so that no text equals it).
+func runKey(text string, whole bool, name, namespace, uid, spec string) string {
+	if whole {
+		return text
 	}
-	if lastRestore.err != nil {
-		return nil, lastRestore.err
+	return "\x00" + name + "\x00" + namespace + "\x00" + uid + "\x00" + spec
+}
+
+// cached is last's object when key is its key, else the one build makes
+// (kept with its error); a deep copy, so that a plugin may change it.
+func cached[T any, PT interface {
+	*T
+	DeepCopy() *T
+}](last *lastObject[T], key string, build func() (*T, error)) (*T, error) {
+	if last.obj == nil || last.key != key {
+		obj, err := build()
+		*last = lastObject[T]{key, obj, err}
 	}
-	return lastRestore.obj.DeepCopy(), nil
+	if last.err != nil {
+		return nil, last.err
+	}
+	return PT(last.obj).DeepCopy(), nil
+}
+
+func decodeWhole(what, name, text string, out any) error {
+	if err := json.Unmarshal([]byte(text), out); err != nil {
+		return fmt.Errorf("%s %s: the object the host gave: %w", what, name, err)
+	}
+	return nil
+}
+
+func decodeSpec(what, name, spec string, out any) error {
+	if spec == "" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(spec), out); err != nil {
+		return fmt.Errorf("%s %s: spec: %w", what, name, err)
+	}
+	return nil
 }

@@ -165,6 +165,14 @@ pub struct BackupObject {
 /// `iar resume` can read post-operation items again.
 pub const SOURCES_ANNOTATION: &str = "iar.dev/item-sources";
 
+/// Whether an annotation of a Backup is iar's own bookkeeping
+/// (`iar.dev/...`), never the user's: a plugin reading the whole Backup
+/// does not see them, and a user's on the resource are not recorded
+/// (`iar resume` acts on the recorded ones).
+pub fn is_iar_annotation(key: &str) -> bool {
+    key.starts_with("iar.dev/")
+}
+
 /// Where `iar backup` records its `--config` settings, so that `iar resume`
 /// finalizes with the same plugin settings.
 pub const CONFIG_ANNOTATION: &str = "iar.dev/plugin-config";

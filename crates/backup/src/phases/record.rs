@@ -5,7 +5,7 @@
 use super::StatusSink;
 use super::errors::PhaseError;
 use super::journal::Journal;
-use crate::backup::object::{BackupObject, BackupPhase, Results, rfc3339};
+use crate::backup::object::{BackupObject, BackupPhase, Results, is_iar_annotation, rfc3339};
 use iar_core::clock::Clock;
 use iar_core::store::{BackupFile, BackupStore, StoreError};
 use iar_plugin::plugin::{BackupRef, Phase};
@@ -46,7 +46,7 @@ impl Run {
         object
             .metadata
             .annotations
-            .retain(|key, _| !key.starts_with("iar.dev/"));
+            .retain(|key, _| !is_iar_annotation(key));
         let text = serde_json::to_string(&object).expect("a backup object serializes");
         std::sync::Arc::from(text)
     }

@@ -359,15 +359,11 @@ impl PluginInstance {
         if self.run.as_ref().map(|(kind, uid)| (*kind, uid.as_str())) != run {
             self.run = run.map(|(kind, uid)| (kind, uid.to_string()));
         }
-        let home = match &pass {
-            Some(PassKey::Backup(namespace, ..) | PassKey::Restore(namespace, ..)) => {
-                namespace.clone()
-            }
-            None => String::new(),
-        };
         self.isolate(pass.as_ref());
+        // The pass is kept by the instance it makes: cloned only then, so
+        // a reused instance's call costs no copy of it.
         if self.live.is_none()
-            && let Err(violation) = self.instantiate(pass)
+            && let Err(violation) = self.instantiate(pass.clone())
         {
             return Err(self.error(Call::Instantiate, target, violation, String::new()));
         }
@@ -376,8 +372,12 @@ impl PluginInstance {
         live.store.data_mut().begin_call();
         live.store.data_mut().write_scope = scope;
         live.store.data_mut().run_object = object;
+        let home = match &pass {
+            Some(PassKey::Backup(namespace, ..) | PassKey::Restore(namespace, ..)) => namespace,
+            None => "",
+        };
         if live.store.data().home_namespace != home {
-            live.store.data_mut().home_namespace = home;
+            live.store.data_mut().home_namespace = home.to_string();
         }
         live.store
             .set_epoch_deadline(first_check(self.plugin.limits()));

@@ -194,7 +194,7 @@ func remove(t target) (int, []byte) {
 		return notFound(t)
 	}
 	body, _ := json.Marshal(map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Success",
-		"details": map[string]any{"name": t.name, "group": t.row.Group, "kind": t.row.Resource}})
+		"details": t.details()})
 	return http.StatusOK, body
 }
 

@@ -10,21 +10,31 @@ import (
 // refuse is a metav1.Status failure, so client-go's apierrors.Is* read it
 // as they read the API server's.
 func refuse(code int, reason, message string) (int, []byte) {
-	body, _ := json.Marshal(map[string]any{
-		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
-		"status": "Failure", "message": message, "reason": reason, "code": code,
-	})
-	return code, body
+	return failure(code, reason, message, nil)
 }
 
 func notFound(t target) (int, []byte) {
-	body, _ := json.Marshal(map[string]any{
+	return failure(http.StatusNotFound, "NotFound", t.row.Resource+" \""+t.name+"\" not found", t.details())
+}
+
+// failure is the Status body of a failed request; details, when given,
+// name the object.
+func failure(code int, reason, message string, details map[string]any) (int, []byte) {
+	status := map[string]any{
 		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
-		"status": "Failure", "reason": "NotFound", "code": http.StatusNotFound,
-		"message": t.row.Resource + " \"" + t.name + "\" not found",
-		"details": map[string]any{"name": t.name, "group": t.row.Group, "kind": t.row.Resource},
-	})
-	return http.StatusNotFound, body
+		"status": "Failure", "message": message, "reason": reason, "code": code,
+	}
+	if details != nil {
+		status["details"] = details
+	}
+	body, _ := json.Marshal(status)
+	return code, body
+}
+
+// details are a Status's details for t, as the API server gives them
+// (its "kind" is the resource).
+func (t target) details() map[string]any {
+	return map[string]any{"name": t.name, "group": t.row.Group, "kind": t.row.Resource}
 }
 
 var ruleOf = regexp.MustCompile(`\(rule: ([a-z0-9-]+)\)\s*$`)
@@ -52,10 +62,5 @@ func hostError(err error, t target) (int, []byte) {
 	case rule == "list-limit":
 		code, reason = http.StatusRequestEntityTooLarge, "RequestEntityTooLarge"
 	}
-	body, _ := json.Marshal(map[string]any{
-		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
-		"status": "Failure", "message": msg, "reason": reason, "code": code,
-		"details": map[string]any{"name": t.name, "group": t.row.Group, "kind": t.row.Resource},
-	})
-	return code, body
+	return failure(code, reason, msg, t.details())
 }
