@@ -191,6 +191,36 @@ fn stale_locks_are_ignored_and_removed() {
     assert_eq!(names(&store, &rt, "locks"), vec![fresh_elsewhere]);
 }
 
+/// A lock an iar holder in another pod left when it was killed (another
+/// host, so its pid cannot be probed) declares its window: iar removes it
+/// once 6 minutes old, where a restic lock as old still stands.
+#[test]
+fn a_killed_iar_holders_lock_is_stale_after_its_declared_window() {
+    let rt = runtime();
+    let store = memory_store();
+    let repo = open(&store, &rt);
+    let six_ago =
+        rustic_core::jiff::Timestamp::now() - rustic_core::jiff::SignedDuration::from_mins(6);
+    let killed = LockFile {
+        time: six_ago.to_string(),
+        hostname: "iar-controller-7d9f-x2".into(),
+        ..LockFile::this_process(true, "iar controller")
+    };
+    let restics = repo.locks.write(&killed).unwrap();
+    let refused = repo.lock(false).unwrap_err().to_string();
+    assert!(refused.contains("iar-controller-7d9f-x2"), "{refused}");
+    assert_eq!(names(&store, &rt, "locks"), vec![restics.clone()]);
+    repo.locks.remove(&restics).unwrap();
+
+    let iars = repo
+        .locks
+        .write(&killed.declaring(crate::locks::OWN_STALE_AFTER))
+        .unwrap();
+    let taken = repo.lock(true).unwrap();
+    assert_eq!(names(&store, &rt, "locks"), vec![taken.id()]);
+    assert_ne!(taken.id(), iars);
+}
+
 /// restic compresses its lock files in a version 2 repository (a version
 /// byte, then zstd); they are read as well as plain ones. A file that does
 /// not decrypt refuses the lock, as restic's `invalid lock file`.

@@ -21,6 +21,13 @@ pub struct LockFile {
     pub uid: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gid: u32,
+    /// iar's own: the holder refreshes this lock well within this many
+    /// seconds and stops its work before they pass unrefreshed, so iar
+    /// may judge the lock stale after them rather than restic's 30
+    /// minutes. restic ignores the field (Go's JSON skips unknown keys)
+    /// and keeps its own rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iar_stale_after_seconds: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -30,7 +37,8 @@ fn is_zero(n: &u32) -> bool {
 impl LockFile {
     /// This process's lock, made now. The host name and pid are the real
     /// ones, so restic's same-host check (is the pid alive?) is right;
-    /// `username` says which iar holds it.
+    /// `username` says which iar holds it. It declares no window of its
+    /// own ([`Self::declaring`] adds one).
     pub fn this_process(exclusive: bool, username: &str) -> Self {
         // The effective ids: /proc/self belongs to them.
         let (uid, gid) = std::fs::metadata("/proc/self")
@@ -47,6 +55,16 @@ impl LockFile {
             pid: i64::from(std::process::id()),
             uid,
             gid,
+            iar_stale_after_seconds: None,
+        }
+    }
+
+    /// This lock, telling iar's readers it is stale after `window`
+    /// unrefreshed.
+    pub fn declaring(self, window: Duration) -> Self {
+        LockFile {
+            iar_stale_after_seconds: Some(window.as_secs().max(1)),
+            ..self
         }
     }
 
@@ -59,11 +77,19 @@ impl LockFile {
     /// restic's rule: older than `stale_after` (30 minutes), or made on
     /// this host by a process that no longer exists. (restic probes the
     /// pid with SIGHUP; a look at /proc answers the same without a signal.)
+    /// A lock that declares a window of its own (iar's) is also stale once
+    /// older than that: a controller killed mid-prune in another pod, whose
+    /// process no reader can probe, holds the repository minutes, not half
+    /// an hour.
     pub fn is_stale(&self, stale_after: Duration) -> bool {
+        let window = match self.iar_stale_after_seconds {
+            Some(s) => stale_after.min(Duration::from_secs(s)),
+            None => stale_after,
+        };
         let old = self
             .made()
             .and_then(|t| SystemTime::now().duration_since(t).ok())
-            .is_some_and(|age| age > stale_after);
+            .is_some_and(|age| age > window);
         old || (self.hostname == hostname() && !process_exists(self.pid))
     }
 
@@ -128,5 +154,33 @@ mod tests {
             ..gone
         };
         assert!(!elsewhere.is_stale(Duration::from_secs(30 * 60)));
+
+        // iar's own window: 6 minutes old is stale when the lock says 5,
+        // not when it says nothing (restic's 30 minutes), and restic reads
+        // the declaring lock's JSON as it reads its own.
+        let six_ago = Timestamp::now() - rustic_core::jiff::SignedDuration::from_mins(6);
+        let older = LockFile {
+            time: six_ago.to_string(),
+            ..elsewhere
+        };
+        assert!(!older.is_stale(Duration::from_secs(30 * 60)));
+        let declared = older.clone().declaring(Duration::from_secs(5 * 60));
+        assert!(declared.is_stale(Duration::from_secs(30 * 60)));
+        let json = serde_json::to_value(&declared).unwrap();
+        assert_eq!(json["iar_stale_after_seconds"], 300);
+        assert!(
+            serde_json::to_value(&older)
+                .unwrap()
+                .get("iar_stale_after_seconds")
+                .is_none()
+        );
+        let fresh = LockFile::this_process(true, "iar").declaring(Duration::from_secs(300));
+        assert!(
+            !LockFile {
+                hostname: "another-host".into(),
+                ..fresh
+            }
+            .is_stale(Duration::from_secs(30 * 60))
+        );
     }
 }

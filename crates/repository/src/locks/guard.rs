@@ -1,6 +1,6 @@
 //! A held lock: refreshed on a thread of its own, removed when dropped.
 
-use super::{LockFile, Locks};
+use super::Locks;
 use crate::RepositoryError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -51,7 +51,10 @@ impl State {
             return Err(format!("lock file locks/{old} was removed"));
         }
         let made = Instant::now();
-        let lock_file = LockFile::this_process(self.exclusive, &self.locks.shared.username);
+        let lock_file = self
+            .locks
+            .options()
+            .lock_file(self.exclusive, &self.locks.shared.username);
         let new = self.locks.write(&lock_file).map_err(|e| e.to_string())?;
         *lock(&self.current) = new;
         *lock(&self.made) = made;

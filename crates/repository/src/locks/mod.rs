@@ -7,8 +7,10 @@
 //! An exclusive lock conflicts with every other lock; a shared one with an
 //! exclusive one. Stale locks (restic's rule: older than 30 minutes, or
 //! made on this host by a process that is gone) are ignored and removed,
-//! as `restic unlock` would. A holder refreshes its lock every 5 minutes
-//! by writing a new one and deleting the old ([`RepositoryLock`]).
+//! as `restic unlock` would; iar's own locks also declare a shorter window
+//! (5 minutes) that iar's readers honour and restic ignores. A holder
+//! refreshes its lock every minute by writing a new one and deleting the
+//! old ([`RepositoryLock`]).
 //!
 //! Taking a lock follows restic's `NewLock`: check for conflicting locks,
 //! write this one, wait a moment and check again (a writer racing this
@@ -34,8 +36,12 @@ use tokio::runtime::Handle;
 
 /// restic's `StaleLockTimeout`.
 pub const STALE_AFTER: Duration = Duration::from_secs(30 * 60);
-/// restic's refresh interval.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(5 * 60);
+/// How often iar refreshes its locks: each says it is stale after
+/// [`OWN_STALE_AFTER`], which leaves room for three missed refreshes.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(60);
+/// The window iar's own locks declare (`iar_stale_after_seconds`): past it
+/// iar's readers judge them stale, where restic's CLI keeps its 30 minutes.
+pub const OWN_STALE_AFTER: Duration = Duration::from_secs(5 * 60);
 /// restic's `waitBeforeLockCheck`: a racing writer's lock is written by then.
 const RECHECK_AFTER: Duration = Duration::from_millis(200);
 /// restic's first wait between attempts, doubled up to the last.
@@ -50,9 +56,12 @@ pub struct LockOptions {
     pub retry_for: Duration,
     /// How often a held lock is refreshed.
     pub refresh_every: Duration,
-    /// When another's lock counts as stale. restic's 30 minutes; only a
-    /// test changes it.
+    /// When another's lock that declares no window counts as stale.
+    /// restic's 30 minutes; only a test changes it.
     pub stale_after: Duration,
+    /// The window this process's locks declare to iar's readers; its
+    /// holder stops before it passes unrefreshed ([`Self::lost_after`]).
+    pub declares: Duration,
 }
 
 impl Default for LockOptions {
@@ -64,6 +73,7 @@ impl Default for LockOptions {
             retry_for: Duration::from_secs(5 * 60),
             refresh_every: REFRESH_EVERY,
             stale_after: STALE_AFTER,
+            declares: OWN_STALE_AFTER,
         }
     }
 }
@@ -74,7 +84,13 @@ impl LockOptions {
     /// judge the lock stale (room for clocks that disagree a little).
     pub fn lost_after(&self) -> Duration {
         self.stale_after
+            .min(self.declares)
             .saturating_sub(self.refresh_every.saturating_mul(3) / 2)
+    }
+
+    /// A lock file of this process, declaring this window.
+    pub(crate) fn lock_file(&self, exclusive: bool, username: &str) -> LockFile {
+        LockFile::this_process(exclusive, username).declaring(self.declares)
     }
 }
 
@@ -281,7 +297,12 @@ impl Locks {
         }
         let made = Instant::now();
         let id = self
-            .write(&LockFile::this_process(exclusive, &self.shared.username))
+            .write(
+                &self
+                    .shared
+                    .options
+                    .lock_file(exclusive, &self.shared.username),
+            )
             .map_err(|e| self.failed("writing a lock", e))?;
         std::thread::sleep(RECHECK_AFTER);
         match self.conflict(exclusive, Some(&id)) {
