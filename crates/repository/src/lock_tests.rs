@@ -193,16 +193,16 @@ fn stale_locks_are_ignored_and_removed() {
 
 /// A lock an iar holder in another pod left when it was killed (another
 /// host, so its pid cannot be probed) declares its window: iar removes it
-/// once 6 minutes old, where a restic lock as old still stands.
+/// once 11 minutes old, where a restic lock as old still stands.
 #[test]
 fn a_killed_iar_holders_lock_is_stale_after_its_declared_window() {
     let rt = runtime();
     let store = memory_store();
     let repo = open(&store, &rt);
-    let six_ago =
-        rustic_core::jiff::Timestamp::now() - rustic_core::jiff::SignedDuration::from_mins(6);
+    let eleven_ago =
+        rustic_core::jiff::Timestamp::now() - rustic_core::jiff::SignedDuration::from_mins(11);
     let killed = LockFile {
-        time: six_ago.to_string(),
+        time: eleven_ago.to_string(),
         hostname: "iar-controller-7d9f-x2".into(),
         ..LockFile::this_process(true, "iar controller")
     };

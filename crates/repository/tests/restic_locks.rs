@@ -235,14 +235,14 @@ fn restic_unlock_judges_iars_locks() {
     assert_eq!(f.lock_files(), vec![live_elsewhere.clone()]);
     assert!(!f.lock_files().contains(&stale));
 
-    // iar's window is iar's: restic reads a declaring lock 6 minutes old
+    // iar's window is iar's: restic reads a declaring lock 11 minutes old
     // (its JSON has a field restic does not know) and keeps it, as its 30
     // minutes say; iar's next lock removes it.
-    let six_ago = Timestamp::now() - SignedDuration::from_mins(6);
+    let eleven_ago = Timestamp::now() - SignedDuration::from_mins(11);
     let declared = repo
         .write_lock_file(
             &LockFile {
-                time: six_ago.to_string(),
+                time: eleven_ago.to_string(),
                 hostname: "another-host".into(),
                 ..LockFile::this_process(true, "iar test")
             }

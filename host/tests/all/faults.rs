@@ -1629,11 +1629,11 @@ async fn run_seed(
     // Waiting for the lock, as an operator's check would: the leader's
     // maintenance (a prune) may hold it, or a replica crashed in one may
     // have left it. restic keeps such a lock 30 minutes; iar's locks say
-    // they are stale after 5 (`iar_stale_after_seconds`), so the leader's
+    // they are stale after 10 (`iar_stale_after_seconds`), so the leader's
     // next maintenance (every 15 s here) removes it within restic's wait
     // (the seeds 4425 and 4921).
     let out = world
-        .restic(&["check", "--read-data", "--retry-lock", "7m"])
+        .restic(&["check", "--read-data", "--retry-lock", "12m"])
         .output()
         .unwrap();
     if exists && !out.status.success() {

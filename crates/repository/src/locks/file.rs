@@ -155,26 +155,25 @@ mod tests {
         };
         assert!(!elsewhere.is_stale(Duration::from_secs(30 * 60)));
 
-        // iar's own window: 6 minutes old is stale when the lock says 5,
-        // not when it says nothing (restic's 30 minutes), and restic reads
-        // the declaring lock's JSON as it reads its own.
-        let six_ago = Timestamp::now() - rustic_core::jiff::SignedDuration::from_mins(6);
+        // iar's own window: 11 minutes old is stale when the lock says 10,
+        // not when it says nothing (restic's 30 minutes).
+        let eleven_ago = Timestamp::now() - rustic_core::jiff::SignedDuration::from_mins(11);
         let older = LockFile {
-            time: six_ago.to_string(),
+            time: eleven_ago.to_string(),
             ..elsewhere
         };
         assert!(!older.is_stale(Duration::from_secs(30 * 60)));
-        let declared = older.clone().declaring(Duration::from_secs(5 * 60));
+        let declared = older.clone().declaring(Duration::from_secs(10 * 60));
         assert!(declared.is_stale(Duration::from_secs(30 * 60)));
         let json = serde_json::to_value(&declared).unwrap();
-        assert_eq!(json["iar_stale_after_seconds"], 300);
+        assert_eq!(json["iar_stale_after_seconds"], 600);
         assert!(
             serde_json::to_value(&older)
                 .unwrap()
                 .get("iar_stale_after_seconds")
                 .is_none()
         );
-        let fresh = LockFile::this_process(true, "iar").declaring(Duration::from_secs(300));
+        let fresh = LockFile::this_process(true, "iar").declaring(Duration::from_secs(600));
         assert!(
             !LockFile {
                 hostname: "another-host".into(),

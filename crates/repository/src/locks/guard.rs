@@ -62,6 +62,9 @@ impl State {
     }
 }
 
+/// How soon a failed refresh is tried again.
+const RETRY_FAILED_REFRESH: std::time::Duration = std::time::Duration::from_secs(15);
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -83,15 +86,23 @@ impl RepositoryLock {
         let refresher = std::thread::Builder::new()
             .name("iar-repository-lock".into())
             .spawn(move || {
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                let mut wait = every;
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
                     // Past the point where others may judge it stale, a
                     // refresh would only hide that the lock lapsed.
                     if shared.lost() {
                         continue;
                     }
-                    if let Err(e) = shared.refresh() {
-                        tracing::warn!(repository = %shared.locks.location(), "refreshing the repository lock: {e}");
-                    }
+                    wait = match shared.refresh() {
+                        Ok(()) => every,
+                        // Tried again soon: a store down for a moment at
+                        // the refresh must not cost the lock, which is
+                        // lost 1.5 periods after its last refresh.
+                        Err(e) => {
+                            tracing::warn!(repository = %shared.locks.location(), "refreshing the repository lock: {e}");
+                            every.min(RETRY_FAILED_REFRESH)
+                        }
+                    };
                 }
                 if !shared.removed.load(Ordering::SeqCst) {
                     let id = shared.current();

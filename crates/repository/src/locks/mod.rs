@@ -8,8 +8,8 @@
 //! exclusive one. Stale locks (restic's rule: older than 30 minutes, or
 //! made on this host by a process that is gone) are ignored and removed,
 //! as `restic unlock` would; iar's own locks also declare a shorter window
-//! (5 minutes) that iar's readers honour and restic ignores. A holder
-//! refreshes its lock every minute by writing a new one and deleting the
+//! (10 minutes) that iar's readers honour and restic ignores. A holder
+//! refreshes its lock every 3 minutes by writing a new one and deleting the
 //! old ([`RepositoryLock`]).
 //!
 //! Taking a lock follows restic's `NewLock`: check for conflicting locks,
@@ -36,12 +36,15 @@ use tokio::runtime::Handle;
 
 /// restic's `StaleLockTimeout`.
 pub const STALE_AFTER: Duration = Duration::from_secs(30 * 60);
-/// How often iar refreshes its locks: each says it is stale after
-/// [`OWN_STALE_AFTER`], which leaves room for three missed refreshes.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(60);
+/// How often iar refreshes its locks. Its holder counts a lock lost 1.5
+/// refreshes before [`OWN_STALE_AFTER`] (5.5 minutes unrefreshed): room
+/// for one store call begun just before then to end, with its retries
+/// (`iar_core::store::retry_config`, 3 minutes and a request), before
+/// anyone may judge the lock stale.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(3 * 60);
 /// The window iar's own locks declare (`iar_stale_after_seconds`): past it
 /// iar's readers judge them stale, where restic's CLI keeps its 30 minutes.
-pub const OWN_STALE_AFTER: Duration = Duration::from_secs(5 * 60);
+pub const OWN_STALE_AFTER: Duration = Duration::from_secs(10 * 60);
 /// restic's `waitBeforeLockCheck`: a racing writer's lock is written by then.
 const RECHECK_AFTER: Duration = Duration::from_millis(200);
 /// restic's first wait between attempts, doubled up to the last.
