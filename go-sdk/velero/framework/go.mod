@@ -7,10 +7,13 @@ module iar.dev/sdk/velero/framework
 go 1.26.0
 
 require (
+	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.4.0
 	github.com/sirupsen/logrus v1.9.4
+	github.com/spf13/pflag v1.0.10
 	github.com/vmware-tanzu/velero v1.18.3
 	iar.dev/sdk v0.0.0
 	k8s.io/api v0.33.12
+	k8s.io/apiextensions-apiserver v0.33.12
 	k8s.io/apimachinery v0.33.13
 	k8s.io/client-go v0.33.12
 	sigs.k8s.io/controller-runtime v0.21.0

@@ -34,6 +34,12 @@ pub struct RunArgs {
     /// A directory (or file) of manifests that `cluster-get` answers from.
     #[arg(long)]
     cluster: Option<PathBuf>,
+    /// Answer the plugins' cluster reads (get, list, discovery, /version)
+    /// from the cluster the environment reaches (KUBECONFIG, ~/.kube/config,
+    /// or the pod's service account) instead of manifests; read-only,
+    /// creates are refused (rule cluster-read-only).
+    #[arg(long, conflicts_with_all = ["cluster", "overlay"])]
+    live_cluster: bool,
     /// Call progress for this operation id instead of execute.
     #[arg(long, value_name = "OPERATION_ID")]
     progress: Option<String>,
@@ -223,15 +229,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .as_restored(&from_backup)
             .map_err(|e| anyhow::anyhow!("{}: as restored: {e}", args.item.display()))?;
     }
-    let cluster: Arc<dyn ClusterReader> = match (&args.cluster, &args.overlay) {
-        (Some(dir), Some(overlay)) => {
+    // The live cluster's client lives on this runtime; plugin calls block
+    // on it from this thread, outside it.
+    let kube_runtime = match args.live_cluster {
+        true => Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .context("starting the cluster client's runtime")?,
+        ),
+        false => None,
+    };
+    let cluster: Arc<dyn ClusterReader> = match (&kube_runtime, &args.cluster, &args.overlay) {
+        (Some(rt), _, _) => Arc::new(super::backup::live_cluster(rt)?),
+        (None, Some(dir), Some(overlay)) => {
             Arc::new(ManifestCluster::new(vec![dir.clone()]).with_overlay(overlay.clone()))
         }
-        (None, Some(overlay)) => {
+        (None, None, Some(overlay)) => {
             Arc::new(ManifestCluster::new(Vec::new()).with_overlay(overlay.clone()))
         }
-        (Some(dir), None) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
-        (None, None) => Arc::new(NoCluster),
+        (None, Some(dir), None) => Arc::new(ManifestCluster::new(vec![dir.clone()])),
+        (None, None, None) => Arc::new(NoCluster),
     };
     let recorder = args.record.as_ref().map(|_| {
         Arc::new(iar::authoring::stubs::RecordingCluster::new(

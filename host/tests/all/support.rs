@@ -228,6 +228,34 @@ pub async fn server() -> Option<&'static ApiServer> {
     iar_apiserver::shared().await
 }
 
+/// Creates `object` (any kind iar's built-in catalog knows); one that
+/// exists already (a namespace's `default` ServiceAccount) is left as it is.
+pub async fn create_object(client: &kube::Client, object: &Value) {
+    use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+    let item = Item::from_value(object.clone(), Catalog::builtin())
+        .unwrap_or_else(|e| panic!("{object}: {e}"));
+    let id = item.id;
+    let (group, version) = match object["apiVersion"].as_str().unwrap().rsplit_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (
+            String::new(),
+            object["apiVersion"].as_str().unwrap().to_string(),
+        ),
+    };
+    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, object["kind"].as_str().unwrap());
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &id.resource);
+    let api: Api<DynamicObject> = match id.namespace.as_str() {
+        "" => Api::all_with(client.clone(), &resource),
+        ns => Api::namespaced_with(client.clone(), ns, &resource),
+    };
+    let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    match api.create(&PostParams::default(), &dynamic).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating {id}: {e}"),
+    }
+}
+
 pub async fn client(server: &ApiServer, user: User) -> kube::Client {
     server
         .client(user)

@@ -135,40 +135,60 @@ fn a_velero_restore_action_reads_the_whole_restore() {
     );
 }
 
-/// client-go's typed clientset from `kube.Config()`, against a cluster
-/// of manifests: Velero's ChangeStorageClassAction's own calls (its
-/// ConfigMap by label in Velero's namespace, a cluster-scoped
-/// StorageClass) answered; a missing object `IsNotFound`; a Secret not
-/// granted `IsForbidden`, naming rule `read-grant`; a watch, a subresource
-/// and an update refused (405) naming their rules; discovery's groups at
-/// their preferred versions; no `/version` without an API server; and
-/// controller-runtime's client listing through its discovery mapper.
-#[test]
-fn client_go_inside_the_sandbox_answers_from_the_host() {
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("cluster");
-    std::fs::create_dir(&cluster).unwrap();
-    std::fs::write(
-        cluster.join("objects.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: change-storage-class-config\n  namespace: velero\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\ndata: {standard: fast}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated, namespace: velero}\ndata: {a: b}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: elsewhere\n  namespace: shop\n  labels: {velero.io/plugin-config: \"\", velero.io/change-storage-class: RestoreItemAction}\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: fast}\nprovisioner: ebs.csi.aws.com\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\ndata: {password: aHVudGVyMg==}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: builder, namespace: shop}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: shop}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: other, namespace: velero}\n",
-    )
-    .unwrap();
-    let backup = dir.path().join("backup.yaml");
+/// What the kube-client guest's cluster holds: Velero's
+/// ChangeStorageClassAction's ConfigMap in Velero's namespace `home` (and
+/// one unlabelled beside it, and a labelled one elsewhere), a
+/// StorageClass, a Secret and ServiceAccounts in the workload's namespace
+/// `workload`.
+fn kube_client_objects(home: &str, workload: &str, storage_class: &str) -> Vec<Value> {
+    let labels = json!({"velero.io/plugin-config": "", "velero.io/change-storage-class": "RestoreItemAction"});
+    vec![
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "change-storage-class-config", "namespace": home, "labels": labels},
+            "data": {"standard": storage_class}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "unrelated", "namespace": home}, "data": {"a": "b"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "elsewhere", "namespace": workload, "labels": labels}}),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": storage_class}, "provisioner": "ebs.csi.aws.com"}),
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": workload}, "data": {"password": "aHVudGVyMg=="}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "builder", "namespace": workload}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": workload}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "other", "namespace": home}}),
+    ]
+}
+
+/// Runs the kube-client guest through `iar run` on a pod of `workload`,
+/// its Backup in `home`, with `cluster` (the arguments naming where
+/// reads go) and `env`; returns what it saw.
+fn kube_client_seen(
+    dir: &Path,
+    home: &str,
+    workload: &str,
+    cluster: &[&str],
+    env: &[(&str, &Path)],
+) -> Value {
+    let backup = dir.join("backup.yaml");
     std::fs::write(
         &backup,
-        "apiVersion: velero.io/v1\nkind: Backup\nmetadata: {name: nightly, namespace: velero}\nspec: {}\n",
+        format!("apiVersion: velero.io/v1\nkind: Backup\nmetadata: {{name: nightly, namespace: {home}}}\nspec: {{}}\n"),
     )
     .unwrap();
-    let item = dir.path().join("pod.json");
+    let item = dir.join("pod.json");
     std::fs::write(
         &item,
         json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-0", "namespace": "shop"},
+            "metadata": {"name": "web-0", "namespace": workload},
             "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
         .to_string(),
     )
     .unwrap();
-    let out = iar(&[
+    let mut args = vec![
         "run",
         "--plugin",
         guest("kube-client").to_str().unwrap(),
@@ -176,11 +196,16 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
         item.to_str().unwrap(),
         "--backup",
         backup.to_str().unwrap(),
-        "--cluster",
-        cluster.to_str().unwrap(),
         "--allow-mutate",
         "*",
-    ]);
+    ];
+    args.extend_from_slice(cluster);
+    let mut command = std::process::Command::new(crate::support::iar_bin());
+    command.args(&args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
     assert!(
         out.status.success(),
         "{}{}",
@@ -188,22 +213,27 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
         String::from_utf8_lossy(&out.stderr)
     );
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let seen: Value = serde_json::from_str(
+    serde_json::from_str(
         printed["finalItem"]["metadata"]["annotations"]["iar.test/client"]
             .as_str()
             .expect("annotated"),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// What the kube-client guest sees wherever its cluster is; `live`: an
+/// API server, which answers `/version`.
+fn assert_kube_client_saw(seen: &Value, home: &str, live: bool) {
     let refused = |message: &str, how: &str| {
         let mut v = json!({"error": message, "notFound": false, "forbidden": false,
             "refused": false, "bad": false});
         v[how] = true.into();
         v
     };
-    assert_eq!(seen["namespace"], "velero");
+    assert_eq!(seen["namespace"], home);
     assert_eq!(
         seen["configmaps"],
-        json!(["change-storage-class-config=fast"])
+        json!([format!("change-storage-class-config={}", seen_class(seen))])
     );
     assert_eq!(seen["storageclass"], "ebs.csi.aws.com");
     assert_eq!(
@@ -234,13 +264,92 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
     assert_eq!(
         seen["update"],
         refused(
-            "PUT of /api/v1/namespaces/velero/configmaps/settings: updating an object is not offered to plugins yet; create and delete the plugin's own objects (rule: no-update)",
+            &format!(
+                "PUT of /api/v1/namespaces/{home}/configmaps/settings: updating an object is not offered to plugins yet; create and delete the plugin's own objects (rule: no-update)"
+            ),
             "refused"
         )
     );
     assert_eq!(seen["groups"], json!(["apps=v1", "storage.k8s.io=v1"]));
-    assert!(seen["version"]["error"].is_string(), "{seen}");
-    // controller-runtime's client (Velero's SecretAction's), its REST
-    // mapper built from discovery over the same transport.
+    match live {
+        true => assert_eq!(seen["version"], "ok", "{seen}"),
+        false => assert!(seen["version"]["error"].is_string(), "{seen}"),
+    }
+    // controller-runtime's client with Velero's scheme (Velero's
+    // SecretAction's), its REST mapper built from discovery over the same
+    // transport.
     assert_eq!(seen["controller-runtime"], json!(["builder", "default"]));
+}
+
+/// The storage class the ConfigMap maps `standard` to, as listed.
+fn seen_class(seen: &Value) -> String {
+    seen["configmaps"][0]
+        .as_str()
+        .and_then(|s| s.split_once('='))
+        .map_or(String::new(), |(_, c)| c.to_string())
+}
+
+/// client-go's typed clientset and controller-runtime's client from
+/// Velero's `client.Factory` (iar's `clientfactory`), against a cluster of
+/// manifests: Velero's ChangeStorageClassAction's own calls (its ConfigMap
+/// by label in Velero's namespace, a cluster-scoped StorageClass)
+/// answered; a missing object `IsNotFound`; a Secret not granted
+/// `IsForbidden`, naming rule `read-grant`; a watch, a subresource and an
+/// update refused (405) naming their rules; discovery's groups at their
+/// preferred versions; no `/version` without an API server; and
+/// controller-runtime's client listing through its discovery mapper.
+#[test]
+fn client_go_inside_the_sandbox_answers_from_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).unwrap();
+    let docs: Vec<String> = kube_client_objects("velero", "shop", "fast")
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    std::fs::write(cluster.join("objects.yaml"), docs.join("\n---\n")).unwrap();
+    let seen = kube_client_seen(
+        dir.path(),
+        "velero",
+        "shop",
+        &["--cluster", cluster.to_str().unwrap()],
+        &[],
+    );
+    assert_kube_client_saw(&seen, "velero", false);
+    assert_eq!(seen_class(&seen), "fast");
+}
+
+/// The same guest, the same calls, against a real kube-apiserver through
+/// `iar run --live-cluster` (its KUBECONFIG): the same answers, and
+/// `/version` answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn client_go_inside_the_sandbox_reads_a_live_api_server() {
+    let Some(server) = crate::support::server().await else {
+        return;
+    };
+    let client = crate::support::client(server, iar_apiserver::User::Admin).await;
+    let (home, workload) = ("velero-kc", "shop-kc");
+    for ns in [home, workload] {
+        iar_apiserver::create_namespace(&client, ns).await;
+    }
+    let objects = kube_client_objects(home, workload, "fast-kc");
+    for object in &objects {
+        crate::support::create_object(&client, object).await;
+    }
+    let kubeconfig = server.kubeconfig().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().to_path_buf();
+    let seen = tokio::task::spawn_blocking(move || {
+        kube_client_seen(
+            &dir_path,
+            home,
+            workload,
+            &["--live-cluster"],
+            &[("KUBECONFIG", &kubeconfig)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_kube_client_saw(&seen, home, true);
+    assert_eq!(seen_class(&seen), "fast-kc");
 }

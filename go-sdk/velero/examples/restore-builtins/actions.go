@@ -10,6 +10,10 @@
 //     through Velero's own gRPC server and client, in-process, on the inputs
 //     given on the command line; what the component is compared against.
 //
+// The actions that read the cluster take their clients from Velero's
+// client.Factory, as Velero's server builds them; only the factory is the
+// main's own choice (component.go, native.go).
+//
 // This is a module of its own, not a package of the framework's module:
 // Velero's restore actions pull in client-go, controller-runtime and
 // Velero's internal hook code, which a plugin of the framework need not
@@ -21,26 +25,65 @@ package main
 import (
 	"github.com/sirupsen/logrus"
 
+	"github.com/vmware-tanzu/velero/pkg/client"
 	ria "github.com/vmware-tanzu/velero/pkg/restore/actions"
 )
 
+// initializer is Velero's plugin initializer type (common.HandlerInitializer).
+type initializer = func(logrus.FieldLogger) (any, error)
+
 // restoreActions are the built-in restore item actions Velero's server
-// registers (pkg/cmd/server/plugin/plugin.go) that need no Kubernetes
-// client, under Velero's names and built by Velero's constructors, as
-// plugin.go's initializers build them. The ones that need a client
-// (change-storage-class, change-image-name, secret, pvc, dataupload) and
-// pod-volume-restore (which needs a client and whose file cannot target
-// wasip1) are not here.
-var restoreActions = map[string]func(logrus.FieldLogger) (any, error){
-	"velero.io/job":                             func(l logrus.FieldLogger) (any, error) { return ria.NewJobAction(l), nil },
-	"velero.io/pod":                             func(l logrus.FieldLogger) (any, error) { return ria.NewPodAction(l), nil },
-	"velero.io/init-restore-hook":               func(l logrus.FieldLogger) (any, error) { return ria.NewInitRestoreHookPodAction(l), nil },
-	"velero.io/service":                         func(l logrus.FieldLogger) (any, error) { return ria.NewServiceAction(l), nil },
-	"velero.io/service-account":                 func(l logrus.FieldLogger) (any, error) { return ria.NewServiceAccountAction(l), nil },
-	"velero.io/add-pvc-from-pod":                func(l logrus.FieldLogger) (any, error) { return ria.NewAddPVCFromPodAction(l), nil },
-	"velero.io/role-bindings":                   func(l logrus.FieldLogger) (any, error) { return ria.NewRoleBindingAction(l), nil },
-	"velero.io/cluster-role-bindings":           func(l logrus.FieldLogger) (any, error) { return ria.NewClusterRoleBindingAction(l), nil },
-	"velero.io/crd-preserve-fields":             func(l logrus.FieldLogger) (any, error) { return ria.NewCRDV1PreserveUnknownFieldsAction(l), nil },
-	"velero.io/apiservice":                      func(l logrus.FieldLogger) (any, error) { return ria.NewAPIServiceAction(l), nil },
-	"velero.io/admission-webhook-configuration": func(l logrus.FieldLogger) (any, error) { return ria.NewAdmissionWebhookConfigurationAction(l), nil },
+// registers (pkg/cmd/server/plugin/plugin.go), under Velero's names and
+// built by Velero's constructors as plugin.go's initializers build them:
+// those that need no Kubernetes client, and those that take their clients
+// from Velero's client.Factory `f` (ChangeStorageClass and ChangeImageName
+// read their ConfigMaps in f.Namespace(), the PVC action also Nodes, the
+// Secret action lists ServiceAccounts through a controller-runtime
+// client). The component passes iar's factory (clientfactory.New(), over
+// the host), the native build Velero's own (client.NewFactory, over a
+// kubeconfig): the same initializers, only the factory differs.
+// pod-volume-restore is not here: its file cannot target wasip1 (see
+// ../../build.sh).
+func restoreActions(f client.Factory) map[string]initializer {
+	return map[string]initializer{
+		"velero.io/job":                             func(l logrus.FieldLogger) (any, error) { return ria.NewJobAction(l), nil },
+		"velero.io/pod":                             func(l logrus.FieldLogger) (any, error) { return ria.NewPodAction(l), nil },
+		"velero.io/init-restore-hook":               func(l logrus.FieldLogger) (any, error) { return ria.NewInitRestoreHookPodAction(l), nil },
+		"velero.io/service":                         func(l logrus.FieldLogger) (any, error) { return ria.NewServiceAction(l), nil },
+		"velero.io/service-account":                 func(l logrus.FieldLogger) (any, error) { return ria.NewServiceAccountAction(l), nil },
+		"velero.io/add-pvc-from-pod":                func(l logrus.FieldLogger) (any, error) { return ria.NewAddPVCFromPodAction(l), nil },
+		"velero.io/role-bindings":                   func(l logrus.FieldLogger) (any, error) { return ria.NewRoleBindingAction(l), nil },
+		"velero.io/cluster-role-bindings":           func(l logrus.FieldLogger) (any, error) { return ria.NewClusterRoleBindingAction(l), nil },
+		"velero.io/crd-preserve-fields":             func(l logrus.FieldLogger) (any, error) { return ria.NewCRDV1PreserveUnknownFieldsAction(l), nil },
+		"velero.io/apiservice":                      func(l logrus.FieldLogger) (any, error) { return ria.NewAPIServiceAction(l), nil },
+		"velero.io/admission-webhook-configuration": func(l logrus.FieldLogger) (any, error) { return ria.NewAdmissionWebhookConfigurationAction(l), nil },
+		"velero.io/change-storage-class": func(l logrus.FieldLogger) (any, error) {
+			kube, err := f.KubeClient()
+			if err != nil {
+				return nil, err
+			}
+			return ria.NewChangeStorageClassAction(l, kube.CoreV1().ConfigMaps(f.Namespace()), kube.StorageV1().StorageClasses()), nil
+		},
+		"velero.io/change-image-name": func(l logrus.FieldLogger) (any, error) {
+			kube, err := f.KubeClient()
+			if err != nil {
+				return nil, err
+			}
+			return ria.NewChangeImageNameAction(l, kube.CoreV1().ConfigMaps(f.Namespace())), nil
+		},
+		"velero.io/pvc": func(l logrus.FieldLogger) (any, error) {
+			kube, err := f.KubeClient()
+			if err != nil {
+				return nil, err
+			}
+			return ria.NewPVCAction(l, kube.CoreV1().ConfigMaps(f.Namespace()), kube.CoreV1().Nodes()), nil
+		},
+		"velero.io/secret": func(l logrus.FieldLogger) (any, error) {
+			c, err := f.KubebuilderClient()
+			if err != nil {
+				return nil, err
+			}
+			return ria.NewSecretAction(l, c), nil
+		},
+	}
 }

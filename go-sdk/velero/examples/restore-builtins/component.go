@@ -4,15 +4,18 @@ package main
 
 import (
 	"iar.dev/sdk/velero/framework"
+	"iar.dev/sdk/velero/framework/clientfactory"
 	_ "iar.dev/sdk/velero/framework/restoreitemaction" // exports restore-item-action
 )
 
 // Velero's main, as a component runs it: a component runs its package
 // initializers and never main. The plugin setting `action` names which of
-// the registered actions a plugin runs (velero.io/service, ...).
+// the registered actions a plugin runs (velero.io/service, ...). The
+// clients come from iar's factory, over the host, where Velero's main
+// builds client.NewFactory over a kubeconfig.
 func init() {
 	framework.NewServer().
-		RegisterRestoreItemActions(restoreActions).
+		RegisterRestoreItemActions(restoreActions(clientfactory.New())).
 		Serve()
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	veleroclient "github.com/vmware-tanzu/velero/pkg/client"
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework"
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
@@ -38,6 +39,10 @@ handshake. Prints one JSON object: {"item", "additionalItems",
 ITEM_FROM_BACKUP is the object as backed up. The item handed to the action
 is what Velero's restore hands it (pkg/restore/restore.go, restoreItem:
 resetMetadataAndStatus), or ITEM.json when -item is given.
+
+The actions that read the cluster get their clients from Velero's own
+client.NewFactory, as Velero's server does: the cluster KUBECONFIG names,
+the namespace VELERO_NAMESPACE names (default velero).
 `
 
 func main() {
@@ -100,13 +105,14 @@ func main() {
 // gRPC server for the registered actions.
 func client(logger logrus.FieldLogger, name string) (riav1.RestoreItemAction, error) {
 	plugin := framework.NewRestoreItemActionPlugin(common.ServerLogger(logger), common.ClientLogger(logger))
-	names := make([]string, 0, len(restoreActions))
-	for n := range restoreActions {
+	actions := restoreActions(veleroclient.NewFactory("velero", veleroclient.VeleroConfig{}))
+	names := make([]string, 0, len(actions))
+	for n := range actions {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		plugin.Register(n, restoreActions[n])
+		plugin.Register(n, actions[n])
 	}
 	if !slices.Contains(names, name) {
 		return nil, fmt.Errorf("no restore item action %q registered (registered: %v)", name, names)

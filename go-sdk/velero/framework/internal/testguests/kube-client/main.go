@@ -1,8 +1,8 @@
-// Test guest: a Velero backup item action that builds client-go's typed
-// clientset from kube.Config(), as Velero's built-ins build theirs from
-// its client.Factory, and records what each request got: the item comes
-// back annotated iar.test/client = a JSON object of results. Not an
-// example to follow.
+// Test guest: a Velero backup item action that takes client-go's typed
+// clientset and controller-runtime's client from Velero's client.Factory
+// (iar's, clientfactory.New()), as Velero's built-ins take theirs, and
+// records what each request got: the item comes back annotated
+// iar.test/client = a JSON object of results. Not an example to follow.
 package main
 
 import (
@@ -19,12 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"iar.dev/sdk/velero/framework"
 	_ "iar.dev/sdk/velero/framework/backupitemaction"
-	"iar.dev/sdk/velero/framework/kube"
+	"iar.dev/sdk/velero/framework/clientfactory"
 )
 
 func init() {
@@ -60,11 +59,14 @@ func outcome(found any, err error) any {
 
 func (*action) Execute(item runtime.Unstructured, _ *velerov1.Backup) (runtime.Unstructured, []velero.ResourceIdentifier, string, []velero.ResourceIdentifier, error) {
 	ctx := context.Background()
-	cs, err := kubernetes.NewForConfig(kube.Config())
+	f := clientfactory.New()
+	cs, err := f.KubeClient()
 	if err != nil {
 		return nil, nil, "", nil, fmt.Errorf("client: %w", err)
 	}
-	ns := kube.Namespace()
+	ns := f.Namespace()
+	// The item's namespace stands for the workload's.
+	itemNS := (&unstructured.Unstructured{Object: item.UnstructuredContent()}).GetNamespace()
 	seen := map[string]any{"namespace": ns}
 
 	// Velero's ChangeStorageClassAction: its ConfigMap by label, in
@@ -73,13 +75,16 @@ func (*action) Execute(item runtime.Unstructured, _ *velerov1.Backup) (runtime.U
 		LabelSelector: "velero.io/plugin-config,velero.io/change-storage-class=RestoreItemAction",
 	})
 	var names []string
+	class := ""
 	if err == nil {
 		for _, cm := range cms.Items {
 			names = append(names, cm.Name+"="+cm.Data["standard"])
+			class = cm.Data["standard"]
 		}
 	}
 	seen["configmaps"] = outcome(names, err)
-	sc, err := cs.StorageV1().StorageClasses().Get(ctx, "fast", metav1.GetOptions{})
+	// The class the ConfigMap maps "standard" to, as the action reads it.
+	sc, err := cs.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
 	if err == nil {
 		seen["storageclass"] = sc.Provisioner
 	} else {
@@ -87,11 +92,11 @@ func (*action) Execute(item runtime.Unstructured, _ *velerov1.Backup) (runtime.U
 	}
 	_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, "missing", metav1.GetOptions{})
 	seen["missing"] = outcome(nil, err)
-	_, err = cs.CoreV1().Secrets("shop").Get(ctx, "db", metav1.GetOptions{})
+	_, err = cs.CoreV1().Secrets(itemNS).Get(ctx, "db", metav1.GetOptions{})
 	seen["secret"] = outcome(nil, err)
 	_, err = cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
 	seen["watch"] = outcome(nil, err)
-	err = cs.CoreV1().RESTClient().Get().Namespace("shop").Resource("pods").Name("web-0").SubResource("log").Do(ctx).Error()
+	err = cs.CoreV1().RESTClient().Get().Namespace(itemNS).Resource("pods").Name("web-0").SubResource("log").Do(ctx).Error()
 	seen["log"] = outcome(nil, err)
 	_, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, &corev1ConfigMap, metav1.UpdateOptions{})
 	seen["update"] = outcome(nil, err)
@@ -110,14 +115,15 @@ func (*action) Execute(item runtime.Unstructured, _ *velerov1.Backup) (runtime.U
 	_, err = cs.Discovery().ServerVersion()
 	seen["version"] = outcome("ok", err)
 
-	// Velero's SecretAction's client: controller-runtime's, its REST
-	// mapper found through discovery over the same transport.
-	crc, err := crclient.New(kube.Config(), crclient.Options{})
+	// Velero's SecretAction's client: controller-runtime's with Velero's
+	// scheme, its REST mapper found through discovery over the same
+	// transport.
+	crc, err := f.KubebuilderClient()
 	if err != nil {
 		seen["controller-runtime"] = outcome(nil, err)
 	} else {
 		var sas corev1.ServiceAccountList
-		err = crc.List(ctx, &sas, crclient.InNamespace("shop"))
+		err = crc.List(ctx, &sas, crclient.InNamespace(itemNS))
 		var found []string
 		for _, sa := range sas.Items {
 			found = append(found, sa.Name)
