@@ -126,6 +126,19 @@ static BUILTIN: &[ResourceInfo] = &[
     r("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", &[], CLUSTER),
     // storage.k8s.io
     r("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], CLUSTER),
+    r("storage.k8s.io", "v1", "CSIDriver", "csidrivers", "csidriver", &[], CLUSTER),
+    r("storage.k8s.io", "v1", "CSINode", "csinodes", "csinode", &[], CLUSTER),
+    r("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", "volumeattachment", &[], CLUSTER),
+    // scheduling.k8s.io: a restored pod's PriorityClass (Velero's pod actions name it)
+    r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", &["pc"], CLUSTER),
+    // admissionregistration.k8s.io, apiregistration.k8s.io: what Velero's
+    // built-in restore actions select by these names
+    r("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", &[], CLUSTER),
+    r("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", &[], CLUSTER),
+    r("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", &[], CLUSTER),
+    // discovery.k8s.io, node.k8s.io
+    r("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", &[], NS),
+    r("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", &[], CLUSTER),
     // snapshot.storage.k8s.io
     r("snapshot.storage.k8s.io", "v1", "VolumeSnapshot", "volumesnapshots", "volumesnapshot", &["vs"], NS),
     r("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent", "volumesnapshotcontents", "volumesnapshotcontent", &["vsc", "vscs"], CLUSTER),

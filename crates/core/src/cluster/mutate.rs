@@ -151,7 +151,7 @@ impl MutateGrants {
                 rule: rule::RIGHTS,
                 path,
                 need: format!(
-                    "a pod security field: allowMutate must name {name}{SECURITY_SUFFIX}"
+                    "is a pod security field: allowMutate must name {name}{SECURITY_SUFFIX}"
                 ),
             });
         }

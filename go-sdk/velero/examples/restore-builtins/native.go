@@ -72,7 +72,7 @@ func main() {
 
 	logger := logrus.New()
 	logger.Out = os.Stderr
-	impl, err := client(logger, *action)
+	impl, err := grpcClient(logger, *action)
 	if err != nil {
 		fail(err)
 	}
@@ -100,10 +100,10 @@ func main() {
 	}
 }
 
-// client is the action `name` as Velero's server reaches a plugin's
+// grpcClient is the action `name` as Velero's server reaches a plugin's
 // restore item action: Velero's gRPC client for it, talking to Velero's
 // gRPC server for the registered actions.
-func client(logger logrus.FieldLogger, name string) (riav1.RestoreItemAction, error) {
+func grpcClient(logger logrus.FieldLogger, name string) (riav1.RestoreItemAction, error) {
 	plugin := framework.NewRestoreItemActionPlugin(common.ServerLogger(logger), common.ClientLogger(logger))
 	actions := restoreActions(veleroclient.NewFactory("velero", veleroclient.VeleroConfig{}))
 	names := make([]string, 0, len(actions))
