@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Builds Velero's own built-in restore item actions (pkg/restore/actions of
-# the Velero version examples/restore-builtins/go.mod names, v1.18.3),
+# Builds Velero's own built-in backup and restore item actions (pkg/backup/actions
+# and pkg/restore/actions of
+# the Velero version examples/velero-builtins/go.mod names, v1.18.3),
 # fetched from the Go module proxy and compiled unchanged, from the one
-# main package examples/restore-builtins, twice:
+# main package examples/velero-builtins, twice:
 #
-#   OUT_DIR/restore-builtins.wasm    an iar component (GOOS=wasip1 reactor,
+#   OUT_DIR/velero-builtins.wasm    an iar component (GOOS=wasip1 reactor,
 #                                    then `iar componentize`; its core module
-#                                    beside it, restore-builtins.core.wasm)
-#   OUT_DIR/restore-builtins-native  the same actions natively, called through
+#                                    beside it, velero-builtins.core.wasm)
+#   OUT_DIR/velero-builtins-native  the same actions natively, called through
 #                                    Velero's own plugin gRPC server and client
-#                                    (examples/restore-builtins/native.go)
+#                                    (examples/velero-builtins/native.go)
 #
 #   go-sdk/velero/build.sh OUT_DIR        (IAR=path/to/iar, default: iar on PATH)
 #
@@ -38,7 +39,7 @@
 #
 #   go-sdk/velero/build.sh --tidy
 #
-# rewrites examples/restore-builtins/go.mod and go.sum as `go mod tidy`
+# rewrites examples/velero-builtins/go.mod and go.sum as `go mod tidy`
 # makes them against the copy (after changing Velero's version there).
 set -euo pipefail
 
@@ -50,7 +51,7 @@ usage() {
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 sdk=$(cd "$here/.." && pwd)
-example=$here/examples/restore-builtins
+example=$here/examples/velero-builtins
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/iar/go-sdk-velero
 mkdir -p "$cache"
 iar=${IAR:-iar}
@@ -85,9 +86,9 @@ work=$(mktemp -d "$cache/.work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # The generated go.mod and go.sum: the committed ones, then the replace.
-gen=$work/restore-builtins.mod
+gen=$work/velero-builtins.mod
 cp "$example/go.mod" "$gen"
-cp "$example/go.sum" "$work/restore-builtins.sum"
+cp "$example/go.sum" "$work/velero-builtins.sum"
 
 # Velero's module as the proxy serves it, verified against go.sum.
 (cd "$example" && go mod download -modfile="$gen" "$velero")
@@ -110,7 +111,7 @@ if $tidy; then
     (cd "$example" && go mod tidy -modfile="$gen")
     go mod edit -dropreplace="$velero" "$gen"
     cp "$gen" "$example/go.mod"
-    cp "$work/restore-builtins.sum" "$example/go.sum"
+    cp "$work/velero-builtins.sum" "$example/go.sum"
     # go.sum keeps the checksum of Velero's module itself, which the
     # replaced build does not need but the download above checks.
     (cd "$example" && go mod download "$velero@$version")
@@ -118,11 +119,11 @@ if $tidy; then
     exit 0
 fi
 
-core=$dir/restore-builtins.core.wasm
-native=$dir/restore-builtins-native
+core=$dir/velero-builtins.core.wasm
+native=$dir/velero-builtins-native
 mkdir -p "$dir"
 if [ ! -f "$core" ]; then
-    log "go build (GOOS=wasip1) examples/restore-builtins (minutes the first time)"
+    log "go build (GOOS=wasip1) examples/velero-builtins (minutes the first time)"
     started=$SECONDS
     # Stripped (-s -w) as go-sdk/build.sh's plugins.
     (cd "$example" && GOOS=wasip1 GOARCH=wasm nice -n 10 \
@@ -131,7 +132,7 @@ if [ ! -f "$core" ]; then
     log "built $(basename "$core") ($(stat -c %s "$core") bytes) in $((SECONDS - started)) s"
 fi
 if [ ! -f "$native" ]; then
-    log "go build (native) examples/restore-builtins"
+    log "go build (native) examples/velero-builtins"
     started=$SECONDS
     (cd "$example" && nice -n 10 go build -modfile="$gen" -trimpath -ldflags='-s -w' -o "$native.tmp" .)
     mv "$native.tmp" "$native"
@@ -143,12 +144,12 @@ touch "$dir"
 find "$cache" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
     -regex '.*/[0-9a-f]{64}' ! -name "$inputs" -mtime +7 -exec rm -rf {} +
 
-cp "$core" "$out/restore-builtins.core.wasm"
+cp "$core" "$out/velero-builtins.core.wasm"
 started=$SECONDS
-"$iar" componentize "$core" -o "$out/restore-builtins.wasm.tmp" >&2
-mv "$out/restore-builtins.wasm.tmp" "$out/restore-builtins.wasm"
-log "componentized in $((SECONDS - started)) s ($(stat -c %s "$out/restore-builtins.wasm") bytes)"
-cp "$native" "$out/restore-builtins-native.tmp"
-mv "$out/restore-builtins-native.tmp" "$out/restore-builtins-native"
-echo "$out/restore-builtins.wasm"
-echo "$out/restore-builtins-native"
+"$iar" componentize "$core" -o "$out/velero-builtins.wasm.tmp" >&2
+mv "$out/velero-builtins.wasm.tmp" "$out/velero-builtins.wasm"
+log "componentized in $((SECONDS - started)) s ($(stat -c %s "$out/velero-builtins.wasm") bytes)"
+cp "$native" "$out/velero-builtins-native.tmp"
+mv "$out/velero-builtins-native.tmp" "$out/velero-builtins-native"
+echo "$out/velero-builtins.wasm"
+echo "$out/velero-builtins-native"

@@ -247,7 +247,8 @@ impl ActionSet {
             None => {
                 // Loaded outside the lock: compiling takes a while (less with
                 // the compile cache), and other plugins' calls need not wait.
-                let settings = settings_for(&path)?;
+                let mut settings = settings_for(&path)?;
+                settings.load_cluster = iar_plugin::plugin::LoadCluster(Some(self.cluster.clone()));
                 let plugin = Plugin::from_file(&self.runtime, &path, settings)
                     .map_err(|e| Refusal::Load(e.to_string()))?;
                 tracing::info!(

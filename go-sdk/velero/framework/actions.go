@@ -67,6 +67,9 @@ func (a *backupAdapter) impl() (appliesTo, biav1.BackupItemAction, biav2.BackupI
 }
 
 func (a *backupAdapter) AppliesTo() (velero.ResourceSelector, error) {
+	if a.in.namedElsewhere() {
+		return nothing, nil
+	}
 	act, _, _, err := a.impl()
 	if err != nil {
 		return velero.ResourceSelector{}, err
@@ -160,6 +163,9 @@ func (a *restoreAdapter) impl() (riav1.RestoreItemAction, riav2.RestoreItemActio
 }
 
 func (a *restoreAdapter) AppliesTo() (velero.ResourceSelector, error) {
+	if a.in.namedElsewhere() {
+		return nothing, nil
+	}
 	v1, _, err := a.impl()
 	if err != nil {
 		return velero.ResourceSelector{}, err
@@ -266,6 +272,9 @@ func (a *blockAdapter) impl() (ibav1.ItemBlockAction, error) {
 }
 
 func (a *blockAdapter) AppliesTo() (velero.ResourceSelector, error) {
+	if a.in.namedElsewhere() {
+		return nothing, nil
+	}
 	iba, err := a.impl()
 	if err != nil {
 		return velero.ResourceSelector{}, err

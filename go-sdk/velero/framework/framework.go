@@ -33,7 +33,9 @@
 // A component exports one action per interface. A server may register
 // several of one kind (Velero's own server registers nineteen restore
 // actions): the plugin setting `action` names the one this plugin runs,
-// and with one registered it is that one.
+// and with one registered it is that one. A component registering several
+// kinds runs as the one `action` names: its exports of the other kinds
+// then apply to nothing.
 //
 // Initializers run at the first call, as Velero runs them at the first
 // call for a plugin name, with a logrus.FieldLogger whose lines go to the
@@ -51,6 +53,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"iar.dev/sdk/host"
+	"iar.dev/sdk/velero"
 )
 
 // HandlerInitializer is Velero's common.HandlerInitializer (an alias of
@@ -205,6 +208,33 @@ type instance struct {
 	v1   bool
 	impl any
 	err  error
+}
+
+// nothing is the selector that matches no item: every resource excluded
+// (Velero's semantics, as iar's).
+var nothing = velero.ResourceSelector{ExcludedResources: []string{"*"}}
+
+// namedElsewhere is true when the setting `action` names no registered
+// action of this kind but one of another: a component registering
+// Velero's backup and restore built-ins runs as one of them, and its
+// other exports then apply to nothing rather than fail the plugin.
+func (in *instance) namedElsewhere() bool {
+	want, set := host.Config(ActionSetting)
+	if !set {
+		return false
+	}
+	found := func(k kind) bool {
+		return slices.ContainsFunc(registry[k], func(r registration) bool { return r.name == want })
+	}
+	if found(in.k) {
+		return false
+	}
+	for _, k := range []kind{backupKind, restoreKind, blockKind} {
+		if k != in.k && found(k) {
+			return true
+		}
+	}
+	return false
 }
 
 func (in *instance) get() (any, error) {

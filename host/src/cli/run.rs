@@ -287,6 +287,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             grants: grants.clone(),
             write_grants: write_grants.clone(),
             mutate_grants: mutate_grants.clone(),
+            // Its applies-to reads the cluster its calls will.
+            load_cluster: iar::plugin::LoadCluster(Some(cluster.clone())),
             ..PluginSettings::default()
         };
         if let Some(d) = args.deadline {

@@ -17,7 +17,7 @@ pub use error::{
 };
 pub use instance::{PluginInstance, StdioCounts, lift_budget};
 pub use relations::{FnRelation, PluginRelation, Relation};
-pub use settings::{PluginSettings, SettingsError, SettingsFile};
+pub use settings::{LoadCluster, PluginSettings, SettingsError, SettingsFile};
 pub use validate::{ExecuteResult, Phase, Progress, RestoreResult};
 
 use crate::contract::{self, ComponentShape, v1};
@@ -336,6 +336,11 @@ impl Plugin {
                 .and_then(|rest| rest.strip_prefix('/'))
                 .is_some_and(|rest| rest.split('@').next() == Some(contract::RUNS_IMPORT))
         });
+        let load_cluster = settings
+            .load_cluster
+            .0
+            .clone()
+            .unwrap_or_else(|| Arc::new(NoCluster));
         let mut inner = Inner {
             name: plugin.clone(),
             digest,
@@ -356,9 +361,10 @@ impl Plugin {
             reads_runs,
         };
         // applies-to is asked once per load (of each exported interface), on
-        // a throwaway instance with no cluster, under the plugin's own limits.
+        // a throwaway instance under the plugin's own limits, reading the
+        // cluster the settings name (none by default).
         let partial = Plugin(Arc::new(inner));
-        let mut instance = partial.instance(Arc::new(NoCluster));
+        let mut instance = partial.instance(load_cluster);
         let action = match partial.exports(Interface::ItemAction) {
             true => Some(instance.applies_to()?),
             false => None,

@@ -26,6 +26,25 @@ pub struct PluginSettings {
     /// a returned item is created by a restore, or stored for one, so a
     /// change is a write; nothing by default.
     pub mutate_grants: MutateGrants,
+    /// The cluster the load's `applies-to` calls read, where the plugin
+    /// will run against one: a plugin on Velero's framework initializes
+    /// its action (and its clients, discovery included) at its first
+    /// call, and Velero's built-ins read the API server there. By default
+    /// none (manifests or nothing answer as without a cluster).
+    pub load_cluster: LoadCluster,
+}
+
+/// [`PluginSettings::load_cluster`].
+#[derive(Clone, Default)]
+pub struct LoadCluster(pub Option<std::sync::Arc<dyn iar_core::cluster::ClusterReader>>);
+
+impl std::fmt::Debug for LoadCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "LoadCluster(Some(..))",
+            None => "LoadCluster(None)",
+        })
+    }
 }
 
 impl PluginSettings {
@@ -125,6 +144,7 @@ impl SettingsFile {
             grants,
             write_grants,
             mutate_grants,
+            load_cluster: LoadCluster::default(),
         })
     }
 }

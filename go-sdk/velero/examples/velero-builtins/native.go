@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 
+	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -25,7 +26,8 @@ import (
 	riav1 "github.com/vmware-tanzu/velero/pkg/plugin/velero/restoreitemaction/v1"
 )
 
-const usage = `usage: restore-builtins-native -action NAME -restore RESTORE.json [-item ITEM.json] ITEM_FROM_BACKUP.json
+const usage = `usage: velero-builtins-native -action NAME -restore RESTORE.json [-item ITEM.json] ITEM_FROM_BACKUP.json
+       velero-builtins-native -action NAME -backup BACKUP.json ITEM.json
 
 Runs one of Velero's built-in restore item actions natively, as Velero's
 server calls a plugin: registered with Velero's framework
@@ -43,14 +45,23 @@ resetMetadataAndStatus), or ITEM.json when -item is given.
 The actions that read the cluster get their clients from Velero's own
 client.NewFactory, as Velero's server does: the cluster KUBECONFIG names,
 the namespace VELERO_NAMESPACE names (default velero).
+
+With -backup, one of Velero's built-in backup item actions runs on ITEM
+through Velero's BackupItemAction gRPC client and server
+(native_backup.go); it prints {"item", "additionalItems"} or {"error"}.
 `
 
 func main() {
 	action := flag.String("action", "", "the registered action to call (velero.io/service, ...)")
 	restorePath := flag.String("restore", "", "the Velero Restore object (JSON)")
 	itemPath := flag.String("item", "", "the item as handed to the action (JSON); default: ITEM_FROM_BACKUP as Velero's restore resets it")
+	backupPath := flag.String("backup", "", "the Velero Backup object (JSON): call a backup item action")
 	flag.Usage = func() { fmt.Fprint(os.Stderr, usage) }
 	flag.Parse()
+	if *action != "" && *backupPath != "" && *restorePath == "" && flag.NArg() == 1 {
+		backupMain(*action, *backupPath, flag.Arg(0))
+		return
+	}
 	if *action == "" || *restorePath == "" || flag.NArg() != 1 {
 		flag.Usage()
 		os.Exit(2)
@@ -70,9 +81,7 @@ func main() {
 		fail(fmt.Errorf("%s: %w", *restorePath, err))
 	}
 
-	logger := logrus.New()
-	logger.Out = os.Stderr
-	impl, err := grpcClient(logger, *action)
+	impl, err := grpcClient(stderrLogger(), *action)
 	if err != nil {
 		fail(err)
 	}
@@ -85,42 +94,83 @@ func main() {
 	if err != nil {
 		result["error"] = err.Error()
 	} else {
-		ids := make([]map[string]string, 0, len(out.AdditionalItems))
-		for _, id := range out.AdditionalItems {
-			ids = append(ids, map[string]string{
-				"group": id.Group, "resource": id.Resource, "namespace": id.Namespace, "name": id.Name,
-			})
-		}
 		result["item"] = out.UpdatedItem.UnstructuredContent()
-		result["additionalItems"] = ids
+		result["additionalItems"] = identifiers(out.AdditionalItems)
 		result["skipRestore"] = out.SkipRestore
 	}
+	print(result)
+}
+
+func stderrLogger() logrus.FieldLogger {
+	logger := logrus.New()
+	logger.Out = os.Stderr
+	return logger
+}
+
+// identifiers as the test compares them.
+func identifiers(in []velero.ResourceIdentifier) []map[string]string {
+	ids := make([]map[string]string, 0, len(in))
+	for _, id := range in {
+		ids = append(ids, map[string]string{
+			"group": id.Group, "resource": id.Resource, "namespace": id.Namespace, "name": id.Name,
+		})
+	}
+	return ids
+}
+
+func print(result map[string]any) {
 	if err := json.NewEncoder(os.Stdout).Encode(result); err != nil {
 		fail(err)
 	}
 }
 
-// grpcClient is the action `name` as Velero's server reaches a plugin's
-// restore item action: Velero's gRPC client for it, talking to Velero's
-// gRPC server for the registered actions.
+// grpcClient is the restore action `name` as Velero's server reaches a
+// plugin's restore item action: Velero's gRPC client for it, talking to
+// Velero's gRPC server for the registered actions.
 func grpcClient(logger logrus.FieldLogger, name string) (riav1.RestoreItemAction, error) {
 	plugin := framework.NewRestoreItemActionPlugin(common.ServerLogger(logger), common.ClientLogger(logger))
-	actions := restoreActions(veleroclient.NewFactory("velero", veleroclient.VeleroConfig{}))
+	client, err := dispense(plugin, restoreActions(veleroFactory()), name)
+	if err != nil {
+		return nil, err
+	}
+	impl, ok := client.(riav1.RestoreItemAction)
+	if !ok {
+		return nil, fmt.Errorf("velero's client for %s is not a RestoreItemAction", name)
+	}
+	return impl, nil
+}
+
+// veleroFactory is Velero's own client.Factory, as Velero's server makes
+// it (KUBECONFIG, VELERO_NAMESPACE).
+func veleroFactory() veleroclient.Factory {
+	return veleroclient.NewFactory("velero", veleroclient.VeleroConfig{})
+}
+
+// servedPlugin is Velero's plugin of one kind: a mux of registered
+// actions, served and called over gRPC.
+type servedPlugin interface {
+	Register(name string, initializer common.HandlerInitializer)
+	GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error
+	GRPCClient(context.Context, *goplugin.GRPCBroker, *grpc.ClientConn) (any, error)
+}
+
+// dispense registers `actions` with `p`, serves it over an in-process
+// connection and returns Velero's gRPC client for `name`.
+func dispense(p servedPlugin, actions map[string]initializer, name string) (any, error) {
 	names := make([]string, 0, len(actions))
 	for n := range actions {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		plugin.Register(n, actions[n])
+		p.Register(n, actions[n])
 	}
 	if !slices.Contains(names, name) {
-		return nil, fmt.Errorf("no restore item action %q registered (registered: %v)", name, names)
+		return nil, fmt.Errorf("no action %q registered (registered: %v)", name, names)
 	}
-
 	listener := bufconn.Listen(1 << 20)
 	server := grpc.NewServer()
-	if err := plugin.GRPCServer(nil, server); err != nil {
+	if err := p.GRPCServer(nil, server); err != nil {
 		return nil, err
 	}
 	go func() { _ = server.Serve(listener) }()
@@ -130,15 +180,11 @@ func grpcClient(logger logrus.FieldLogger, name string) (riav1.RestoreItemAction
 	if err != nil {
 		return nil, err
 	}
-	dispenser, err := plugin.GRPCClient(context.Background(), nil, conn)
+	dispenser, err := p.GRPCClient(context.Background(), nil, conn)
 	if err != nil {
 		return nil, err
 	}
-	impl, ok := dispenser.(common.ClientDispenser).ClientFor(name).(riav1.RestoreItemAction)
-	if !ok {
-		return nil, fmt.Errorf("velero's client for %s is not a RestoreItemAction", name)
-	}
-	return impl, nil
+	return dispenser.(common.ClientDispenser).ClientFor(name), nil
 }
 
 // resetMetadataAndStatus is what Velero's restore does to an item before
@@ -183,6 +229,6 @@ func read(path string) []byte {
 }
 
 func fail(err error) {
-	fmt.Fprintln(os.Stderr, "restore-builtins-native:", err)
+	fmt.Fprintln(os.Stderr, "velero-builtins-native:", err)
 	os.Exit(1)
 }

@@ -2,11 +2,12 @@
 // (actions.go says why this is a module of its own). Built by
 // ../../build.sh, which adds the replace of Velero's module (see there);
 // `../../build.sh --tidy` rewrites this file and go.sum.
-module iar.dev/sdk/velero/examples/restore-builtins
+module iar.dev/sdk/velero/examples/velero-builtins
 
 go 1.26.0
 
 require (
+	github.com/hashicorp/go-plugin v1.7.0
 	github.com/sirupsen/logrus v1.9.4
 	github.com/vmware-tanzu/velero v1.18.3
 	google.golang.org/grpc v1.83.1
@@ -40,7 +41,6 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
-	github.com/hashicorp/go-plugin v1.7.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect

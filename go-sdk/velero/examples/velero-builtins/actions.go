@@ -1,4 +1,4 @@
-// Command restore-builtins is Velero v1.18.3's own built-in restore item
+// Command velero-builtins is Velero v1.18.3's own built-in restore item
 // actions (github.com/vmware-tanzu/velero/pkg/restore/actions, fetched from
 // the Go module proxy at build time, compiled unchanged) served two ways
 // from this one main package:
@@ -25,8 +25,11 @@ package main
 import (
 	"github.com/sirupsen/logrus"
 
+	bia "github.com/vmware-tanzu/velero/pkg/backup/actions"
 	"github.com/vmware-tanzu/velero/pkg/client"
+	velerodiscovery "github.com/vmware-tanzu/velero/pkg/discovery"
 	ria "github.com/vmware-tanzu/velero/pkg/restore/actions"
+	"github.com/vmware-tanzu/velero/pkg/util/actionhelpers"
 )
 
 // initializer is Velero's plugin initializer type (common.HandlerInitializer).
@@ -84,6 +87,34 @@ func restoreActions(f client.Factory) map[string]initializer {
 				return nil, err
 			}
 			return ria.NewSecretAction(l, c), nil
+		},
+	}
+}
+
+// backupActions are the built-in backup item actions Velero's server
+// registers (as v1 BackupItemActions), built as plugin.go builds them: the
+// PVC's volume (velero.io/pv), a pod's claims and PriorityClass
+// (velero.io/pod), and a ServiceAccount's ClusterRoleBindings and
+// ClusterRoles (velero.io/service-account: RBAC listers and Velero's
+// discovery helper over the factory's clients).
+func backupActions(f client.Factory) map[string]initializer {
+	return map[string]initializer{
+		"velero.io/pv":  func(l logrus.FieldLogger) (any, error) { return bia.NewPVCAction(l), nil },
+		"velero.io/pod": func(l logrus.FieldLogger) (any, error) { return bia.NewPodAction(l), nil },
+		"velero.io/service-account": func(l logrus.FieldLogger) (any, error) {
+			kube, err := f.KubeClient()
+			if err != nil {
+				return nil, err
+			}
+			discovery, err := f.DiscoveryClient()
+			if err != nil {
+				return nil, err
+			}
+			helper, err := velerodiscovery.NewHelper(discovery, l)
+			if err != nil {
+				return nil, err
+			}
+			return bia.NewServiceAccountAction(l, actionhelpers.NewClusterRoleBindingListerMap(kube), helper)
 		},
 	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"iar.dev/sdk/velero/framework"
+	_ "iar.dev/sdk/velero/framework/backupitemaction" // exports item-action
 	"iar.dev/sdk/velero/framework/clientfactory"
 	_ "iar.dev/sdk/velero/framework/restoreitemaction" // exports restore-item-action
 )
@@ -14,8 +15,10 @@ import (
 // clients come from iar's factory, over the host, where Velero's main
 // builds client.NewFactory over a kubeconfig.
 func init() {
+	f := clientfactory.New()
 	framework.NewServer().
-		RegisterRestoreItemActions(restoreActions(clientfactory.New())).
+		RegisterBackupItemActions(backupActions(f)).
+		RegisterRestoreItemActions(restoreActions(f)).
 		Serve()
 }
 
