@@ -321,7 +321,8 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
 
 /// The same guest, the same calls, against a real kube-apiserver through
 /// `iar run --live-cluster` (its KUBECONFIG): the same answers, and
-/// `/version` answered.
+/// `/version` answered, in the initializer as well (which the load's
+/// applies-to runs, as Velero's first call does).
 #[tokio::test(flavor = "multi_thread")]
 async fn client_go_inside_the_sandbox_reads_a_live_api_server() {
     let Some(server) = crate::support::server().await else {
@@ -344,7 +345,9 @@ async fn client_go_inside_the_sandbox_reads_a_live_api_server() {
             &dir_path,
             home,
             workload,
-            &["--live-cluster"],
+            // Its initializer asks /version, at the load's applies-to
+            // too: the load reads the live cluster.
+            &["--live-cluster", "--config", "versionAtInit=true"],
             &[("KUBECONFIG", &kubeconfig)],
         )
     })

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"iar.dev/sdk/host"
 	"iar.dev/sdk/velero/framework"
 	_ "iar.dev/sdk/velero/framework/backupitemaction"
 	"iar.dev/sdk/velero/framework/clientfactory"
@@ -28,8 +29,25 @@ import (
 
 func init() {
 	framework.NewServer().
-		RegisterBackupItemActionV2("iar.test/kube-client", func(logrus.FieldLogger) (any, error) { return &action{}, nil }).
+		RegisterBackupItemActionV2("iar.test/kube-client", newAction).
 		Serve()
+}
+
+// newAction is the initializer. With the setting versionAtInit=true it
+// asks the API server's version there, as Velero's ServiceAccount action
+// builds its discovery helper in its initializer, and fails without one:
+// the host runs initializers at the load's applies-to too.
+func newAction(logrus.FieldLogger) (any, error) {
+	if v, _ := host.Config("versionAtInit"); v == "true" {
+		d, err := clientfactory.New().DiscoveryClient()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := d.ServerVersion(); err != nil {
+			return nil, fmt.Errorf("initializing: %w", err)
+		}
+	}
+	return &action{}, nil
 }
 
 func main() {}
