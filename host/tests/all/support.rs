@@ -256,6 +256,21 @@ pub async fn create_object(client: &kube::Client, object: &Value) {
     }
 }
 
+/// The shared API server holding `namespaces` and `objects` (created as
+/// its admin), as the kubeconfig a command's `KUBECONFIG` names; `None`
+/// (the harness has said why) to skip.
+pub async fn seeded_server(namespaces: &[&str], objects: &[Value]) -> Option<PathBuf> {
+    let server = server().await?;
+    let client = client(server, User::Admin).await;
+    for ns in namespaces {
+        iar_apiserver::create_namespace(&client, ns).await;
+    }
+    for object in objects {
+        create_object(&client, object).await;
+    }
+    Some(server.kubeconfig().to_path_buf())
+}
+
 pub async fn client(server: &ApiServer, user: User) -> kube::Client {
     server
         .client(user)

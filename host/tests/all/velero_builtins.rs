@@ -22,10 +22,10 @@
 //! requirements"): iar's core and component instance slots are 4 MiB
 //! since, and these runs load it from the pool.
 
-use crate::support::{cache_dir, iar_bin, repo, text};
+use crate::support::{iar, iar_command, text};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 struct Built {
@@ -66,7 +66,7 @@ fn built() -> &'static Built {
             "metadata": {"name": "warm", "namespace": "shop"},
             "spec": {"ports": [{"port": 80}]}});
         std::fs::write(&warm, svc.to_string()).unwrap();
-        let out = iar_run(&[
+        let out = iar(&[
             "run",
             "--restore",
             "--plugin",
@@ -115,16 +115,6 @@ struct Returned {
     logs: Vec<String>,
 }
 
-/// `iar` as `support::iar` runs it, with the test's compile cache.
-fn iar_run(args: &[&str]) -> Output {
-    Command::new(iar_bin())
-        .args(args)
-        .current_dir(repo())
-        .env("IAR_CACHE_DIR", cache_dir())
-        .output()
-        .expect("running iar")
-}
-
 /// `action` of the component on `service` (as backed up) in `restore`,
 /// through `iar run --restore`.
 fn in_iar(action: &str, service: &Path, restore: &Path) -> Returned {
@@ -138,6 +128,40 @@ fn in_iar(action: &str, service: &Path, restore: &Path) -> Returned {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `iar run` of the component's `action` on `item` with `call` (which
+/// call, on what) and `extra` arguments and `env`: its report, once it
+/// succeeded and the action applied.
+fn run_component(
+    action: &str,
+    item: &Path,
+    call: &[&str],
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> Result<Value, String> {
+    let config = format!("action={action}");
+    let mut args = vec![
+        "run",
+        "--plugin",
+        built().component.to_str().unwrap(),
+        "--item",
+        item.to_str().unwrap(),
+        "--config",
+        &config,
+    ];
+    args.extend_from_slice(call);
+    args.extend_from_slice(extra);
+    let out = iar_command(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running iar");
+    if !out.status.success() {
+        return Err(format!("iar run {call:?} ({action}): {}", text(&out)));
+    }
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["results"][0]["applies"], true, "{report:#}");
+    Ok(report)
+}
+
 /// `action` of the component on `item` (as backed up) in `restore`, with
 /// `extra` arguments (grants, where the cluster is) and `env`.
 fn in_iar_with(
@@ -147,35 +171,14 @@ fn in_iar_with(
     extra: &[&str],
     env: &[(&str, &Path)],
 ) -> Result<Returned, String> {
-    let config = format!("action={action}");
-    let mut args = vec![
-        "run",
-        "--restore",
-        "--plugin",
-        built().component.to_str().unwrap(),
-        "--item",
-        item.to_str().unwrap(),
-        "--restore-object",
-        restore.to_str().unwrap(),
-        "--config",
-        &config,
-    ];
-    args.extend_from_slice(extra);
-    let mut command = Command::new(iar_bin());
-    command
-        .args(&args)
-        .current_dir(repo())
-        .env("IAR_CACHE_DIR", cache_dir());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let out = command.output().expect("running iar");
-    if !out.status.success() {
-        return Err(format!("iar run --restore ({action}): {}", text(&out)));
-    }
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = run_component(
+        action,
+        item,
+        &["--restore", "--restore-object", restore.to_str().unwrap()],
+        extra,
+        env,
+    )?;
     let result = &report["results"][0];
-    assert_eq!(result["applies"], true, "{report:#}");
     let output = &result["output"];
     Ok(Returned {
         // No item: the plugin returned none (Velero sends the request's item back).
@@ -221,11 +224,20 @@ fn native_with(
     if let Some(item) = item {
         cmd.arg("-item").arg(item);
     }
-    for (k, v) in env {
-        cmd.env(k, v);
+    let v = run_native(action, cmd.arg(service), env);
+    Returned {
+        item: v["item"].clone(),
+        additional: v["additionalItems"].clone(),
+        skip: v["skipRestore"].clone(),
+        logs: Vec::new(),
     }
+}
+
+/// What the native program printed for `action`, run with `env`: its
+/// exit status and an `error` field are failures.
+fn run_native(action: &str, cmd: &mut Command, env: &[(&str, &Path)]) -> Value {
     let out = cmd
-        .arg(service)
+        .envs(env.iter().copied())
         .output()
         .expect("running velero-builtins-native");
     assert!(
@@ -234,13 +246,8 @@ fn native_with(
         text(&out)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v.get("error").is_none(), "native: {v}");
-    Returned {
-        item: v["item"].clone(),
-        additional: v["additionalItems"].clone(),
-        skip: v["skipRestore"].clone(),
-        logs: Vec::new(),
-    }
+    assert!(v.get("error").is_none(), "native {action}: {v}");
+    v
 }
 
 /// A Service as backed up: with what the API server sets (uid,
@@ -677,6 +684,17 @@ struct BuiltinCase {
     effect: fn(&Returned) -> Result<(), String>,
 }
 
+/// What the Secret action's cases grant: a Secret is handed as the item
+/// only with `secrets` named, and the action changes it.
+const SECRET_GRANTS: &[&str] = &[
+    "--allow-read",
+    "*",
+    "--allow-read",
+    "secrets",
+    "--allow-mutate",
+    "secrets",
+];
+
 /// Metadata as the API server keeps it, which the restore resets.
 fn stored_meta(name: &str, namespace: Option<&str>) -> Value {
     let mut m = json!({"name": name, "uid": "5c0a6f0e-8d2b-4f4a-9a3e-2b7c1d0e9f31",
@@ -929,14 +947,7 @@ fn builtin_cases() -> Vec<BuiltinCase> {
             action: "velero.io/secret",
             item: json!({"apiVersion": "v1", "kind": "Secret", "metadata": stored_meta("builder-token-x7k2p", Some("builtins-shop")),
                 "type": "kubernetes.io/service-account-token", "data": {"token": "dG9rZW4="}}),
-            grants: &[
-                "--allow-read",
-                "*",
-                "--allow-read",
-                "secrets",
-                "--allow-mutate",
-                "secrets",
-            ],
+            grants: SECRET_GRANTS,
             effect: |r| {
                 check(
                     r.skip == true,
@@ -953,14 +964,7 @@ fn builtin_cases() -> Vec<BuiltinCase> {
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": m,
                     "type": "kubernetes.io/service-account-token", "data": {"token": "dG9rZW4=", "ca.crt": "Y2E=", "namespace": "c2hvcA=="}})
             },
-            grants: &[
-                "--allow-read",
-                "*",
-                "--allow-read",
-                "secrets",
-                "--allow-mutate",
-                "secrets",
-            ],
+            grants: SECRET_GRANTS,
             effect: |r| {
                 check(
                     r.skip == false
@@ -990,17 +994,10 @@ fn builtin_cases() -> Vec<BuiltinCase> {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "Velero v1.18.3 built for wasip1 and natively: about 20 min of Go builds the first time on 2 cores, too long for the README test command; run with -- --ignored"]
 async fn every_restore_builtin_returns_the_native_bytes() {
-    let Some(server) = crate::support::server().await else {
-        return;
-    };
-    let client = crate::support::client(server, iar_apiserver::User::Admin).await;
     let home = "builtins-velero";
-    for ns in [home, "builtins-shop"] {
-        iar_apiserver::create_namespace(&client, ns).await;
-    }
     let plugin_config =
         |kind: &str| json!({"velero.io/plugin-config": "", kind: "RestoreItemAction"});
-    for object in [
+    let objects = [
         json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "change-storage-class-config", "namespace": home, "labels": plugin_config("velero.io/change-storage-class")},
             "data": {"standard": "builtins-fast"}}),
@@ -1011,10 +1008,11 @@ async fn every_restore_builtin_returns_the_native_bytes() {
             "data": {"case1": "registry.old.example,registry.new.example"}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": "builder", "namespace": "builtins-shop"}}),
-    ] {
-        crate::support::create_object(&client, &object).await;
-    }
-    let kubeconfig = server.kubeconfig().to_path_buf();
+    ];
+    let Some(kubeconfig) = crate::support::seeded_server(&[home, "builtins-shop"], &objects).await
+    else {
+        return;
+    };
     tokio::task::spawn_blocking(move || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let restore_path = dir.path().join("restore.json");
@@ -1081,29 +1079,11 @@ fn backup_in_iar(
     extra: &[&str],
     env: &[(&str, &Path)],
 ) -> BackedUp {
-    let mut command = Command::new(iar_bin());
-    command
-        .args(["run", "--live-cluster", "--plugin"])
-        .arg(&built().component)
-        .arg("--item")
-        .arg(item)
-        .arg("--backup")
-        .arg(backup)
-        .args(["--config", &format!("action={action}")])
-        .args(extra)
-        .current_dir(repo())
-        .env("IAR_CACHE_DIR", cache_dir());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let out = command.output().expect("running iar");
-    assert!(out.status.success(), "iar run ({action}): {}", text(&out));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let result = &report["results"][0];
-    assert_eq!(result["applies"], true, "{report:#}");
+    let call = ["--live-cluster", "--backup", backup.to_str().unwrap()];
+    let report = run_component(action, item, &call, extra, env).unwrap_or_else(|e| panic!("{e}"));
     BackedUp {
         item: report["finalItem"].clone(),
-        additional: result["output"]["additionalItems"].clone(),
+        additional: report["results"][0]["output"]["additionalItems"].clone(),
     }
 }
 
@@ -1112,17 +1092,7 @@ fn backup_natively(action: &str, item: &Path, backup: &Path, env: &[(&str, &Path
     cmd.args(["-action", action, "-backup"])
         .arg(backup)
         .arg(item);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("running velero-builtins-native");
-    assert!(
-        out.status.success(),
-        "velero-builtins-native: {}",
-        text(&out)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v.get("error").is_none(), "native {action}: {v}");
+    let v = run_native(action, &mut cmd, env);
     BackedUp {
         item: v["item"].clone(),
         additional: v["additionalItems"].clone(),
@@ -1163,15 +1133,8 @@ fn id_set(ids: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "Velero v1.18.3 built for wasip1 and natively: about 20 min of Go builds the first time on 2 cores, too long for the README test command; run with -- --ignored"]
 async fn every_backup_builtin_returns_the_native_bytes() {
-    let Some(server) = crate::support::server().await else {
-        return;
-    };
-    let client = crate::support::client(server, iar_apiserver::User::Admin).await;
     let (home, ns) = ("builtins-velero-b", "builtins-backup");
-    for n in [home, ns] {
-        iar_apiserver::create_namespace(&client, n).await;
-    }
-    for object in [
+    let objects = [
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "builtins-builder"},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
@@ -1183,10 +1146,10 @@ async fn every_backup_builtin_returns_the_native_bytes() {
             "metadata": {"name": "builtins-other"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
             "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": ns}]}),
-    ] {
-        crate::support::create_object(&client, &object).await;
-    }
-    let kubeconfig = server.kubeconfig().to_path_buf();
+    ];
+    let Some(kubeconfig) = crate::support::seeded_server(&[home, ns], &objects).await else {
+        return;
+    };
     tokio::task::spawn_blocking(move || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let backup = dir.path().join("backup.json");

@@ -200,12 +200,10 @@ fn kube_client_seen(
         "*",
     ];
     args.extend_from_slice(cluster);
-    let mut command = std::process::Command::new(crate::support::iar_bin());
-    command.args(&args);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let out = command.output().unwrap();
+    let out = crate::support::iar_command(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running iar");
     assert!(
         out.status.success(),
         "{}{}",
@@ -325,19 +323,11 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
 /// applies-to runs, as Velero's first call does).
 #[tokio::test(flavor = "multi_thread")]
 async fn client_go_inside_the_sandbox_reads_a_live_api_server() {
-    let Some(server) = crate::support::server().await else {
+    let (home, workload) = ("velero-kc", "shop-kc");
+    let objects = kube_client_objects(home, workload, "fast-kc");
+    let Some(kubeconfig) = crate::support::seeded_server(&[home, workload], &objects).await else {
         return;
     };
-    let client = crate::support::client(server, iar_apiserver::User::Admin).await;
-    let (home, workload) = ("velero-kc", "shop-kc");
-    for ns in [home, workload] {
-        iar_apiserver::create_namespace(&client, ns).await;
-    }
-    let objects = kube_client_objects(home, workload, "fast-kc");
-    for object in &objects {
-        crate::support::create_object(&client, object).await;
-    }
-    let kubeconfig = server.kubeconfig().to_path_buf();
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path().to_path_buf();
     let seen = tokio::task::spawn_blocking(move || {

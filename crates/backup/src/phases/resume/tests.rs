@@ -201,6 +201,19 @@ impl crate::backup::volumes::VolumeBackupper for Recorder {
 /// backups before it runs the unfreeze it owes. Before, it ran the
 /// unfreeze at once, while the agent still read the volume under a
 /// request no record named (the fault campaign's seed 3706: 2.5 s before
+/// Parts over `cluster` whose hooks and volume backups a [`Recorder`]
+/// runs and records.
+fn recording(
+    cluster: std::sync::Arc<dyn iar_core::cluster::ClusterReader>,
+) -> (std::sync::Arc<Recorder>, Parts) {
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let parts = Parts::with_machine(cluster, |m| {
+        m.with_hook_runner(recorder.clone())
+            .with_volume_backupper(recorder.clone())
+    });
+    (recorder, parts)
+}
+
 /// the request ended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_ends_the_volume_backups_before_the_unfreeze_it_owes() {
@@ -215,11 +228,7 @@ async fn a_takeover_ends_the_volume_backups_before_the_unfreeze_it_owes() {
     let cluster = std::sync::Arc::new(iar_core::ManifestCluster::new(vec![
         items.path().to_path_buf(),
     ]));
-    let recorder = std::sync::Arc::new(Recorder::default());
-    let parts = Parts::with_machine(cluster, |m| {
-        m.with_hook_runner(recorder.clone())
-            .with_volume_backupper(recorder.clone())
-    });
+    let (recorder, parts) = recording(cluster);
     parts.put_object("b", BackupPhase::InProgress).await;
     let frozen = crate::backup::block_work::LedgerEntry {
         pod: iar_core::item::ItemRef::new("", "pods", "shop", "db-0"),
@@ -248,11 +257,7 @@ async fn a_takeover_ends_the_volume_backups_before_the_unfreeze_it_owes() {
 /// no volume records).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_fails_a_volume_chosen_but_never_recorded() {
-    let recorder = std::sync::Arc::new(Recorder::default());
-    let parts = Parts::with_machine(std::sync::Arc::new(iar_core::cluster::NoCluster), |m| {
-        m.with_hook_runner(recorder.clone())
-            .with_volume_backupper(recorder.clone())
-    });
+    let (_, parts) = recording(std::sync::Arc::new(iar_core::cluster::NoCluster));
     parts.put_object("b", BackupPhase::InProgress).await;
     let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "db-0", "namespace": "shop",
@@ -300,11 +305,7 @@ async fn a_resume_fails_a_volume_chosen_but_never_recorded() {
 /// (the fault campaign's seeds 4955 and 4960).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_does_not_trust_work_that_never_started_its_blocks() {
-    let recorder = std::sync::Arc::new(Recorder::default());
-    let parts = Parts::with_machine(std::sync::Arc::new(iar_core::cluster::NoCluster), |m| {
-        m.with_hook_runner(recorder.clone())
-            .with_volume_backupper(recorder.clone())
-    });
+    let (recorder, parts) = recording(std::sync::Arc::new(iar_core::cluster::NoCluster));
     let object = parts.put_object("b", BackupPhase::InProgress).await;
     let contents = iar_core::store::tarball::build(Vec::<(String, Vec<u8>)>::new()).unwrap();
     parts
