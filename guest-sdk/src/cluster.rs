@@ -4,6 +4,8 @@
 
 use crate::ResourceId;
 use crate::bindings_v1_2::iar::plugin::{cluster_list, cluster_write};
+use crate::bindings_v1_4::iar::plugin::cluster_write as cluster_write_v1_4;
+pub use crate::bindings_v1_4::iar::plugin::cluster_write::{PatchType, WriteError};
 use serde_json::Value;
 
 /// The objects of a resource (`group` "" for core) in `namespace` (""
@@ -47,6 +49,34 @@ pub fn create(id: &ResourceId, object: &Value) -> Result<Value, String> {
 /// object.
 pub fn delete(id: &ResourceId) -> Result<bool, String> {
     cluster_write::delete(id)
+}
+
+/// Replaces an object this plugin created for this backup with `object`,
+/// which carries the `metadata.resourceVersion` it was read at (what
+/// [`create`] or an earlier write returned): a change made since is
+/// [`WriteError::Conflict`]; read again and retry. Returns the object as
+/// written. The host keeps what a plugin may not change (status, owner
+/// references, finalizers, its own labels); refusals name the rule
+/// (`update-not-own`, `write-identity`, `update-resource-version`,
+/// `no-update-in-finalize`, and [`create`]'s). Contract 1.4.0.
+pub fn update(id: &ResourceId, object: &Value) -> Result<Value, WriteError> {
+    let text = serde_json::to_string(object).map_err(|e| WriteError::Invalid(e.to_string()))?;
+    let written = cluster_write_v1_4::update(id, &text)?;
+    serde_json::from_str(&written)
+        .map_err(|e| WriteError::Unavailable(format!("reading {id} as the host returned it: {e}")))
+}
+
+/// Patches an object this plugin created for this backup with `body`, a
+/// JSON merge patch ([`PatchType::Merge`]) or a JSON patch
+/// ([`PatchType::Json`]); a strategic merge patch is refused (rule
+/// `patch-type`). Without a `metadata.resourceVersion` in the body it
+/// applies to the object as it is. Returns the object as written.
+/// Contract 1.4.0.
+pub fn patch(id: &ResourceId, kind: PatchType, body: &Value) -> Result<Value, WriteError> {
+    let text = serde_json::to_string(body).map_err(|e| WriteError::Invalid(e.to_string()))?;
+    let written = cluster_write_v1_4::patch(id, kind, &text)?;
+    serde_json::from_str(&written)
+        .map_err(|e| WriteError::Unavailable(format!("reading {id} as the host returned it: {e}")))
 }
 
 /// A name for an object this plugin creates, the same every time it is

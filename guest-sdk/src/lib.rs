@@ -33,6 +33,9 @@
 //! plugin's settings); name the object deterministically (the item and
 //! the backup, or [`object_name`]), so that a retried `execute` finds the
 //! object it already created. [`list`] finds objects by their labels.
+//! [`update`] and [`patch`] (contract 1.4.0) change an object this plugin
+//! created, at the version it read: a change made in between is a
+//! [`WriteError::Conflict`], never overwritten.
 //!
 //! # Item blocks (contract 1.1.0)
 //!
@@ -70,7 +73,7 @@ mod restore;
 mod runs;
 mod skim;
 
-pub use cluster::{create, delete, list, object_name};
+pub use cluster::{PatchType, WriteError, create, delete, list, object_name, patch, update};
 pub use host::{cluster_get, cluster_get_as, config, log};
 pub use item::{Backup, Item, Phase, ResourceId};
 pub use output::{Error, Output, Progress, Result, Selector, Timestamp};
@@ -153,15 +156,20 @@ pub mod bindings_v1_2 {
     });
 }
 
-/// Generated bindings for `iar:plugin@1.4.0`'s `runs` and
-/// `cluster-catalog` imports (world `additions`), beside the exports of
+/// Generated bindings for `iar:plugin@1.4.0`'s `runs`, `cluster-catalog`
+/// and `cluster-write` imports (world `additions`), beside the exports of
 /// any version: a plugin imports only the functions it calls (one that
-/// never calls [`backup_object`] or [`restore_object`] imports no `runs`).
+/// never calls [`backup_object`] or [`restore_object`] imports no `runs`;
+/// one that never calls [`update`] or [`patch`] needs no 1.4.0 host to
+/// write).
 #[doc(hidden)]
 pub mod bindings_v1_4 {
     wit_bindgen::generate!({
         path: "wit/v1.4",
         world: "iar:plugin/additions",
+        with: {
+            "iar:plugin/types@1.4.0": crate::bindings::iar::plugin::types,
+        },
         default_bindings_module: "::iar_sdk::bindings_v1_4",
     });
 }

@@ -82,6 +82,16 @@ pub enum ClusterError {
         writes::rule::READ_ONLY
     )]
     ReadOnly,
+    /// A write over a version that is no longer the object's (409): read it
+    /// again and retry.
+    #[error("{0}")]
+    Conflict(String),
+    /// A write to an object that is not there (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The cluster refused the object written (400, 422).
+    #[error("{0}")]
+    Invalid(String),
     /// There is no API server to ask (a cluster of manifests, none).
     #[error("there is no API server: the cluster is manifests (rule: no-api-server)")]
     NoApiServer,

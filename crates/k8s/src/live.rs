@@ -334,7 +334,23 @@ impl LiveCluster {
         let replaced = api
             .replace(&id.name, &PostParams::default(), &object)
             .await
-            .map_err(|e| api_error(format!("replacing {id}"), e))?;
+            .map_err(|e| {
+                let what = format!("replacing {id}");
+                // What a writer acts on apart: read again and retry, the
+                // object is gone, the object was refused.
+                match &e {
+                    kube::Error::Api(s) if s.code == 409 => {
+                        ClusterError::Conflict(format!("{what}: {}", s.message))
+                    }
+                    kube::Error::Api(s) if s.code == 404 => {
+                        ClusterError::NotFound(format!("{what}: {}", s.message))
+                    }
+                    kube::Error::Api(s) if matches!(s.code, 400 | 422) => {
+                        ClusterError::Invalid(format!("{what}: {}", s.message))
+                    }
+                    _ => api_error(what, e),
+                }
+            })?;
         Ok(to_item(&r.api, replaced)?.into_value())
     }
 

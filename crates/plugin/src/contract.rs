@@ -84,12 +84,18 @@ pub mod since_v1_3 {
 }
 
 /// Bindings for `iar:plugin@1.4.0` (`wit/v1.4/plugin.wit`): the `runs`
-/// and `cluster-catalog` imports it adds (world `additions`). Its exports
-/// are 1.3.0's, found by the older modules' indices.
+/// and `cluster-catalog` imports it adds and `cluster-write` with its
+/// `update` and `patch` (world `additions`). Its exports are 1.3.0's, found
+/// by the older modules' indices. The host defines `cluster-write` only
+/// here: a linker holds one instance per semver-compatible name, and a
+/// 1.2.0 writer's `create` and `delete` are found in this one.
 pub mod since_v1_4 {
     wasmtime::component::bindgen!({
         path: "../../wit/v1.4",
         world: "iar:plugin/additions",
+        with: {
+            "iar:plugin/types": super::since_v1_0::types,
+        },
         // Each counts against the host-call limit and may stop the call.
         imports: {
             "iar:plugin/runs.backup": trappable,
@@ -97,19 +103,23 @@ pub mod since_v1_4 {
             "iar:plugin/cluster-catalog.resources": trappable,
             "iar:plugin/cluster-catalog.server-version": trappable,
             "iar:plugin/cluster-catalog.home-namespace": trappable,
+            "iar:plugin/cluster-write.create": trappable,
+            "iar:plugin/cluster-write.delete": trappable,
+            "iar:plugin/cluster-write.update": trappable,
+            "iar:plugin/cluster-write.patch": trappable,
         },
     });
 
-    pub use self::iar::plugin::{cluster_catalog, runs};
+    pub use self::iar::plugin::{cluster_catalog, cluster_write, runs};
 }
 
 /// The newest contract: what code above the boundary names.
 pub mod latest {
     pub use super::since_v1_0::{host, types};
     pub use super::since_v1_1::{action, block_action};
-    pub use super::since_v1_2::{cluster_list, cluster_write};
+    pub use super::since_v1_2::cluster_list;
     pub use super::since_v1_3::restore_action;
-    pub use super::since_v1_4::{cluster_catalog, runs};
+    pub use super::since_v1_4::{cluster_catalog, cluster_write, runs};
 }
 
 /// The 1.0.0 bindings under their old name (the sandbox implements

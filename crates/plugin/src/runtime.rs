@@ -183,12 +183,13 @@ impl Runtime {
             &mut linker,
             |s| s,
         )?;
-        // 1.2.0's cluster-write, for plugins of any 1.x exports that import it.
-        crate::contract::since_v1_2::ClusterWriter::add_to_linker::<
+        // 1.2.0's cluster-list, for plugins of any 1.x exports that import it.
+        crate::contract::since_v1_2::cluster_list::add_to_linker::<
             _,
             wasmtime::component::HasSelf<State>,
         >(&mut linker, |s| s)?;
-        // 1.4.0's runs and cluster-catalog, likewise.
+        // 1.4.0's runs, cluster-catalog and cluster-write (a 1.2.0 writer's
+        // create and delete are found in it), likewise.
         crate::contract::since_v1_4::Additions::add_to_linker::<
             _,
             wasmtime::component::HasSelf<State>,

@@ -526,7 +526,7 @@ impl host::Host for State {
             return Ok(Err(e));
         }
         if let Err(e) = self.may_read(&id.group_resource()) {
-            return Ok(Err(e));
+            return self.read_own(&id, e);
         }
         // A lookup waits at most what is left of the call's ceiling; one
         // that cannot finish in it stops the call.
@@ -538,6 +538,35 @@ impl host::Host for State {
             .map_err(|e| e.to_string());
         self.still_within()?;
         Ok(answer)
+    }
+}
+
+impl State {
+    /// Contract 1.4.0's read-own: an object this plugin created for this
+    /// backup may be read back without a read grant (a generated Secret),
+    /// from the calls that may write it and within its write grant. Every
+    /// other answer is `refused`, the same text whether the object is
+    /// missing, someone else's or unreadable.
+    fn read_own(
+        &mut self,
+        id: &iar_core::item::ItemRef,
+        refused: String,
+    ) -> wasmtime::Result<Result<Option<String>, String>> {
+        if self.write_scope.call == iar_core::cluster::writes::WriteCall::None
+            || !self.write_grants.allows(&id.group_resource())
+        {
+            return Ok(Err(refused));
+        }
+        let budget = self.budget()?;
+        let found = self.cluster.get_json_within(id, budget);
+        self.still_within()?;
+        let own = match found {
+            Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
+                .is_ok_and(|v| iar_core::cluster::writes::is_own(&v, &self.write_scope))
+                .then(|| text.to_string()),
+            _ => None,
+        };
+        Ok(own.map(Some).ok_or(refused))
     }
 }
 

@@ -34,10 +34,11 @@ pub struct RunArgs {
     /// A directory (or file) of manifests that `cluster-get` answers from.
     #[arg(long)]
     cluster: Option<PathBuf>,
-    /// Answer the plugins' cluster reads (get, list, discovery, /version)
+    /// Answer the plugins' cluster calls (get, list, discovery, /version)
     /// from the cluster the environment reaches (KUBECONFIG, ~/.kube/config,
-    /// or the pod's service account) instead of manifests; read-only,
-    /// creates are refused (rule cluster-read-only).
+    /// or the pod's service account) instead of manifests. Writes there
+    /// only what `--allow-write` grants (none by default), under
+    /// cluster-write's rules.
     #[arg(long, conflicts_with_all = ["cluster", "overlay"])]
     live_cluster: bool,
     /// Call progress for this operation id instead of execute.

@@ -198,6 +198,12 @@ fn kube_client_seen(
         backup.to_str().unwrap(),
         "--allow-mutate",
         "*",
+        "--allow-write",
+        "configmaps",
+        "--allow-write",
+        "secrets",
+        "--config",
+        "writes=true",
     ];
     args.extend_from_slice(cluster);
     let out = crate::support::iar_command(&args)
@@ -259,15 +265,17 @@ fn assert_kube_client_saw(seen: &Value, home: &str, live: bool) {
             "refused"
         )
     );
-    assert_eq!(
-        seen["update"],
-        refused(
-            &format!(
-                "PUT of /api/v1/namespaces/{home}/configmaps/settings: updating an object is not offered to plugins yet; create and delete the plugin's own objects (rule: no-update)"
-            ),
-            "refused"
-        )
+    // An update of Velero's namespace from an item of another: forbidden
+    // by rule, whatever the grant.
+    assert_eq!(seen["update"]["forbidden"], true, "{}", seen["update"]);
+    assert!(
+        seen["update"]["error"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("(rule: write-namespace)")),
+        "{}",
+        seen["update"]
     );
+    assert_kube_client_wrote(&seen["writes"]);
     assert_eq!(seen["groups"], json!(["apps=v1", "storage.k8s.io=v1"]));
     match live {
         true => assert_eq!(seen["version"], "ok", "{seen}"),
@@ -277,6 +285,48 @@ fn assert_kube_client_saw(seen: &Value, home: &str, live: bool) {
     // SecretAction's), its REST mapper built from discovery over the same
     // transport.
     assert_eq!(seen["controller-runtime"], json!(["builder", "default"]));
+}
+
+/// What the kube-client guest's writes got, through client-go and
+/// controller-runtime, granted `configmaps`: its own ConfigMap updated at
+/// the version read (a stale version `IsConflict`, `RetryOnConflict`
+/// succeeding), merge and JSON patches applied, controller-runtime's
+/// `MergeFrom` patch applied; a name generated from `generateName`; its
+/// own Secret read back without a read grant for Secrets; a strategic
+/// merge patch
+/// `IsUnsupportedMediaType` (rule `patch-type`); a patch of a ConfigMap it
+/// did not create `IsForbidden` (rule `update-not-own`).
+fn assert_kube_client_wrote(writes: &Value) {
+    assert_eq!(
+        writes["update"],
+        json!({"data": {"step": "2"}, "versionChanged": true}),
+        "{writes}"
+    );
+    assert_eq!(writes["stale"]["conflict"], true, "{writes}");
+    assert_eq!(writes["retried"], "ok", "{writes}");
+    assert_eq!(writes["merge"], json!({"step": "3", "merged": "yes"}));
+    assert_eq!(
+        writes["json"],
+        json!({"step": "3", "merged": "yes", "json": "yes"})
+    );
+    let rule = |what: &str, flag: &str, rule: &str| {
+        assert_eq!(writes[what][flag], true, "{what}: {writes}");
+        assert!(
+            writes[what]["error"]
+                .as_str()
+                .is_some_and(|e| e.ends_with(&format!("(rule: {rule})"))),
+            "{what}: {writes}"
+        );
+    };
+    assert_eq!(writes["generated"], true, "{writes}");
+    assert_eq!(writes["readOwn"], "t", "{writes}");
+    rule("strategic", "unsupported", "patch-type");
+    rule("foreign", "forbidden", "update-not-own");
+    assert_eq!(
+        writes["controller-runtime"],
+        json!({"step": "3", "merged": "yes", "json": "yes", "runtime": "yes"}),
+        "{writes}"
+    );
 }
 
 /// The storage class the ConfigMap maps `standard` to, as listed.
@@ -306,15 +356,29 @@ fn client_go_inside_the_sandbox_answers_from_the_host() {
         .map(|o| serde_json::to_string(o).unwrap())
         .collect();
     std::fs::write(cluster.join("objects.yaml"), docs.join("\n---\n")).unwrap();
+    let overlay = dir.path().join("overlay");
     let seen = kube_client_seen(
         dir.path(),
         "velero",
         "shop",
-        &["--cluster", cluster.to_str().unwrap()],
+        &[
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--overlay",
+            overlay.to_str().unwrap(),
+        ],
         &[],
     );
     assert_kube_client_saw(&seen, "velero", false);
     assert_eq!(seen_class(&seen), "fast");
+    // What the writes left: one object, the plugin's, labelled for the
+    // backup; the operator's ConfigMap untouched.
+    let written =
+        std::fs::read_to_string(overlay.join("configmaps.core/shop/kc-state.yaml")).unwrap();
+    let written: Value = iar::yaml::from_str(&written).unwrap();
+    assert_eq!(written["data"]["runtime"], "yes");
+    assert!(written["metadata"]["labels"]["iar.dev/backup-uid"].is_string());
+    assert!(!overlay.join("configmaps.core/shop/elsewhere.yaml").exists());
 }
 
 /// The same guest, the same calls, against a real kube-apiserver through

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// A base cluster holding one ConfigMap that no plugin created, and an
 /// empty overlay.
-fn cluster() -> (tempfile::TempDir, tempfile::TempDir, Arc<ManifestCluster>) {
+pub(crate) fn cluster() -> (tempfile::TempDir, tempfile::TempDir, Arc<ManifestCluster>) {
     let base = tempfile::tempdir().unwrap();
     std::fs::write(
         base.path().join("cm.yaml"),
@@ -36,11 +36,11 @@ fn cluster() -> (tempfile::TempDir, tempfile::TempDir, Arc<ManifestCluster>) {
 }
 
 /// The hostile guest with `config`, granted to write `writes`.
-fn hostile(config: &[(&str, &str)], writes: &[&str]) -> Plugin {
+pub(crate) fn hostile(config: &[(&str, &str)], writes: &[&str]) -> Plugin {
     hostile_with(config, writes, Limits::default())
 }
 
-fn hostile_with(config: &[(&str, &str)], writes: &[&str], limits: Limits) -> Plugin {
+pub(crate) fn hostile_with(config: &[(&str, &str)], writes: &[&str], limits: Limits) -> Plugin {
     let settings = PluginSettings {
         write_grants: WriteGrants::only(writes).unwrap(),
         ..settings(config, limits)
@@ -49,7 +49,11 @@ fn hostile_with(config: &[(&str, &str)], writes: &[&str], limits: Limits) -> Plu
 }
 
 /// config for an identifier in the hostile guest's `id-*` keys.
-fn id_config<'a>(behavior: &'a str, ns: &'a str, name: &'a str) -> Vec<(&'a str, &'a str)> {
+pub(crate) fn id_config<'a>(
+    behavior: &'a str,
+    ns: &'a str,
+    name: &'a str,
+) -> Vec<(&'a str, &'a str)> {
     vec![
         ("behavior", behavior),
         ("id-group", ""),
@@ -60,7 +64,7 @@ fn id_config<'a>(behavior: &'a str, ns: &'a str, name: &'a str) -> Vec<(&'a str,
 }
 
 /// Runs execute on pod `shop/web-0` and returns the annotation `key`.
-fn annotation(
+pub(crate) fn annotation(
     plugin: &Plugin,
     cluster: Arc<dyn iar::ClusterReader>,
     backup: &BackupRef,
@@ -76,7 +80,7 @@ fn annotation(
         .to_string()
 }
 
-fn files(dir: &Path) -> Vec<String> {
+pub(crate) fn files(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in walk(dir) {
         out.push(entry.strip_prefix(dir).unwrap().display().to_string());

@@ -10,6 +10,7 @@ mod apiserver_plugins_access;
 mod artifacts;
 mod backups;
 mod blocks;
+mod cluster_changes;
 mod cluster_writes;
 mod concurrency;
 mod contract_v1_4;

@@ -80,7 +80,7 @@ pub struct ManifestCluster {
     lookup_paths: Vec<PathBuf>,
     /// Where created objects go ([`overlay`](super::overlay)); none: writes are refused.
     pub(super) overlay: Option<PathBuf>,
-    catalog: &'static Catalog,
+    pub(super) catalog: &'static Catalog,
     pub(super) cache: RwLock<Cache>,
     /// What [`MISS_RESCAN`] is measured by: the real clock, or a test's.
     clock: Arc<dyn Clock>,

@@ -155,6 +155,7 @@ impl ClusterWriter for ManifestCluster {
         let uid = crate::names::uid_for(&id.to_string(), now);
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("uid".into(), Value::String(uid));
+            meta.insert("resourceVersion".into(), Value::String("1".into()));
             meta.insert(
                 "creationTimestamp".into(),
                 Value::String(humantime::format_rfc3339_seconds(now).to_string()),
@@ -169,22 +170,56 @@ impl ClusterWriter for ManifestCluster {
     }
 
     /// Only an object of the overlay: the sources are the operator's.
-    /// Rewritten in place (a temporary file renamed over it).
+    /// Rewritten in place (a temporary file renamed over it). As an API
+    /// server does: an object that carries a `metadata.resourceVersion`
+    /// replaces only that version (else [`ClusterError::Conflict`]), and
+    /// what is written gets the next one.
     fn replace_within(
         &self,
         id: &ItemRef,
-        object: Value,
+        mut object: Value,
         _budget: std::time::Duration,
     ) -> Result<Value, ClusterError> {
         let Some(dir) = &self.overlay else {
             return Err(ClusterError::ReadOnly);
         };
         let path = path_of(dir, id);
+        // Held across the read, the compare and the rename: that is what
+        // makes the version check a compare-and-swap between this
+        // process's writers (one process writes an overlay).
+        static REPLACING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = REPLACING.lock().unwrap_or_else(|p| p.into_inner());
         if !path.exists() {
             return Err(ClusterError::Refused(format!(
                 "replacing {id}: it is not in the overlay {} (the manifests it came from are read only)",
                 dir.display()
             )));
+        }
+        // The file itself, not the parse cache: a rewrite within the
+        // cache's timestamp granularity, of the same length, would read
+        // as the version before it.
+        let stored = crate::manifests::read_file(&path, self.catalog)?
+            .into_iter()
+            .find(|item| item.id == *id)
+            .map(|item| item.value().clone())
+            .ok_or_else(|| {
+                ClusterError::NotFound(format!("replacing {id}: it is no longer in the overlay"))
+            })?;
+        let version = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        };
+        let (had, given) = (version(&stored), version(&object));
+        if !given.is_empty() && given != had {
+            return Err(ClusterError::Conflict(format!(
+                "replacing {id}: the object is at version {had:?}, not {given:?}: it changed since it was read"
+            )));
+        }
+        let next = had.parse::<u64>().unwrap_or(0) + 1;
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("resourceVersion".into(), Value::String(next.to_string()));
         }
         let parent = path.parent().expect("path_of has parents");
         staged(parent, id, &object)?

@@ -37,7 +37,20 @@ pub mod rule {
     /// say it was created for that backup.
     pub const GC_NOT_OWNER: &str = "gc-not-owner";
     pub const CREATE_LIMIT: &str = "create-limit";
+    /// Contract 1.4.0's `update` and `patch`.
+    pub const UPDATE_FINALIZE: &str = "no-update-in-finalize";
+    pub const UPDATE_NOT_OWN: &str = "update-not-own";
+    pub const IDENTITY: &str = "write-identity";
+    pub const RESOURCE_VERSION: &str = "update-resource-version";
+    pub const PATCH_TYPE: &str = "patch-type";
+    pub const GENERATE_NAME: &str = "generate-name";
 }
+
+mod changes;
+pub use changes::{
+    ChangeError, PatchKind, apply_patch, check_change, check_patch_kind, parse_update, rebase,
+    resource_version,
+};
 
 /// Objects created so far, by (backup name, backup uid, plugin), in this
 /// process: `maxCreatesPerBackup` holds across a backup's calls and
@@ -58,8 +71,8 @@ fn create_key(scope: &WriteScope) -> CreateKey {
     )
 }
 
-/// Counts one create of `scope`'s plugin in its backup, or refuses it
-/// past `max` (rule `create-limit`).
+/// Counts one write (a create, an update or a patch) of `scope`'s plugin
+/// in its backup, or refuses it past `max` (rule `create-limit`).
 pub fn claim_create(scope: &WriteScope, max: usize) -> Result<(), WriteRefused> {
     let mut creates = CREATES.lock().unwrap_or_else(|p| p.into_inner());
     let n = creates.entry(create_key(scope)).or_insert(0);
@@ -67,7 +80,7 @@ pub fn claim_create(scope: &WriteScope, max: usize) -> Result<(), WriteRefused> 
         return Err(refuse(
             rule::CREATE_LIMIT,
             format!(
-                "plugin {} already created {max} objects in backup {} (maxCreatesPerBackup)",
+                "plugin {} already created or changed {max} objects in backup {} (maxCreatesPerBackup)",
                 scope.plugin, scope.backup_name
             ),
         ));
@@ -76,8 +89,8 @@ pub fn claim_create(scope: &WriteScope, max: usize) -> Result<(), WriteRefused> 
     Ok(())
 }
 
-/// Gives back a claim whose create made nothing new (it found the object
-/// this plugin created before, or failed).
+/// Gives back a claim whose write made nothing new (a create that found
+/// the object this plugin created before; a write that failed).
 pub fn refund_create(scope: &WriteScope) {
     let mut creates = CREATES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = creates.get_mut(&create_key(scope)) {
@@ -306,6 +319,14 @@ pub fn prepare_create(
             }
         }
     }
+    stamp(meta, scope);
+    Ok(value)
+}
+
+/// Sets the host's labels and annotation on an object's metadata (the
+/// backup it was written for, the plugin that wrote it), over whatever the
+/// plugin put there; label and annotation values that are not strings go.
+fn stamp(meta: &mut Map<String, Value>, scope: &WriteScope) {
     for (field, key, value) in [
         (
             "labels",
@@ -331,7 +352,57 @@ pub fn prepare_create(
             m.insert(key.into(), Value::String(value));
         }
     }
-    Ok(value)
+}
+
+/// The `metadata.generateName` of an object created without a name (an
+/// identifier whose name is empty), as Kubernetes takes it: a prefix the
+/// host completes. Refused (rule `generate-name`) when there is none, or
+/// when the object names itself too.
+pub fn generate_name_prefix(id: &ItemRef, object: &str) -> Result<String, WriteRefused> {
+    let refused = |why: &str| refuse(rule::GENERATE_NAME, format!("creating {id}: {why}"));
+    let value: Value = serde_json::from_str(object)
+        .map_err(|_| refused("an object without a name needs metadata.generateName"))?;
+    let meta = &value["metadata"];
+    if meta["name"].as_str().is_some_and(|n| !n.is_empty()) {
+        return Err(refused(
+            "the identifier has no name but the object has one: name both or neither",
+        ));
+    }
+    match meta["generateName"].as_str() {
+        Some(prefix) if !prefix.is_empty() => Ok(prefix.to_string()),
+        _ => Err(refused(
+            "an object without a name needs metadata.generateName",
+        )),
+    }
+}
+
+/// A name from `prefix` as apimachinery's `SimpleNameGenerator` makes one:
+/// the prefix cut to 58 bytes, then 5 characters of its alphabet (no
+/// vowels, no look-alikes). Random, not secret.
+pub fn generated_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut cut = prefix.len().min(58);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    // std's per-process random keys, fed a counter and the time: no
+    // dependency for five characters.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let mut bits = h.finish();
+    let mut name = prefix[..cut].to_string();
+    for _ in 0..5 {
+        name.push(ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char);
+        bits /= ALPHABET.len() as u64;
+    }
+    name
 }
 
 /// Checks a delete before the object is read.

@@ -1,11 +1,11 @@
 // Package kube gives a plugin a Kubernetes client inside the sandbox: a
 // *rest.Config whose transport serves client-go's REST requests from the
 // host's cluster calls (contract 1.4.0: cluster-get, cluster-list,
-// create, delete, cluster-catalog), under the plugin's grants. Typed
-// clients (kubernetes.NewForConfig), dynamic clients and discovery work
-// as they do against an API server; what the host does not offer (watch,
-// subresources, update and patch for now) is an HTTP error naming the
-// request and the rule, never a hang.
+// create, update, patch, delete, cluster-catalog), under the plugin's
+// grants. Typed clients (kubernetes.NewForConfig), dynamic clients and
+// discovery work as they do against an API server; what the host does not
+// offer (watch, subresources, strategic merge and apply patches) is an
+// HTTP error naming the request and the rule, never a hang.
 //
 // A plugin's main builds its clients from Config() where Velero's builds
 // them from its client.Factory.

@@ -50,9 +50,16 @@ func serve(req *http.Request) (int, []byte) {
 			return refuse(http.StatusMethodNotAllowed, "MethodNotAllowed", "deleting a collection is not offered to plugins (rule: no-delete-collection)")
 		}
 		return remove(target)
-	case http.MethodPut, http.MethodPatch:
-		return refuse(http.StatusMethodNotAllowed, "MethodNotAllowed",
-			fmt.Sprintf("%s of %s: updating an object is not offered to plugins yet; create and delete the plugin's own objects (rule: no-update)", req.Method, path))
+	case http.MethodPut:
+		if target.name == "" {
+			return refuse(http.StatusMethodNotAllowed, "MethodNotAllowed", fmt.Sprintf("PUT to a collection %s: update puts to an object", path))
+		}
+		return update(target, req.Body)
+	case http.MethodPatch:
+		if target.name == "" {
+			return refuse(http.StatusMethodNotAllowed, "MethodNotAllowed", fmt.Sprintf("PATCH of a collection %s: patch an object", path))
+		}
+		return patch(target, req.Header.Get("Content-Type"), req.Body)
 	}
 	return refuse(http.StatusMethodNotAllowed, "MethodNotAllowed", fmt.Sprintf("%s is not offered to plugins (rule: no-such-method)", req.Method))
 }
@@ -183,6 +190,82 @@ func create(t target, body io.Reader) (int, []byte) {
 		return refuse(http.StatusInternalServerError, "InternalError", err.Error())
 	}
 	return http.StatusCreated, text
+}
+
+func update(t target, body io.Reader) (int, []byte) {
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return refuse(http.StatusBadRequest, "BadRequest", err.Error())
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return refuse(http.StatusBadRequest, "BadRequest", fmt.Sprintf("the object is not JSON: %v", err))
+	}
+	// As the API server: the body names the object the path does.
+	meta, _ := obj["metadata"].(map[string]any)
+	if ns, _ := meta["namespace"].(string); ns != "" && ns != t.namespace {
+		return refuse(http.StatusBadRequest, "BadRequest",
+			fmt.Sprintf("the namespace of the provided object (%s) does not match the namespace sent on the request (%s)", ns, t.namespace))
+	}
+	if name, _ := meta["name"].(string); name != t.name {
+		return refuse(http.StatusBadRequest, "BadRequest",
+			fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", name, t.name))
+	}
+	written, err := host.Update(t.id(), json.RawMessage(raw))
+	return writeAnswer(t, written, err)
+}
+
+// patchTypes are the patch bodies the host applies, by Content-Type.
+var patchTypes = map[string]host.PatchType{
+	"application/merge-patch+json":           host.PatchMerge,
+	"application/json-patch+json":            host.PatchJSON,
+	"application/strategic-merge-patch+json": host.PatchStrategicMerge,
+}
+
+func patch(t target, contentType string, body io.Reader) (int, []byte) {
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	mediaType = strings.TrimSpace(mediaType)
+	kind, ok := patchTypes[mediaType]
+	if !ok {
+		if strings.HasPrefix(mediaType, "application/apply-patch") {
+			return refuse(http.StatusUnsupportedMediaType, "UnsupportedMediaType",
+				"server-side apply is not offered to plugins; use a merge patch (rule: no-apply)")
+		}
+		return refuse(http.StatusUnsupportedMediaType, "UnsupportedMediaType",
+			fmt.Sprintf("patch type %q: merge-patch+json or json-patch+json (rule: patch-type)", contentType))
+	}
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return refuse(http.StatusBadRequest, "BadRequest", err.Error())
+	}
+	written, err := host.Patch(t.id(), kind, raw)
+	return writeAnswer(t, written, err)
+}
+
+// writeAnswer is an update's or patch's answer as the API server gives
+// it: the object, or a Status client-go's apierrors.Is* read.
+func writeAnswer(t target, written interface{ MarshalJSON() ([]byte, error) }, err error) (int, []byte) {
+	if err != nil {
+		we, ok := err.(*host.WriteError)
+		if !ok || we.Kind == host.WriteRefused {
+			return hostError(err, t)
+		}
+		switch we.Kind {
+		case host.WriteConflict:
+			return failure(http.StatusConflict, "Conflict", we.Message, t.details())
+		case host.WriteNotFound:
+			return failure(http.StatusNotFound, "NotFound", we.Message, t.details())
+		case host.WriteInvalid:
+			return failure(http.StatusUnprocessableEntity, "Invalid", we.Message, t.details())
+		default:
+			return failure(http.StatusServiceUnavailable, "ServiceUnavailable", we.Message, t.details())
+		}
+	}
+	text, err := written.MarshalJSON()
+	if err != nil {
+		return refuse(http.StatusInternalServerError, "InternalError", err.Error())
+	}
+	return http.StatusOK, text
 }
 
 func remove(t target) (int, []byte) {

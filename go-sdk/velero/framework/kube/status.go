@@ -52,11 +52,14 @@ func hostError(err error, t target) (int, []byte) {
 	case rule == "create-conflict":
 		code, reason = http.StatusConflict, "AlreadyExists"
 	case rule == "read-grant", rule == "write-grant", rule == "write-call", rule == "write-namespace",
-		rule == "delete-not-own", rule == "create-limit", rule == "lease-fence", rule == "cluster-read-only",
+		rule == "delete-not-own", rule == "update-not-own", rule == "create-limit", rule == "lease-fence",
+		rule == "cluster-read-only",
 		strings.HasPrefix(rule, "no-") && strings.HasSuffix(rule, "-in-finalize"):
 		code, reason = http.StatusForbidden, "Forbidden"
-	case rule == "write-object":
+	case rule == "write-object", rule == "write-identity", rule == "update-resource-version":
 		code, reason = http.StatusUnprocessableEntity, "Invalid"
+	case rule == "patch-type":
+		code, reason = http.StatusUnsupportedMediaType, "UnsupportedMediaType"
 	case rule == "invalid-identifier", rule == "label-selector":
 		code, reason = http.StatusBadRequest, "BadRequest"
 	case rule == "list-limit":

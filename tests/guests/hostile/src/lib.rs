@@ -121,6 +121,8 @@ const BEHAVIORS: &[&str] = &[
     "delete-id",
     "list-id",
     "create-then-trap",
+    "update-id",
+    "patch-id",
 ];
 
 /// `create` for the configured identifier, with the configured object;
@@ -148,6 +150,19 @@ fn create_configured() -> Result<String, String> {
         last = iar_sdk::bindings_v1_2::iar::plugin::cluster_write::create(&id, &object);
     }
     last
+}
+
+/// An update's or patch's answer as `ok:<json>` or `<kind>:<text>`.
+fn write_answer(answer: Result<Value, iar_sdk::WriteError>) -> String {
+    use iar_sdk::WriteError as E;
+    match answer {
+        Ok(v) => format!("ok:{v}"),
+        Err(E::Refused(m)) => format!("refused:{m}"),
+        Err(E::Conflict(m)) => format!("conflict:{m}"),
+        Err(E::NotFound(m)) => format!("not-found:{m}"),
+        Err(E::Invalid(m)) => format!("invalid:{m}"),
+        Err(E::Unavailable(m)) => format!("unavailable:{m}"),
+    }
 }
 
 /// The name of the item the previous `remember` call saw: state that lives
@@ -594,6 +609,35 @@ impl Guest for Hostile {
             "create-then-trap" => {
                 let _ = create_configured();
                 panic!("hostile plugin panicked after creating");
+            }
+            "update-id" => {
+                // The configured object as it is, or the object `create`
+                // returns with its data and a label changed.
+                let object = match config("update-object") {
+                    Some(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                    None => match create_configured() {
+                        Ok(json) => {
+                            let mut v: Value = serde_json::from_str(&json).unwrap_or_default();
+                            v["data"] = serde_json::json!({"step": "updated"});
+                            v["metadata"]["labels"]["hostile"] = Value::from("updated");
+                            v
+                        }
+                        Err(e) => Value::String(format!("create failed: {e}")),
+                    },
+                };
+                let answer = iar_sdk::update(&configured_id(), &object);
+                annotate(&item, "hostile.iar.test/updated", write_answer(answer))
+            }
+            "patch-id" => {
+                let kind = match config("patch-type").as_deref() {
+                    Some("json") => iar_sdk::PatchType::Json,
+                    Some("strategic") => iar_sdk::PatchType::StrategicMerge,
+                    _ => iar_sdk::PatchType::Merge,
+                };
+                let body = config("patch").unwrap_or_else(|| "{}".into());
+                let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
+                let answer = iar_sdk::patch(&configured_id(), kind, &body);
+                annotate(&item, "hostile.iar.test/patched", write_answer(answer))
             }
             "delete-id" => {
                 let deleted = match iar_sdk::bindings_v1_2::iar::plugin::cluster_write::delete(

@@ -268,7 +268,9 @@ fn creates_are_capped_per_plugin_per_backup() {
     let refused = claim_create(&s, 2).unwrap_err();
     assert_eq!(refused.rule, rule::CREATE_LIMIT);
     assert!(
-        refused.to_string().contains("already created 2 objects"),
+        refused
+            .to_string()
+            .contains("already created or changed 2 objects"),
         "{refused}"
     );
     refund_create(&s);
