@@ -3,7 +3,9 @@
 # Rust in process, iar on a reused and on a fresh instance (the Rust labels
 # plugin, and the Go SDK's port of it: the Go row), and a Velero
 # BackupItemAction v2 plugin driven through Velero's own plugin client; and
-# start-up of each; then the 10,000-item backup ratio (examples/backup_ratio).
+# start-up of each; Velero's own PodAction as a wasm component against its
+# native build (bench/velero-builtins.sh); then the 10,000-item backup ratio
+# (examples/backup_ratio).
 # Builds the Velero anchor (bench/velero, Go; its
 # dependencies come from Go's module and build caches) and iar (release).
 #
@@ -41,6 +43,13 @@ echo "== iar: ${ROUNDS:-20} rounds × ${CALLS:-200} calls" >&2
 echo "date: $(date -u +%FT%TZ); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$root/target/release/examples/compare" --velero "$out/anchor.json" \
   --rounds "${ROUNDS:-20}" --calls "${CALLS:-200}" --starts "${STARTS:-20}" "${go_args[@]}"
+
+# Velero's own PodAction, unchanged, as a wasm component against its native
+# build on Velero's plugin path (bench/velero-builtins.sh; BUILTIN_ROWS=0
+# skips it: the first run builds Velero's module twice, minutes).
+if [ "${BUILTIN_ROWS:-1}" != 0 ]; then
+  CALLS="${VELERO_CALLS:-4000}" bash "$root/bench/velero-builtins.sh"
+fi
 
 # The backup ratio: 10,000 items through the plugins ÷ none, at equal
 # workers, interleaved (BACKUP_ROUNDS=0 skips it). The backups' files go to

@@ -1389,6 +1389,15 @@ async fn run_seed(
             .map_err(|e| format!("seed {seed} round {round}: {e}"))?;
         let fate = Fate::draw(&mut fates);
         let mut spec = fs_backup_spec(&ns);
+        // Velero's own bound on a plugin's operation, inside the round's:
+        // the CSI snapshot's readiness is the snapshot-controller's to
+        // copy from its content, and that controller can drop a content's
+        // update for good across an etcd restart (seed 5334, run 30: its
+        // informer's old object had no resourceVersion, "error parsing old
+        // ResourceVersion" on every 30 s resync). iar's promise is that
+        // such a wait ends (the operation failed by its timeout, the
+        // backup PartiallyFailed), not that another controller recovers.
+        spec.item_operation_timeout = Some("90s".into());
         if fate == Fate::Expires {
             spec.ttl = Some("3s".into());
         }

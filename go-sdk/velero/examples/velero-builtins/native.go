@@ -27,7 +27,7 @@ import (
 )
 
 const usage = `usage: velero-builtins-native -action NAME -restore RESTORE.json [-item ITEM.json] ITEM_FROM_BACKUP.json
-       velero-builtins-native -action NAME -backup BACKUP.json ITEM.json
+       velero-builtins-native -action NAME -backup BACKUP.json [-iterations N] ITEM.json
 
 Runs one of Velero's built-in restore item actions natively, as Velero's
 server calls a plugin: registered with Velero's framework
@@ -49,6 +49,9 @@ the namespace VELERO_NAMESPACE names (default velero).
 With -backup, one of Velero's built-in backup item actions runs on ITEM
 through Velero's BackupItemAction gRPC client and server
 (native_backup.go); it prints {"item", "additionalItems"} or {"error"}.
+
+Started by Velero's plugin manager (go-plugin's handshake), it serves the
+actions as a Velero plugin process (native_serve.go).
 `
 
 func main() {
@@ -56,10 +59,15 @@ func main() {
 	restorePath := flag.String("restore", "", "the Velero Restore object (JSON)")
 	itemPath := flag.String("item", "", "the item as handed to the action (JSON); default: ITEM_FROM_BACKUP as Velero's restore resets it")
 	backupPath := flag.String("backup", "", "the Velero Backup object (JSON): call a backup item action")
+	iterations := flag.Int("iterations", 0, "with -backup: repeat the call this many times and print its timing")
 	flag.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	if launchedByVelero() {
+		serve()
+		return
+	}
 	flag.Parse()
 	if *action != "" && *backupPath != "" && *restorePath == "" && flag.NArg() == 1 {
-		backupMain(*action, *backupPath, flag.Arg(0))
+		backupMain(*action, *backupPath, flag.Arg(0), *iterations)
 		return
 	}
 	if *action == "" || *restorePath == "" || flag.NArg() != 1 {
