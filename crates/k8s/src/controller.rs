@@ -148,33 +148,24 @@ pub async fn run(
             // that version, so that one held up on the way lands over
             // nothing a taker wrote since the check.
             let version = match generation {
-                Some(made_under) => match writer_api.get_status(&name).await {
-                    // Fenced by a later takeover: that holder writes it.
-                    Ok(current) if super::resource::fenced_generation(&current) > made_under => {
-                        tracing::debug!(backup = %name, made_under, "status {} not written: the backup was taken over since", status.phase);
-                        continue;
-                    }
-                    Ok(current) => current.metadata.resource_version,
-                    Err(e) => {
-                        tracing::warn!(backup = %name, "status {} not written: reading the resource: {e}", status.phase);
-                        continue;
-                    }
-                },
-                None => None,
-            };
-            if let Some(made_under) = generation {
-                match writer_store.current_lease(&name).await {
-                    Ok(Some(lease)) if lease.generation != made_under => {
-                        tracing::debug!(backup = %name, made_under, now = lease.generation, "status {} not written: the backup's lease was taken since", status.phase);
-                        continue;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::debug!(backup = %name, "status {} not written: its lease could not be read: {e}", status.phase);
-                        continue;
+                Some(made_under) => {
+                    match super::resource::fenced_version(
+                        &writer_api,
+                        &writer_store,
+                        &name,
+                        made_under,
+                    )
+                    .await
+                    {
+                        Ok(version) => version,
+                        Err(why) => {
+                            tracing::debug!(backup = %name, "status {} not written: {why}", status.phase);
+                            continue;
+                        }
                     }
                 }
-            }
+                None => None,
+            };
             // A status queued before the backup ended (a progress write
             // held up by the store) is not written over the end: the
             // reconcile that ended it wrote the terminal status at once

@@ -556,9 +556,43 @@ async fn after_step(
         }
         Ok(Step::Done(object)) => {
             ctx.polled(name, true);
+            // The terminal status at once, but only as the lease's holder
+            // may: over the resource version read while this process still
+            // held the lease, and not once another took it (run 30's seed
+            // 5374: written after the release, unconditionally, it landed 7 s
+            // after another replica had taken the backup). A taker fences
+            // the resource before any step, so this write, held up past the
+            // release, conflicts rather than lands.
+            let version = match c.store.fence_generation(name) {
+                Some(made_under) => {
+                    super::resource::fenced_version(&ctx.api, &c.store, name, made_under).await
+                }
+                // No lease of this process on it: nothing to fence by.
+                None => Ok(None),
+            };
             c.release(name).await;
-            write_status(ctx, name, &object.status).await?;
-            Ok(Action::await_change())
+            let version = match version {
+                Ok(version) => version,
+                // Taken over (its holder writes it), or not readable now:
+                // the next reconcile mirrors the stored status, under the
+                // lease.
+                Err(why) => {
+                    tracing::debug!(backup = %name, "status {} not written: {why}", object.status.phase);
+                    return Ok(Action::requeue(Duration::from_secs(1)));
+                }
+            };
+            match patch_status(&ctx.api, name, version.as_deref(), &object.status).await {
+                Ok(()) => Ok(Action::await_change()),
+                // Written since it was read (a takeover's fence): the next
+                // reconcile mirrors the stored status under the lease.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    Ok(Action::requeue(Duration::from_secs(1)))
+                }
+                Err(source) => Err(ReconcileError::Status {
+                    name: name.to_string(),
+                    source,
+                }),
+            }
         }
         Err(PhaseError::Withdrawn(_)) => {
             tracing::info!(backup = %name, "not started: its Backup resource was deleted first");

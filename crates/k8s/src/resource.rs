@@ -58,6 +58,38 @@ pub async fn fence(api: &Api<Backup>, name: &str, generation: u64) -> Result<(),
     }
 }
 
+/// The resource version a status made under lease generation
+/// `made_under` may be written over, or why it may not be written: a later
+/// takeover fenced the resource, or the backup's lease in the store moved
+/// on. The resource is read first and the lease checked after, so that a
+/// write held up on the way (over the version read) lands over nothing a
+/// taker wrote since the check: it conflicts instead.
+pub async fn fenced_version(
+    api: &Api<Backup>,
+    store: &iar_core::store::BackupStore,
+    name: &str,
+    made_under: u64,
+) -> Result<Option<String>, String> {
+    let current = api
+        .get_status(name)
+        .await
+        .map_err(|e| format!("reading the resource: {e}"))?;
+    let fenced = fenced_generation(&current);
+    if fenced > made_under {
+        return Err(format!(
+            "the backup was taken over since (generation {fenced}, this status's {made_under})"
+        ));
+    }
+    match store.current_lease(name).await {
+        Ok(Some(lease)) if lease.generation != made_under => Err(format!(
+            "the backup's lease was taken since (generation {}, this status's {made_under})",
+            lease.generation
+        )),
+        Ok(_) => Ok(current.metadata.resource_version),
+        Err(e) => Err(format!("its lease could not be read: {e}")),
+    }
+}
+
 /// The generation a takeover fenced the resource with; 0 if none.
 pub fn fenced_generation(backup: &Backup) -> u64 {
     backup
