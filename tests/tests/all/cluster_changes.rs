@@ -157,6 +157,10 @@ fn an_own_object_is_updated_and_patched_at_the_version_it_was_read() {
     assert_eq!(stored["metadata"]["resourceVersion"], "4");
 }
 
+/// A hostile change: the guest's config, its write grants, the phase, what
+/// the answer must say.
+type ChangeCase<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>, Phase, &'a str);
+
 /// Every rule of update and patch, from a hostile guest: an object the
 /// plugin did not create (the operator's manifest), no grant, another
 /// namespace, no version, another name, finalize, a name that reaches a
@@ -179,7 +183,7 @@ fn hostile_changes_are_refused_by_rule_and_change_nothing() {
     let renamed = object("other", Some("1"));
     let ghost = object("ghost", Some("1"));
     let drop_labels = r#"{"metadata": {"labels": null}}"#;
-    let cases: Vec<(Vec<(&str, &str)>, Vec<&str>, Phase, &str)> = vec![
+    let cases: Vec<ChangeCase> = vec![
         // The operator's ConfigMap: neither updated nor patched.
         (
             with(

@@ -146,10 +146,15 @@ fn the_contract_version_is_read_from_the_component() {
             "volumesnapshots.snapshot.storage.k8s.io"
         ]
     );
-    // It creates its snapshots and lists classes: 1.2.0's imports, beside
-    // 1.3.0 exports. A plugin that writes nothing imports neither.
+    // It creates its snapshots and lists classes: cluster-write and
+    // cluster-list imports, beside 1.3.0 exports. A plugin that writes
+    // nothing imports neither. wit-component merges semver-compatible
+    // imports into the newest version the SDK's bindings name: iar-sdk
+    // binds 1.4.0's `update` and `patch`, so pvc-snapshot's `create` and
+    // `delete` arrive as cluster-write@1.4.0 (the functions it calls only),
+    // which the host's one definition of cluster-write serves.
     for import in [
-        "iar:plugin/cluster-write@1.2.0",
+        "iar:plugin/cluster-write@1.4.0",
         "iar:plugin/cluster-list@1.2.0",
     ] {
         assert!(
