@@ -557,16 +557,14 @@ impl State {
         {
             return Ok(Err(refused));
         }
-        let budget = self.budget()?;
-        let found = self.cluster.get_json_within(id, budget);
-        self.still_within()?;
-        let own = match found {
-            Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
-                .is_ok_and(|v| iar_core::cluster::writes::is_own(&v, &self.write_scope))
-                .then(|| text.to_string()),
-            _ => None,
-        };
-        Ok(own.map(Some).ok_or(refused))
+        Ok(match self.read_object(id)? {
+            Ok(Some((text, value)))
+                if iar_core::cluster::writes::is_own(&value, &self.write_scope) =>
+            {
+                Ok(Some(text.to_string()))
+            }
+            _ => Err(refused),
+        })
     }
 }
 

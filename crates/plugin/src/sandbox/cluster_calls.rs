@@ -160,18 +160,13 @@ impl State {
         if let Err(refused) = writes::check_delete(&self.write_scope, &self.write_grants, id) {
             return Ok(Err(refused.to_string()));
         }
-        let budget = self.budget()?;
-        let found = self.cluster.get_json_within(id, budget);
-        self.still_within()?;
-        let found = match found {
+        let found = match self.read_object(id)? {
             Ok(None) => return Ok(Ok(false)),
-            Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
-                .map_err(|e| format!("deleting {id}: reading it: {e}")),
-            Err(e) => Err(format!("deleting {id}: {e}")),
-        };
-        let found = match found {
-            Ok(found) => found,
-            Err(e) => return Ok(Err(e)),
+            Ok(Some((_, found))) => found,
+            Err(ReadFailed::Cluster(e)) => return Ok(Err(format!("deleting {id}: {e}"))),
+            Err(ReadFailed::NotJson(e)) => {
+                return Ok(Err(format!("deleting {id}: reading it: {e}")));
+            }
         };
         if !writes::is_own(&found, &self.write_scope) {
             return Ok(Err(
@@ -184,6 +179,27 @@ impl State {
             .delete_within(id, &writes::uid_of(&found), budget);
         self.still_within()?;
         Ok(answer.map_err(|e| format!("deleting {id}: {e}")))
+    }
+
+    /// The object `id` names as the cluster holds it, its text and its
+    /// value, read within what is left of the call's ceiling (past it the
+    /// call stops); `None` when it does not exist. What delete, update,
+    /// patch and read-own decide ownership on.
+    pub(super) fn read_object(
+        &mut self,
+        id: &ItemRef,
+    ) -> wasmtime::Result<Result<Option<Found>, ReadFailed>> {
+        let budget = self.budget()?;
+        let found = self.cluster.get_json_within(id, budget);
+        self.still_within()?;
+        Ok(match found {
+            Ok(None) => Ok(None),
+            Ok(Some(text)) => match serde_json::from_str(&text) {
+                Ok(value) => Ok(Some((text, value))),
+                Err(e) => Err(ReadFailed::NotJson(e)),
+            },
+            Err(e) => Err(ReadFailed::Cluster(e)),
+        })
     }
 
     /// Contract 1.4.0's `update` and `patch`: checked, then counted against
@@ -244,24 +260,19 @@ impl State {
         };
         let mut last = None;
         for _ in 0..tries {
-            let budget = self.budget()?;
-            let found = self.cluster.get_json_within(id, budget);
-            self.still_within()?;
-            let current: Value = match found {
-                Ok(Some(text)) => match serde_json::from_str(&text) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        return Ok(Err(ChangeError::Unavailable(format!(
-                            "{verb} {id}: reading it: {e}"
-                        ))));
-                    }
-                },
+            let current = match self.read_object(id)? {
+                Ok(Some((_, current))) => current,
                 Ok(None) => {
                     return Ok(Err(ChangeError::NotFound(format!(
                         "{verb} {id}: no such object"
                     ))));
                 }
-                Err(e) => return Ok(Err(cluster_error(verb, id, e))),
+                Err(ReadFailed::Cluster(e)) => return Ok(Err(cluster_error(verb, id, e))),
+                Err(ReadFailed::NotJson(e)) => {
+                    return Ok(Err(ChangeError::Unavailable(format!(
+                        "{verb} {id}: reading it: {e}"
+                    ))));
+                }
             };
             if !writes::is_own(&current, &self.write_scope) {
                 return Ok(Err(writes::WriteRefused {
@@ -310,6 +321,16 @@ impl State {
         }
         Ok(Err(last.expect("at least one try")))
     }
+}
+
+/// An object [`State::read_object`] found: its text, as the cluster gave
+/// it, and its value.
+pub(super) type Found = (std::sync::Arc<str>, Value);
+
+/// Why [`State::read_object`] has no object to give.
+pub(super) enum ReadFailed {
+    Cluster(ClusterError),
+    NotJson(serde_json::Error),
 }
 
 /// Names drawn for one create by `generateName`, at most.

@@ -166,21 +166,35 @@ func list(t target, labels, fieldSelector string) (int, []byte) {
 	return http.StatusOK, body
 }
 
-func create(t target, body io.Reader) (int, []byte) {
+// objectBody reads a create's or update's body: a JSON object whose
+// namespace, if it names one, is the path's (as the API server checks).
+// code is non-zero when the request is refused, with its answer.
+func objectBody(t target, body io.Reader) (raw []byte, meta map[string]any, code int, answer []byte) {
 	raw, err := io.ReadAll(body)
 	if err != nil {
-		return refuse(http.StatusBadRequest, "BadRequest", err.Error())
+		code, answer = refuse(http.StatusBadRequest, "BadRequest", err.Error())
+		return nil, nil, code, answer
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return refuse(http.StatusBadRequest, "BadRequest", fmt.Sprintf("the object is not JSON: %v", err))
+		code, answer = refuse(http.StatusBadRequest, "BadRequest", fmt.Sprintf("the object is not JSON: %v", err))
+		return nil, nil, code, answer
 	}
-	meta, _ := obj["metadata"].(map[string]any)
-	t.name, _ = meta["name"].(string)
+	meta, _ = obj["metadata"].(map[string]any)
 	if ns, _ := meta["namespace"].(string); ns != "" && ns != t.namespace {
-		return refuse(http.StatusBadRequest, "BadRequest",
+		code, answer = refuse(http.StatusBadRequest, "BadRequest",
 			fmt.Sprintf("the namespace of the provided object (%s) does not match the namespace sent on the request (%s)", ns, t.namespace))
+		return nil, nil, code, answer
 	}
+	return raw, meta, 0, nil
+}
+
+func create(t target, body io.Reader) (int, []byte) {
+	raw, meta, code, answer := objectBody(t, body)
+	if code != 0 {
+		return code, answer
+	}
+	t.name, _ = meta["name"].(string)
 	created, err := host.Create(t.id(), json.RawMessage(raw))
 	if err != nil {
 		return hostError(err, t)
@@ -193,20 +207,11 @@ func create(t target, body io.Reader) (int, []byte) {
 }
 
 func update(t target, body io.Reader) (int, []byte) {
-	raw, err := io.ReadAll(body)
-	if err != nil {
-		return refuse(http.StatusBadRequest, "BadRequest", err.Error())
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return refuse(http.StatusBadRequest, "BadRequest", fmt.Sprintf("the object is not JSON: %v", err))
+	raw, meta, code, answer := objectBody(t, body)
+	if code != 0 {
+		return code, answer
 	}
 	// As the API server: the body names the object the path does.
-	meta, _ := obj["metadata"].(map[string]any)
-	if ns, _ := meta["namespace"].(string); ns != "" && ns != t.namespace {
-		return refuse(http.StatusBadRequest, "BadRequest",
-			fmt.Sprintf("the namespace of the provided object (%s) does not match the namespace sent on the request (%s)", ns, t.namespace))
-	}
 	if name, _ := meta["name"].(string); name != t.name {
 		return refuse(http.StatusBadRequest, "BadRequest",
 			fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", name, t.name))

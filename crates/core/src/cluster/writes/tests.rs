@@ -1,7 +1,7 @@
 use super::*;
 use serde_json::json;
 
-fn scope(call: WriteCall) -> WriteScope {
+pub(super) fn scope(call: WriteCall) -> WriteScope {
     WriteScope {
         plugin: "snap".into(),
         backup_name: "nightly".into(),

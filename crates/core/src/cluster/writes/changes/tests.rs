@@ -1,15 +1,7 @@
+use super::super::tests::scope;
 use super::super::{BACKUP_UID_LABEL, CREATED_BY_ANNOTATION, WriteCall, WriteGrants, WriteScope};
 use super::*;
 use serde_json::json;
-
-fn scope(call: WriteCall) -> WriteScope {
-    WriteScope {
-        plugin: "snap".into(),
-        backup_name: "nightly".into(),
-        backup_uid: "uid-1".into(),
-        call,
-    }
-}
 
 fn execute(namespace: &str, finalize: bool) -> WriteScope {
     scope(WriteCall::Execute {
