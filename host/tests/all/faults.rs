@@ -1641,10 +1641,8 @@ async fn run_seed(
     // they are stale after 10 (`iar_stale_after_seconds`), so the leader's
     // next maintenance (every 15 s here) removes it within restic's wait
     // (the seeds 4425 and 4921).
-    let out = world
-        .restic(&["check", "--read-data", "--retry-lock", "12m"])
-        .output()
-        .unwrap();
+    let mut check = world.restic(&["check", "--read-data", "--retry-lock", "12m"]);
+    let out = tokio::task::block_in_place(|| check.output()).unwrap();
     if exists && !out.status.success() {
         return Err(format!(
             "seed {seed}: restic check --read-data: {}",
@@ -1676,7 +1674,7 @@ async fn run_seed(
             backups.push(name.clone());
         }
     }
-    velero_reads(tools, &world.store.root.join(BUCKET), &backups)
+    tokio::task::block_in_place(|| velero_reads(tools, &world.store.root.join(BUCKET), &backups))
         .map_err(|e| format!("seed {seed}: {e}"))?;
     let mut said = Vec::new();
     for name in &stored {
@@ -1719,7 +1717,7 @@ async fn run_seed(
             .arg(&world.password_file)
             .env("KUBECONFIG", world.server.kubeconfig());
         s3_env(&mut delete, &world.store.endpoint);
-        let out = delete.output().unwrap();
+        let out = tokio::task::block_in_place(|| delete.output()).unwrap();
         if !out.status.success() {
             let keys = world.store.store.backup_keys(&name).await;
             return Err(format!(
@@ -1818,10 +1816,23 @@ async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
     let mut violations = Vec::new();
     let mut injected = 0;
     use futures::StreamExt;
+    // Each seed is a task of its own, and its blocking calls (restic's
+    // CLI waits up to 12 min for a lock a crashed replica left) are
+    // `block_in_place`: polled together in one task, one seed's wait once
+    // stopped every other seed for 11 minutes (run 31, seed 5425), which
+    // counted as their recovery time.
     let mut runs = futures::stream::iter(seeds)
         .map(|seed| {
-            let (tools, restic, toxiproxy) = (&tools, &restic, &toxiproxy);
-            async move { (seed, run_seed(tools, restic, toxiproxy, seed, rounds).await) }
+            let (tools, restic, toxiproxy) = (tools.clone(), restic.clone(), toxiproxy.clone());
+            async move {
+                let run = tokio::spawn(async move {
+                    run_seed(&tools, &restic, &toxiproxy, seed, rounds).await
+                });
+                let outcome = run
+                    .await
+                    .unwrap_or_else(|e| Err(format!("seed {seed}: the seed's task failed: {e}")));
+                (seed, outcome)
+            }
         })
         .buffer_unordered(parallel);
     while let Some((seed, outcome)) = runs.next().await {

@@ -317,3 +317,39 @@ fn a_component_with_a_shared_memory_is_refused() {
     let plain = std::fs::read(artifacts::HOSTILE).unwrap();
     load_bytes(&runtime, &plain).expect("the hostile plugin itself loads");
 }
+
+/// A component whose image (the memory its core modules start with) is
+/// larger than its memory cap is refused at load by rule `memory-cap`,
+/// before compiling, and nothing is allocated for it: a hostile module
+/// declaring a 4 GiB memory, and the real hostile plugin (2 MiB of
+/// initial memory) given a 1 MiB cap. The same plugin under its default
+/// cap loads.
+#[test]
+fn an_image_larger_than_its_memory_cap_is_refused_at_load() {
+    // One memory of 65,536 pages (4 GiB), no maximum.
+    let module: &[u8] = b"\0asm\x01\0\0\0\x05\x05\x01\x00\x80\x80\x04";
+    let mut bytes = std::fs::read(artifacts::HOSTILE).unwrap();
+    bytes.push(0x01); // component section: core module
+    bytes.push(module.len() as u8);
+    bytes.extend_from_slice(module);
+    let runtime = runtime();
+    let err = load_bytes(&runtime, &bytes).unwrap_err();
+    assert!(matches!(err, LoadError::ImageOverCap { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "plugin \"candidate\": its image starts with 4294967296 bytes of linear memory (its data), over its memory cap of 67108864 bytes, so no instance of it can start (rule: memory-cap); give it limits.memoryBytes for its image and its heap"
+    );
+    assert_eq!(runtime.compiles(), 0, "refused before compiling");
+
+    let plain = std::fs::read(artifacts::HOSTILE).unwrap();
+    let mut settings = PluginSettings::default();
+    settings.limits.memory_bytes = 1 << 20;
+    let err = Plugin::from_bytes(&runtime, "candidate", &plain, settings).unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "its image starts with 2097152 bytes of linear memory (its data), over its memory cap of 1048576 bytes"
+        ),
+        "{err}"
+    );
+    load_bytes(&runtime, &plain).expect("under the default cap it loads");
+}

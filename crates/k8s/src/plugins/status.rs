@@ -73,6 +73,8 @@ impl Status {
             | LoadError::UnsupportedVersion { .. }
             | LoadError::Link { .. } => Status::ContractMismatch,
             LoadError::AppliesTo(_) => Status::AppliesToFailed,
+            // Its limits cannot hold it: the settings are what to change.
+            LoadError::ImageOverCap { .. } => Status::SettingsInvalid,
             LoadError::Read { .. }
             | LoadError::Invalid { .. }
             | LoadError::SharedMemory { .. }

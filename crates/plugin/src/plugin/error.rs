@@ -319,6 +319,16 @@ pub enum LoadError {
         #[source]
         reason: crate::contract::ShapeError,
     },
+    /// Its core modules' memories start larger than its cap: every
+    /// instantiation would fail, so the load does.
+    #[error(
+        "plugin {plugin:?}: its image starts with {initial} bytes of linear memory (its data), over its memory cap of {cap} bytes, so no instance of it can start (rule: memory-cap); give it limits.memoryBytes for its image and its heap"
+    )]
+    ImageOverCap {
+        plugin: String,
+        initial: u64,
+        cap: usize,
+    },
     #[error("plugin {plugin:?}: cannot be linked: {reason} (rule: imports-available)")]
     Link {
         plugin: String,

@@ -303,6 +303,7 @@ impl Plugin {
                 plugin: plugin.clone(),
                 reason,
             })?;
+        check_image(&plugin, &shape, settings.limits.memory_bytes)?;
         let (version, interfaces) = check_version(&plugin, &shape)?;
         // Validate before compiling: a precise error, and no compiler time
         // spent on garbage.
@@ -535,6 +536,35 @@ impl Plugin {
     pub fn instance(&self, cluster: Arc<dyn iar_core::cluster::ClusterReader>) -> PluginInstance {
         PluginInstance::new(self.clone(), cluster)
     }
+}
+
+/// A plugin whose image (the data its memories start with) does not fit
+/// its memory cap is refused at load, not at each call; one that leaves
+/// less than a quarter of the cap for its heap is loaded with a warning,
+/// as a Go plugin linking Velero's packages does (its type data and
+/// function tables are most of its image).
+fn check_image(plugin: &str, shape: &ComponentShape, cap: usize) -> Result<(), LoadError> {
+    let cap64 = cap as u64;
+    if shape.initial_memory > cap64 {
+        return Err(LoadError::ImageOverCap {
+            plugin: plugin.to_string(),
+            initial: shape.initial_memory,
+            cap,
+        });
+    }
+    if shape.initial_memory > cap64 / 4 * 3 {
+        tracing::warn!(
+            plugin,
+            image = shape.initial_memory,
+            cap,
+            "its image takes {} MiB of its {} MiB memory cap, leaving {} MiB for its heap: \
+             a call that needs more fails by rule memory-cap (limits.memoryBytes)",
+            shape.initial_memory >> 20,
+            cap >> 20,
+            (cap64 - shape.initial_memory) >> 20
+        );
+    }
+    Ok(())
 }
 
 fn check_version(
