@@ -55,27 +55,40 @@ echo "== wasm: iar bench, $calls calls per row" >&2
 bench="$("$iar" bench "$out/velero-builtins.wasm" --item "$out/pod.json" \
   --config action=velero.io/pod --iterations "$calls")"
 echo "$bench"
-python3 - "$process" "$inproc" "$bench" "$out/velero-builtins.wasm" <<'PY'
+# The PodAction alone (no client-go clientset, no controller-runtime),
+# under the default limits: no settings file beside it.
+rm -f "$out/velero-pod.yaml"
+echo "== wasm, the PodAction alone: iar bench, $calls calls per row" >&2
+pod="$("$iar" bench "$out/velero-pod.wasm" --item "$out/pod.json" \
+  --config action=velero.io/pod --iterations "$calls")"
+echo "$pod"
+python3 - "$process" "$inproc" "$bench" "$out/velero-builtins.wasm" "$pod" "$out/velero-pod.wasm" <<'PY'
 import json, os, re, sys
 process = json.loads(sys.argv[1])
 inproc = json.loads(sys.argv[2])["timing"]
 def micros(s):
     v, unit = s.split()
     return float(v) * (1000 if unit == "ms" else 1)
-rows = {}
-for line in sys.argv[3].splitlines():
-    m = re.match(r"(warm|fresh)\s+([\d.]+ (?:µs|ms))", line)
-    if m:
-        rows[m.group(1)] = micros(m.group(2))
+def rows_of(text):
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"(warm|fresh)\s+([\d.]+ (?:µs|ms))", line)
+        if m:
+            rows[m.group(1)] = micros(m.group(2))
+    return rows
+rows, pod = rows_of(sys.argv[3]), rows_of(sys.argv[5])
+mb = lambda p: os.path.getsize(p) / 1e6
 velero = process["execute"]["median_us"]
-print(f"Velero's PodAction, median of one call ({os.path.getsize(sys.argv[4]) / 1e6:.0f} MB component):")
-print(f"  {'':<52}{'median':>12}{'÷ Velero':>10}")
+print(f"Velero's PodAction, median of one call ({mb(sys.argv[4]):.0f} MB component of every built-in, {mb(sys.argv[6]):.0f} MB of the PodAction alone):")
+print(f"  {'':<58}{'median':>12}{'÷ Velero':>10}")
 for label, us in [
     ("native, Velero plugin process (Velero's server path)", velero),
     ("native, Velero's gRPC in one process (no hop)", inproc["medianMicros"]),
-    ("iar, reused instance", rows["warm"]),
-    ("iar, fresh instance per call", rows["fresh"]),
+    ("iar, every built-in, reused instance (96 MiB cap)", rows["warm"]),
+    ("iar, every built-in, fresh instance per call", rows["fresh"]),
+    ("iar, PodAction alone, reused instance (default 64 MiB)", pod["warm"]),
+    ("iar, PodAction alone, fresh instance per call", pod["fresh"]),
 ]:
-    print(f"  {label:<52}{us:>9.1f} µs{us / velero:>9.2f}×")
+    print(f"  {label:<58}{us:>9.1f} µs{us / velero:>9.2f}×")
 print(f"  start-up, Velero plugin process + first Execute: {process['startup']['median_us'] / 1000:.1f} ms")
 PY

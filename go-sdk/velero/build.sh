@@ -11,10 +11,13 @@
 #   OUT_DIR/velero-builtins-native  the same actions natively, called through
 #                                    Velero's own plugin gRPC server and client
 #                                    (examples/velero-builtins/native.go)
+#   OUT_DIR/velero-pod.wasm         Velero's backup PodAction alone
+#                                    (examples/velero-builtins/pod): what a
+#                                    component of one action costs
 #
 #   go-sdk/velero/build.sh OUT_DIR        (IAR=path/to/iar, default: iar on PATH)
 #
-# and prints those two paths, one per line.
+# and prints those three paths, one per line.
 #
 # Velero's package pkg/restore/actions does not compile for wasip1 as it
 # is: one file of it, pod_volume_restore_action.go, reaches kopia and the
@@ -120,16 +123,27 @@ if $tidy; then
 fi
 
 core=$dir/velero-builtins.core.wasm
+pod_core=$dir/velero-pod.core.wasm
 native=$dir/velero-builtins-native
 mkdir -p "$dir"
+# Stripped (-s -w) as go-sdk/build.sh's plugins.
+wasip1_build() { # OUT PACKAGE
+    (cd "$example" && GOOS=wasip1 GOARCH=wasm nice -n 10 \
+        go build -modfile="$gen" -buildmode=c-shared -trimpath -ldflags='-s -w' -o "$1.tmp" "$2")
+    mv "$1.tmp" "$1"
+}
 if [ ! -f "$core" ]; then
     log "go build (GOOS=wasip1) examples/velero-builtins (minutes the first time)"
     started=$SECONDS
-    # Stripped (-s -w) as go-sdk/build.sh's plugins.
-    (cd "$example" && GOOS=wasip1 GOARCH=wasm nice -n 10 \
-        go build -modfile="$gen" -buildmode=c-shared -trimpath -ldflags='-s -w' -o "$core.tmp" .)
-    mv "$core.tmp" "$core"
+    wasip1_build "$core" .
     log "built $(basename "$core") ($(stat -c %s "$core") bytes) in $((SECONDS - started)) s"
+fi
+# Velero's PodAction alone (examples/velero-builtins/pod): what a
+# component of one action costs (the packages are built by now: a link).
+if [ ! -f "$pod_core" ]; then
+    started=$SECONDS
+    wasip1_build "$pod_core" ./pod
+    log "built $(basename "$pod_core") ($(stat -c %s "$pod_core") bytes) in $((SECONDS - started)) s"
 fi
 if [ ! -f "$native" ]; then
     log "go build (native) examples/velero-builtins"
@@ -149,7 +163,10 @@ started=$SECONDS
 "$iar" componentize "$core" -o "$out/velero-builtins.wasm.tmp" >&2
 mv "$out/velero-builtins.wasm.tmp" "$out/velero-builtins.wasm"
 log "componentized in $((SECONDS - started)) s ($(stat -c %s "$out/velero-builtins.wasm") bytes)"
+"$iar" componentize "$pod_core" -o "$out/velero-pod.wasm.tmp" >&2
+mv "$out/velero-pod.wasm.tmp" "$out/velero-pod.wasm"
 cp "$native" "$out/velero-builtins-native.tmp"
 mv "$out/velero-builtins-native.tmp" "$out/velero-builtins-native"
 echo "$out/velero-builtins.wasm"
 echo "$out/velero-builtins-native"
+echo "$out/velero-pod.wasm"
