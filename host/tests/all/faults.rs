@@ -1808,6 +1808,15 @@ async fn seeded_faults_never_make_a_completed_backup_unrestorable() {
     let Some(toxiproxy) = go_tool("toxiproxy") else {
         return;
     };
+    // A replay can see what the in-process replicas log (their threads are
+    // named after their seed and replica): IAR_FAULT_TRACE=info (a filter).
+    if let Ok(filter) = std::env::var("IAR_FAULT_TRACE") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_thread_names(true)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let seeds = env_list("IAR_FAULT_SEEDS", "1,2");
     let rounds = env_list("IAR_FAULT_ROUNDS", "3")[0];
     // Seeds run side by side in long runs: each has its own servers,

@@ -207,11 +207,17 @@ impl BackupStore {
     /// probe object is created, created again (which must be refused) and
     /// deleted. A server that ignores `If-None-Match` would let every
     /// contender believe it took the lease; iar refuses to run a lease there
-    /// rather than lose exclusivity silently.
+    /// rather than lose exclusivity silently. Only an answer is kept (the
+    /// second create refused, or accepted): a probe cut short by the store
+    /// (a reset, a timeout, a 503) says nothing about it and is tried again
+    /// at the next lease. Kept, such a failure refused every lease of the
+    /// process for good (the fault campaign's seed 5664: a store reset as
+    /// both replicas started, and no backup ever ran).
     pub async fn check_conditional_create(&self) -> Result<(), StoreError> {
+        use super::ConditionalProbe;
         let verdict = self
             .conditional
-            .get_or_init(|| async {
+            .get_or_try_init(|| async {
                 let nanos = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .unwrap_or_default()
@@ -230,25 +236,27 @@ impl BackupStore {
                         PutOptions::from(PutMode::Create),
                     )
                 };
-                use super::ConditionalProbe;
-                let verdict = match create().await {
+                // Ok: an answer, kept; Err: no answer, not kept.
+                let outcome = match create().await {
                     Err(e) => Err(ConditionalProbe::CreateFailed(Arc::new(e))),
                     Ok(_) => match create().await {
-                        Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
-                        Ok(_) => Err(ConditionalProbe::Ignored),
+                        Err(object_store::Error::AlreadyExists { .. }) => Ok(Ok(())),
+                        Ok(_) => Ok(Err(ConditionalProbe::Ignored)),
                         Err(e) => Err(ConditionalProbe::SecondFailed(Arc::new(e))),
                     },
                 };
                 let _ = self.store.delete(&probe).await;
-                verdict
+                outcome
             })
             .await;
-        verdict
-            .clone()
-            .map_err(|reason| StoreError::NoConditionalWrites {
-                url: self.url.clone(),
-                reason,
-            })
+        let verdict = match verdict {
+            Ok(kept) => kept.clone(),
+            Err(unanswered) => Err(unanswered),
+        };
+        verdict.map_err(|reason| StoreError::NoConditionalWrites {
+            url: self.url.clone(),
+            reason,
+        })
     }
 
     /// Takes the lease on `backup` for `duration`, or says who holds it.
@@ -497,6 +505,51 @@ mod tests {
             .acquire_lease("b", Duration::from_secs(60))
             .await
             .unwrap();
+    }
+
+    /// A probe the store cut short (its puts failing, as a reset or a 503
+    /// would) is no verdict: the lease is refused while it fails, and the
+    /// same store value takes it once the store answers. A verdict, once
+    /// answered, is kept: a store seen ignoring conditional creates stays
+    /// refused. Seed 5664 of the fault campaign kept the failure, and no
+    /// backup of that process ever ran.
+    #[tokio::test]
+    async fn a_probe_cut_short_is_tried_again_and_an_answer_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        let faulty = Arc::new(crate::store::faulty::FaultyStore::new(Arc::new(local)));
+        let store = BackupStore::from_object_store(faulty.clone(), "s3://flaky");
+        faulty.fail_puts(true);
+        let e = store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a conditional create failed") && e.contains("store-conditional-writes"),
+            "{e}"
+        );
+        faulty.fail_puts(false);
+        store
+            .acquire_lease("b", Duration::from_secs(60))
+            .await
+            .expect("the probe is tried again once the store answers");
+
+        let ignoring = BackupStore::from_object_store(faulty.clone(), "s3://flaky");
+        faulty.ignore_conditional_puts(true);
+        assert!(
+            ignoring
+                .acquire_lease("c", Duration::from_secs(60))
+                .await
+                .is_err()
+        );
+        faulty.ignore_conditional_puts(false);
+        let e = ignoring
+            .acquire_lease("c", Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not support conditional writes"), "{e}");
     }
 
     fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
