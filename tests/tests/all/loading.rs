@@ -293,6 +293,16 @@ fn a_cache_entry_copied_from_another_component_is_recompiled() {
     assert_eq!((runtime.compiles(), runtime.cache_hits()), (1, 0));
 }
 
+/// The real hostile plugin with one more core module section appended:
+/// `module`, a core module of under 128 bytes written byte by byte.
+fn hostile_with_module(module: &[u8]) -> Vec<u8> {
+    let mut bytes = std::fs::read(artifacts::HOSTILE).unwrap();
+    bytes.push(0x01); // component section: core module
+    bytes.push(u8::try_from(module.len()).expect("a one-byte section size"));
+    bytes.extend_from_slice(module);
+    bytes
+}
+
 /// A component whose core module declares a shared memory is refused at
 /// load with its own rule: the memory cap is never consulted for shared
 /// memories. The component is the real hostile plugin with one extra core
@@ -301,11 +311,7 @@ fn a_cache_entry_copied_from_another_component_is_recompiled() {
 /// one memory of 1 page, max 1, flags 0x03 = has-max | shared).
 #[test]
 fn a_component_with_a_shared_memory_is_refused() {
-    let module: &[u8] = b"\0asm\x01\0\0\0\x05\x04\x01\x03\x01\x01";
-    let mut bytes = std::fs::read(artifacts::HOSTILE).unwrap();
-    bytes.push(0x01); // component section: core module
-    bytes.push(module.len() as u8);
-    bytes.extend_from_slice(module);
+    let bytes = hostile_with_module(b"\0asm\x01\0\0\0\x05\x04\x01\x03\x01\x01");
     let runtime = runtime();
     let err = load_bytes(&runtime, &bytes).unwrap_err();
     assert!(matches!(err, LoadError::SharedMemory { .. }), "{err}");
@@ -327,11 +333,7 @@ fn a_component_with_a_shared_memory_is_refused() {
 #[test]
 fn an_image_larger_than_its_memory_cap_is_refused_at_load() {
     // One memory of 65,536 pages (4 GiB), no maximum.
-    let module: &[u8] = b"\0asm\x01\0\0\0\x05\x05\x01\x00\x80\x80\x04";
-    let mut bytes = std::fs::read(artifacts::HOSTILE).unwrap();
-    bytes.push(0x01); // component section: core module
-    bytes.push(module.len() as u8);
-    bytes.extend_from_slice(module);
+    let bytes = hostile_with_module(b"\0asm\x01\0\0\0\x05\x05\x01\x00\x80\x80\x04");
     let runtime = runtime();
     let err = load_bytes(&runtime, &bytes).unwrap_err();
     assert!(matches!(err, LoadError::ImageOverCap { .. }), "{err}");

@@ -473,6 +473,14 @@ mod tests {
         (dir, store)
     }
 
+    /// A store over a fresh directory whose faults a test turns on.
+    fn faulty_dir() -> (tempfile::TempDir, Arc<crate::store::faulty::FaultyStore>) {
+        let dir = tempfile::tempdir().unwrap();
+        let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        let faulty = Arc::new(crate::store::faulty::FaultyStore::new(Arc::new(local)));
+        (dir, faulty)
+    }
+
     /// Of many contenders at once for a free lease, exactly one gets it and
     /// every other is told who holds it. A plain put (no conditional create)
     /// would let several believe they hold it.
@@ -481,9 +489,7 @@ mod tests {
     /// the probe is left behind.
     #[tokio::test]
     async fn a_store_without_conditional_writes_is_refused_a_lease() {
-        let dir = tempfile::tempdir().unwrap();
-        let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-        let faulty = Arc::new(crate::store::faulty::FaultyStore::new(Arc::new(local)));
+        let (dir, faulty) = faulty_dir();
         faulty.ignore_conditional_puts(true);
         let store = BackupStore::from_object_store(faulty.clone(), "s3://no-conditions");
         let e = store
@@ -515,9 +521,7 @@ mod tests {
     /// backup of that process ever ran.
     #[tokio::test]
     async fn a_probe_cut_short_is_tried_again_and_an_answer_is_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-        let faulty = Arc::new(crate::store::faulty::FaultyStore::new(Arc::new(local)));
+        let (_dir, faulty) = faulty_dir();
         let store = BackupStore::from_object_store(faulty.clone(), "s3://flaky");
         faulty.fail_puts(true);
         let e = store
